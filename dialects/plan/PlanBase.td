@@ -1,0 +1,78 @@
+//===- PlanBase.td - The plan dialect, its base op and enums -*- tablegen -*-===//
+//
+// The plan dialect describes a model for sharding decisions: the device mesh,
+// the parameters with their global shapes, the units (groups of parameters
+// gathered and freed together) in forward execution order, and later the
+// placement and optimizer chosen for each parameter.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MFSDP_PLAN_BASE_TD
+#define MFSDP_PLAN_BASE_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/EnumAttr.td"
+
+def Plan_Dialect : Dialect {
+  let name = "plan";
+  let cppNamespace = "::mfsdp::plan";
+  let summary = "Model graphs, meshes and parameter placements for sharding plans";
+  let description = [{
+    The `plan` dialect is the first IR level of mfsdp. A `plan.graph` holds
+    one model: a `plan.mesh` naming the data-parallel (`dp_shard`,
+    `dp_replicate`) and tensor/expert-parallel dims, one `plan.param` per
+    parameter with its global shape and module kind, and one `plan.unit` per
+    group of parameters that is gathered and freed together, in forward
+    execution order. Placements (`#plan.row_shard`, `#plan.block_shard`,
+    `#plan.owner`, `#plan.replicate`, `#plan.external`) and optimizers
+    (`#plan.adamw`, `#plan.sgd`, `#plan.muon`) are attributes on parameters.
+    Everything here is global: shapes are those of the unsharded model.
+  }];
+  let useDefaultAttributePrinterParser = 1;
+}
+
+class Plan_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Plan_Dialect, mnemonic, traits>;
+
+class Plan_Attr<string name, string attrMnemonic, list<Trait> traits = []>
+    : AttrDef<Plan_Dialect, name, traits> {
+  let mnemonic = attrMnemonic;
+}
+
+/// A double parameter that prints in the shortest form that reads back
+/// exactly (the graph format round trip is lossless).
+def Plan_F64Param : AttrOrTypeParameter<"::mfsdp::plan::F64", "a 64-bit float"> {
+  let parser = "::mfsdp::plan::parseF64($_parser)";
+  let printer = "::mfsdp::plan::printF64($_printer, $_self)";
+}
+
+def Plan_ParamKind : I32EnumAttr<"ParamKind",
+    "kind of the module that holds a parameter", [
+      I32EnumAttrCase<"linear", 0>,
+      I32EnumAttrCase<"embedding", 1>,
+      I32EnumAttrCase<"output", 2>,
+      I32EnumAttrCase<"norm", 3>,
+      I32EnumAttrCase<"router", 4>,
+      I32EnumAttrCase<"expert", 5>,
+      I32EnumAttrCase<"other", 6>,
+    ]> {
+  let cppNamespace = "::mfsdp::plan";
+}
+
+def Plan_PolicyKind : I32EnumAttr<"PolicyKind", "optimizer policy", [
+      I32EnumAttrCase<"adamw", 0>,
+      I32EnumAttrCase<"sgd", 1>,
+      I32EnumAttrCase<"muon", 2>,
+      I32EnumAttrCase<"mixed_muon_adamw", 3>,
+    ]> {
+  let cppNamespace = "::mfsdp::plan";
+}
+
+def Plan_MuonScale : I32EnumAttr<"MuonScale", "Muon update scale", [
+      I32EnumAttrCase<"match_rms_adamw", 0>,
+      I32EnumAttrCase<"original", 1>,
+    ]> {
+  let cppNamespace = "::mfsdp::plan";
+}
+
+#endif // MFSDP_PLAN_BASE_TD

@@ -1,0 +1,74 @@
+//===- PlanDialect.cpp - The plan dialect ---------------------------------===//
+#include "dialects/plan/PlanDialect.h"
+#include "dialects/plan/PlanOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+using namespace mlir;
+using namespace mfsdp::plan;
+
+#include "dialects/plan/PlanOpsDialect.cpp.inc"
+#include "dialects/plan/PlanEnums.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "dialects/plan/PlanAttrs.cpp.inc"
+
+void PlanDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "dialects/plan/PlanOps.cpp.inc"
+      >();
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "dialects/plan/PlanAttrs.cpp.inc"
+      >();
+}
+
+std::string mfsdp::plan::formatF64(double value) {
+  if (std::isnan(value))
+    return "nan";
+  if (std::isinf(value))
+    return value > 0 ? "inf" : "-inf";
+  char buf[64];
+  if (value == std::floor(value) && std::fabs(value) < 1e15) {
+    std::snprintf(buf, sizeof(buf), "%.0f", value);
+    return buf;
+  }
+  // The shortest %g precision that reads back to the same double.
+  for (int prec = 1; prec <= 17; ++prec) {
+    std::snprintf(buf, sizeof(buf), "%.*g", prec, value);
+    if (std::strtod(buf, nullptr) == value)
+      break;
+  }
+  // MLIR's float literals need a '.' before the exponent ("1.0e-08").
+  std::string out = buf;
+  size_t e = out.find('e');
+  if (e != std::string::npos && out.find('.') == std::string::npos)
+    out.insert(e, ".0");
+  return out;
+}
+
+FailureOr<F64> mfsdp::plan::parseF64(AsmParser &parser) {
+  // printF64 writes integral values without a dot ("4096"); MLIR's float
+  // parser rejects those, so take integers first.
+  int64_t integral = 0;
+  OptionalParseResult asInt = parser.parseOptionalInteger(integral);
+  if (asInt.has_value()) {
+    if (failed(*asInt))
+      return failure();
+    return F64(static_cast<double>(integral));
+  }
+  double value = 0;
+  if (parser.parseFloat(value))
+    return failure();
+  return F64(value);
+}
+
+void mfsdp::plan::printF64(AsmPrinter &printer, double value) {
+  printer << formatF64(value);
+}

@@ -1,0 +1,1101 @@
+//===- Graph.cpp - Reading, writing and checking model graphs -------------===//
+//
+// nlohmann/json is used only in this file and is compiled with exceptions;
+// every exception is caught here and turned into a Diagnostic, so callers
+// (MLIR code built with -fno-exceptions) never see one.
+//
+//===----------------------------------------------------------------------===//
+#include "mfsdp/graph/Graph.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+
+using json = nlohmann::ordered_json;
+
+namespace mfsdp::graph {
+
+//===----------------------------------------------------------------------===//
+// Enumerations
+//===----------------------------------------------------------------------===//
+
+namespace {
+struct DTypeInfo {
+  DType type;
+  std::string_view name;
+  int64_t bytes;
+};
+const DTypeInfo kDTypes[] = {
+    {DType::F64, "f64", 8},          {DType::F32, "f32", 4},
+    {DType::BF16, "bf16", 2},        {DType::F16, "f16", 2},
+    {DType::F8E4M3, "f8e4m3fn", 1}, {DType::F8E5M2, "f8e5m2", 1},
+};
+const std::pair<ModuleKind, std::string_view> kKinds[] = {
+    {ModuleKind::Linear, "linear"}, {ModuleKind::Embedding, "embedding"},
+    {ModuleKind::Output, "output"}, {ModuleKind::Norm, "norm"},
+    {ModuleKind::Router, "router"}, {ModuleKind::Expert, "expert"},
+    {ModuleKind::Other, "other"},
+};
+const std::pair<PolicyKind, std::string_view> kPolicies[] = {
+    {PolicyKind::AdamW, "adamw"},
+    {PolicyKind::SGD, "sgd"},
+    {PolicyKind::Muon, "muon"},
+    {PolicyKind::MixedMuonAdamW, "mixed_muon_adamw"},
+};
+
+template <typename Table> std::string joinNames(const Table &t) {
+  std::string out;
+  for (const auto &e : t) {
+    if (!out.empty())
+      out += ", ";
+    if constexpr (std::is_same_v<std::decay_t<decltype(e)>, DTypeInfo>)
+      out += e.name;
+    else
+      out += e.second;
+  }
+  return out;
+}
+} // namespace
+
+std::string_view dtypeName(DType t) {
+  for (const auto &d : kDTypes)
+    if (d.type == t)
+      return d.name;
+  return "?";
+}
+std::optional<DType> parseDType(std::string_view s) {
+  for (const auto &d : kDTypes)
+    if (d.name == s)
+      return d.type;
+  return std::nullopt;
+}
+int64_t dtypeBytes(DType t) {
+  for (const auto &d : kDTypes)
+    if (d.type == t)
+      return d.bytes;
+  return 0;
+}
+const std::vector<DType> &allDTypes() {
+  static const std::vector<DType> all = [] {
+    std::vector<DType> v;
+    for (const auto &d : kDTypes)
+      v.push_back(d.type);
+    return v;
+  }();
+  return all;
+}
+
+std::string_view moduleKindName(ModuleKind k) {
+  for (const auto &[kind, name] : kKinds)
+    if (kind == k)
+      return name;
+  return "?";
+}
+std::optional<ModuleKind> parseModuleKind(std::string_view s) {
+  for (const auto &[kind, name] : kKinds)
+    if (name == s)
+      return kind;
+  return std::nullopt;
+}
+const std::vector<ModuleKind> &allModuleKinds() {
+  static const std::vector<ModuleKind> all = [] {
+    std::vector<ModuleKind> v;
+    for (const auto &e : kKinds)
+      v.push_back(e.first);
+    return v;
+  }();
+  return all;
+}
+
+std::string_view muonScaleName(MuonScale s) {
+  return s == MuonScale::Original ? "original" : "match_rms_adamw";
+}
+std::optional<MuonScale> parseMuonScale(std::string_view s) {
+  if (s == "original")
+    return MuonScale::Original;
+  if (s == "match_rms_adamw")
+    return MuonScale::MatchRmsAdamW;
+  return std::nullopt;
+}
+
+std::string_view policyKindName(PolicyKind k) {
+  for (const auto &[kind, name] : kPolicies)
+    if (kind == k)
+      return name;
+  return "?";
+}
+std::optional<PolicyKind> parsePolicyKind(std::string_view s) {
+  for (const auto &[kind, name] : kPolicies)
+    if (name == s)
+      return kind;
+  return std::nullopt;
+}
+
+//===----------------------------------------------------------------------===//
+// Value types
+//===----------------------------------------------------------------------===//
+
+int64_t Param::numElements() const {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+bool Param::operator==(const Param &o) const {
+  return name == o.name && shape == o.shape && dtype == o.dtype &&
+         module == o.module && kind == o.kind && requiresGrad == o.requiresGrad &&
+         tiedTo == o.tiedTo && ownedBy == o.ownedBy;
+}
+bool UnitCost::operator==(const UnitCost &o) const {
+  return fwdFlopsPerToken == o.fwdFlopsPerToken &&
+         bwdFlopsPerToken == o.bwdFlopsPerToken &&
+         activationBytesPerToken == o.activationBytesPerToken &&
+         recompute == o.recompute;
+}
+bool Unit::operator==(const Unit &o) const {
+  return name == o.name && params == o.params && cost == o.cost;
+}
+bool MeshDim::operator==(const MeshDim &o) const {
+  return name == o.name && size == o.size;
+}
+int64_t Mesh::worldSize() const {
+  int64_t n = 1;
+  for (const auto &d : dims)
+    n *= d.size;
+  return n;
+}
+const MeshDim *Mesh::find(std::string_view name) const {
+  for (const auto &d : dims)
+    if (d.name == name)
+      return &d;
+  return nullptr;
+}
+bool Mesh::operator==(const Mesh &o) const {
+  return dims == o.dims && deviceIds == o.deviceIds;
+}
+bool AdamW::operator==(const AdamW &o) const {
+  return lr == o.lr && beta1 == o.beta1 && beta2 == o.beta2 && eps == o.eps &&
+         weightDecay == o.weightDecay;
+}
+bool SGD::operator==(const SGD &o) const {
+  return lr == o.lr && momentum == o.momentum &&
+         weightDecay == o.weightDecay && nesterov == o.nesterov;
+}
+bool Muon::operator==(const Muon &o) const {
+  return lr == o.lr && momentum == o.momentum &&
+         weightDecay == o.weightDecay && nesterov == o.nesterov &&
+         nsSteps == o.nsSteps && scale == o.scale;
+}
+bool Policy::operator==(const Policy &o) const {
+  return kind == o.kind && zero == o.zero && adamw == o.adamw && sgd == o.sgd &&
+         muon == o.muon;
+}
+const Param *Graph::findParam(std::string_view name) const {
+  for (const auto &p : params)
+    if (p.name == name)
+      return &p;
+  return nullptr;
+}
+bool Graph::operator==(const Graph &o) const {
+  return model == o.model && seqLen == o.seqLen && params == o.params &&
+         units == o.units && mesh == o.mesh && policy == o.policy;
+}
+
+std::string Diagnostic::format(std::string_view file) const {
+  std::string where(file);
+  if (line > 0)
+    where += fmt::format(":{}:{}", line, column);
+  if (pointer.empty())
+    return fmt::format("{}: error: {}", where, message);
+  return fmt::format("{}: error: {}: {}", where, pointer, message);
+}
+
+//===----------------------------------------------------------------------===//
+// Semantic validation
+//===----------------------------------------------------------------------===//
+
+namespace {
+bool fail(Diagnostic &d, std::string pointer, std::string message) {
+  d.pointer = std::move(pointer);
+  d.message = std::move(message);
+  return false;
+}
+} // namespace
+
+bool validate(const Graph &g, Diagnostic &d) {
+  if (g.model.empty())
+    return fail(d, "/model", "expected a non-empty model name");
+  if (g.seqLen < 0)
+    return fail(d, "/seq_len", "expected a non-negative sequence length");
+
+  // Mesh first: owning dims refer to it.
+  if (g.mesh) {
+    std::set<std::string> names;
+    if (g.mesh->dims.empty())
+      return fail(d, "/mesh/dims", "expected at least one mesh dim");
+    for (size_t i = 0; i < g.mesh->dims.size(); ++i) {
+      const auto &dim = g.mesh->dims[i];
+      std::string at = fmt::format("/mesh/dims/{}", i);
+      if (dim.name.empty())
+        return fail(d, at + "/name", "expected a non-empty mesh dim name");
+      if (!names.insert(dim.name).second)
+        return fail(d, at + "/name",
+                    fmt::format("duplicate mesh dim '{}'", dim.name));
+      if (dim.size < 1)
+        return fail(d, at + "/size",
+                    fmt::format("expected a mesh dim size >= 1, got {}", dim.size));
+    }
+    if (!g.mesh->find("dp_shard"))
+      return fail(d, "/mesh/dims",
+                  "expected a 'dp_shard' dim: parameters are sharded over it");
+    if (!g.mesh->deviceIds.empty()) {
+      int64_t world = g.mesh->worldSize();
+      if ((int64_t)g.mesh->deviceIds.size() != world)
+        return fail(d, "/mesh/device_ids",
+                    fmt::format("expected {} device ids (the mesh size), got {}",
+                                world, g.mesh->deviceIds.size()));
+      std::vector<bool> seen(world, false);
+      for (size_t i = 0; i < g.mesh->deviceIds.size(); ++i) {
+        int64_t id = g.mesh->deviceIds[i];
+        if (id < 0 || id >= world || seen[id])
+          return fail(d, fmt::format("/mesh/device_ids/{}", i),
+                      fmt::format("expected a permutation of 0..{}; {} is {}",
+                                  world - 1, id,
+                                  (id < 0 || id >= world) ? "out of range"
+                                                          : "repeated"));
+        seen[id] = true;
+      }
+    }
+  }
+
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < g.params.size(); ++i) {
+    const Param &p = g.params[i];
+    std::string at = fmt::format("/params/{}", i);
+    if (p.name.empty())
+      return fail(d, at + "/name", "expected a non-empty parameter name");
+    if (!index.emplace(p.name, i).second)
+      return fail(d, at + "/name",
+                  fmt::format("duplicate parameter '{}' (first at /params/{})",
+                              p.name, index[p.name]));
+    if (p.shape.empty())
+      return fail(d, at + "/shape", "expected at least one dimension");
+    for (size_t k = 0; k < p.shape.size(); ++k)
+      if (p.shape[k] <= 0)
+        return fail(d, fmt::format("{}/shape/{}", at, k),
+                    fmt::format("expected a positive dimension, got {}",
+                                p.shape[k]));
+    std::set<std::string> owned;
+    for (size_t k = 0; k < p.ownedBy.size(); ++k) {
+      const std::string &dim = p.ownedBy[k];
+      std::string dat = fmt::format("{}/owned_by/{}", at, k);
+      if (dim.empty())
+        return fail(d, dat, "expected a non-empty mesh dim name");
+      if (dim == "dp_shard" || dim == "dp_replicate")
+        return fail(d, dat,
+                    fmt::format("'{}' is a data-parallel dim; expected the "
+                                "tensor/expert-parallel dim that owns the "
+                                "parameter",
+                                dim));
+      if (!owned.insert(dim).second)
+        return fail(d, dat, fmt::format("owning dim '{}' listed twice", dim));
+      if (g.mesh && !g.mesh->find(dim))
+        return fail(d, dat,
+                    fmt::format("owning dim '{}' is not a dim of the mesh", dim));
+    }
+  }
+  for (size_t i = 0; i < g.params.size(); ++i) {
+    const Param &p = g.params[i];
+    if (p.tiedTo.empty())
+      continue;
+    std::string at = fmt::format("/params/{}/tied_to", i);
+    auto it = index.find(p.tiedTo);
+    if (it == index.end())
+      return fail(d, at,
+                  fmt::format("tied to unknown parameter '{}'", p.tiedTo));
+    const Param &t = g.params[it->second];
+    if (&t == &p)
+      return fail(d, at, "a parameter cannot be tied to itself");
+    if (!t.tiedTo.empty())
+      return fail(d, at,
+                  fmt::format("'{}' is itself tied to '{}'; tie to the storage "
+                              "parameter '{}' directly",
+                              t.name, t.tiedTo, t.tiedTo));
+    if (t.shape != p.shape || t.dtype != p.dtype)
+      return fail(d, at,
+                  fmt::format("tied parameters must have the same shape and "
+                              "dtype as '{}'",
+                              t.name));
+  }
+
+  std::map<std::string, std::string> unitOf; // param -> pointer of first use
+  std::set<std::string> unitNames;
+  for (size_t u = 0; u < g.units.size(); ++u) {
+    const Unit &unit = g.units[u];
+    std::string at = fmt::format("/units/{}", u);
+    if (unit.name.empty())
+      return fail(d, at + "/name", "expected a non-empty unit name");
+    if (!unitNames.insert(unit.name).second)
+      return fail(d, at + "/name", fmt::format("duplicate unit '{}'", unit.name));
+    if (index.count(unit.name))
+      return fail(d, at + "/name",
+                  fmt::format("unit name '{}' is also a parameter name",
+                              unit.name));
+    if (unit.params.empty())
+      return fail(d, at + "/params", "expected at least one parameter");
+    for (size_t k = 0; k < unit.params.size(); ++k) {
+      const std::string &name = unit.params[k];
+      std::string pat = fmt::format("{}/params/{}", at, k);
+      auto it = index.find(name);
+      if (it == index.end())
+        return fail(d, pat, fmt::format("unknown parameter '{}'", name));
+      if (!g.params[it->second].tiedTo.empty())
+        return fail(d, pat,
+                    fmt::format("'{}' is tied to '{}' and has no storage of its "
+                                "own; list '{}' instead",
+                                name, g.params[it->second].tiedTo,
+                                g.params[it->second].tiedTo));
+      auto [prev, inserted] = unitOf.emplace(name, pat);
+      if (!inserted)
+        return fail(d, pat,
+                    fmt::format("parameter '{}' is already in a unit (at {})",
+                                name, prev->second));
+    }
+    const UnitCost &c = unit.cost;
+    auto checkCost = [&](double v, const char *field) {
+      if (!(v >= 0) || !std::isfinite(v))
+        return fail(d, fmt::format("{}/cost/{}", at, field),
+                    fmt::format("expected a finite non-negative number, got {}", v));
+      return true;
+    };
+    if (!checkCost(c.fwdFlopsPerToken, "fwd_flops_per_token") ||
+        !checkCost(c.bwdFlopsPerToken, "bwd_flops_per_token") ||
+        !checkCost(c.activationBytesPerToken, "activation_bytes_per_token"))
+      return false;
+  }
+  for (size_t i = 0; i < g.params.size(); ++i) {
+    const Param &p = g.params[i];
+    if (p.tiedTo.empty() && !unitOf.count(p.name))
+      return fail(d, fmt::format("/params/{}", i),
+                  fmt::format("parameter '{}' is in no unit; every parameter "
+                              "that is not tied belongs to exactly one unit",
+                              p.name));
+  }
+
+  if (g.policy) {
+    const Policy &pol = *g.policy;
+    if (pol.zero < 1 || pol.zero > 3)
+      return fail(d, "/policy/zero",
+                  fmt::format("expected 1, 2 or 3, got {}", pol.zero));
+    auto unit01 = [&](double v, const std::string &at) {
+      if (!(v >= 0 && v < 1))
+        return fail(d, at, fmt::format("expected a value in [0, 1), got {}", v));
+      return true;
+    };
+    auto positive = [&](double v, const std::string &at) {
+      if (!(v > 0) || !std::isfinite(v))
+        return fail(d, at, fmt::format("expected a positive number, got {}", v));
+      return true;
+    };
+    auto nonneg = [&](double v, const std::string &at) {
+      if (!(v >= 0) || !std::isfinite(v))
+        return fail(d, at,
+                    fmt::format("expected a non-negative number, got {}", v));
+      return true;
+    };
+    if (pol.adamw) {
+      const AdamW &a = *pol.adamw;
+      if (!positive(a.lr, "/policy/adamw/lr") ||
+          !unit01(a.beta1, "/policy/adamw/beta1") ||
+          !unit01(a.beta2, "/policy/adamw/beta2") ||
+          !positive(a.eps, "/policy/adamw/eps") ||
+          !nonneg(a.weightDecay, "/policy/adamw/weight_decay"))
+        return false;
+    }
+    if (pol.sgd) {
+      const SGD &s = *pol.sgd;
+      if (!positive(s.lr, "/policy/sgd/lr") ||
+          !unit01(s.momentum, "/policy/sgd/momentum") ||
+          !nonneg(s.weightDecay, "/policy/sgd/weight_decay"))
+        return false;
+    }
+    if (pol.muon) {
+      const Muon &m = *pol.muon;
+      if (!positive(m.lr, "/policy/muon/lr") ||
+          !unit01(m.momentum, "/policy/muon/momentum") ||
+          !nonneg(m.weightDecay, "/policy/muon/weight_decay"))
+        return false;
+      if (m.nsSteps < 1)
+        return fail(d, "/policy/muon/ns_steps",
+                    fmt::format("expected at least 1 Newton-Schulz step, got {}",
+                                m.nsSteps));
+    }
+  }
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// JSON reading
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Thrown only inside this file, caught by parseGraph.
+struct ReadError {
+  std::string pointer;
+  std::string message;
+};
+
+std::string typeName(const json &v) {
+  switch (v.type()) {
+  case json::value_t::null:
+    return "null";
+  case json::value_t::boolean:
+    return "a boolean";
+  case json::value_t::number_integer:
+  case json::value_t::number_unsigned:
+    return "an integer";
+  case json::value_t::number_float:
+    return "a number";
+  case json::value_t::string:
+    return "a string";
+  case json::value_t::array:
+    return "an array";
+  case json::value_t::object:
+    return "an object";
+  default:
+    return "something else";
+  }
+}
+
+std::string show(const json &v) {
+  std::string s = v.dump();
+  if (s.size() > 40)
+    s = s.substr(0, 37) + "...";
+  return s;
+}
+
+/// A cursor on one JSON value with its pointer, for precise diagnostics.
+class Reader {
+public:
+  Reader(const json &v, std::string ptr) : v(v), ptr(std::move(ptr)) {}
+
+  [[noreturn]] void error(const std::string &msg) const {
+    throw ReadError{ptr, msg};
+  }
+  const std::string &pointer() const { return ptr; }
+  const json &value() const { return v; }
+
+  void expectObject(const std::set<std::string> &allowed) const {
+    if (!v.is_object())
+      error("expected an object, got " + typeName(v));
+    for (auto it = v.begin(); it != v.end(); ++it)
+      if (!allowed.count(it.key()))
+        Reader(it.value(), ptr + "/" + escape(it.key()))
+            .error(fmt::format("unknown field '{}'; expected one of: {}",
+                               it.key(), join(allowed)));
+  }
+  bool has(const std::string &key) const {
+    return v.is_object() && v.contains(key) && !v.at(key).is_null();
+  }
+  Reader field(const std::string &key) const {
+    if (!v.is_object())
+      error("expected an object, got " + typeName(v));
+    auto it = v.find(key);
+    if (it == v.end())
+      error(fmt::format("missing required field '{}'", key));
+    return Reader(*it, ptr + "/" + escape(key));
+  }
+  Reader at(size_t i) const { return Reader(v[i], fmt::format("{}/{}", ptr, i)); }
+  size_t arraySize() const {
+    if (!v.is_array())
+      error("expected an array, got " + typeName(v));
+    return v.size();
+  }
+  std::string str() const {
+    if (!v.is_string())
+      error("expected a string, got " + typeName(v) + " " + show(v));
+    return v.get<std::string>();
+  }
+  std::string nonEmptyStr() const {
+    std::string s = str();
+    if (s.empty())
+      error("expected a non-empty string");
+    return s;
+  }
+  bool boolean() const {
+    if (!v.is_boolean())
+      error("expected true or false, got " + typeName(v) + " " + show(v));
+    return v.get<bool>();
+  }
+  int64_t integer() const {
+    if (v.is_number_unsigned()) {
+      if (v.get<uint64_t>() > (uint64_t)std::numeric_limits<int64_t>::max())
+        error("integer " + show(v) + " is too large");
+      return (int64_t)v.get<uint64_t>();
+    }
+    if (v.is_number_integer())
+      return v.get<int64_t>();
+    if (v.is_number_float()) {
+      double d = v.get<double>();
+      if (std::floor(d) == d && std::fabs(d) < 9.0e15)
+        return (int64_t)d;
+    }
+    error("expected an integer, got " + typeName(v) + " " + show(v));
+  }
+  double number() const {
+    if (!v.is_number())
+      error("expected a number, got " + typeName(v) + " " + show(v));
+    double d = v.get<double>();
+    if (!std::isfinite(d))
+      error("expected a finite number");
+    return d;
+  }
+
+  static std::string escape(const std::string &key) {
+    std::string out;
+    for (char c : key) {
+      if (c == '~')
+        out += "~0";
+      else if (c == '/')
+        out += "~1";
+      else
+        out += c;
+    }
+    return out;
+  }
+
+private:
+  static std::string join(const std::set<std::string> &s) {
+    std::string out;
+    for (const auto &e : s)
+      out += (out.empty() ? "" : ", ") + e;
+    return out;
+  }
+  const json &v;
+  std::string ptr;
+};
+
+Param readParam(const Reader &r) {
+  r.expectObject({"name", "shape", "dtype", "module", "kind", "requires_grad",
+                  "tied_to", "owned_by"});
+  Param p;
+  p.name = r.field("name").nonEmptyStr();
+  Reader shape = r.field("shape");
+  size_t rank = shape.arraySize();
+  if (rank == 0)
+    shape.error("expected at least one dimension");
+  for (size_t i = 0; i < rank; ++i) {
+    Reader dim = shape.at(i);
+    int64_t n = dim.integer();
+    if (n <= 0)
+      dim.error(fmt::format("expected a positive dimension, got {}", n));
+    p.shape.push_back(n);
+  }
+  for (size_t i = 1, n = 1; i <= rank; ++i) {
+    if (p.shape[i - 1] > std::numeric_limits<int64_t>::max() / (int64_t)n)
+      shape.error("the number of elements overflows a 64-bit integer");
+    n *= p.shape[i - 1];
+  }
+  Reader dt = r.field("dtype");
+  std::string dts = dt.str();
+  auto dtype = parseDType(dts);
+  if (!dtype)
+    dt.error(fmt::format("unknown dtype '{}'; expected one of: {}", dts,
+                         joinNames(kDTypes)));
+  p.dtype = *dtype;
+  p.module = r.field("module").str();
+  Reader kr = r.field("kind");
+  std::string ks = kr.str();
+  auto kind = parseModuleKind(ks);
+  if (!kind)
+    kr.error(fmt::format("unknown module kind '{}'; expected one of: {}", ks,
+                         joinNames(kKinds)));
+  p.kind = *kind;
+  if (r.has("requires_grad"))
+    p.requiresGrad = r.field("requires_grad").boolean();
+  if (r.has("tied_to"))
+    p.tiedTo = r.field("tied_to").nonEmptyStr();
+  if (r.has("owned_by")) {
+    Reader ob = r.field("owned_by");
+    size_t n = ob.arraySize();
+    for (size_t i = 0; i < n; ++i)
+      p.ownedBy.push_back(ob.at(i).nonEmptyStr());
+  }
+  return p;
+}
+
+Unit readUnit(const Reader &r) {
+  r.expectObject({"name", "params", "cost"});
+  Unit u;
+  u.name = r.field("name").nonEmptyStr();
+  Reader ps = r.field("params");
+  size_t n = ps.arraySize();
+  for (size_t i = 0; i < n; ++i)
+    u.params.push_back(ps.at(i).nonEmptyStr());
+  if (r.has("cost")) {
+    Reader c = r.field("cost");
+    c.expectObject({"fwd_flops_per_token", "bwd_flops_per_token",
+                    "activation_bytes_per_token", "recompute"});
+    auto nonneg = [&](const char *key, double &out) {
+      if (!c.has(key))
+        return;
+      Reader f = c.field(key);
+      out = f.number();
+      if (out < 0)
+        f.error(fmt::format("expected a non-negative number, got {}", out));
+    };
+    nonneg("fwd_flops_per_token", u.cost.fwdFlopsPerToken);
+    nonneg("bwd_flops_per_token", u.cost.bwdFlopsPerToken);
+    nonneg("activation_bytes_per_token", u.cost.activationBytesPerToken);
+    if (c.has("recompute"))
+      u.cost.recompute = c.field("recompute").boolean();
+  }
+  return u;
+}
+
+Mesh readMesh(const Reader &r) {
+  r.expectObject({"dims", "device_ids"});
+  Mesh m;
+  Reader dims = r.field("dims");
+  size_t n = dims.arraySize();
+  for (size_t i = 0; i < n; ++i) {
+    Reader d = dims.at(i);
+    d.expectObject({"name", "size"});
+    MeshDim md;
+    md.name = d.field("name").nonEmptyStr();
+    Reader sz = d.field("size");
+    md.size = sz.integer();
+    if (md.size < 1)
+      sz.error(fmt::format("expected a mesh dim size >= 1, got {}", md.size));
+    m.dims.push_back(md);
+  }
+  if (r.has("device_ids")) {
+    Reader ids = r.field("device_ids");
+    size_t k = ids.arraySize();
+    for (size_t i = 0; i < k; ++i)
+      m.deviceIds.push_back(ids.at(i).integer());
+  }
+  return m;
+}
+
+Policy readPolicy(const Reader &r) {
+  r.expectObject({"optimizer", "zero", "adamw", "sgd", "muon"});
+  Policy p;
+  Reader o = r.field("optimizer");
+  std::string os = o.str();
+  auto kind = parsePolicyKind(os);
+  if (!kind)
+    o.error(fmt::format("unknown optimizer policy '{}'; expected one of: {}", os,
+                        joinNames(kPolicies)));
+  p.kind = *kind;
+  if (r.has("zero")) {
+    Reader z = r.field("zero");
+    p.zero = z.integer();
+    if (p.zero < 1 || p.zero > 3)
+      z.error(fmt::format("expected ZeRO level 1, 2 or 3, got {}", p.zero));
+  }
+  auto num = [](const Reader &obj, const char *key, double &out) {
+    if (obj.has(key))
+      out = obj.field(key).number();
+  };
+  if (r.has("adamw")) {
+    Reader a = r.field("adamw");
+    a.expectObject({"lr", "beta1", "beta2", "eps", "weight_decay"});
+    AdamW v;
+    num(a, "lr", v.lr);
+    num(a, "beta1", v.beta1);
+    num(a, "beta2", v.beta2);
+    num(a, "eps", v.eps);
+    num(a, "weight_decay", v.weightDecay);
+    p.adamw = v;
+  }
+  if (r.has("sgd")) {
+    Reader s = r.field("sgd");
+    s.expectObject({"lr", "momentum", "weight_decay", "nesterov"});
+    SGD v;
+    num(s, "lr", v.lr);
+    num(s, "momentum", v.momentum);
+    num(s, "weight_decay", v.weightDecay);
+    if (s.has("nesterov"))
+      v.nesterov = s.field("nesterov").boolean();
+    p.sgd = v;
+  }
+  if (r.has("muon")) {
+    Reader m = r.field("muon");
+    m.expectObject(
+        {"lr", "momentum", "weight_decay", "nesterov", "ns_steps", "scale"});
+    Muon v;
+    num(m, "lr", v.lr);
+    num(m, "momentum", v.momentum);
+    num(m, "weight_decay", v.weightDecay);
+    if (m.has("nesterov"))
+      v.nesterov = m.field("nesterov").boolean();
+    if (m.has("ns_steps"))
+      v.nsSteps = m.field("ns_steps").integer();
+    if (m.has("scale")) {
+      Reader sc = m.field("scale");
+      std::string s = sc.str();
+      auto scale = parseMuonScale(s);
+      if (!scale)
+        sc.error(fmt::format(
+            "unknown Muon scale '{}'; expected match_rms_adamw or original", s));
+      v.scale = *scale;
+    }
+    p.muon = v;
+  }
+  return p;
+}
+
+Graph readGraph(const json &root) {
+  Reader r(root, "");
+  r.expectObject({"format", "version", "model", "seq_len", "params", "units",
+                  "mesh", "policy"});
+  Reader fmtTag = r.field("format");
+  if (fmtTag.str() != kFormatTag)
+    fmtTag.error(fmt::format("expected format \"{}\", got {}", kFormatTag,
+                             show(fmtTag.value())));
+  Reader ver = r.field("version");
+  int64_t version = ver.integer();
+  if (version != kFormatVersion)
+    ver.error(fmt::format("unsupported format version {}; this reader "
+                          "understands version {}",
+                          version, kFormatVersion));
+  Graph g;
+  g.model = r.field("model").nonEmptyStr();
+  if (r.has("seq_len")) {
+    Reader s = r.field("seq_len");
+    g.seqLen = s.integer();
+    if (g.seqLen < 0)
+      s.error(fmt::format("expected a non-negative sequence length, got {}",
+                          g.seqLen));
+  }
+  Reader params = r.field("params");
+  size_t np = params.arraySize();
+  for (size_t i = 0; i < np; ++i)
+    g.params.push_back(readParam(params.at(i)));
+  Reader units = r.field("units");
+  size_t nu = units.arraySize();
+  for (size_t i = 0; i < nu; ++i)
+    g.units.push_back(readUnit(units.at(i)));
+  if (r.has("mesh"))
+    g.mesh = readMesh(r.field("mesh"));
+  if (r.has("policy"))
+    g.policy = readPolicy(r.field("policy"));
+  return g;
+}
+
+} // namespace
+
+bool parseGraph(std::string_view text, Graph &out, Diagnostic &diag) {
+  diag = Diagnostic();
+  json root;
+  try {
+    root = json::parse(text.begin(), text.end());
+  } catch (const json::parse_error &e) {
+    // nlohmann reports a byte offset; turn it into a line and column.
+    size_t byte = std::min<size_t>(e.byte, text.size());
+    int line = 1, col = 1;
+    for (size_t i = 0; i + 1 < byte; ++i) {
+      if (text[i] == '\n') {
+        ++line;
+        col = 1;
+      } else {
+        ++col;
+      }
+    }
+    diag.line = line;
+    diag.column = col;
+    std::string what = e.what();
+    // Drop nlohmann's "[json.exception.parse_error.101] " prefix.
+    if (auto p = what.find("] "); p != std::string::npos)
+      what = what.substr(p + 2);
+    diag.message = "invalid JSON: " + what;
+    return false;
+  } catch (const std::exception &e) {
+    diag.message = std::string("invalid JSON: ") + e.what();
+    return false;
+  }
+  try {
+    Graph g = readGraph(root);
+    if (!validate(g, diag)) {
+      auto [line, col] = locatePointer(text, diag.pointer);
+      diag.line = line;
+      diag.column = col;
+      return false;
+    }
+    out = std::move(g);
+    return true;
+  } catch (const ReadError &e) {
+    diag.pointer = e.pointer;
+    diag.message = e.message;
+  } catch (const std::exception &e) {
+    diag.message = std::string("internal error while reading the graph: ") +
+                   e.what();
+  }
+  auto [line, col] = locatePointer(text, diag.pointer);
+  diag.line = line;
+  diag.column = col;
+  return false;
+}
+
+//===----------------------------------------------------------------------===//
+// JSON writing
+//===----------------------------------------------------------------------===//
+
+std::string writeGraph(const Graph &g) {
+  json root;
+  root["format"] = kFormatTag;
+  root["version"] = kFormatVersion;
+  root["model"] = g.model;
+  if (g.seqLen)
+    root["seq_len"] = g.seqLen;
+  json params = json::array();
+  for (const Param &p : g.params) {
+    json jp;
+    jp["name"] = p.name;
+    jp["shape"] = p.shape;
+    jp["dtype"] = dtypeName(p.dtype);
+    jp["module"] = p.module;
+    jp["kind"] = moduleKindName(p.kind);
+    if (!p.requiresGrad)
+      jp["requires_grad"] = false;
+    if (!p.tiedTo.empty())
+      jp["tied_to"] = p.tiedTo;
+    if (!p.ownedBy.empty())
+      jp["owned_by"] = p.ownedBy;
+    params.push_back(std::move(jp));
+  }
+  root["params"] = std::move(params);
+  json units = json::array();
+  for (const Unit &u : g.units) {
+    json ju;
+    ju["name"] = u.name;
+    ju["params"] = u.params;
+    json c;
+    c["fwd_flops_per_token"] = u.cost.fwdFlopsPerToken;
+    c["bwd_flops_per_token"] = u.cost.bwdFlopsPerToken;
+    c["activation_bytes_per_token"] = u.cost.activationBytesPerToken;
+    c["recompute"] = u.cost.recompute;
+    ju["cost"] = std::move(c);
+    units.push_back(std::move(ju));
+  }
+  root["units"] = std::move(units);
+  if (g.mesh) {
+    json m;
+    json dims = json::array();
+    for (const MeshDim &d : g.mesh->dims)
+      dims.push_back({{"name", d.name}, {"size", d.size}});
+    m["dims"] = std::move(dims);
+    if (!g.mesh->deviceIds.empty())
+      m["device_ids"] = g.mesh->deviceIds;
+    root["mesh"] = std::move(m);
+  }
+  if (g.policy) {
+    const Policy &p = *g.policy;
+    json jp;
+    jp["optimizer"] = policyKindName(p.kind);
+    jp["zero"] = p.zero;
+    if (p.adamw)
+      jp["adamw"] = {{"lr", p.adamw->lr},
+                     {"beta1", p.adamw->beta1},
+                     {"beta2", p.adamw->beta2},
+                     {"eps", p.adamw->eps},
+                     {"weight_decay", p.adamw->weightDecay}};
+    if (p.sgd)
+      jp["sgd"] = {{"lr", p.sgd->lr},
+                   {"momentum", p.sgd->momentum},
+                   {"weight_decay", p.sgd->weightDecay},
+                   {"nesterov", p.sgd->nesterov}};
+    if (p.muon)
+      jp["muon"] = {{"lr", p.muon->lr},
+                    {"momentum", p.muon->momentum},
+                    {"weight_decay", p.muon->weightDecay},
+                    {"nesterov", p.muon->nesterov},
+                    {"ns_steps", p.muon->nsSteps},
+                    {"scale", muonScaleName(p.muon->scale)}};
+    root["policy"] = std::move(jp);
+  }
+  return root.dump(2) + "\n";
+}
+
+//===----------------------------------------------------------------------===//
+// Locating a JSON pointer in the source text
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// A minimal JSON scanner that walks to a pointer without building a tree.
+class Locator {
+public:
+  explicit Locator(std::string_view t) : t(t) {}
+
+  std::pair<int, int> find(std::string_view pointer) {
+    std::vector<std::string> tokens;
+    if (!pointer.empty()) {
+      size_t start = 1;
+      while (start <= pointer.size()) {
+        size_t end = pointer.find('/', start);
+        if (end == std::string_view::npos)
+          end = pointer.size();
+        std::string tok(pointer.substr(start, end - start));
+        std::string un;
+        for (size_t i = 0; i < tok.size(); ++i) {
+          if (tok[i] == '~' && i + 1 < tok.size()) {
+            un += tok[i + 1] == '1' ? '/' : '~';
+            ++i;
+          } else {
+            un += tok[i];
+          }
+        }
+        tokens.push_back(un);
+        start = end + 1;
+      }
+    }
+    skipWs();
+    size_t best = pos;
+    for (const std::string &tok : tokens) {
+      if (pos >= t.size())
+        break;
+      best = pos;
+      if (!descend(tok))
+        break;
+      skipWs();
+      best = pos;
+    }
+    return lineCol(best);
+  }
+
+private:
+  bool descend(const std::string &tok) {
+    if (t[pos] == '{') {
+      ++pos;
+      while (true) {
+        skipWs();
+        if (pos >= t.size() || t[pos] == '}')
+          return false;
+        std::string key;
+        if (!readString(key))
+          return false;
+        skipWs();
+        if (pos >= t.size() || t[pos] != ':')
+          return false;
+        ++pos;
+        skipWs();
+        if (key == tok)
+          return true;
+        if (!skipValue())
+          return false;
+        skipWs();
+        if (pos < t.size() && t[pos] == ',')
+          ++pos;
+      }
+    }
+    if (t[pos] == '[') {
+      char *end = nullptr;
+      long idx = std::strtol(tok.c_str(), &end, 10);
+      if (tok.empty() || *end != '\0' || idx < 0)
+        return false;
+      ++pos;
+      for (long i = 0;; ++i) {
+        skipWs();
+        if (pos >= t.size() || t[pos] == ']')
+          return false;
+        if (i == idx)
+          return true;
+        if (!skipValue())
+          return false;
+        skipWs();
+        if (pos < t.size() && t[pos] == ',')
+          ++pos;
+      }
+    }
+    return false;
+  }
+  bool readString(std::string &out) {
+    if (pos >= t.size() || t[pos] != '"')
+      return false;
+    ++pos;
+    while (pos < t.size() && t[pos] != '"') {
+      if (t[pos] == '\\' && pos + 1 < t.size()) {
+        out += t[pos + 1];
+        pos += 2;
+      } else {
+        out += t[pos++];
+      }
+    }
+    if (pos >= t.size())
+      return false;
+    ++pos;
+    return true;
+  }
+  bool skipValue() {
+    skipWs();
+    if (pos >= t.size())
+      return false;
+    char c = t[pos];
+    if (c == '"') {
+      std::string s;
+      return readString(s);
+    }
+    if (c == '{' || c == '[') {
+      int depth = 0;
+      while (pos < t.size()) {
+        char d = t[pos];
+        if (d == '"') {
+          std::string s;
+          if (!readString(s))
+            return false;
+          continue;
+        }
+        if (d == '{' || d == '[')
+          ++depth;
+        else if (d == '}' || d == ']') {
+          if (--depth == 0) {
+            ++pos;
+            return true;
+          }
+        }
+        ++pos;
+      }
+      return false;
+    }
+    while (pos < t.size() && t[pos] != ',' && t[pos] != '}' && t[pos] != ']' &&
+           !std::isspace((unsigned char)t[pos]))
+      ++pos;
+    return true;
+  }
+  void skipWs() {
+    while (pos < t.size() && std::isspace((unsigned char)t[pos]))
+      ++pos;
+  }
+  std::pair<int, int> lineCol(size_t at) const {
+    int line = 1, col = 1;
+    for (size_t i = 0; i < at && i < t.size(); ++i) {
+      if (t[i] == '\n') {
+        ++line;
+        col = 1;
+      } else {
+        ++col;
+      }
+    }
+    return {line, col};
+  }
+
+  std::string_view t;
+  size_t pos = 0;
+};
+} // namespace
+
+std::pair<int, int> locatePointer(std::string_view text,
+                                  std::string_view pointer) {
+  if (text.empty())
+    return {0, 0};
+  return Locator(text).find(pointer);
+}
+
+} // namespace mfsdp::graph

@@ -1,0 +1,378 @@
+//===- PlanImport.cpp - Model graphs to and from the plan dialect ---------===//
+#include "mfsdp/import/PlanImport.h"
+
+#include "dialects/plan/PlanOps.h"
+#include "mfsdp/graph/HFConfig.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Tools/mlir-translate/Translation.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/SourceMgr.h"
+
+using namespace mlir;
+using namespace mfsdp;
+using namespace mfsdp::plan;
+
+static Type elementType(MLIRContext *ctx, graph::DType t) {
+  switch (t) {
+  case graph::DType::F64:
+    return Float64Type::get(ctx);
+  case graph::DType::F32:
+    return Float32Type::get(ctx);
+  case graph::DType::BF16:
+    return BFloat16Type::get(ctx);
+  case graph::DType::F16:
+    return Float16Type::get(ctx);
+  case graph::DType::F8E4M3:
+    return Float8E4M3FNType::get(ctx);
+  case graph::DType::F8E5M2:
+    return Float8E5M2Type::get(ctx);
+  }
+  return {};
+}
+
+static std::optional<graph::DType> graphDType(Type t) {
+  if (t.isF64())
+    return graph::DType::F64;
+  if (t.isF32())
+    return graph::DType::F32;
+  if (t.isBF16())
+    return graph::DType::BF16;
+  if (t.isF16())
+    return graph::DType::F16;
+  if (isa<Float8E4M3FNType>(t))
+    return graph::DType::F8E4M3;
+  if (isa<Float8E5M2Type>(t))
+    return graph::DType::F8E5M2;
+  return std::nullopt;
+}
+
+// The two kind enums share their spelling; convert through it.
+static ParamKind paramKind(graph::ModuleKind k) {
+  return *symbolizeParamKind(graph::moduleKindName(k));
+}
+static graph::ModuleKind moduleKind(ParamKind k) {
+  return *graph::parseModuleKind(stringifyParamKind(k).str());
+}
+
+static ArrayAttr stringArray(Builder &b, const std::vector<std::string> &v) {
+  SmallVector<Attribute> attrs;
+  for (const auto &s : v)
+    attrs.push_back(b.getStringAttr(s));
+  return b.getArrayAttr(attrs);
+}
+
+OwningOpRef<ModuleOp> mfsdp::importGraph(const graph::Graph &g,
+                                         MLIRContext *ctx, StringRef file,
+                                         StringRef text) {
+  ctx->loadDialect<PlanDialect>();
+  auto locOf = [&](const std::string &pointer) -> Location {
+    if (file.empty())
+      return UnknownLoc::get(ctx);
+    auto [line, col] = graph::locatePointer(
+        std::string_view(text.data(), text.size()), pointer);
+    return FileLineColLoc::get(ctx, file, line, col);
+  };
+  OpBuilder b(ctx);
+  OwningOpRef<ModuleOp> module = ModuleOp::create(locOf(""));
+  b.setInsertionPointToEnd(module->getBody());
+  auto graphOp = GraphOp::create(b, locOf(""), g.model, g.seqLen);
+  b.setInsertionPointToEnd(&graphOp.getBody().front());
+
+  if (g.mesh) {
+    SmallVector<Attribute> names;
+    SmallVector<int64_t> sizes;
+    for (const auto &d : g.mesh->dims) {
+      names.push_back(b.getStringAttr(d.name));
+      sizes.push_back(d.size);
+    }
+    DenseI64ArrayAttr ids;
+    if (!g.mesh->deviceIds.empty())
+      ids = b.getDenseI64ArrayAttr(g.mesh->deviceIds);
+    MeshOp::create(b, locOf("/mesh"), "mesh", b.getArrayAttr(names),
+                   b.getDenseI64ArrayAttr(sizes), ids);
+  }
+  if (g.policy) {
+    const graph::Policy &p = *g.policy;
+    AdamWAttr adamw;
+    SGDAttr sgd;
+    MuonAttr muon;
+    if (p.adamw)
+      adamw = AdamWAttr::get(ctx, p.adamw->lr, p.adamw->beta1, p.adamw->beta2,
+                             p.adamw->eps, p.adamw->weightDecay);
+    if (p.sgd)
+      sgd = SGDAttr::get(ctx, p.sgd->lr, p.sgd->momentum, p.sgd->weightDecay,
+                         p.sgd->nesterov);
+    if (p.muon)
+      muon = MuonAttr::get(ctx, p.muon->lr, p.muon->momentum,
+                           p.muon->weightDecay, p.muon->nesterov,
+                           p.muon->nsSteps,
+                           p.muon->scale == graph::MuonScale::Original
+                               ? MuonScale::original
+                               : MuonScale::match_rms_adamw);
+    PolicyOp::create(
+        b, locOf("/policy"),
+        PolicyKindAttr::get(ctx, *symbolizePolicyKind(
+                                     graph::policyKindName(p.kind))),
+        b.getI64IntegerAttr(p.zero), adamw, sgd, muon);
+  }
+  for (size_t i = 0; i < g.params.size(); ++i) {
+    const graph::Param &p = g.params[i];
+    auto type = RankedTensorType::get(p.shape, elementType(ctx, p.dtype));
+    FlatSymbolRefAttr tied;
+    if (!p.tiedTo.empty())
+      tied = FlatSymbolRefAttr::get(ctx, p.tiedTo);
+    Attribute placement;
+    if (!p.ownedBy.empty())
+      placement = ExternalAttr::get(ctx, stringArray(b, p.ownedBy));
+    ParamOp::create(b, locOf("/params/" + std::to_string(i)),
+                    b.getStringAttr(p.name), TypeAttr::get(type),
+                    ParamKindAttr::get(ctx, paramKind(p.kind)),
+                    b.getStringAttr(p.module),
+                    p.requiresGrad ? UnitAttr() : b.getUnitAttr(), tied,
+                    placement, Attribute());
+  }
+  for (size_t i = 0; i < g.units.size(); ++i) {
+    const graph::Unit &u = g.units[i];
+    SmallVector<Attribute> refs;
+    for (const auto &name : u.params)
+      refs.push_back(FlatSymbolRefAttr::get(ctx, name));
+    const graph::UnitCost &c = u.cost;
+    UnitOp::create(b, locOf("/units/" + std::to_string(i)),
+                   b.getStringAttr(u.name),
+                   b.getI64IntegerAttr(static_cast<int64_t>(i)),
+                   b.getArrayAttr(refs),
+                   CostAttr::get(ctx, c.fwdFlopsPerToken, c.bwdFlopsPerToken,
+                                 c.activationBytesPerToken, c.recompute));
+  }
+  if (failed(verify(*module)))
+    return nullptr;
+  return module;
+}
+
+static std::vector<std::string> strings(ArrayAttr a) {
+  std::vector<std::string> out;
+  for (Attribute e : a)
+    out.push_back(cast<StringAttr>(e).getValue().str());
+  return out;
+}
+
+LogicalResult mfsdp::exportGraph(GraphOp op, graph::Graph &out) {
+  graph::Graph g;
+  g.model = op.getSymName().str();
+  g.seqLen = op.getSeqLen();
+  if (MeshOp mesh = op.getMesh()) {
+    graph::Mesh m;
+    for (auto [n, s] : llvm::zip(mesh.getDimNames(), mesh.getDimSizes()))
+      m.dims.push_back({cast<StringAttr>(n).getValue().str(), s});
+    if (auto ids = mesh.getDeviceIds())
+      m.deviceIds.assign(ids->begin(), ids->end());
+    g.mesh = m;
+  }
+  if (PolicyOp policy = op.getPolicy()) {
+    graph::Policy p;
+    p.kind = *graph::parsePolicyKind(stringifyPolicyKind(policy.getKind()).str());
+    p.zero = policy.getZero();
+    if (AdamWAttr a = policy.getAdamwAttr())
+      p.adamw = graph::AdamW{a.getLr(), a.getBeta1(), a.getBeta2(), a.getEps(),
+                             a.getWeightDecay()};
+    if (SGDAttr s = policy.getSgdAttr())
+      p.sgd = graph::SGD{s.getLr(), s.getMomentum(), s.getWeightDecay(),
+                         s.getNesterov()};
+    if (MuonAttr m = policy.getMuonAttr())
+      p.muon = graph::Muon{m.getLr(),        m.getMomentum(),
+                           m.getWeightDecay(), m.getNesterov(),
+                           m.getNsSteps(),
+                           m.getScale() == MuonScale::original
+                               ? graph::MuonScale::Original
+                               : graph::MuonScale::MatchRmsAdamW};
+    g.policy = p;
+  }
+  for (Operation &child : op.getBody().front()) {
+    if (auto p = dyn_cast<ParamOp>(child)) {
+      graph::Param gp;
+      gp.name = p.getSymName().str();
+      RankedTensorType t = p.getTensorType();
+      gp.shape.assign(t.getShape().begin(), t.getShape().end());
+      std::optional<graph::DType> dt = graphDType(t.getElementType());
+      if (!dt)
+        return p.emitOpError("has an element type the graph format cannot "
+                             "express: ")
+               << t.getElementType();
+      gp.dtype = *dt;
+      gp.module = p.getModule().str();
+      gp.kind = moduleKind(p.getKind());
+      gp.requiresGrad = !p.getFrozen();
+      if (auto tied = p.getTiedToAttr())
+        gp.tiedTo = tied.getValue().str();
+      if (Attribute placement = p.getPlacementAttr()) {
+        auto ext = dyn_cast<ExternalAttr>(placement);
+        if (!ext)
+          return p.emitOpError("has placement ")
+                 << placement
+                 << ", a planning decision the graph format does not carry; "
+                    "export the graph before planning";
+        gp.ownedBy = strings(ext.getAxes());
+      }
+      if (p.getOptimizerAttr())
+        return p.emitOpError("has an optimizer chosen by planning, which the "
+                             "graph format does not carry");
+      g.params.push_back(std::move(gp));
+    }
+  }
+  SmallVector<UnitOp> units;
+  for (Operation &child : op.getBody().front())
+    if (auto u = dyn_cast<UnitOp>(child))
+      units.push_back(u);
+  llvm::stable_sort(units, [](UnitOp a, UnitOp b) {
+    return a.getIndex() < b.getIndex();
+  });
+  for (UnitOp u : units) {
+    graph::Unit gu;
+    gu.name = u.getSymName().str();
+    for (Attribute a : u.getParams())
+      gu.params.push_back(cast<FlatSymbolRefAttr>(a).getValue().str());
+    CostAttr c = u.getCost();
+    gu.cost = {c.getFwdFlops(), c.getBwdFlops(), c.getActBytes(),
+               c.getRecompute()};
+    g.units.push_back(std::move(gu));
+  }
+  out = std::move(g);
+  return success();
+}
+
+GraphOp mfsdp::findSingleGraph(ModuleOp module) {
+  GraphOp found;
+  for (Operation &op : *module.getBody()) {
+    if (auto g = dyn_cast<GraphOp>(op)) {
+      if (found) {
+        g.emitOpError("is a second plan.graph; expected exactly one");
+        return {};
+      }
+      found = g;
+    }
+  }
+  if (!found)
+    module.emitError("expected a module with one plan.graph");
+  return found;
+}
+
+//===----------------------------------------------------------------------===//
+// Translations for mfsdp-translate
+//===----------------------------------------------------------------------===//
+
+namespace {
+struct HFOptions {
+  llvm::cl::opt<int64_t> seqLen{
+      "hf-seq-len", llvm::cl::desc("--import-hf-config: sequence length the "
+                                   "unit compute estimates assume"),
+      llvm::cl::init(4096)};
+  llvm::cl::opt<bool> recompute{
+      "hf-recompute",
+      llvm::cl::desc("--import-hf-config: units use activation checkpointing"),
+      llvm::cl::init(false)};
+  llvm::cl::opt<std::string> experts{
+      "hf-experts-owned-by",
+      llvm::cl::desc("--import-hf-config: mark routed experts as owned by "
+                     "this mesh dim (for example ep)"),
+      llvm::cl::init("")};
+  llvm::cl::opt<std::string> dtype{
+      "hf-dtype",
+      llvm::cl::desc("--import-hf-config: parameter dtype (default: the "
+                     "config's torch_dtype, else bf16)"),
+      llvm::cl::init("")};
+  llvm::cl::opt<std::string> name{
+      "hf-model-name",
+      llvm::cl::desc("--import-hf-config: model name (default: from config)"),
+      llvm::cl::init("")};
+};
+} // namespace
+
+static HFOptions &hfOptions() {
+  static HFOptions opts;
+  return opts;
+}
+
+/// Reports a graph diagnostic at its line and column in the input buffer.
+static void emitGraphError(MLIRContext *ctx, StringRef file,
+                           const graph::Diagnostic &d) {
+  Location loc = d.line > 0
+                     ? Location(FileLineColLoc::get(ctx, file, d.line, d.column))
+                     : Location(FileLineColLoc::get(ctx, file, 0, 0));
+  if (d.pointer.empty())
+    emitError(loc) << d.message;
+  else
+    emitError(loc) << d.pointer << ": " << d.message;
+}
+
+static OwningOpRef<Operation *>
+importFromBuffer(llvm::SourceMgr &sourceMgr, MLIRContext *ctx, bool hf) {
+  const llvm::MemoryBuffer *buf =
+      sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID());
+  StringRef text = buf->getBuffer();
+  StringRef file = buf->getBufferIdentifier();
+  std::string_view view(text.data(), text.size());
+  graph::Graph g;
+  graph::Diagnostic diag;
+  bool ok;
+  if (hf) {
+    graph::HFImportOptions opts;
+    opts.seqLen = hfOptions().seqLen;
+    opts.recompute = hfOptions().recompute;
+    opts.expertsOwnedBy = hfOptions().experts;
+    opts.dtype = hfOptions().dtype;
+    opts.modelName = hfOptions().name;
+    ok = graph::graphFromHFConfig(view, opts, g, diag);
+    if (!ok && diag.line == 0) {
+      auto [line, col] = graph::locatePointer(view, diag.pointer);
+      diag.line = line;
+      diag.column = col;
+    }
+  } else {
+    ok = graph::parseGraph(view, g, diag);
+  }
+  if (!ok) {
+    emitGraphError(ctx, file, diag);
+    return nullptr;
+  }
+  // Ops of an HF import point into the generated graph, not the config.
+  OwningOpRef<ModuleOp> module =
+      hf ? importGraph(g, ctx) : importGraph(g, ctx, file, text);
+  if (!module)
+    return nullptr;
+  return OwningOpRef<Operation *>(module.release());
+}
+
+void mfsdp::registerGraphTranslations() {
+  (void)hfOptions();
+  static TranslateToMLIRRegistration importGraphReg(
+      "import-mfsdp-graph", "Import an exported model graph (JSON, format 1)",
+      [](llvm::SourceMgr &sourceMgr, MLIRContext *ctx) {
+        return importFromBuffer(sourceMgr, ctx, /*hf=*/false);
+      });
+  static TranslateToMLIRRegistration importHFReg(
+      "import-hf-config", "Import a Hugging Face config.json as a model graph",
+      [](llvm::SourceMgr &sourceMgr, MLIRContext *ctx) {
+        return importFromBuffer(sourceMgr, ctx, /*hf=*/true);
+      });
+  static TranslateFromMLIRRegistration exportGraphReg(
+      "export-mfsdp-graph", "Export a plan.graph as a model graph (JSON)",
+      [](Operation *op, raw_ostream &os) -> LogicalResult {
+        auto module = dyn_cast<ModuleOp>(op);
+        if (!module)
+          return op->emitError("expected a builtin.module");
+        GraphOp graphOp = findSingleGraph(module);
+        if (!graphOp)
+          return failure();
+        graph::Graph g;
+        if (failed(exportGraph(graphOp, g)))
+          return failure();
+        os << graph::writeGraph(g);
+        return success();
+      },
+      [](DialectRegistry &registry) { registry.insert<PlanDialect>(); });
+}

@@ -1,0 +1,56 @@
+// RUN: mfsdp-opt %s | FileCheck %s
+// RUN: mfsdp-opt %s | mfsdp-opt | FileCheck %s
+// RUN: mfsdp-opt %s -mlir-print-op-generic | mfsdp-opt | FileCheck %s
+
+// Every op and attribute of the plan dialect prints and parses back.
+
+// CHECK-LABEL: plan.graph @all_forms seq_len 4096 {
+plan.graph @all_forms seq_len 4096 {
+  // CHECK: plan.mesh @mesh ["dp_replicate" = 2, "dp_shard" = 4, "tp" = 2] device_ids [0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15]
+  plan.mesh @mesh ["dp_replicate" = 2, "dp_shard" = 4, "tp" = 2] device_ids [0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15]
+  // CHECK: plan.policy mixed_muon_adamw zero 3 adamw <lr = 0.0003, beta1 = 0.9, beta2 = 0.95, eps = 1.0e-08, weight_decay = 0.1> muon <lr = 0.02, momentum = 0.95, weight_decay = 0.01, nesterov = true, ns_steps = 5, scale = original>
+  plan.policy mixed_muon_adamw zero 3
+      adamw #plan.adamw<lr = 3.0e-4, beta1 = 0.9, beta2 = 0.95, eps = 1.0e-8, weight_decay = 0.1>
+      muon #plan.muon<lr = 0.02, momentum = 0.95, weight_decay = 0.01, nesterov = true, ns_steps = 5, scale = original>
+  // CHECK: plan.param @embed : tensor<256x64xbf16> embedding module "model.embed_tokens" placement #plan.row_shard<dim = 0, axes = ["dp_shard"]> optimizer #plan.adamw<lr = 0.001, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-08, weight_decay = 0>
+  plan.param @embed : tensor<256x64xbf16> embedding module "model.embed_tokens"
+      placement #plan.row_shard<dim = 0, axes = ["dp_shard"]>
+      optimizer #plan.adamw<lr = 1.0e-3, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-8, weight_decay = 0.0>
+  // CHECK: plan.param @model.layers.0.q : tensor<64x64xf32> linear module "model.layers.0.q" placement #plan.owner<rank = 3, axes = ["dp_shard"]> optimizer #plan.muon<lr = 0.02, momentum = 0.95, weight_decay = 0, nesterov = false, ns_steps = 5, scale = match_rms_adamw>
+  plan.param @"model.layers.0.q" : tensor<64x64xf32> linear module "model.layers.0.q"
+      placement #plan.owner<rank = 3, axes = ["dp_shard"]>
+      optimizer #plan.muon<lr = 0.02, momentum = 0.95, weight_decay = 0.0, nesterov = false, ns_steps = 5, scale = match_rms_adamw>
+  // CHECK: plan.param @model.layers.0.k : tensor<64x64xf16> linear module "model.layers.0.k" placement #plan.block_shard<block = [32, 16], axes = ["dp_replicate", "dp_shard"]>
+  plan.param @"model.layers.0.k" : tensor<64x64xf16> linear module "model.layers.0.k"
+      placement #plan.block_shard<block = [32, 16], axes = ["dp_replicate", "dp_shard"]>
+  // CHECK: plan.param @model.layers.0.norm : tensor<64xf64> norm module "model.layers.0.norm" frozen placement #plan.replicate optimizer #plan.sgd<lr = 0.01, momentum = 0.9, weight_decay = 0, nesterov = true>
+  plan.param @"model.layers.0.norm" : tensor<64xf64> norm module "model.layers.0.norm" frozen
+      placement #plan.replicate
+      optimizer #plan.sgd<lr = 0.01, momentum = 0.9, weight_decay = 0.0, nesterov = true>
+  // CHECK: plan.param @model.layers.0.experts.0.w1 : tensor<128x64xf8E4M3FN> expert module "model.layers.0.experts.0.w1" placement #plan.external<axes = ["tp"]>
+  plan.param @"model.layers.0.experts.0.w1" : tensor<128x64xf8E4M3FN> expert module "model.layers.0.experts.0.w1"
+      placement #plan.external<axes = ["tp"]>
+  // CHECK: plan.param @model.layers.0.router : tensor<8x64xf8E5M2> router module "model.layers.0.router"
+  plan.param @"model.layers.0.router" : tensor<8x64xf8E5M2> router module "model.layers.0.router"
+  // CHECK: plan.param @head : tensor<256x64xbf16> output module "lm_head" tied_to @embed
+  plan.param @head : tensor<256x64xbf16> output module "lm_head" tied_to @embed
+  // CHECK: plan.param @other.scale : tensor<1xf32> other module "other"
+  plan.param @"other.scale" : tensor<1xf32> other module "other"
+  // CHECK: plan.unit @model.layers.0 index 1 params [@model.layers.0.q, @model.layers.0.k, @model.layers.0.norm, @model.layers.0.experts.0.w1, @model.layers.0.router, @other.scale] cost <fwd_flops = 1500000, bwd_flops = 3000000, act_bytes = 1024, recompute = true>
+  plan.unit @"model.layers.0" index 1
+      params [@"model.layers.0.q", @"model.layers.0.k", @"model.layers.0.norm", @"model.layers.0.experts.0.w1", @"model.layers.0.router", @"other.scale"]
+      cost <fwd_flops = 1.5e6, bwd_flops = 3.0e6, act_bytes = 1024, recompute = true>
+  // CHECK: plan.unit @embed_unit index 0 params [@embed] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false>
+  plan.unit @embed_unit index 0 params [@embed]
+      cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false>
+}
+
+// A graph needs no mesh, policy or sequence length.
+// CHECK-LABEL: plan.graph @minimal {
+plan.graph @minimal {
+  // CHECK: plan.param @w : tensor<3x5xf32> linear module "l"
+  plan.param @w : tensor<3x5xf32> linear module "l"
+  // CHECK: plan.unit @u index 0 params [@w] cost <fwd_flops = 30, bwd_flops = 60, act_bytes = 0.5, recompute = false>
+  plan.unit @u index 0 params [@w] cost <fwd_flops = 30, bwd_flops = 60, act_bytes = 0.5, recompute = false>
+}
+

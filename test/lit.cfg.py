@@ -1,0 +1,25 @@
+# -*- Python -*-
+import os
+
+import lit.formats
+from lit.llvm import llvm_config
+
+config.name = "mfsdp"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir", ".test"]
+config.excludes = ["Inputs", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "unit"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.mfsdp_obj_root, "test")
+
+config.environment["FILECHECK_OPTS"] = "--enable-var-scope"
+# MLIR keeps some singletons alive at exit; report real errors only.
+config.environment["ASAN_OPTIONS"] = "detect_leaks=0"
+config.substitutions.append(("%mfsdp_src", config.mfsdp_src_root))
+config.substitutions.append(("%examples", os.path.join(config.mfsdp_src_root, "examples")))
+
+llvm_config.use_default_substitutions()
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+llvm_config.add_tool_substitutions(
+    ["mfsdp-opt", "mfsdp-translate", "mfsdp-graphgen"],
+    [config.mfsdp_tools_dir],
+)
