@@ -1,5 +1,6 @@
 # -*- Python -*-
 import os
+import sys
 
 import lit.formats
 from lit.llvm import llvm_config
@@ -15,6 +16,9 @@ config.environment["FILECHECK_OPTS"] = "--enable-var-scope"
 # MLIR keeps some singletons alive at exit; report real errors only.
 config.environment["ASAN_OPTIONS"] = "detect_leaks=0"
 config.substitutions.append(("%mfsdp_src", config.mfsdp_src_root))
+# %exit1 CMD: CMD must exit with status 1 (an error), not crash.
+config.substitutions.append(
+    ("%exit1", "%s %s 1" % (sys.executable, os.path.join(config.test_source_root, "expect_exit.py"))))
 config.substitutions.append(("%examples", os.path.join(config.mfsdp_src_root, "examples")))
 
 llvm_config.use_default_substitutions()

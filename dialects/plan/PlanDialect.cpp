@@ -56,17 +56,18 @@ std::string mfsdp::plan::formatF64(double value) {
 FailureOr<F64> mfsdp::plan::parseF64(AsmParser &parser) {
   // printF64 writes integral values without a dot ("4096"); MLIR's float
   // parser rejects those, so take integers first.
+  double sign = succeeded(parser.parseOptionalMinus()) ? -1.0 : 1.0;
   int64_t integral = 0;
   OptionalParseResult asInt = parser.parseOptionalInteger(integral);
   if (asInt.has_value()) {
     if (failed(*asInt))
       return failure();
-    return F64(static_cast<double>(integral));
+    return F64(sign * static_cast<double>(integral));
   }
   double value = 0;
   if (parser.parseFloat(value))
     return failure();
-  return F64(value);
+  return F64(sign * value);
 }
 
 void mfsdp::plan::printF64(AsmPrinter &printer, double value) {

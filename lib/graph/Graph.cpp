@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <set>
@@ -798,20 +799,27 @@ bool parseGraph(std::string_view text, Graph &out, Diagnostic &diag) {
   try {
     root = json::parse(text.begin(), text.end());
   } catch (const json::parse_error &e) {
-    // nlohmann reports a byte offset; turn it into a line and column.
-    size_t byte = std::min<size_t>(e.byte, text.size());
-    int line = 1, col = 1;
-    for (size_t i = 0; i + 1 < byte; ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        col = 1;
-      } else {
-        ++col;
+    // nlohmann tracks the line and column itself and puts them in the
+    // message; fall back to counting up to its byte offset.
+    std::string what = e.what();
+    int line = 0, col = 0;
+    if (auto at = what.find("at line "); at != std::string::npos)
+      std::sscanf(what.c_str() + at, "at line %d, column %d", &line, &col);
+    if (line <= 0) {
+      size_t byte = std::min<size_t>(e.byte, text.size());
+      line = 1;
+      col = 1;
+      for (size_t i = 0; i + 1 < byte; ++i) {
+        if (text[i] == '\n') {
+          ++line;
+          col = 1;
+        } else {
+          ++col;
+        }
       }
     }
     diag.line = line;
     diag.column = col;
-    std::string what = e.what();
     // Drop nlohmann's "[json.exception.parse_error.101] " prefix.
     if (auto p = what.find("] "); p != std::string::npos)
       what = what.substr(p + 2);

@@ -1,0 +1,102 @@
+// RUN: mfsdp-opt %s -split-input-file -verify-diagnostics -allow-unregistered-dialect
+
+// An external parameter names the dim that owns it.
+// expected-error @+1 {{an external parameter needs at least one owning mesh dim (for example "tp" or "ep")}}
+"test.use"() {p = #plan.external<axes = []>} : () -> ()
+
+// -----
+
+// External owners are tensor/expert-parallel dims.
+// expected-error @+1 {{external parameters are owned by a tensor/expert-parallel dim, not the data-parallel dim "dp_shard"}}
+"test.use"() {p = #plan.external<axes = ["dp_shard"]>} : () -> ()
+
+// -----
+
+// Axes are listed once.
+// expected-error @+1 {{row_shard lists mesh axis "dp_shard" twice}}
+"test.use"() {p = #plan.row_shard<dim = 0, axes = ["dp_shard", "dp_shard"]>} : () -> ()
+
+// -----
+
+// Axes are strings.
+// expected-error @+1 {{owner axes must be non-empty strings, got 3}}
+"test.use"() {p = #plan.owner<rank = 0, axes = [3]>} : () -> ()
+
+// -----
+
+// A placement names at least one axis.
+// expected-error @+1 {{owner needs at least one mesh axis}}
+"test.use"() {p = #plan.owner<rank = 0, axes = []>} : () -> ()
+
+// -----
+
+// Owner ranks are non-negative.
+// expected-error @+1 {{owner rank must be non-negative, got -1}}
+"test.use"() {p = #plan.owner<rank = -1, axes = ["dp_shard"]>} : () -> ()
+
+// -----
+
+// Shard dims are non-negative.
+// expected-error @+1 {{row_shard dim must be non-negative, got -1}}
+"test.use"() {p = #plan.row_shard<dim = -1, axes = ["dp_shard"]>} : () -> ()
+
+// -----
+
+// Block extents are positive.
+// expected-error @+1 {{block_shard extents must be positive, got 0}}
+"test.use"() {p = #plan.block_shard<block = [0, 4], axes = ["dp_shard"]>} : () -> ()
+
+// -----
+
+// A learning rate is positive.
+// expected-error @+1 {{adamw lr must be positive, got 0}}
+"test.use"() {o = #plan.adamw<lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-08, weight_decay = 0>} : () -> ()
+
+// -----
+
+// Betas lie in [0, 1).
+// expected-error @+1 {{adamw beta2 must be in [0, 1), got 1}}
+"test.use"() {o = #plan.adamw<lr = 0.001, beta1 = 0.9, beta2 = 1.0, eps = 1.0e-08, weight_decay = 0>} : () -> ()
+
+// -----
+
+// eps is positive.
+// expected-error @+1 {{adamw eps must be positive, got -1.0e-08}}
+"test.use"() {o = #plan.adamw<lr = 0.001, beta1 = 0.9, beta2 = 0.999, eps = -1.0e-08, weight_decay = 0>} : () -> ()
+
+// -----
+
+// Weight decay is non-negative.
+// expected-error @+1 {{sgd weight_decay must be non-negative, got -0.1}}
+"test.use"() {o = #plan.sgd<lr = 0.1, momentum = 0.9, weight_decay = -0.1, nesterov = false>} : () -> ()
+
+// -----
+
+// Nesterov needs momentum.
+// expected-error @+1 {{sgd nesterov needs a non-zero momentum}}
+"test.use"() {o = #plan.sgd<lr = 0.1, momentum = 0, weight_decay = 0, nesterov = true>} : () -> ()
+
+// -----
+
+// Muon momentum lies in [0, 1).
+// expected-error @+1 {{muon momentum must be in [0, 1), got 1.5}}
+"test.use"() {o = #plan.muon<lr = 0.02, momentum = 1.5, weight_decay = 0, nesterov = true, ns_steps = 5, scale = original>} : () -> ()
+
+// -----
+
+// Newton-Schulz runs at least once.
+// expected-error @+1 {{muon ns_steps must be at least 1, got 0}}
+"test.use"() {o = #plan.muon<lr = 0.02, momentum = 0.95, weight_decay = 0, nesterov = true, ns_steps = 0, scale = original>} : () -> ()
+
+// -----
+
+// Unknown Muon scales do not parse.
+// expected-error @+2 {{expected one of [match_rms_adamw, original] for Muon update scale, got: huge}}
+// expected-error @+1 {{failed to parse Plan_MuonAttr parameter 'scale'}}
+"test.use"() {o = #plan.muon<lr = 0.02, momentum = 0.95, weight_decay = 0, nesterov = true, ns_steps = 5, scale = huge>} : () -> ()
+
+// -----
+
+// Costs are non-negative.
+// expected-error @+1 {{cost bwd_flops must be non-negative, got -5}}
+"test.use"() {c = #plan.cost<fwd_flops = 1, bwd_flops = -5, act_bytes = 0, recompute = false>} : () -> ()
