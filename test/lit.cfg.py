@@ -19,6 +19,7 @@ config.substitutions.append(("%mfsdp_src", config.mfsdp_src_root))
 # %exit1 CMD: CMD must exit with status 1 (an error), not crash.
 config.substitutions.append(
     ("%exit1", "%s %s 1" % (sys.executable, os.path.join(config.test_source_root, "expect_exit.py"))))
+config.substitutions.append(("%mfsdp_bin", config.mfsdp_tools_dir))
 config.substitutions.append(("%examples", os.path.join(config.mfsdp_src_root, "examples")))
 
 llvm_config.use_default_substitutions()
