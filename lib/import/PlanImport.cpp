@@ -70,12 +70,17 @@ OwningOpRef<ModuleOp> mfsdp::importGraph(const graph::Graph &g,
                                          MLIRContext *ctx, StringRef file,
                                          StringRef text) {
   ctx->loadDialect<PlanDialect>();
+  // Ops point at their JSON value: "/params/3", "/units/0", "/mesh".
+  auto where = file.empty() ? decltype(graph::indexPointers("", 0))()
+                            : graph::indexPointers(
+                                  std::string_view(text.data(), text.size()), 2);
   auto locOf = [&](const std::string &pointer) -> Location {
     if (file.empty())
       return UnknownLoc::get(ctx);
-    auto [line, col] = graph::locatePointer(
-        std::string_view(text.data(), text.size()), pointer);
-    return FileLineColLoc::get(ctx, file, line, col);
+    auto it = where.find(pointer);
+    if (it == where.end())
+      return FileLineColLoc::get(ctx, file, 0, 0);
+    return FileLineColLoc::get(ctx, file, it->second.first, it->second.second);
   };
   OpBuilder b(ctx);
   OwningOpRef<ModuleOp> module = ModuleOp::create(locOf(""));

@@ -178,3 +178,21 @@ TEST(Graph, FindAndSizes) {
 }
 
 } // namespace
+
+namespace {
+TEST(Graph, IndexPointersAgreesWithLocatePointer) {
+  Graph g;
+  g.model = "m";
+  g.params.push_back({"a/b~c", {2, 3}, DType::F32, "x", ModuleKind::Linear,
+                      true, "", {}});
+  g.units.push_back({"u", {"a/b~c"}, {}});
+  std::string text = writeGraph(g);
+  auto index = indexPointers(text, 3);
+  ASSERT_FALSE(index.empty());
+  for (const char *p : {"", "/params", "/params/0", "/params/0/name",
+                        "/params/0/shape", "/units/0", "/units/0/params"})
+    EXPECT_EQ(index.at(p), locatePointer(text, p)) << p;
+  EXPECT_EQ(index.count("/params/0/shape/0"), 0u); // deeper than asked
+  EXPECT_TRUE(indexPointers("{\"a\": [1, ", 2).empty());
+}
+} // namespace

@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace mfsdp::graph {
@@ -156,6 +157,12 @@ std::string writeGraph(const Graph &g);
 /// deepest existing prefix when the pointer names something absent. Returns
 /// {0, 0} when `text` cannot be scanned.
 std::pair<int, int> locatePointer(std::string_view text, std::string_view pointer);
+
+/// Line and column of every value at most `maxDepth` levels deep, keyed by
+/// JSON pointer, in one pass over `text` (for locating many values at once).
+/// Empty when `text` cannot be scanned.
+std::unordered_map<std::string, std::pair<int, int>>
+indexPointers(std::string_view text, int maxDepth);
 
 } // namespace mfsdp::graph
 
