@@ -856,7 +856,33 @@ bool parseGraph(std::string_view text, Graph &out, Diagnostic &diag) {
 // JSON writing
 //===----------------------------------------------------------------------===//
 
-std::string writeGraph(const Graph &g) {
+namespace {
+/// One value on one line, with a space after ':' and ','.
+void writeInline(const json &v, std::string &out) {
+  if (v.is_object()) {
+    out += '{';
+    bool first = true;
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      out += first ? "" : ", ";
+      first = false;
+      out += json(it.key()).dump();
+      out += ": ";
+      writeInline(it.value(), out);
+    }
+    out += '}';
+  } else if (v.is_array()) {
+    out += '[';
+    for (size_t i = 0; i < v.size(); ++i) {
+      out += i ? ", " : "";
+      writeInline(v[i], out);
+    }
+    out += ']';
+  } else {
+    out += v.dump();
+  }
+}
+
+json graphToJson(const Graph &g) {
   json root;
   root["format"] = kFormatTag;
   root["version"] = kFormatVersion;
@@ -929,7 +955,36 @@ std::string writeGraph(const Graph &g) {
                     {"scale", muonScaleName(p.muon->scale)}};
     root["policy"] = std::move(jp);
   }
-  return root.dump(2) + "\n";
+  return root;
+}
+
+} // namespace
+
+std::string writeGraph(const Graph &g) {
+  // Top-level fields one per line; each parameter and unit on a line of its
+  // own, so graphs diff and read well.
+  json root = graphToJson(g);
+  std::string out = "{\n";
+  bool first = true;
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    out += first ? "" : ",\n";
+    first = false;
+    out += "  " + json(it.key()).dump() + ": ";
+    const json &v = it.value();
+    if (v.is_array() && !v.empty()) {
+      out += "[\n";
+      for (size_t i = 0; i < v.size(); ++i) {
+        out += "    ";
+        writeInline(v[i], out);
+        out += i + 1 < v.size() ? ",\n" : "\n";
+      }
+      out += "  ]";
+    } else {
+      writeInline(v, out);
+    }
+  }
+  out += "\n}\n";
+  return out;
 }
 
 //===----------------------------------------------------------------------===//
