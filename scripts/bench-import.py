@@ -8,7 +8,8 @@ figures include process start and MLIR context creation):
   2. mfsdp-translate --import-mfsdp-graph of that JSON to plan IR (parse,
      validate, build and verify the IR, print it),
   3. mfsdp-translate --import-hf-config of Llama-3.1-405B's config.json,
-  4. a round trip: import, then export back to JSON.
+  4. the same for DeepSeek-V3 (45337 parameter tensors; no target, for scale),
+  5. export of the 405B plan IR back to JSON.
 Prints each against the 1 s target.
 
 Usage: bench-import.py [BIN_DIR] [RUNS]
@@ -53,6 +54,10 @@ def main():
         rows.append(("import HF config.json -> plan IR",
                      timed([tool("mfsdp-translate"), "--import-hf-config",
                             os.path.join(ROOT, "examples/hf/llama-3.1-405b.json"),
+                            "-o", os.devnull])))
+        rows.append(("import HF DeepSeek-V3 (45337 params)",
+                     timed([tool("mfsdp-translate"), "--import-hf-config",
+                            os.path.join(ROOT, "examples/hf/deepseek-v3.json"),
                             "-o", os.devnull])))
         rows.append(("export plan IR -> JSON",
                      timed([tool("mfsdp-translate"), "--export-mfsdp-graph",
