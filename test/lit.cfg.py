@@ -15,7 +15,9 @@ config.test_exec_root = os.path.join(config.mfsdp_obj_root, "test")
 config.environment["FILECHECK_OPTS"] = "--enable-var-scope"
 # Prebuilt (uninstrumented) MLIR and our instrumented inline LLVM headers
 # disagree on allocator poisoning.
-config.environment["ASAN_OPTIONS"] = "allow_user_poisoning=0"
+# A sanitizer report must not look like our error status 1.
+config.environment["ASAN_OPTIONS"] = "allow_user_poisoning=0:exitcode=86"
+config.environment["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1:exitcode=87"
 config.substitutions.append(("%mfsdp_src", config.mfsdp_src_root))
 # %exit1 CMD: CMD must exit with status 1 (an error), not crash.
 config.substitutions.append(

@@ -100,3 +100,11 @@
 // Costs are non-negative.
 // expected-error @+1 {{cost bwd_flops must be non-negative, got -5}}
 "test.use"() {c = #plan.cost<fwd_flops = 1, bwd_flops = -5, act_bytes = 0, recompute = false>} : () -> ()
+
+// -----
+
+// A block shape has one extent per tensor dim, so at least one; an empty
+// one does not even parse (builders hit the verifier's own check).
+// expected-error @+2 {{expected integer value}}
+// expected-error @+1 {{failed to parse Plan_BlockShardAttr parameter 'block'}}
+"test.use"() {p = #plan.block_shard<block = [], axes = ["dp_shard"]>} : () -> ()

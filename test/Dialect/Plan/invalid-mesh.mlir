@@ -84,3 +84,11 @@ plan.graph @g {
 // A mesh lives in a graph.
 // expected-error @+1 {{'plan.mesh' op expects parent op 'plan.graph'}}
 plan.mesh @mesh ["dp_shard" = 2]
+
+// -----
+
+// In the generic form, names and sizes can disagree in length.
+plan.graph @g {
+  // expected-error @+1 {{'plan.mesh' op has 1 dim names but 2 sizes}}
+  "plan.mesh"() <{sym_name = "mesh", dim_names = ["dp_shard"], dim_sizes = array<i64: 2, 4>}> : () -> ()
+}
