@@ -75,4 +75,12 @@ def Plan_MuonScale : I32EnumAttr<"MuonScale", "Muon update scale", [
   let cppNamespace = "::mfsdp::plan";
 }
 
+def Plan_RowLayout : I32EnumAttr<"RowLayout",
+    "how the row shards of a unit are laid out in its gather buffer", [
+      I32EnumAttrCase<"per_param", 0>,
+      I32EnumAttrCase<"flat", 1>,
+    ]> {
+  let cppNamespace = "::mfsdp::plan";
+}
+
 #endif // MFSDP_PLAN_BASE_TD

@@ -405,6 +405,29 @@ LogicalResult GraphOp::verifyRegions() {
              << "; unit indices must be 0.." << e - 1 << " without gaps";
     }
 
+  // Gather groups: all units or none, numbered 0.. without gaps and
+  // non-decreasing in unit order (a group is a run of adjacent units).
+  SmallVector<UnitOp> ordered(units);
+  llvm::sort(ordered, [](UnitOp a, UnitOp b) { return unitIndex(a) < unitIndex(b); });
+  int64_t grouped = llvm::count_if(ordered, [](UnitOp u) { return bool(u.getGroupAttr()); });
+  if (grouped != 0 && grouped != static_cast<int64_t>(ordered.size())) {
+    UnitOp missing = *llvm::find_if(ordered, [](UnitOp u) { return !u.getGroupAttr(); });
+    return missing.emitOpError("has no gather group while other units of the "
+                               "graph have one; group every unit or none");
+  }
+  if (grouped) {
+    int64_t expect = 0;
+    for (auto [i, u] : llvm::enumerate(ordered)) {
+      int64_t g = static_cast<int64_t>(*u.getGroup());
+      if (i == 0 ? g != 0 : (g != expect && g != expect + 1))
+        return u.emitOpError("has gather group ")
+               << g << " but groups must run 0, 1, 2, ... over adjacent units "
+               << "(expected " << (i == 0 ? 0 : expect) << " or "
+               << (i == 0 ? 0 : expect + 1) << ")";
+      expect = g;
+    }
+  }
+
   for (ParamOp p : paramList) {
     if (!p.getTiedTo() && !unitOf.count(p.getSymName()))
       return p.emitOpError("is in no unit; every parameter that is not tied "

@@ -86,7 +86,11 @@ def Plan_PolicyOp : Plan_Op<"policy", [HasParent<"GraphOp">]> {
     `muon` and `mixed_muon_adamw` put 2D hidden matrices on owners), `zero`
     the sharding strategy (1: optimizer state, 2: + gradients, 3: +
     parameters). Optimizer hyperparameters are optional; defaults apply when
-    absent.
+    absent. `ns_split` is a planning decision for HSDP: the Newton-Schulz
+    work of each owner is split across the `dp_replicate` replicas (the
+    i-th matrix an owner holds, in unit order, is computed by replica
+    i mod R, which sends the update to the others) instead of every replica
+    repeating it.
 
     ```mlir
     plan.policy mixed_muon_adamw zero 3
@@ -97,10 +101,11 @@ def Plan_PolicyOp : Plan_Op<"policy", [HasParent<"GraphOp">]> {
   let arguments = (ins Plan_PolicyKind:$kind, I64Attr:$zero,
                        OptionalAttr<Plan_AdamWAttr>:$adamw,
                        OptionalAttr<Plan_SGDAttr>:$sgd,
-                       OptionalAttr<Plan_MuonAttr>:$muon);
+                       OptionalAttr<Plan_MuonAttr>:$muon,
+                       UnitAttr:$ns_split);
   let assemblyFormat = [{
     $kind `zero` $zero (`adamw` $adamw^)? (`sgd` $sgd^)? (`muon` $muon^)?
-    attr-dict
+    (`ns_split` $ns_split^)? attr-dict
   }];
   let hasVerifier = 1;
 }
@@ -160,6 +165,15 @@ def Plan_UnitOp : Plan_Op<"unit", [Symbol, HasParent<"GraphOp">]> {
     (each untied parameter is in exactly one unit), `cost` its compute per
     token.
 
+    Planning adds two decisions. `row_layout` says how the unit's row
+    shards sit in its gather buffer: `per_param` (FSDP2: each parameter
+    split `torch.chunk` fashion and padded, copied in and out of a flat
+    buffer) or `flat` (Megatron-style: the unit's rows concatenated and cut
+    at row boundaries into equal padded shards, so the gathered buffer is
+    used in place). `group` is the gather group: adjacent units with the
+    same group are gathered and reduced together, so that matrix owners
+    spread over more ranks; groups are numbered 0.. in unit order.
+
     ```mlir
     plan.unit @"model.layers.0" index 1
         params [@"model.layers.0.self_attn.q_proj.weight", @"model.layers.0.input_layernorm.weight"]
@@ -167,9 +181,12 @@ def Plan_UnitOp : Plan_Op<"unit", [Symbol, HasParent<"GraphOp">]> {
     ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, I64Attr:$index,
-                       FlatSymbolRefArrayAttr:$params, Plan_CostAttr:$cost);
+                       FlatSymbolRefArrayAttr:$params, Plan_CostAttr:$cost,
+                       OptionalAttr<Plan_RowLayout>:$row_layout,
+                       OptionalAttr<I64Attr>:$group);
   let assemblyFormat = [{
-    $sym_name `index` $index `params` $params `cost` $cost attr-dict
+    $sym_name `index` $index `params` $params `cost` $cost
+    (`row_layout` $row_layout^)? (`group` $group^)? attr-dict
   }];
   let hasVerifier = 1;
 }

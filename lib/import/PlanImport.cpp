@@ -123,7 +123,7 @@ OwningOpRef<ModuleOp> mfsdp::importGraph(const graph::Graph &g,
         b, locOf("/policy"),
         PolicyKindAttr::get(ctx, *symbolizePolicyKind(
                                      graph::policyKindName(p.kind))),
-        b.getI64IntegerAttr(p.zero), adamw, sgd, muon);
+        b.getI64IntegerAttr(p.zero), adamw, sgd, muon, UnitAttr());
   }
   for (size_t i = 0; i < g.params.size(); ++i) {
     const graph::Param &p = g.params[i];
@@ -152,7 +152,8 @@ OwningOpRef<ModuleOp> mfsdp::importGraph(const graph::Graph &g,
                    b.getI64IntegerAttr(static_cast<int64_t>(i)),
                    b.getArrayAttr(refs),
                    CostAttr::get(ctx, c.fwdFlopsPerToken, c.bwdFlopsPerToken,
-                                 c.activationBytesPerToken, c.recompute));
+                                 c.activationBytesPerToken, c.recompute),
+                   RowLayoutAttr(), IntegerAttr());
   }
   if (failed(verify(*module)))
     return nullptr;
@@ -179,6 +180,10 @@ LogicalResult mfsdp::exportGraph(GraphOp op, graph::Graph &out) {
     g.mesh = m;
   }
   if (PolicyOp policy = op.getPolicy()) {
+    if (policy.getNsSplit())
+      return policy.emitOpError("has ns_split, a planning decision the graph "
+                                "format does not carry; export the graph "
+                                "before planning");
     graph::Policy p;
     p.kind = *graph::parsePolicyKind(stringifyPolicyKind(policy.getKind()).str());
     p.zero = policy.getZero();
@@ -237,6 +242,10 @@ LogicalResult mfsdp::exportGraph(GraphOp op, graph::Graph &out) {
     return a.getIndex() < b.getIndex();
   });
   for (UnitOp u : units) {
+    if (u.getRowLayoutAttr() || u.getGroupAttr())
+      return u.emitOpError("has a row layout or gather group chosen by "
+                           "planning, which the graph format does not carry; "
+                           "export the graph before planning");
     graph::Unit gu;
     gu.name = u.getSymName().str();
     for (Attribute a : u.getParams())

@@ -24,3 +24,22 @@ plan.graph @g {
 // expected-error @+1 {{expected a module with one plan.graph}}
 module {
 }
+
+// -----
+
+// Row layouts and gather groups are planning decisions too.
+plan.graph @g {
+  plan.param @w : tensor<4x4xf32> linear module "l"
+  // expected-error @+1 {{'plan.unit' op has a row layout or gather group chosen by planning, which the graph format does not carry; export the graph before planning}}
+  plan.unit @u index 0 params [@w] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false> row_layout flat group 0
+}
+
+// -----
+
+// So is splitting Newton-Schulz across replicas.
+plan.graph @g {
+  // expected-error @+1 {{'plan.policy' op has ns_split, a planning decision the graph format does not carry; export the graph before planning}}
+  plan.policy muon zero 3 ns_split
+  plan.param @w : tensor<4x4xf32> linear module "l"
+  plan.unit @u index 0 params [@w] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false>
+}

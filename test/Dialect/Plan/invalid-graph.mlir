@@ -151,3 +151,25 @@ plan.graph @g {
 // Parameters live in a graph.
 // expected-error @+1 {{'plan.param' op expects parent op 'plan.graph'}}
 plan.param @w : tensor<4x4xf32> linear module "l"
+
+// -----
+
+// Gather groups cover every unit or none.
+plan.graph @g {
+  plan.param @a : tensor<4x4xf32> linear module "a"
+  plan.param @b : tensor<4x4xf32> linear module "b"
+  plan.unit @u0 index 0 params [@a] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false> group 0
+  // expected-error @+1 {{'plan.unit' op has no gather group while other units of the graph have one; group every unit or none}}
+  plan.unit @u1 index 1 params [@b] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false>
+}
+
+// -----
+
+// Gather groups are runs of adjacent units numbered without gaps.
+plan.graph @g {
+  plan.param @a : tensor<4x4xf32> linear module "a"
+  plan.param @b : tensor<4x4xf32> linear module "b"
+  plan.unit @u0 index 0 params [@a] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false> group 0
+  // expected-error @+1 {{'plan.unit' op has gather group 2 but groups must run 0, 1, 2, ... over adjacent units (expected 0 or 1)}}
+  plan.unit @u1 index 1 params [@b] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false> group 2
+}

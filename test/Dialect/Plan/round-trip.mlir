@@ -8,10 +8,10 @@
 plan.graph @all_forms seq_len 4096 {
   // CHECK: plan.mesh @mesh ["dp_replicate" = 2, "dp_shard" = 4, "tp" = 2] device_ids [0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15]
   plan.mesh @mesh ["dp_replicate" = 2, "dp_shard" = 4, "tp" = 2] device_ids [0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15]
-  // CHECK: plan.policy mixed_muon_adamw zero 3 adamw <lr = 0.0003, beta1 = 0.9, beta2 = 0.95, eps = 1.0e-08, weight_decay = 0.1> muon <lr = 0.02, momentum = 0.95, weight_decay = 0.01, nesterov = true, ns_steps = 5, scale = original>
+  // CHECK: plan.policy mixed_muon_adamw zero 3 adamw <lr = 0.0003, beta1 = 0.9, beta2 = 0.95, eps = 1.0e-08, weight_decay = 0.1> muon <lr = 0.02, momentum = 0.95, weight_decay = 0.01, nesterov = true, ns_steps = 5, scale = original> ns_split
   plan.policy mixed_muon_adamw zero 3
       adamw #plan.adamw<lr = 3.0e-4, beta1 = 0.9, beta2 = 0.95, eps = 1.0e-8, weight_decay = 0.1>
-      muon #plan.muon<lr = 0.02, momentum = 0.95, weight_decay = 0.01, nesterov = true, ns_steps = 5, scale = original>
+      muon #plan.muon<lr = 0.02, momentum = 0.95, weight_decay = 0.01, nesterov = true, ns_steps = 5, scale = original> ns_split
   // CHECK: plan.param @embed : tensor<256x64xbf16> embedding module "model.embed_tokens" placement #plan.row_shard<dim = 0, axes = ["dp_shard"]> optimizer #plan.adamw<lr = 0.001, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-08, weight_decay = 0>
   plan.param @embed : tensor<256x64xbf16> embedding module "model.embed_tokens"
       placement #plan.row_shard<dim = 0, axes = ["dp_shard"]>
@@ -36,13 +36,13 @@ plan.graph @all_forms seq_len 4096 {
   plan.param @head : tensor<256x64xbf16> output module "lm_head" tied_to @embed
   // CHECK: plan.param @other.scale : tensor<1xf32> other module "other"
   plan.param @"other.scale" : tensor<1xf32> other module "other"
-  // CHECK: plan.unit @model.layers.0 index 1 params [@model.layers.0.q, @model.layers.0.k, @model.layers.0.norm, @model.layers.0.experts.0.w1, @model.layers.0.router, @other.scale] cost <fwd_flops = 1500000, bwd_flops = 3000000, act_bytes = 1024, recompute = true>
+  // CHECK: plan.unit @model.layers.0 index 1 params [@model.layers.0.q, @model.layers.0.k, @model.layers.0.norm, @model.layers.0.experts.0.w1, @model.layers.0.router, @other.scale] cost <fwd_flops = 1500000, bwd_flops = 3000000, act_bytes = 1024, recompute = true> row_layout per_param group 0
   plan.unit @"model.layers.0" index 1
       params [@"model.layers.0.q", @"model.layers.0.k", @"model.layers.0.norm", @"model.layers.0.experts.0.w1", @"model.layers.0.router", @"other.scale"]
-      cost <fwd_flops = 1.5e6, bwd_flops = 3.0e6, act_bytes = 1024, recompute = true>
-  // CHECK: plan.unit @embed_unit index 0 params [@embed] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false>
+      cost <fwd_flops = 1.5e6, bwd_flops = 3.0e6, act_bytes = 1024, recompute = true> row_layout per_param group 0
+  // CHECK: plan.unit @embed_unit index 0 params [@embed] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false> row_layout flat group 0
   plan.unit @embed_unit index 0 params [@embed]
-      cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false>
+      cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false> row_layout flat group 0
 }
 
 // A graph needs no mesh, policy or sequence length.
