@@ -22,4 +22,94 @@ def PrintSummary : Pass<"mfsdp-print-summary", "::mlir::ModuleOp"> {
   ];
 }
 
+def AssignLayouts : Pass<"mfsdp-assign-layouts", "::mlir::ModuleOp"> {
+  let summary = "Choose every parameter's placement and optimizer";
+  let description = [{
+    Classifies every parameter of each `plan.graph` (2-D hidden matrix,
+    embedding, output head, norm, bias, router, expert, 1-D, external, tied)
+    and gives it an optimizer and a placement:
+
+    - `adamw` / `sgd`: `#plan.row_shard` over `dp_shard` (or
+      `#plan.block_shard` for matrices with `block-shard=R,C`); each unit's
+      row layout (`per_param` as FSDP2, or `flat` row-aligned buckets as
+      Megatron-FSDP) is chosen by cost: padding bytes against copies.
+    - `muon`: every 2-D parameter on an owner rank (`#plan.owner`) with
+      Muon; 1-D parameters with AdamW.
+    - `mixed_muon_adamw`: hidden matrices and FSDP-managed experts on owners
+      with Muon; embeddings, the output head, routers, norms, biases and
+      1-D tensors row-sharded with AdamW (`muon-embedding`, `muon-head`,
+      `muon-router` move the first three to Muon).
+
+    Owners are balanced by Newton-Schulz cost plus elementwise optimizer
+    work, cumulatively over the model (`owner-strategy=balanced`; the
+    `matrixfsdp` and `round_robin` baselines are there for comparison).
+    Adjacent units are grouped for gathering when the mesh has more ranks
+    than a unit has matrices (`group-units`). With `dp_replicate` (HSDP),
+    parameters shard over `dp_shard` and replicate over `dp_replicate`; the
+    replicas may split Newton-Schulz work (`ns-split`, chosen by cost).
+    External (TP/EP-owned) parameters are left untouched. Placements present
+    on input are pins: they are kept and checked.
+
+    The policy, ZeRO level and mesh come from the options, else from the
+    graph's `plan.policy` and `plan.mesh`.
+  }];
+  let options = [
+    Option<"policy", "policy", "std::string", /*default=*/"\"\"",
+           "adamw, sgd, muon or mixed_muon_adamw (default: the graph's plan.policy, else adamw)">,
+    Option<"zero", "zero", "int64_t", /*default=*/"0",
+           "ZeRO level 1, 2 or 3 (default: the graph's, else 3)">,
+    Option<"mesh", "mesh", "std::string", /*default=*/"\"\"",
+           "Mesh as NAME=SIZE,... in rank order, e.g. dp_replicate=2,dp_shard=4,tp=2 (default: the graph's plan.mesh)">,
+    Option<"world", "world", "int64_t", /*default=*/"0",
+           "Number of ranks the mesh must have (0: not checked)">,
+    Option<"muonEmbedding", "muon-embedding", "bool", /*default=*/"false",
+           "mixed_muon_adamw: put embeddings on Muon">,
+    Option<"muonHead", "muon-head", "bool", /*default=*/"false",
+           "mixed_muon_adamw: put the output head on Muon">,
+    Option<"muonRouter", "muon-router", "bool", /*default=*/"false",
+           "mixed_muon_adamw: put MoE routers on Muon">,
+    ListOption<"muonInclude", "muon-include", "std::string",
+               "Parameters forced to Muon (they must be 2-D)">,
+    Option<"rowLayout", "row-layout", "std::string", /*default=*/"\"auto\"",
+           "Row layout of row-sharded units: auto, per_param or flat">,
+    ListOption<"blockShard", "block-shard", "int64_t",
+               "Block-shard AdamW matrices in blocks of ROWS,COLS">,
+    Option<"ownerStrategy", "owner-strategy", "std::string",
+           /*default=*/"\"balanced\"",
+           "Owner assignment: balanced, matrixfsdp or round_robin">,
+    Option<"groupUnits", "group-units", "int64_t", /*default=*/"0",
+           "Units per gather group: 0 chooses (groups hold at least dp_shard owner matrices), 1 keeps every unit alone">,
+    Option<"nsSplit", "ns-split", "std::string", /*default=*/"\"auto\"",
+           "HSDP: split Newton-Schulz across replicas: auto, on or off">,
+    Option<"hardware", "hardware", "std::string", /*default=*/"\"a100\"",
+           "Hardware profile of the cost model: a100 or h100">,
+    Option<"replicateUnder", "replicate-under-bytes", "int64_t",
+           /*default=*/"0",
+           "Replicate parameters smaller than this many bytes">,
+  ];
+}
+
+def PlanReport : Pass<"mfsdp-plan-report", "::mlir::ModuleOp"> {
+  let summary = "Report per-rank memory, optimizer work and communication of a plan";
+  let description = [{
+    For every planned `plan.graph`: per `dp_shard` rank, the owned
+    matrices, Newton-Schulz FLOPs, bytes of parameters, gradients, fp32
+    masters and optimizer state, predicted optimizer time, and bytes sent per
+    step by collective kind; the max/mean imbalance of optimizer work,
+    memory and per-group owner fan-out; the optimizer-time lower bound and
+    the ratio to it; each unit's row layout and why; the HSDP Newton-Schulz
+    decision; the external parameters. Times are predictions of the cost
+    model for the chosen hardware profile. `mfsdp-opt --mfsdp-plan-report=json`
+    appends this pass to the pipeline.
+  }];
+  let options = [
+    Option<"format", "format", "std::string", /*default=*/"\"text\"",
+           "text or json">,
+    Option<"output", "output", "std::string", /*default=*/"\"-\"",
+           "Where to write the report ('-' is stdout)">,
+    Option<"hardware", "hardware", "std::string", /*default=*/"\"a100\"",
+           "Hardware profile of the cost model: a100 or h100">,
+  ];
+}
+
 #endif // MFSDP_PASSES_TD

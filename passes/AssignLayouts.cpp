@@ -1,0 +1,179 @@
+//===- AssignLayouts.cpp - mfsdp-assign-layouts ---------------------------===//
+//
+// Turns pass options and the graph's policy and mesh into planner::Options,
+// runs the layout planner, and writes the decisions back. The algorithms
+// live in lib/planner.
+//
+//===----------------------------------------------------------------------===//
+#include "passes/Passes.h"
+#include "passes/PlannerBridge.h"
+
+#include "mlir/IR/Builders.h"
+
+namespace mfsdp {
+#define GEN_PASS_DEF_ASSIGNLAYOUTS
+#include "passes/Passes.h.inc"
+} // namespace mfsdp
+
+using namespace mlir;
+using namespace mfsdp;
+using namespace mfsdp::plan;
+
+namespace {
+
+/// Parses "dp_replicate=2,dp_shard=4,tp=2".
+LogicalResult parseMeshOption(StringRef spec, SmallVectorImpl<Attribute> &names,
+                              SmallVectorImpl<int64_t> &sizes, Builder &b,
+                              std::string &error) {
+  SmallVector<StringRef> items;
+  spec.split(items, ',', -1, /*KeepEmpty=*/false);
+  if (items.empty()) {
+    error = "mesh option is empty; expected NAME=SIZE[,NAME=SIZE...]";
+    return failure();
+  }
+  for (StringRef item : items) {
+    auto [name, size] = item.trim().split('=');
+    int64_t n = 0;
+    if (name.empty() || size.trim().getAsInteger(10, n)) {
+      error = ("mesh option item '" + item.trim() +
+               "' is not NAME=SIZE (for example dp_shard=8)")
+                  .str();
+      return failure();
+    }
+    names.push_back(b.getStringAttr(name.trim()));
+    sizes.push_back(n);
+  }
+  return success();
+}
+
+struct AssignLayoutsPass
+    : public mfsdp::impl::AssignLayoutsBase<AssignLayoutsPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    for (GraphOp g : getOperation().getOps<GraphOp>())
+      if (failed(planGraph(g)))
+        return signalPassFailure();
+  }
+
+  LogicalResult planGraph(GraphOp graph) {
+    MLIRContext *ctx = graph.getContext();
+    Builder b(ctx);
+    planner::Options opts;
+    const planner::HardwareProfile *hw =
+        planner::findHardwareProfile(hardware.getValue());
+    if (!hw)
+      return graph.emitError("unknown hardware profile '")
+             << hardware.getValue() << "'; expected a100 or h100";
+    opts.hw = *hw;
+
+    // The mesh: from the option (replacing the graph's), else the graph's.
+    if (!mesh.getValue().empty()) {
+      SmallVector<Attribute> names;
+      SmallVector<int64_t> sizes;
+      std::string error;
+      if (failed(parseMeshOption(mesh.getValue(), names, sizes, b, error)))
+        return graph.emitError(error);
+      MeshOp old = graph.getMesh();
+      OpBuilder ob(ctx);
+      ob.setInsertionPointToStart(&graph.getBody().front());
+      auto fresh = MeshOp::create(ob, old ? old.getLoc() : graph.getLoc(),
+                                  "mesh", b.getArrayAttr(names),
+                                  b.getDenseI64ArrayAttr(sizes),
+                                  DenseI64ArrayAttr());
+      if (failed(fresh.verify())) {
+        fresh.erase();
+        return failure();
+      }
+      if (old)
+        old.erase();
+    }
+    MeshOp meshOp = graph.getMesh();
+    if (!meshOp)
+      return graph.emitError("no mesh to plan for: give the pass a mesh "
+                             "(mesh=dp_shard=8) or the graph a plan.mesh");
+    MeshShape shape = meshShape(meshOp, opts.hw.gpusPerNode);
+    if (world > 0 && shape.world != world) {
+      std::string dims;
+      for (auto [n, s] : llvm::zip(meshOp.getDimNames(), meshOp.getDimSizes()))
+        dims += (dims.empty() ? "" : " x ") +
+                cast<StringAttr>(n).getValue().str() + "=" + std::to_string(s);
+      return meshOp.emitError("mesh has ")
+             << shape.world << " ranks (" << dims << ") but world=" << world
+             << "; the product of the mesh dims must equal the world size";
+    }
+
+    optionsFromGraph(graph, opts);
+    if (!policy.getValue().empty() &&
+        !planner::parsePolicy(policy.getValue(), opts.policy))
+      return graph.emitError("unknown policy '")
+             << policy.getValue()
+             << "'; expected adamw, sgd, muon or mixed_muon_adamw";
+    if (zero != 0)
+      opts.zero = zero;
+    if (opts.zero < 1 || opts.zero > 3)
+      return graph.emitError("zero must be 1, 2 or 3, got ") << opts.zero;
+    opts.muonEmbedding = muonEmbedding;
+    opts.muonHead = muonHead;
+    opts.muonRouter = muonRouter;
+    for (const std::string &name : muonInclude)
+      opts.muonInclude.push_back(name);
+    if (rowLayout == "auto")
+      opts.rowMode = planner::Options::RowMode::Auto;
+    else if (rowLayout == "flat")
+      opts.rowMode = planner::Options::RowMode::Flat;
+    else if (rowLayout == "per_param")
+      opts.rowMode = planner::Options::RowMode::PerParam;
+    else
+      return graph.emitError("unknown row-layout '")
+             << rowLayout.getValue() << "'; expected auto, per_param or flat";
+    if (!blockShard.empty() && blockShard.size() != 2)
+      return graph.emitError("block-shard takes two extents ROWS,COLS, got ")
+             << blockShard.size();
+    opts.blockShape.assign(blockShard.begin(), blockShard.end());
+    if (!planner::parseOwnerStrategy(ownerStrategy.getValue(), opts.strategy))
+      return graph.emitError("unknown owner-strategy '")
+             << ownerStrategy.getValue()
+             << "'; expected balanced, matrixfsdp or round_robin";
+    if (groupUnits < 0)
+      return graph.emitError("group-units must be >= 0, got ") << groupUnits;
+    opts.groupUnits = groupUnits;
+    if (nsSplit == "auto")
+      opts.nsSplit = planner::Options::Split::Auto;
+    else if (nsSplit == "on")
+      opts.nsSplit = planner::Options::Split::On;
+    else if (nsSplit == "off")
+      opts.nsSplit = planner::Options::Split::Off;
+    else
+      return graph.emitError("unknown ns-split '")
+             << nsSplit.getValue() << "'; expected auto, on or off";
+    opts.replicateUnderBytes = static_cast<double>(replicateUnder);
+
+    BridgedGraph bridged = readGraph(graph);
+    // Every muon-include name must exist.
+    for (const std::string &name : opts.muonInclude)
+      if (llvm::none_of(bridged.problem.params,
+                        [&](const planner::Param &p) { return p.name == name; }))
+        return graph.emitError("muon-include names unknown parameter '")
+               << name << "'";
+    // External parameters must name dims of the mesh they are planned for.
+    for (auto [pp, op] : llvm::zip(bridged.problem.params, bridged.params))
+      for (const std::string &axis : pp.externalAxes)
+        if (!meshOp.getDimSize(axis))
+          return op.emitOpError("is owned by \"")
+                 << axis << "\", which is not a dim of mesh @"
+                 << meshOp.getSymName();
+
+    planner::Decisions decisions;
+    planner::PlanError err;
+    if (!planner::planLayouts(bridged.problem, opts, decisions, err)) {
+      if (err.param >= 0)
+        return bridged.params[err.param].emitOpError(err.message);
+      return graph.emitError(err.message);
+    }
+    writeGraph(graph, bridged, opts, decisions);
+    return success();
+  }
+};
+
+} // namespace

@@ -1,0 +1,84 @@
+//===- PlanReport.cpp - mfsdp-plan-report ---------------------------------===//
+#include "passes/Passes.h"
+#include "passes/PlannerBridge.h"
+
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/ToolOutputFile.h"
+
+namespace mfsdp {
+#define GEN_PASS_DEF_PLANREPORT
+#include "passes/Passes.h.inc"
+} // namespace mfsdp
+
+using namespace mlir;
+using namespace mfsdp;
+using namespace mfsdp::plan;
+
+namespace {
+
+struct PlanReportPass : public mfsdp::impl::PlanReportBase<PlanReportPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    if (format != "text" && format != "json") {
+      getOperation().emitError("unknown report format '")
+          << format.getValue() << "'; expected text or json";
+      return signalPassFailure();
+    }
+    const planner::HardwareProfile *hw =
+        planner::findHardwareProfile(hardware.getValue());
+    if (!hw) {
+      getOperation().emitError("unknown hardware profile '")
+          << hardware.getValue() << "'; expected a100 or h100";
+      return signalPassFailure();
+    }
+    std::string text;
+    for (GraphOp g : getOperation().getOps<GraphOp>()) {
+      if (!g.getMesh()) {
+        g.emitError("cannot report a plan without a mesh; run "
+                    "mfsdp-assign-layouts first");
+        return signalPassFailure();
+      }
+      BridgedGraph b = readGraph(g);
+      for (auto [pp, op] : llvm::zip(b.problem.params, b.params))
+        if (!pp.tied && pp.placement == planner::PlacementKind::None) {
+          op.emitOpError("has no placement; run mfsdp-assign-layouts before "
+                         "mfsdp-plan-report");
+          return signalPassFailure();
+        }
+      planner::Options opts;
+      opts.hw = *hw;
+      optionsFromGraph(g, opts);
+      planner::Decisions d;
+      opts.nsSplit = planner::Options::Split::Auto;
+      std::string reason;
+      bool model = planner::decideNsSplit(b.problem, opts, reason);
+      PolicyOp policy = g.getPolicy();
+      d.nsSplit = policy && policy.getNsSplit();
+      if (opts.replicate > 1)
+        d.nsSplitReason = std::string(d.nsSplit ? "plan splits" : "plan does not split") +
+                          (model == d.nsSplit ? " (as the cost model would): "
+                                              : " (the cost model would not): ") +
+                          reason;
+      planner::Report r = planner::account(b.problem, opts, d);
+      if (format == "json") {
+        text += planner::renderJson(r);
+      } else {
+        text += "graph @" + g.getSymName().str() + "\n";
+        text += planner::renderText(r);
+      }
+    }
+    std::string error;
+    auto file = openOutputFile(output, &error);
+    if (!file) {
+      getOperation().emitError("cannot open report output '")
+          << output << "': " << error;
+      return signalPassFailure();
+    }
+    file->os() << text;
+    file->keep();
+    markAllAnalysesPreserved();
+  }
+};
+
+} // namespace

@@ -1,0 +1,237 @@
+//===- PlannerBridge.cpp - plan IR <-> the layout planner -----------------===//
+#include "passes/PlannerBridge.h"
+
+#include "mlir/IR/Builders.h"
+
+using namespace mlir;
+using namespace mfsdp;
+using namespace mfsdp::plan;
+
+static std::vector<std::string> strings(ArrayAttr a) {
+  std::vector<std::string> out;
+  for (Attribute e : a)
+    out.push_back(cast<StringAttr>(e).getValue().str());
+  return out;
+}
+
+BridgedGraph mfsdp::readGraph(GraphOp graph) {
+  BridgedGraph b;
+  Block &body = graph.getBody().front();
+  for (UnitOp u : body.getOps<UnitOp>())
+    b.units.push_back(u);
+  llvm::stable_sort(b.units, [](UnitOp x, UnitOp y) {
+    return static_cast<int64_t>(x.getIndex()) < static_cast<int64_t>(y.getIndex());
+  });
+  llvm::StringMap<int64_t> unitOf;
+  for (auto [i, u] : llvm::enumerate(b.units)) {
+    planner::Unit pu;
+    pu.name = u.getSymName().str();
+    if (auto g = u.getGroup())
+      pu.group = static_cast<int64_t>(*g);
+    if (auto l = u.getRowLayout())
+      pu.layout = *l == RowLayout::flat ? planner::RowLayout::Flat
+                                        : planner::RowLayout::PerParam;
+    b.problem.units.push_back(pu);
+    for (Attribute a : u.getParams())
+      unitOf[cast<FlatSymbolRefAttr>(a).getValue()] = static_cast<int64_t>(i);
+  }
+  for (ParamOp p : body.getOps<ParamOp>()) {
+    planner::Param pp;
+    pp.name = p.getSymName().str();
+    RankedTensorType t = p.getTensorType();
+    pp.shape.assign(t.getShape().begin(), t.getShape().end());
+    pp.elemBytes = std::max<int64_t>(1, t.getElementTypeBitWidth() / 8);
+    pp.kind = stringifyParamKind(p.getKind()).str();
+    pp.tied = bool(p.getTiedTo());
+    pp.frozen = p.getFrozen();
+    auto it = unitOf.find(p.getSymName());
+    pp.unit = it == unitOf.end() ? -1 : it->second;
+    Attribute pl = p.getPlacementAttr();
+    if (auto ext = dyn_cast_or_null<ExternalAttr>(pl)) {
+      pp.external = true;
+      pp.externalAxes = strings(ext.getAxes());
+      pp.placement = planner::PlacementKind::External;
+    } else if (auto row = dyn_cast_or_null<RowShardAttr>(pl)) {
+      pp.pinned = true;
+      pp.placement = planner::PlacementKind::RowShard;
+      pp.rowDim = row.getDim();
+    } else if (auto blk = dyn_cast_or_null<BlockShardAttr>(pl)) {
+      pp.pinned = true;
+      pp.placement = planner::PlacementKind::BlockShard;
+      pp.block.assign(blk.getBlock().begin(), blk.getBlock().end());
+    } else if (auto own = dyn_cast_or_null<OwnerAttr>(pl)) {
+      pp.pinned = true;
+      pp.placement = planner::PlacementKind::Owner;
+      pp.ownerRank = own.getRank();
+    } else if (isa_and_nonnull<ReplicateAttr>(pl)) {
+      pp.pinned = true;
+      pp.placement = planner::PlacementKind::Replicate;
+    }
+    if (auto opt = p.getOptimizerAttr()) {
+      pp.optim = isa<MuonAttr>(opt)    ? planner::Optim::Muon
+                 : isa<SGDAttr>(opt)   ? planner::Optim::SGD
+                                       : planner::Optim::AdamW;
+    }
+    pp.role = planner::classify(pp);
+    b.problem.params.push_back(std::move(pp));
+    b.params.push_back(p);
+  }
+  return b;
+}
+
+MeshShape mfsdp::meshShape(MeshOp mesh, int64_t gpusPerNode) {
+  MeshShape m;
+  if (!mesh)
+    return m;
+  m.world = mesh.getWorldSize();
+  m.shard = mesh.getDimSize("dp_shard").value_or(1);
+  m.replicate = mesh.getDimSize("dp_replicate").value_or(1);
+  // Ranks are row-major: the dp_shard group spans its size times the sizes
+  // of the dims after it.
+  int64_t span = 1;
+  bool after = false;
+  for (auto [n, s] : llvm::zip(mesh.getDimNames(), mesh.getDimSizes())) {
+    if (cast<StringAttr>(n).getValue() == "dp_shard")
+      after = true;
+    if (after)
+      span *= s;
+  }
+  m.shardIntraNode = span <= gpusPerNode;
+  return m;
+}
+
+void mfsdp::optionsFromGraph(GraphOp graph, planner::Options &opts) {
+  if (PolicyOp policy = graph.getPolicy()) {
+    planner::parsePolicy(stringifyPolicyKind(policy.getKind()), opts.policy);
+    opts.zero = static_cast<int64_t>(policy.getZero());
+    if (MuonAttr m = policy.getMuonAttr())
+      opts.nsSteps = m.getNsSteps();
+    if (SGDAttr s = policy.getSgdAttr())
+      opts.sgdMomentum = s.getMomentum();
+  }
+  MeshShape m = meshShape(graph.getMesh(), opts.hw.gpusPerNode);
+  opts.shard = m.shard;
+  opts.replicate = m.replicate;
+  opts.shardIntraNode = m.shardIntraNode;
+  // Newton-Schulz steps may also come from the parameters' own attributes.
+  for (ParamOp p : graph.getBody().front().getOps<ParamOp>())
+    if (auto muon = dyn_cast_or_null<MuonAttr>(p.getOptimizerAttr())) {
+      opts.nsSteps = muon.getNsSteps();
+      break;
+    }
+}
+
+void mfsdp::writeGraph(GraphOp graph, const BridgedGraph &b,
+                       const planner::Options &opts,
+                       const planner::Decisions &d) {
+  MLIRContext *ctx = graph.getContext();
+  Builder builder(ctx);
+  ArrayAttr shardAxes = builder.getStrArrayAttr({"dp_shard"});
+
+  // The policy: what was planned, with explicit hyperparameters.
+  PolicyOp policy = graph.getPolicy();
+  if (!policy) {
+    OpBuilder ob(ctx);
+    Block &body = graph.getBody().front();
+    MeshOp mesh = graph.getMesh();
+    if (mesh)
+      ob.setInsertionPointAfter(mesh);
+    else
+      ob.setInsertionPointToStart(&body);
+    policy = PolicyOp::create(ob, graph.getLoc(),
+                              PolicyKindAttr::get(ctx, PolicyKind::adamw),
+                              builder.getI64IntegerAttr(3), AdamWAttr(),
+                              SGDAttr(), MuonAttr(), UnitAttr());
+  }
+  policy.setKindAttr(PolicyKindAttr::get(
+      ctx, *symbolizePolicyKind(planner::policyName(opts.policy))));
+  policy.setZeroAttr(builder.getI64IntegerAttr(opts.zero));
+  if (d.nsSplit)
+    policy.setNsSplitAttr(builder.getUnitAttr());
+  else
+    policy.removeNsSplitAttr();
+  bool usesMuon = false, usesAdamW = false, usesSGD = false;
+  for (const planner::Param &p : b.problem.params) {
+    usesMuon |= p.optim == planner::Optim::Muon;
+    usesAdamW |= p.optim == planner::Optim::AdamW;
+    usesSGD |= p.optim == planner::Optim::SGD;
+  }
+  AdamWAttr adamw = policy.getAdamwAttr();
+  if (!adamw && usesAdamW)
+    adamw = AdamWAttr::get(ctx, 1e-3, 0.9, 0.999, 1e-8, 0.01);
+  MuonAttr muon = policy.getMuonAttr();
+  if (!muon && usesMuon)
+    muon = MuonAttr::get(ctx, 0.02, 0.95, 0.01, true, opts.nsSteps,
+                         MuonScale::match_rms_adamw);
+  SGDAttr sgd = policy.getSgdAttr();
+  if (!sgd && usesSGD)
+    sgd = SGDAttr::get(ctx, 1e-2, opts.sgdMomentum, 0.0, false);
+  if (adamw)
+    policy.setAdamwAttr(adamw);
+  if (muon && (opts.policy == planner::PolicyKind::Muon ||
+               opts.policy == planner::PolicyKind::MixedMuonAdamW))
+    policy.setMuonAttr(muon);
+  if (sgd && opts.policy == planner::PolicyKind::SGD)
+    policy.setSgdAttr(sgd);
+
+  for (auto [i, pp] : llvm::enumerate(b.problem.params)) {
+    ParamOp op = b.params[i];
+    Attribute placement;
+    switch (pp.placement) {
+    case planner::PlacementKind::RowShard:
+      placement = RowShardAttr::get(ctx, pp.rowDim, shardAxes);
+      break;
+    case planner::PlacementKind::BlockShard:
+      placement = BlockShardAttr::get(ctx, pp.block, shardAxes);
+      break;
+    case planner::PlacementKind::Owner:
+      placement = OwnerAttr::get(ctx, pp.ownerRank, shardAxes);
+      break;
+    case planner::PlacementKind::Replicate:
+      placement = ReplicateAttr::get(ctx);
+      break;
+    case planner::PlacementKind::External:
+      placement = op.getPlacementAttr();
+      break;
+    case planner::PlacementKind::None:
+      break;
+    }
+    if (placement)
+      op.setPlacementAttr(placement);
+    else
+      op.removePlacementAttr();
+    Attribute optimizer;
+    switch (pp.optim) {
+    case planner::Optim::AdamW:
+      optimizer = adamw;
+      break;
+    case planner::Optim::SGD:
+      optimizer = sgd;
+      break;
+    case planner::Optim::Muon:
+      optimizer = muon;
+      break;
+    case planner::Optim::None:
+      break;
+    }
+    if (optimizer)
+      op.setOptimizerAttr(optimizer);
+    else
+      op.removeOptimizerAttr();
+  }
+
+  std::vector<bool> hasRows(b.units.size(), false);
+  for (const planner::Param &p : b.problem.params)
+    if (p.placement == planner::PlacementKind::RowShard && p.unit >= 0)
+      hasRows[p.unit] = true;
+  for (auto [i, pu] : llvm::enumerate(b.problem.units)) {
+    UnitOp u = b.units[i];
+    u.setGroupAttr(builder.getI64IntegerAttr(pu.group));
+    if (hasRows[i])
+      u.setRowLayoutAttr(RowLayoutAttr::get(
+          ctx, pu.layout == planner::RowLayout::Flat ? RowLayout::flat
+                                                     : RowLayout::per_param));
+    else
+      u.removeRowLayoutAttr();
+  }
+}

@@ -1,0 +1,45 @@
+//===- PlannerBridge.h - plan IR <-> the plain C++ layout planner -*- C++ -*-===//
+//
+// Shared by mfsdp-assign-layouts and mfsdp-plan-report: reads a plan.graph
+// into planner::Problem (placements present on input become pins) and
+// writes planning results back.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MFSDP_PASSES_PLANNERBRIDGE_H
+#define MFSDP_PASSES_PLANNERBRIDGE_H
+
+#include "dialects/plan/PlanOps.h"
+#include "mfsdp/planner/Layout.h"
+
+#include "llvm/ADT/SmallVector.h"
+
+namespace mfsdp {
+
+struct BridgedGraph {
+  planner::Problem problem;
+  llvm::SmallVector<plan::ParamOp> params; // parallel to problem.params
+  llvm::SmallVector<plan::UnitOp> units;   // parallel to problem.units
+};
+
+/// Reads `graph`. Units come in index order; placements on input are pins.
+BridgedGraph readGraph(plan::GraphOp graph);
+
+/// Mesh sizes and node locality of a mesh op.
+struct MeshShape {
+  int64_t shard = 1, replicate = 1, world = 1;
+  bool shardIntraNode = true;
+};
+MeshShape meshShape(plan::MeshOp mesh, int64_t gpusPerNode);
+
+/// Fills policy, ZeRO, mesh, Newton-Schulz steps and SGD momentum of `opts`
+/// from the graph's plan.policy and plan.mesh (the mesh must exist).
+void optionsFromGraph(plan::GraphOp graph, planner::Options &opts);
+
+/// Writes placements, optimizers, row layouts, groups and the policy.
+void writeGraph(plan::GraphOp graph, const BridgedGraph &bridged,
+                const planner::Options &opts,
+                const planner::Decisions &decisions);
+
+} // namespace mfsdp
+
+#endif // MFSDP_PASSES_PLANNERBRIDGE_H
