@@ -99,12 +99,18 @@ def PlanReport : Pass<"mfsdp-plan-report", "::mlir::ModuleOp"> {
     memory and per-group owner fan-out; the optimizer-time lower bound and
     the ratio to it; each unit's row layout and why; the HSDP Newton-Schulz
     decision; the external parameters. Times are predictions of the cost
-    model for the chosen hardware profile. `mfsdp-opt --mfsdp-plan-report=json`
-    appends this pass to the pipeline.
+    model for the chosen hardware profile.
+
+    ```
+    mfsdp-opt plan.mlir --mfsdp-plan-report=text -o /dev/null
+    mfsdp-opt plan.mlir --mfsdp-plan-report="json output=plan.json"
+    ```
   }];
   let options = [
-    Option<"format", "format", "std::string", /*default=*/"\"text\"",
-           "text or json">,
+    Option<"text", "text", "bool", /*default=*/"false",
+           "Write the report as text (the default)">,
+    Option<"json", "json", "bool", /*default=*/"false",
+           "Write the report as JSON (docs/plan-report.md)">,
     Option<"output", "output", "std::string", /*default=*/"\"-\"",
            "Where to write the report ('-' is stdout)">,
     Option<"hardware", "hardware", "std::string", /*default=*/"\"a100\"",

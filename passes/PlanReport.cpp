@@ -20,9 +20,9 @@ struct PlanReportPass : public mfsdp::impl::PlanReportBase<PlanReportPass> {
   using Base::Base;
 
   void runOnOperation() override {
-    if (format != "text" && format != "json") {
-      getOperation().emitError("unknown report format '")
-          << format.getValue() << "'; expected text or json";
+    if (text && json) {
+      getOperation().emitError("mfsdp-plan-report takes one format: text or "
+                               "json, not both");
       return signalPassFailure();
     }
     const planner::HardwareProfile *hw =
@@ -32,7 +32,7 @@ struct PlanReportPass : public mfsdp::impl::PlanReportBase<PlanReportPass> {
           << hardware.getValue() << "'; expected a100 or h100";
       return signalPassFailure();
     }
-    std::string text;
+    std::string out;
     for (GraphOp g : getOperation().getOps<GraphOp>()) {
       if (!g.getMesh()) {
         g.emitError("cannot report a plan without a mesh; run "
@@ -61,11 +61,11 @@ struct PlanReportPass : public mfsdp::impl::PlanReportBase<PlanReportPass> {
                                               : " (the cost model would not): ") +
                           reason;
       planner::Report r = planner::account(b.problem, opts, d);
-      if (format == "json") {
-        text += planner::renderJson(r);
+      if (json) {
+        out += planner::renderJson(r);
       } else {
-        text += "graph @" + g.getSymName().str() + "\n";
-        text += planner::renderText(r);
+        out += "graph @" + g.getSymName().str() + "\n";
+        out += planner::renderText(r);
       }
     }
     std::string error;
@@ -75,7 +75,7 @@ struct PlanReportPass : public mfsdp::impl::PlanReportBase<PlanReportPass> {
           << output << "': " << error;
       return signalPassFailure();
     }
-    file->os() << text;
+    file->os() << out;
     file->keep();
     markAllAnalysesPreserved();
   }

@@ -681,11 +681,12 @@ Report account(const Problem &pr, const Options &o, const Decisions &d) {
       }
       const UnitCostModel &c = m;
       us.reason = fmt::format(
-          "{}: flat pads {} per collective and copies nothing; per_param pads "
-          "{} and copies {} per step (predicted {:.3f} ms vs {:.3f} ms on {})",
-          rowLayoutName(us.layout), bytesText(c.padFlat),
-          bytesText(c.padPerParam), bytesText(c.copies), c.tFlat * 1e3,
-          c.tPerParam * 1e3, o.hw.name);
+          "{}: flat pads {} per collective and copies nothing; per_param "
+          "pads {} and copies {} per step (predicted {:.4g} ms vs {:.4g} ms "
+          "per step on {})",
+          us.layout == RowLayout::Flat ? "flat chosen" : "per_param chosen",
+          bytesText(c.padFlat), bytesText(c.padPerParam), bytesText(c.copies),
+          c.tFlat * 1e3, c.tPerParam * 1e3, o.hw.name);
       if (o.rowMode != Options::RowMode::Auto)
         us.reason += " [forced by row-layout option]";
     }

