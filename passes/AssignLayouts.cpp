@@ -99,7 +99,7 @@ struct AssignLayoutsPass
         dims += (dims.empty() ? "" : " x ") +
                 cast<StringAttr>(n).getValue().str() + "=" + std::to_string(s);
       return meshOp.emitError("mesh has ")
-             << shape.world << " ranks (" << dims << ") but world=" << world
+             << shape.world << " ranks (" << dims << ") but world=" << world.getValue()
              << "; the product of the mesh dims must equal the world size";
     }
 
@@ -136,7 +136,7 @@ struct AssignLayoutsPass
              << ownerStrategy.getValue()
              << "'; expected balanced, matrixfsdp or round_robin";
     if (groupUnits < 0)
-      return graph.emitError("group-units must be >= 0, got ") << groupUnits;
+      return graph.emitError("group-units must be >= 0, got ") << groupUnits.getValue();
     opts.groupUnits = groupUnits;
     if (nsSplit == "auto")
       opts.nsSplit = planner::Options::Split::Auto;
