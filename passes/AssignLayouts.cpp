@@ -138,6 +138,10 @@ struct AssignLayoutsPass
     if (groupUnits < 0)
       return graph.emitError("group-units must be >= 0, got ") << groupUnits.getValue();
     opts.groupUnits = groupUnits;
+    if (groupMaxMB < 1)
+      return graph.emitError("group-max-mb must be >= 1, got ")
+             << groupMaxMB.getValue();
+    opts.groupMaxBytes = static_cast<double>(groupMaxMB) * 1024 * 1024;
     if (nsSplit == "auto")
       opts.nsSplit = planner::Options::Split::Auto;
     else if (nsSplit == "on")

@@ -79,6 +79,8 @@ def AssignLayouts : Pass<"mfsdp-assign-layouts", "::mlir::ModuleOp"> {
            "Owner assignment: balanced, matrixfsdp or round_robin">,
     Option<"groupUnits", "group-units", "int64_t", /*default=*/"0",
            "Units per gather group: 0 chooses (groups hold at least dp_shard owner matrices), 1 keeps every unit alone">,
+    Option<"groupMaxMB", "group-max-mb", "int64_t", /*default=*/"8192",
+           "Automatic grouping: at most this many MiB gathered per group">,
     Option<"nsSplit", "ns-split", "std::string", /*default=*/"\"auto\"",
            "HSDP: split Newton-Schulz across replicas: auto, on or off">,
     Option<"hardware", "hardware", "std::string", /*default=*/"\"a100\"",

@@ -444,12 +444,46 @@ bool planLayouts(Problem &pr, const Options &o, Decisions &out, PlanError &err) 
   std::vector<int64_t> group(pr.units.size());
   bool anyOwner = std::any_of(ownersPerUnit.begin(), ownersPerUnit.end(),
                               [](int64_t c) { return c > 0; });
-  if (o.groupUnits == 0 && anyOwner)
-    group = groupUnits(ownersPerUnit, S);
-  else
+  if (o.groupUnits == 0 && anyOwner) {
+    // Enough adjacent units that a group has an owner matrix per rank; then
+    // split any group that would gather more than groupMaxBytes into
+    // contiguous pieces of about equal bytes.
+    std::vector<double> unitBytes(pr.units.size(), 0);
+    for (const Param &p : pr.params)
+      if (p.unit >= 0 && p.placement != PlacementKind::External &&
+          p.unit < static_cast<int64_t>(pr.units.size()))
+        unitBytes[p.unit] += static_cast<double>(p.numElements()) * p.elemBytes;
+    std::vector<int64_t> coarse = groupUnits(ownersPerUnit, S);
+    int64_t next = 0;
+    for (size_t begin = 0; begin < coarse.size();) {
+      size_t end = begin;
+      double bytes = 0;
+      while (end < coarse.size() && coarse[end] == coarse[begin])
+        bytes += unitBytes[end++];
+      int64_t len = static_cast<int64_t>(end - begin);
+      int64_t pieces = std::clamp<int64_t>(
+          static_cast<int64_t>(std::ceil(bytes / o.groupMaxBytes)), 1, len);
+      double target = bytes / static_cast<double>(pieces), acc = 0;
+      int64_t piece = 0;
+      for (size_t u = begin; u < end; ++u) {
+        // A new piece starts once this one holds its share of the bytes,
+        // leaving at least one unit for each piece still to come.
+        int64_t left = static_cast<int64_t>(end - u);
+        if (u > begin && piece + 1 < pieces &&
+            (acc >= target * static_cast<double>(piece + 1) ||
+             left <= pieces - piece - 1))
+          ++piece;
+        group[u] = next + piece;
+        acc += unitBytes[u];
+      }
+      next += piece + 1;
+      begin = end;
+    }
+  } else {
     for (size_t u = 0; u < group.size(); ++u)
       group[u] = o.groupUnits > 1 ? static_cast<int64_t>(u) / o.groupUnits
                                   : static_cast<int64_t>(u);
+  }
   for (size_t u = 0; u < pr.units.size(); ++u)
     pr.units[u].group = group[u];
 
@@ -489,7 +523,10 @@ bool planLayouts(Problem &pr, const Options &o, Decisions &out, PlanError &err) 
     it.memory = ownerResidentBytes(p, o);
     it.bytes = static_cast<double>(p.numElements()) * p.elemBytes;
     it.elements = p.numElements();
-    it.group = p.unit >= 0 ? group[p.unit] : 0;
+    // MatrixFSDP balances each unit on its own, whatever the gather groups.
+    it.group = p.unit < 0                                ? 0
+               : o.strategy == OwnerStrategy::MatrixFSDP ? p.unit
+                                                         : group[p.unit];
     auto key = std::make_pair(p.shape, p.elemBytes * 16 + static_cast<int64_t>(p.optim));
     auto [kit, fresh] = shapeKeys.emplace(key, static_cast<int64_t>(shapeKeys.size()));
     it.shapeKey = kit->second;

@@ -26,8 +26,11 @@
 //      process terminates); a fixed number of passes and a per-item scan cap
 //      bound the work.
 //
-// MatrixFSDP (baseline): per group, in increasing group order, LPT by element
-// count from zero loads, ties lowest rank. RoundRobin: item i on i mod W.
+// MatrixFSDP (baseline, its default "role_greedy" planner): groups (units)
+// in order; within a group LPT by element count onto the rank with the
+// smallest cumulative element load, ties lowest rank. Loads carry over from
+// group to group, but they count elements, not Newton-Schulz cost, and each
+// unit is placed before the next is seen. RoundRobin: item i on i mod W.
 //
 // Everything is deterministic: no hashing order, no time, no randomness is
 // observable in the output. No exceptions are thrown here.
@@ -471,27 +474,19 @@ std::vector<int64_t> matrixFsdp(const std::vector<OwnerItem> &items,
     return a < b;
   });
   std::vector<int64_t> owner(n, 0);
-  // Min-heap of (load, rank). From zero loads, LPT only ever uses the first
-  // min(k, world) ranks of a k-item group, so the heap starts with those.
+  // Min-heap of (cumulative element load, rank) over all ranks.
   using Slot = std::pair<int64_t, size_t>;
   auto greater = [](const Slot &a, const Slot &b) { return a > b; };
   std::vector<Slot> heap;
-  for (size_t s = 0; s < n;) {
-    size_t e = s;
-    while (e < n && items[order[e]].group == items[order[s]].group)
-      ++e;
-    heap.clear();
-    for (size_t r = 0; r < std::min(e - s, world); ++r)
-      heap.push_back({0, r});
-    std::make_heap(heap.begin(), heap.end(), greater);
-    for (size_t k = s; k < e; ++k) {
-      std::pop_heap(heap.begin(), heap.end(), greater);
-      Slot &slot = heap.back();
-      owner[order[k]] = static_cast<int64_t>(slot.second);
-      slot.first += std::max<int64_t>(items[order[k]].elements, 0);
-      std::push_heap(heap.begin(), heap.end(), greater);
-    }
-    s = e;
+  for (size_t r = 0; r < world; ++r)
+    heap.push_back({0, r});
+  std::make_heap(heap.begin(), heap.end(), greater);
+  for (size_t k = 0; k < n; ++k) {
+    std::pop_heap(heap.begin(), heap.end(), greater);
+    Slot &slot = heap.back();
+    owner[order[k]] = static_cast<int64_t>(slot.second);
+    slot.first += std::max<int64_t>(items[order[k]].elements, 0);
+    std::push_heap(heap.begin(), heap.end(), greater);
   }
   return owner;
 }

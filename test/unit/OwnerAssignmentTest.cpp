@@ -211,8 +211,8 @@ TEST(OwnerAssignment, BalancedAgainstBruteForce) {
 
 // Measured (Balanced / MatrixFSDP / RoundRobin), cost max/mean, memory
 // max/mean, max group skew:
-//   32L  W=8:  1.0000 1.0000 1.333 / 1.2032 1.3333 1.333 / 1.0000 1.0000 1.667
-//   32L  W=64: 1.0000 1.0000 1.939 / 1.2032 1.3333 1.939 / 1.0000 1.0000 2.424
+//   32L  W=8:  1.0000 1.0000 1.333 / 1.0000 1.0000 1.333 / 1.0000 1.0000 1.667
+//   32L  W=64: 1.0000 1.0000 1.939 / 1.0000 1.0000 1.939 / 1.0000 1.0000 2.424
 TEST(OwnerAssignment, Gpt32LayerModel) {
   for (int64_t world : {8, 64}) {
     std::vector<OwnerItem> items = layeredModel(kGpt32Layer, 32, world);
@@ -226,10 +226,10 @@ TEST(OwnerAssignment, Gpt32LayerModel) {
     EXPECT_LE(bal.maxCost / bal.meanCost, 1.02);
     EXPECT_LE(bal.maxMemory / bal.meanMemory, 1.05);
     EXPECT_LE(bal.maxCost, bal.lowerBound * 1.02);
-    // MatrixFSDP is worse on cost and memory; round robin is no better on
-    // cost and worse on fan-out; Balanced is never worse on skew.
-    EXPECT_GT(mf.maxCost, bal.maxCost * 1.1);
-    EXPECT_GT(mf.maxMemory, bal.maxMemory * 1.1);
+    // On this regular model MatrixFSDP's cumulative element count tracks
+    // the cost closely enough to balance too: Balanced is never worse on
+    // cost or skew; round robin is no better on cost and worse on fan-out.
+    EXPECT_GE(mf.maxCost, bal.maxCost * (1 - 1e-12));
     EXPECT_GE(rr.maxCost, bal.maxCost * (1 - 1e-12));
     EXPECT_GT(rr.maxGroupSkew, bal.maxGroupSkew * 1.1);
     EXPECT_LE(bal.maxGroupSkew, mf.maxGroupSkew * (1 + 1e-12));
@@ -237,8 +237,8 @@ TEST(OwnerAssignment, Gpt32LayerModel) {
 }
 
 // Measured:
-//   llama W=8:   1.0000 1.0000 1.077 / 1.0573 1.0769 1.077 / 1.0000 1.0000 2.154
-//   llama W=64:  1.0573 1.0769 1.723 / 1.5859 1.6154 1.723 / 1.7829 1.7692 3.446
+//   llama W=8:   1.0000 1.0000 1.077 / 1.0000 1.0000 1.077 / 1.0000 1.0000 2.154
+//   llama W=64:  1.0573 1.0769 1.723 / 1.3167 1.1538 1.723 / 1.7829 1.7692 3.446
 //   llama W=256: max cost = lowerBound (224 matrices, fewer than ranks).
 // At W=64 the 96 MLP matrices (the largest) on 64 ranks force some rank to
 // hold two of them: max/mean >= 1.0573 for every assignment, so the target
@@ -265,8 +265,13 @@ TEST(OwnerAssignment, Llama8BLikeModel) {
     if (world == 256) {
       EXPECT_LE(bal.maxCost, bal.lowerBound * 1.02);
     }
+    // Counting elements misjudges Newton-Schulz cost (k/v are thin, the MLP
+    // matrices wide): at W = 64 MatrixFSDP is 1.32 of the mean, we 1.057.
+    EXPECT_GE(mf.maxCost, bal.maxCost * (1 - 1e-12));
+    if (world == 64) {
+      EXPECT_GT(mf.maxCost, bal.maxCost * 1.2);
+    }
     if (world < 256) {
-      EXPECT_GT(mf.maxCost, bal.maxCost * 1.03);
       EXPECT_GE(rr.maxCost, bal.maxCost * (1 - 1e-12));
       EXPECT_GT(rr.maxGroupSkew, bal.maxGroupSkew * 1.5);
     }
@@ -394,8 +399,9 @@ TEST(OwnerAssignment, MatrixFSDPAndRoundRobin) {
     it.group = group;
     return it;
   };
-  // Group 1 listed first: groups are processed in increasing order, each
-  // from zero loads, by elements descending, ties lowest index.
+  // Group 1 listed first: groups are processed in increasing order, by
+  // elements descending (ties lowest index), onto the least cumulative
+  // element load (ties lowest rank).
   std::vector<OwnerItem> items = {item(5, 1), item(9, 0), item(4, 0),
                                   item(4, 0), item(7, 1), item(1, 0)};
   OwnerResult mf = run(items, 2, OwnerStrategy::MatrixFSDP);
@@ -404,6 +410,11 @@ TEST(OwnerAssignment, MatrixFSDPAndRoundRobin) {
   EXPECT_EQ(mf.owner, (std::vector<int64_t>{1, 0, 1, 1, 0, 1}));
   EXPECT_DOUBLE_EQ(mf.rankCost[0], 16);
   EXPECT_DOUBLE_EQ(mf.rankCost[1], 14);
+
+  // Loads carry over from group to group.
+  OwnerResult carried =
+      run({item(10, 0), item(10, 1)}, 2, OwnerStrategy::MatrixFSDP);
+  EXPECT_EQ(carried.owner, (std::vector<int64_t>{0, 1}));
 
   OwnerResult rr = run(items, 4, OwnerStrategy::RoundRobin);
   EXPECT_EQ(rr.owner, (std::vector<int64_t>{0, 1, 2, 3, 0, 1}));

@@ -99,6 +99,9 @@ struct Options {
   std::vector<int64_t> blockShape; // non-empty: block-shard AdamW matrices
   OwnerStrategy strategy = OwnerStrategy::Balanced;
   int64_t groupUnits = 0; // 0: auto; 1: every unit alone; N: N units a group
+  /// Auto grouping stops adding units once a group would gather more than
+  /// this many bytes (a group is gathered at once).
+  double groupMaxBytes = 8.0 * (1ull << 30);
   enum class Split { Auto, On, Off } nsSplit = Split::Auto;
   int64_t nsSteps = 5;
   double sgdMomentum = 0;

@@ -43,11 +43,12 @@ struct OwnerItem {
 };
 
 enum class OwnerStrategy {
-  /// Ours: global LPT by cost (ties by memory), then swaps of interchangeable
-  /// items between groups to even out per-group fan-out.
+  /// Ours: global LPT by cost (ties by memory), then moves and swaps that
+  /// lower the most loaded rank, then swaps of interchangeable items between
+  /// groups to even out per-group fan-out.
   Balanced,
-  /// MatrixFSDP: each group on its own, LPT by element count from empty
-  /// loads (no memory of earlier groups).
+  /// MatrixFSDP's default ("role_greedy"): group by group, LPT by element
+  /// count onto the rank with the least cumulative elements.
   MatrixFSDP,
   /// Item i to rank i mod W, in item order.
   RoundRobin,
