@@ -19,6 +19,21 @@ for m in llama3-8b matrixfsdp-32l moe-ep; do
     "$BIN/mfsdp-opt" --mfsdp-print-summary -o /dev/null
 done
 echo
+echo "== plan: mfsdp-opt --mfsdp-assign-layouts=\"policy=mixed_muon_adamw mesh=dp_shard=8\" --mfsdp-plan-report=text (matrixfsdp-32l)"
+"$BIN/mfsdp-translate" --import-mfsdp-graph "$EX/matrixfsdp-32l.json" |
+  "$BIN/mfsdp-opt" --mfsdp-assign-layouts="policy=mixed_muon_adamw mesh=dp_shard=8" \
+    --mfsdp-plan-report=text -o /dev/null
+echo
+echo "== the same plan with MatrixFSDP's owner assignment, for comparison"
+"$BIN/mfsdp-translate" --import-mfsdp-graph "$EX/matrixfsdp-32l.json" |
+  "$BIN/mfsdp-opt" --mfsdp-assign-layouts="policy=mixed_muon_adamw mesh=dp_shard=8 owner-strategy=matrixfsdp" \
+    --mfsdp-plan-report=text -o /dev/null | grep -E "imbalance|optimizer step"
+echo
+echo "== plan: HSDP (dp_replicate=2 x dp_shard=8) for the EP MoE model, ZeRO-2"
+"$BIN/mfsdp-translate" --import-mfsdp-graph "$EX/moe-ep.json" |
+  "$BIN/mfsdp-opt" --mfsdp-assign-layouts="mesh=dp_replicate=2,dp_shard=8,ep=2 zero=2" \
+    --mfsdp-plan-report=text -o /dev/null
+echo
 echo "== mfsdp-translate --import-hf-config examples/hf/deepseek-v3.json --hf-experts-owned-by=ep"
 "$BIN/mfsdp-translate" --import-hf-config examples/hf/deepseek-v3.json --hf-experts-owned-by=ep |
   "$BIN/mfsdp-opt" --mfsdp-print-summary -o /dev/null
