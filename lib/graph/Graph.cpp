@@ -16,6 +16,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <tuple>
 
 using json = nlohmann::ordered_json;
 
@@ -799,31 +800,7 @@ bool parseGraph(std::string_view text, Graph &out, Diagnostic &diag) {
   try {
     root = json::parse(text.begin(), text.end());
   } catch (const json::parse_error &e) {
-    // nlohmann tracks the line and column itself and puts them in the
-    // message; fall back to counting up to its byte offset.
-    std::string what = e.what();
-    int line = 0, col = 0;
-    if (auto at = what.find("at line "); at != std::string::npos)
-      std::sscanf(what.c_str() + at, "at line %d, column %d", &line, &col);
-    if (line <= 0) {
-      size_t byte = std::min<size_t>(e.byte, text.size());
-      line = 1;
-      col = 1;
-      for (size_t i = 0; i + 1 < byte; ++i) {
-        if (text[i] == '\n') {
-          ++line;
-          col = 1;
-        } else {
-          ++col;
-        }
-      }
-    }
-    diag.line = line;
-    diag.column = col;
-    // Drop nlohmann's "[json.exception.parse_error.101] " prefix.
-    if (auto p = what.find("] "); p != std::string::npos)
-      what = what.substr(p + 2);
-    diag.message = "invalid JSON: " + what;
+    diag = invalidJson(text, e.what(), e.byte);
     return false;
   } catch (const std::exception &e) {
     diag.message = std::string("invalid JSON: ") + e.what();
@@ -991,168 +968,6 @@ std::string writeGraph(const Graph &g) {
 // Locating a JSON pointer in the source text
 //===----------------------------------------------------------------------===//
 
-namespace {
-/// A minimal JSON scanner that walks to a pointer without building a tree.
-class Locator {
-public:
-  explicit Locator(std::string_view t) : t(t) {}
-
-  std::pair<int, int> find(std::string_view pointer) {
-    std::vector<std::string> tokens;
-    if (!pointer.empty()) {
-      size_t start = 1;
-      while (start <= pointer.size()) {
-        size_t end = pointer.find('/', start);
-        if (end == std::string_view::npos)
-          end = pointer.size();
-        std::string tok(pointer.substr(start, end - start));
-        std::string un;
-        for (size_t i = 0; i < tok.size(); ++i) {
-          if (tok[i] == '~' && i + 1 < tok.size()) {
-            un += tok[i + 1] == '1' ? '/' : '~';
-            ++i;
-          } else {
-            un += tok[i];
-          }
-        }
-        tokens.push_back(un);
-        start = end + 1;
-      }
-    }
-    skipWs();
-    size_t best = pos;
-    for (const std::string &tok : tokens) {
-      if (pos >= t.size())
-        break;
-      best = pos;
-      if (!descend(tok))
-        break;
-      skipWs();
-      best = pos;
-    }
-    return lineCol(best);
-  }
-
-private:
-  bool descend(const std::string &tok) {
-    if (t[pos] == '{') {
-      ++pos;
-      while (true) {
-        skipWs();
-        if (pos >= t.size() || t[pos] == '}')
-          return false;
-        std::string key;
-        if (!readString(key))
-          return false;
-        skipWs();
-        if (pos >= t.size() || t[pos] != ':')
-          return false;
-        ++pos;
-        skipWs();
-        if (key == tok)
-          return true;
-        if (!skipValue())
-          return false;
-        skipWs();
-        if (pos < t.size() && t[pos] == ',')
-          ++pos;
-      }
-    }
-    if (t[pos] == '[') {
-      char *end = nullptr;
-      long idx = std::strtol(tok.c_str(), &end, 10);
-      if (tok.empty() || *end != '\0' || idx < 0)
-        return false;
-      ++pos;
-      for (long i = 0;; ++i) {
-        skipWs();
-        if (pos >= t.size() || t[pos] == ']')
-          return false;
-        if (i == idx)
-          return true;
-        if (!skipValue())
-          return false;
-        skipWs();
-        if (pos < t.size() && t[pos] == ',')
-          ++pos;
-      }
-    }
-    return false;
-  }
-  bool readString(std::string &out) {
-    if (pos >= t.size() || t[pos] != '"')
-      return false;
-    ++pos;
-    while (pos < t.size() && t[pos] != '"') {
-      if (t[pos] == '\\' && pos + 1 < t.size()) {
-        out += t[pos + 1];
-        pos += 2;
-      } else {
-        out += t[pos++];
-      }
-    }
-    if (pos >= t.size())
-      return false;
-    ++pos;
-    return true;
-  }
-  bool skipValue() {
-    skipWs();
-    if (pos >= t.size())
-      return false;
-    char c = t[pos];
-    if (c == '"') {
-      std::string s;
-      return readString(s);
-    }
-    if (c == '{' || c == '[') {
-      int depth = 0;
-      while (pos < t.size()) {
-        char d = t[pos];
-        if (d == '"') {
-          std::string s;
-          if (!readString(s))
-            return false;
-          continue;
-        }
-        if (d == '{' || d == '[')
-          ++depth;
-        else if (d == '}' || d == ']') {
-          if (--depth == 0) {
-            ++pos;
-            return true;
-          }
-        }
-        ++pos;
-      }
-      return false;
-    }
-    while (pos < t.size() && t[pos] != ',' && t[pos] != '}' && t[pos] != ']' &&
-           !std::isspace((unsigned char)t[pos]))
-      ++pos;
-    return true;
-  }
-  void skipWs() {
-    while (pos < t.size() && std::isspace((unsigned char)t[pos]))
-      ++pos;
-  }
-  std::pair<int, int> lineCol(size_t at) const {
-    int line = 1, col = 1;
-    for (size_t i = 0; i < at && i < t.size(); ++i) {
-      if (t[i] == '\n') {
-        ++line;
-        col = 1;
-      } else {
-        ++col;
-      }
-    }
-    return {line, col};
-  }
-
-  std::string_view t;
-  size_t pos = 0;
-};
-} // namespace
 
 namespace {
 /// One pass over the text that records where each shallow value starts.
@@ -1291,9 +1106,45 @@ indexPointers(std::string_view text, int maxDepth) {
 
 std::pair<int, int> locatePointer(std::string_view text,
                                   std::string_view pointer) {
-  if (text.empty())
-    return {0, 0};
-  return Locator(text).find(pointer);
+  int depth = static_cast<int>(std::count(pointer.begin(), pointer.end(), '/'));
+  auto index = indexPointers(text, depth);
+  std::string prefix(pointer);
+  while (true) {
+    auto it = index.find(prefix);
+    if (it != index.end())
+      return it->second;
+    if (prefix.empty())
+      return {0, 0};
+    prefix.erase(prefix.rfind('/'));
+  }
+}
+
+std::pair<int, int> lineColumnOf(std::string_view text, size_t offset) {
+  int line = 1, col = 1;
+  for (size_t i = 0; i < offset && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+  }
+  return {line, col};
+}
+
+Diagnostic invalidJson(std::string_view text, std::string what, size_t byte) {
+  // nlohmann tracks the line and column itself and puts them in the
+  // message; fall back to its byte offset (the last byte it read).
+  Diagnostic d;
+  if (auto at = what.find("at line "); at != std::string::npos)
+    std::sscanf(what.c_str() + at, "at line %d, column %d", &d.line, &d.column);
+  if (d.line <= 0)
+    std::tie(d.line, d.column) = lineColumnOf(text, byte > 0 ? byte - 1 : 0);
+  // Drop nlohmann's "[json.exception.parse_error.101] " prefix.
+  if (auto p = what.find("] "); p != std::string::npos)
+    what = what.substr(p + 2);
+  d.message = "invalid JSON: " + what;
+  return d;
 }
 
 } // namespace mfsdp::graph

@@ -826,26 +826,7 @@ bool graphFromHFConfig(std::string_view text, const HFImportOptions &opts,
     try {
       root = json::parse(text.begin(), text.end());
     } catch (const json::parse_error &e) {
-      diag = Diagnostic{};
-      diag.pointer = "";
-      // nlohmann reports a byte offset; turn it into a line and column.
-      size_t byte = std::min<size_t>(e.byte, text.size());
-      int line = 1, col = 1;
-      for (size_t i = 0; i + 1 < byte; ++i) {
-        if (text[i] == '\n') {
-          ++line;
-          col = 1;
-        } else {
-          ++col;
-        }
-      }
-      diag.line = line;
-      diag.column = col;
-      std::string what = e.what();
-      // Drop nlohmann's "[json.exception.parse_error.101] " prefix.
-      if (auto p = what.find("] "); p != std::string::npos)
-        what = what.substr(p + 2);
-      diag.message = "invalid JSON: " + what;
+      diag = invalidJson(text, e.what(), e.byte);
       return false;
     }
     if (build(root, opts, out, diag))

@@ -158,6 +158,13 @@ std::string writeGraph(const Graph &g);
 /// {0, 0} when `text` cannot be scanned.
 std::pair<int, int> locatePointer(std::string_view text, std::string_view pointer);
 
+/// Line and column (1-based) of the byte at `offset` in `text`.
+std::pair<int, int> lineColumnOf(std::string_view text, size_t offset);
+
+/// The diagnostic for a nlohmann/json parse error: its message without the
+/// exception prefix, at the line and column it names.
+Diagnostic invalidJson(std::string_view text, std::string what, size_t byte);
+
 /// Line and column of every value at most `maxDepth` levels deep, keyed by
 /// JSON pointer, in one pass over `text` (for locating many values at once).
 /// Empty when `text` cannot be scanned.
