@@ -2,6 +2,7 @@
 #ifndef MFSDP_PASSES_PASSES_H
 #define MFSDP_PASSES_PASSES_H
 
+#include "dialects/sched/SchedDialect.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
 

@@ -120,4 +120,36 @@ def PlanReport : Pass<"mfsdp-plan-report", "::mlir::ModuleOp"> {
   ];
 }
 
+def BuildStep : Pass<"mfsdp-build-step", "::mlir::ModuleOp"> {
+  let summary = "Build the program of one training step from a planned graph";
+  let description = [{
+    For every planned `plan.graph`, adds a `sched.step` with the same name
+    after it: per gather group, the gathers before use (ZeRO-3 gathers
+    again for backward and frees after each use; ZeRO-1/2 keep parameters),
+    the trainer's forward, recomputation and backward as `sched.compute`
+    with their cost for `tokens` tokens, gradient reduction after backward
+    (`reduce_scatter` for row shards, `reduce_scatter_v` to the owners,
+    `all_reduce` over `dp_replicate` for HSDP; ZeRO-1 all-reduces), local
+    accumulation over `microbatches` with the reduction on the last, the
+    optimizer kernels per group (Muon on each owner with `only_rank`), and
+    for ZeRO-1/2 the all-gather of updated parameters. Collectives are
+    synchronous; `mfsdp-bucket-collectives` and `mfsdp-schedule-overlap`
+    come next.
+
+    `baseline=fsdp2` builds the gathered-Muon baseline from a plan made with
+    `policy=adamw`: the matrices `mixed_muon_adamw` would put on Muon stay
+    row-sharded, and the optimizer all-gathers each one's gradient and runs
+    Newton-Schulz on the whole matrix on every rank.
+  }];
+  let options = [
+    Option<"tokens", "tokens", "int64_t", /*default=*/"0",
+           "Tokens per rank per microbatch (0: the graph's seq_len)">,
+    Option<"microbatches", "microbatches", "int64_t", /*default=*/"1",
+           "Gradient-accumulation microbatches per step">,
+    Option<"baseline", "baseline", "std::string", /*default=*/"\"\"",
+           "Build a baseline instead: fsdp2 (gathered Muon)">,
+  ];
+  let dependentDialects = ["::mfsdp::sched::SchedDialect"];
+}
+
 #endif // MFSDP_PASSES_TD

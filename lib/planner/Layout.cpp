@@ -117,8 +117,6 @@ Role classify(const Param &p) {
   return Role::Other;
 }
 
-namespace {
-
 double masterBytesPerElem(const Param &p) {
   return p.elemBytes < 4 ? 4.0 : 0.0;
 }
@@ -143,6 +141,8 @@ double optimBytesPerElem(const Param &p, const Options &opts) {
   b += p.elemBytes < 4 ? static_cast<double>(p.elemBytes) : 0; // compute copy
   return b;
 }
+
+namespace {
 
 double optimSecondsWhole(const Param &p, const Options &opts) {
   double n = static_cast<double>(p.numElements());

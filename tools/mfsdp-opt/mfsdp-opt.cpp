@@ -1,5 +1,6 @@
 //===- mfsdp-opt.cpp - The mfsdp optimizer driver -------------------------===//
 #include "dialects/plan/PlanDialect.h"
+#include "dialects/sched/SchedDialect.h"
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -14,7 +15,8 @@ int main(int argc, char **argv) {
   mlir::registerSymbolDCEPass();
 
   mlir::DialectRegistry registry;
-  registry.insert<mfsdp::plan::PlanDialect, mlir::func::FuncDialect>();
+  registry.insert<mfsdp::plan::PlanDialect, mfsdp::sched::SchedDialect,
+                  mlir::func::FuncDialect>();
   return mlir::asMainReturnCode(mlir::MlirOptMain(
       argc, argv, "mfsdp optimizer driver: sharded training plans\n",
       registry));

@@ -122,6 +122,13 @@ struct PlanError {
   std::string message;
 };
 
+/// Bytes per element of the fp32 master copy (0 for f32 parameters).
+double masterBytesPerElem(const Param &p);
+/// Bytes per element of optimizer state (AdamW 8, Muon 4, SGD 4 with momentum).
+double stateBytesPerElem(Optim o, const Options &opts);
+/// Elementwise bytes an optimizer step moves per element of `p`.
+double optimBytesPerElem(const Param &p, const Options &opts);
+
 /// Classifies a parameter from its module kind, rank, tie and ownership.
 Role classify(const Param &p);
 

@@ -1,0 +1,220 @@
+//===- SchedOps.td - The sched dialect's operations --------*- tablegen -*-===//
+#ifndef MFSDP_SCHED_OPS_TD
+#define MFSDP_SCHED_OPS_TD
+
+include "dialects/sched/SchedBase.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/IR/BuiltinAttributes.td"
+
+def Sched_StepOp : Sched_Op<"step", [
+    Symbol, IsolatedFromAbove, NoTerminator, SingleBlock, NoRegionArguments]> {
+  let summary = "The program of one training step";
+  let description = [{
+    A straight-line program every rank of the `world`-rank data-parallel
+    group runs, in order. `tokens` is the tokens per rank per microbatch the
+    compute costs were scaled by.
+
+    ```mlir
+    sched.step @tiny world 4 tokens 128 microbatches 1 {
+      %w = sched.alloc "shard" bytes 1024 persistent
+      %g = sched.alloc "gathered" bytes 4096
+      sched.all_gather %w -> %g on ["dp_shard"] ranks 4 bytes 4096 comm 0 phase forward
+      sched.compute forward "forward layer0" unit @layer0 reads(%g) writes() flops 1.0e9 bytes 4096 phase forward
+      sched.dealloc %g
+    }
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, I64Attr:$world,
+                       I64Attr:$tokens, I64Attr:$microbatches);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $sym_name `world` $world `tokens` $tokens `microbatches` $microbatches
+    attr-dict-with-keyword $body
+  }];
+  let hasRegionVerifier = 1;
+}
+
+def Sched_AllocOp : Sched_Op<"alloc", [HasParent<"StepOp">]> {
+  let summary = "A buffer of the step";
+  let description = [{
+    Allocates `bytes` bytes on every rank (or on `only_rank`). A
+    `persistent` buffer (parameter shards, gradients, optimizer state) lives
+    for the whole step wherever it is declared; any other lives from here to
+    its `sched.dealloc`. `offset` is its place in the rank's arena once
+    memory is planned.
+
+    ```mlir
+    %g = sched.alloc "gathered layers.0" bytes 4.0e8
+    ```
+  }];
+  let arguments = (ins StrAttr:$name, F64Attr:$bytes, UnitAttr:$persistent,
+                       OptionalAttr<I64Attr>:$only_rank,
+                       OptionalAttr<I64Attr>:$offset);
+  let results = (outs Sched_BufferType:$buffer);
+  let assemblyFormat = [{
+    $name `bytes` $bytes (`persistent` $persistent^)?
+    (`only_rank` $only_rank^)? (`offset` $offset^)? attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Sched_DeallocOp : Sched_Op<"dealloc", [HasParent<"StepOp">]> {
+  let summary = "Ends the life of a transient buffer";
+  let description = [{
+    ```mlir
+    sched.dealloc %g
+    ```
+  }];
+  let arguments = (ins Sched_BufferType:$buffer);
+  let assemblyFormat = "$buffer attr-dict";
+}
+
+class Sched_CollectiveOp<string mnemonic, string summaryText, string diagram>
+    : Sched_Op<mnemonic, [HasParent<"StepOp">]> {
+  let summary = summaryText;
+  let description = diagram # [{
+
+    `bytes` is the size of the full buffer (gathered, or before reduction),
+    `ranks` the group size over `mesh_axes`; `comm` names the communicator
+    (each has its own stream; on one communicator collectives run in issue
+    order); `params` lists the parameters carried. With `async` the op only
+    starts the collective and returns a token for `sched.wait`.
+  }];
+  let arguments = (ins Sched_BufferType:$src, Sched_BufferType:$dst,
+                       StrArrayAttr:$mesh_axes, I64Attr:$ranks, F64Attr:$bytes,
+                       OptionalAttr<DenseF64ArrayAttr>:$chunks,
+                       I64Attr:$comm, Sched_Phase:$phase,
+                       UnitAttr:$inter_node,
+                       OptionalAttr<FlatSymbolRefArrayAttr>:$params,
+                       OptionalAttr<I64Attr>:$group,
+                       UnitAttr:$async);
+  let results = (outs Optional<Sched_TokenType>:$token);
+  let assemblyFormat = [{
+    $src `->` $dst `on` $mesh_axes `ranks` $ranks `bytes` $bytes
+    (`chunks` $chunks^)? `comm` $comm `phase` $phase
+    (`inter_node` $inter_node^)? (`group` $group^)? (`params` $params^)?
+    (`async` $async^)? attr-dict (`:` type($token)^)?
+  }];
+  let hasVerifier = 1;
+}
+
+def Sched_AllGatherOp : Sched_CollectiveOp<"all_gather",
+    "Concatenate every rank's shard on every rank", [{
+    Every rank contributes an equal shard of `src` and receives the whole
+    buffer in `dst` (rank order along the buffer).
+
+    ```
+    ranks:   0      1      2      3
+    src:    [a]    [b]    [c]    [d]
+    dst:  [abcd] [abcd] [abcd] [abcd]
+    ```
+  }]>;
+
+def Sched_ReduceScatterOp : Sched_CollectiveOp<"reduce_scatter",
+    "Sum full buffers; every rank keeps its shard of the sum", [{
+    ```
+    ranks:    0       1       2       3
+    src:   [a0..a3][b0..b3][c0..c3][d0..d3]
+    dst:    [Σ0]    [Σ1]    [Σ2]    [Σ3]      Σk = ak + bk + ck + dk
+    ```
+  }]>;
+
+def Sched_AllReduceOp : Sched_CollectiveOp<"all_reduce",
+    "Sum full buffers; every rank receives the sum", [{
+    ```
+    ranks:   0     1     2     3
+    src:    [a]   [b]   [c]   [d]
+    dst:   [Σ]   [Σ]   [Σ]   [Σ]      Σ = a + b + c + d
+    ```
+  }]>;
+
+def Sched_AllGatherVOp : Sched_CollectiveOp<"all_gather_v",
+    "Gather owners' whole matrices, of unequal sizes, on every rank", [{
+    Rank r contributes `chunks[r]` bytes (its owned matrices, contiguous),
+    which may be zero; everyone receives the concatenation. The time is
+    bounded by the largest chunk.
+
+    ```
+    ranks:   0       1     2     3
+    src:   [A B]   [C]    []    [D]
+    dst:  [ABCD]  [ABCD] [ABCD] [ABCD]
+    ```
+  }]>;
+
+def Sched_ReduceScatterVOp : Sched_CollectiveOp<"reduce_scatter_v",
+    "Sum gradients and deliver each matrix's sum to its owner", [{
+    ```
+    ranks:    0          1          2          3
+    src:   [A B C D]  [A B C D]  [A B C D]  [A B C D]   (partial gradients)
+    dst:   [ΣA ΣB]    [ΣC]       []         [ΣD]
+    ```
+  }]>;
+
+def Sched_WaitOp : Sched_Op<"wait", [HasParent<"StepOp">]> {
+  let summary = "Block the compute stream until a collective has finished";
+  let description = [{
+    ```mlir
+    %t = sched.all_gather %s -> %g on ["dp_shard"] ranks 8 bytes 1.0e8 comm 0 phase forward async : !sched.token
+    sched.wait %t
+    ```
+  }];
+  let arguments = (ins Sched_TokenType:$token);
+  let assemblyFormat = "$token attr-dict";
+}
+
+def Sched_ComputeOp : Sched_Op<"compute", [HasParent<"StepOp">,
+                                          AttrSizedOperandSegments]> {
+  let summary = "The trainer's compute for one unit";
+  let description = [{
+    Forward, backward or activation recomputation of the unit `unit`,
+    reading the gathered parameters and writing activations or gradients;
+    or a `copy` of shards into or out of a collective buffer (FSDP2's
+    per-parameter layout). `flops` and `bytes` are its cost for the step's
+    tokens.
+
+    ```mlir
+    sched.compute backward "backward layers.0" unit @layers.0 reads(%g) writes(%grad) flops 3.6e12 bytes 1.0e9 phase backward
+    ```
+  }];
+  let arguments = (ins Sched_ComputeKind:$kind, StrAttr:$name,
+                       OptionalAttr<FlatSymbolRefAttr>:$unit,
+                       Variadic<Sched_BufferType>:$reads,
+                       Variadic<Sched_BufferType>:$writes,
+                       F64Attr:$flops, F64Attr:$bytes, Sched_Phase:$phase,
+                       OptionalAttr<I64Attr>:$group);
+  let assemblyFormat = [{
+    $kind $name (`unit` $unit^)? `reads` `(` $reads `)` `writes` `(` $writes `)`
+    `flops` $flops `bytes` $bytes `phase` $phase (`group` $group^)? attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Sched_OptimizerOp : Sched_Op<"optimizer", [HasParent<"StepOp">,
+                                              AttrSizedOperandSegments]> {
+  let summary = "An optimizer kernel";
+  let description = [{
+    An AdamW, SGD or Muon update (Muon includes its Newton-Schulz
+    iterations), a master-to-compute-copy cast, or a gradient accumulation,
+    over the named parameters. `only_rank` restricts it to one rank (the
+    owner of the matrices).
+
+    ```mlir
+    sched.optimizer muon "layers.0.mlp" reads(%grad) writes(%state) flops 6.2e12 bytes 1.3e9 only_rank 3 phase optimizer
+    ```
+  }];
+  let arguments = (ins Sched_OptimizerKind:$kind, StrAttr:$name,
+                       Variadic<Sched_BufferType>:$reads,
+                       Variadic<Sched_BufferType>:$writes,
+                       F64Attr:$flops, F64Attr:$bytes,
+                       OptionalAttr<I64Attr>:$only_rank,
+                       Sched_Phase:$phase, OptionalAttr<I64Attr>:$group,
+                       OptionalAttr<FlatSymbolRefArrayAttr>:$params);
+  let assemblyFormat = [{
+    $kind $name `reads` `(` $reads `)` `writes` `(` $writes `)`
+    `flops` $flops `bytes` $bytes (`only_rank` $only_rank^)? `phase` $phase
+    (`group` $group^)? (`params` $params^)? attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+#endif // MFSDP_SCHED_OPS_TD

@@ -1,0 +1,98 @@
+//===- Step.h - One training step as a program, in plain C++ -----*- C++ -*-===//
+//
+// The program every data-parallel rank runs for one training step: buffers,
+// the trainer's compute, collectives, waits, optimizer kernels. The sched
+// dialect is this program as IR; the step builder, the schedule
+// transformations and the simulator work on this struct, and the passes
+// convert between the two.
+//
+// Execution model (CUDA streams, NCCL communicators):
+//  - Compute, Optimizer, Wait, Alloc and Free ops run on the compute stream
+//    in program order.
+//  - A Collective runs on the stream of its communicator (`comm`), in
+//    program order among the collectives of that communicator. It cannot
+//    start before the compute-stream op issued just before it in program
+//    order has finished (the event recorded when it is issued), nor before
+//    every rank has reached it.
+//  - A synchronous collective (async = false) blocks the compute stream
+//    until it ends. An asynchronous one only blocks the compute stream at
+//    the Wait op naming it.
+//  - Ops with onlyRank >= 0 run on that rank alone (an owner's optimizer
+//    work); collectives never do.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MFSDP_STEP_STEP_H
+#define MFSDP_STEP_STEP_H
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mfsdp::step {
+
+enum class OpKind { Compute, Collective, Wait, Optimizer, Alloc, Free };
+enum class Phase { Forward, Backward, Optimizer };
+enum class CollKind { AllGather, ReduceScatter, AllReduce, AllGatherV, ReduceScatterV };
+
+std::string_view opKindName(OpKind k);
+std::string_view phaseName(Phase p);
+std::string_view collKindName(CollKind k);
+
+struct Buffer {
+  std::string name;
+  double bytes = 0;
+  bool persistent = false; // lives for the whole step (shards, state)
+  int64_t onlyRank = -1;   // >= 0: exists on that rank alone
+  int64_t offset = -1;     // arena offset, once memory is planned
+};
+
+struct Op {
+  OpKind kind = OpKind::Compute;
+  Phase phase = Phase::Forward;
+  std::string name; // shown in reports and traces ("forward layers.3")
+  int64_t unit = -1;
+  int64_t group = -1;
+  int64_t onlyRank = -1;
+
+  // Compute and Optimizer: GEMM FLOPs and memory traffic in bytes.
+  double flops = 0;
+  double bytes = 0;
+
+  // Collective.
+  CollKind coll = CollKind::AllGather;
+  std::vector<std::string> meshAxes; // e.g. {"dp_shard"}
+  int64_t ranks = 1;                 // group size
+  bool interNode = false;            // the group spans nodes
+  double collBytes = 0;              // the full (gathered / unreduced) buffer
+  std::vector<double> chunks;        // *_v: bytes contributed by each rank
+  int64_t comm = 0;                  // communicator (its own stream)
+  bool async = false;
+  std::vector<std::string> params;   // parameters the collective carries
+
+  // Wait: index of the collective op it waits for.
+  int64_t waitFor = -1;
+
+  // Buffers read and written (indices into Step::buffers); Alloc/Free name
+  // one buffer in `writes`.
+  std::vector<int64_t> reads, writes;
+
+  // Optimizer: the kernel ("adamw", "sgd", "muon", "cast", "accumulate").
+  std::string optimizer;
+  // Compute: "forward", "backward", "recompute" or "copy", and the unit.
+  std::string compute;
+  std::string unitName;
+};
+
+struct Step {
+  std::string name;
+  int64_t world = 1;        // ranks the program runs on (dp_shard group)
+  int64_t tokens = 0;       // tokens per rank per microbatch
+  int64_t microbatches = 1;
+  std::vector<Buffer> buffers;
+  std::vector<Op> ops;
+};
+
+} // namespace mfsdp::step
+
+#endif // MFSDP_STEP_STEP_H

@@ -1,0 +1,85 @@
+//===- BuildStep.cpp - mfsdp-build-step -----------------------------------===//
+#include "passes/Passes.h"
+#include "passes/PlannerBridge.h"
+#include "passes/StepBridge.h"
+
+#include "mfsdp/step/Builder.h"
+
+namespace mfsdp {
+#define GEN_PASS_DEF_BUILDSTEP
+#include "passes/Passes.h.inc"
+} // namespace mfsdp
+
+using namespace mlir;
+using namespace mfsdp;
+using namespace mfsdp::plan;
+
+namespace {
+
+struct BuildStepPass : public mfsdp::impl::BuildStepBase<BuildStepPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    SmallVector<GraphOp> graphs(getOperation().getOps<GraphOp>());
+    for (GraphOp g : graphs)
+      if (failed(build(g)))
+        return signalPassFailure();
+  }
+
+  LogicalResult build(GraphOp graph) {
+    if (!graph.getMesh())
+      return graph.emitError("has no mesh; run mfsdp-assign-layouts before "
+                             "mfsdp-build-step");
+    if (microbatches < 1)
+      return graph.emitError("microbatches must be at least 1, got ")
+             << microbatches.getValue();
+    bool fsdp2 = baseline == "fsdp2";
+    if (!baseline.empty() && !fsdp2)
+      return graph.emitError("unknown baseline '")
+             << baseline.getValue() << "'; expected fsdp2";
+    int64_t tok = tokens > 0 ? static_cast<int64_t>(tokens)
+                             : static_cast<int64_t>(graph.getSeqLen());
+    if (tok <= 0)
+      return graph.emitError("the graph has no seq_len; give tokens=N");
+
+    BridgedGraph b = readGraph(graph);
+    for (auto [i, pp] : llvm::enumerate(b.problem.params))
+      if (!pp.tied && pp.placement == planner::PlacementKind::None)
+        return b.params[i].emitOpError(
+            "has no placement; run mfsdp-assign-layouts before "
+            "mfsdp-build-step");
+    planner::Options opts;
+    opts.hw = *planner::findHardwareProfile("a100");
+    optionsFromGraph(graph, opts);
+    planner::Decisions d;
+    PolicyOp policy = graph.getPolicy();
+    d.nsSplit = policy && policy.getNsSplit();
+
+    std::vector<step::UnitCost> costs;
+    for (UnitOp u : b.units) {
+      CostAttr c = u.getCost();
+      costs.push_back({c.getFwdFlops(), c.getBwdFlops(), c.getActBytes(),
+                       c.getRecompute()});
+    }
+    step::BuildOptions bo;
+    bo.tokens = tok;
+    bo.microbatches = microbatches;
+    if (fsdp2) {
+      bo.gatheredMuon = true;
+      for (const planner::Param &p : b.problem.params)
+        if (p.placement == planner::PlacementKind::RowShard && p.rank() == 2 &&
+            (p.role == planner::Role::HiddenMatrix ||
+             p.role == planner::Role::Expert))
+          bo.gatheredMuonParams.push_back(p.name);
+    }
+    // The step shares the module's symbol table with its graph.
+    step::Step s = step::buildStep(b.problem, opts, d, costs, bo,
+                                   graph.getSymName().str() + ".step");
+    OpBuilder builder(graph.getContext());
+    builder.setInsertionPointAfter(graph);
+    writeStep(builder, graph.getLoc(), s);
+    return success();
+  }
+};
+
+} // namespace
