@@ -152,4 +152,74 @@ def BuildStep : Pass<"mfsdp-build-step", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mfsdp::sched::SchedDialect"];
 }
 
+def BucketCollectives : Pass<"mfsdp-bucket-collectives", "::mlir::ModuleOp"> {
+  let summary = "Merge collectives issued together into flat buckets";
+  let description = [{
+    In every `sched.step`, collectives issued at the same point (a run of
+    adjacent synchronous collectives) that share kind, dtype-carrying
+    buffers, mesh axes, communicator and phase are merged, in execution
+    order, into buckets of at most `bucket-mb` MiB: one flat buffer with the
+    parameters at static offsets, so each gather or reduction is a single
+    collective. Owner chunks add up rank by rank, keeping every rank's
+    matrices contiguous so the gathered buffer needs no unpack copy.
+  }];
+  let options = [
+    Option<"bucketMB", "bucket-mb", "int64_t", /*default=*/"0",
+           "Largest bucket in MiB (0: no limit)">,
+  ];
+  let dependentDialects = ["::mfsdp::sched::SchedDialect"];
+}
+
+def ScheduleOverlap : Pass<"mfsdp-schedule-overlap", "::mlir::ModuleOp"> {
+  let summary = "Overlap collectives with compute: async start/wait, prefetch";
+  let description = [{
+    Splits every collective into an `async` start and a `sched.wait` just
+    before the first op that needs its buffers; prefetches gathers
+    `prefetch` groups ahead in forward and in backward (where the next
+    group's gather is issued before the current group's reduction, since
+    one communicator runs collectives in issue order), within
+    `max-inflight-mb` of gathered buffers alive at once; with
+    `gather-comm=separate` gathers get their own communicator. The
+    optimizer runs group by group in the order reductions land, each
+    group's kernels (Newton-Schulz included) starting once its reduction
+    has arrived.
+  }];
+  let options = [
+    Option<"prefetch", "prefetch", "int64_t", /*default=*/"1",
+           "Gather this many groups ahead (0: no prefetch)">,
+    Option<"maxInflightMB", "max-inflight-mb", "int64_t", /*default=*/"0",
+           "Cap on gathered MiB alive at once (0: no cap)">,
+    Option<"gatherComm", "gather-comm", "std::string", /*default=*/"\"shared\"",
+           "shared (one communicator) or separate (gathers on their own)">,
+  ];
+  let dependentDialects = ["::mfsdp::sched::SchedDialect"];
+}
+
+def PlanMemory : Pass<"mfsdp-plan-memory", "::mlir::ModuleOp"> {
+  let summary = "Place every buffer in a static per-rank arena";
+  let description = [{
+    Gives every `sched.alloc` an `offset` in its rank's arena, sharing space
+    between buffers whose lifetimes (alloc to dealloc, extended to the wait
+    of any collective using them) do not overlap, and records on the
+    `sched.step` the arena size and the exact peak of live bytes per rank.
+  }];
+  let dependentDialects = ["::mfsdp::sched::SchedDialect"];
+}
+
+def VerifySchedule : Pass<"mfsdp-verify-schedule", "::mlir::ModuleOp"> {
+  let summary = "Check a step for races, use after free, deadlocks and memory";
+  let description = [{
+    Fails with a diagnostic on the offending op if a buffer is used before
+    the wait of the collective that fills it, freed or overwritten while a
+    collective still uses it, used after it is freed; if a collective is
+    issued by one rank only (the ranks would issue different sequences on a
+    communicator and deadlock); if a collective is never waited for; or if
+    a rank's arena exceeds `memory-cap-mb`.
+  }];
+  let options = [
+    Option<"memoryCapMB", "memory-cap-mb", "int64_t", /*default=*/"0",
+           "Per-rank memory cap in MiB (0: none)">,
+  ];
+}
+
 #endif // MFSDP_PASSES_TD

@@ -163,7 +163,8 @@ StepOp mfsdp::writeStep(OpBuilder &b, Location loc, const step::Step &s) {
   auto stepOp = StepOp::create(b, loc, b.getStringAttr(s.name),
                                b.getI64IntegerAttr(s.world),
                                b.getI64IntegerAttr(s.tokens),
-                               b.getI64IntegerAttr(s.microbatches));
+                               b.getI64IntegerAttr(s.microbatches),
+                               DenseF64ArrayAttr(), DenseF64ArrayAttr());
   Block *body = new Block();
   stepOp.getBody().push_back(body);
   OpBuilder ib = OpBuilder::atBlockEnd(body);

@@ -12,7 +12,9 @@ def Sched_StepOp : Sched_Op<"step", [
   let description = [{
     A straight-line program every rank of the `world`-rank data-parallel
     group runs, in order. `tokens` is the tokens per rank per microbatch the
-    compute costs were scaled by.
+    compute costs were scaled by. Once memory is planned, `arena_bytes` and
+    `peak_bytes` give per rank the arena the buffer offsets need and the
+    most bytes live at once.
 
     ```mlir
     sched.step @tiny world 4 tokens 128 microbatches 1 {
@@ -25,10 +27,13 @@ def Sched_StepOp : Sched_Op<"step", [
     ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, I64Attr:$world,
-                       I64Attr:$tokens, I64Attr:$microbatches);
+                       I64Attr:$tokens, I64Attr:$microbatches,
+                       OptionalAttr<DenseF64ArrayAttr>:$arena_bytes,
+                       OptionalAttr<DenseF64ArrayAttr>:$peak_bytes);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $sym_name `world` $world `tokens` $tokens `microbatches` $microbatches
+    (`arena_bytes` $arena_bytes^)? (`peak_bytes` $peak_bytes^)?
     attr-dict-with-keyword $body
   }];
   let hasRegionVerifier = 1;

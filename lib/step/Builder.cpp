@@ -24,6 +24,15 @@ struct GroupInfo {
   double rowBytes = 0, rowPad = 0, ownedBytes = 0, replicatedBytes = 0;
   std::vector<double> chunks;           // owned bytes per rank
   std::vector<std::string> rowNames, ownedNames;
+  /// One unit's share of the group's collectives.
+  struct Piece {
+    int64_t unit = -1;
+    double rowBytes = 0;               // row shards, padded
+    double ownedBytes = 0;
+    std::vector<double> chunks;        // owned bytes per rank
+    std::vector<std::string> rowNames, ownedNames;
+  };
+  std::vector<Piece> pieces;           // one per unit, forward order
   // Buffers (indices into Step::buffers), -1 when the group has none.
   int64_t rowShard = -1, rowGrad = -1, ownedFull = -1, ownedLocal = -1,
           ownedGradFull = -1, replicatedBuf = -1, accum = -1, gathered = -1;
@@ -139,14 +148,32 @@ private:
       }
     }
     for (size_t u = 0; u < pr.units.size(); ++u) {
-      if (rowsPerUnit[u].empty())
-        continue;
-      double pad = pr.units[u].layout == planner::RowLayout::Flat
-                       ? planner::flatPadding(rowsPerUnit[u], S)
-                       : planner::perParamPadding(rowsPerUnit[u], S);
-      groups[pr.units[u].group].rowPad += pad;
-      if (pr.units[u].layout == planner::RowLayout::PerParam)
-        perParamUnits.insert(static_cast<int64_t>(u));
+      GroupInfo &g = groups[pr.units[u].group];
+      GroupInfo::Piece piece;
+      piece.unit = static_cast<int64_t>(u);
+      piece.chunks.assign(S, 0.0);
+      for (const Param *p : g.rows)
+        if (p->unit == static_cast<int64_t>(u)) {
+          piece.rowBytes += static_cast<double>(p->numElements()) * p->elemBytes;
+          piece.rowNames.push_back(p->name);
+        }
+      for (const Param *p : g.owned)
+        if (p->unit == static_cast<int64_t>(u)) {
+          double bytes = static_cast<double>(p->numElements()) * p->elemBytes;
+          piece.ownedBytes += bytes;
+          piece.chunks[std::clamp<int64_t>(p->ownerRank, 0, S - 1)] += bytes;
+          piece.ownedNames.push_back(p->name);
+        }
+      if (!rowsPerUnit[u].empty()) {
+        double pad = pr.units[u].layout == planner::RowLayout::Flat
+                         ? planner::flatPadding(rowsPerUnit[u], S)
+                         : planner::perParamPadding(rowsPerUnit[u], S);
+        g.rowPad += pad;
+        piece.rowBytes += pad;
+        if (pr.units[u].layout == planner::RowLayout::PerParam)
+          perParamUnits.insert(static_cast<int64_t>(u));
+      }
+      g.pieces.push_back(std::move(piece));
     }
   }
 
@@ -218,28 +245,37 @@ private:
     return g.rowBytes + g.rowPad + g.ownedBytes;
   }
 
+  /// One all-gather of rows and one all-gather-v of owner matrices per
+  /// unit, all at the group's first use; mfsdp-bucket-collectives merges
+  /// them.
   void gather(size_t gi, const char *why) {
     GroupInfo &g = groups[gi];
     g.gathered = alloc(fmt::format("gathered g{} ({})", gi, why),
                        gatheredBytes(g), false);
-    if (!g.rows.empty()) {
-      Op op = collective(CollKind::AllGather,
-                         fmt::format("all_gather rows g{} ({})", gi, why),
-                         g.rowShard, g.gathered, g.rowBytes + g.rowPad);
-      op.params = g.rowNames;
-      op.group = static_cast<int64_t>(gi);
-      st.ops.push_back(op);
-      copies(gi, /*out=*/true);
+    for (const GroupInfo::Piece &piece : g.pieces) {
+      const std::string &unit = pr.units[piece.unit].name;
+      if (piece.rowBytes > 0) {
+        Op op = collective(CollKind::AllGather,
+                           fmt::format("all_gather {} ({})", unit, why),
+                           g.rowShard, g.gathered, piece.rowBytes);
+        op.params = piece.rowNames;
+        op.group = static_cast<int64_t>(gi);
+        op.unit = piece.unit;
+        st.ops.push_back(op);
+      }
+      if (piece.ownedBytes > 0) {
+        Op op = collective(CollKind::AllGatherV,
+                           fmt::format("all_gather_v {} ({})", unit, why),
+                           g.ownedLocal, g.gathered, piece.ownedBytes);
+        op.chunks = piece.chunks;
+        op.params = piece.ownedNames;
+        op.group = static_cast<int64_t>(gi);
+        op.unit = piece.unit;
+        st.ops.push_back(op);
+      }
     }
-    if (!g.owned.empty()) {
-      Op op = collective(CollKind::AllGatherV,
-                         fmt::format("all_gather_v owners g{} ({})", gi, why),
-                         g.ownedLocal, g.gathered, g.ownedBytes);
-      op.chunks = g.chunks;
-      op.params = g.ownedNames;
-      op.group = static_cast<int64_t>(gi);
-      st.ops.push_back(op);
-    }
+    if (!g.rows.empty())
+      copies(gi, /*gatherSide=*/true);
   }
 
   /// FSDP2's per-parameter layout copies shards in and out of the flat
@@ -343,51 +379,54 @@ private:
     }
   }
 
+  /// Per unit, in backward order: reduce-scatter of rows (all-reduce under
+  /// ZeRO-1), reduce-scatter-v to the owners, and over dp_replicate an
+  /// all-reduce of what this rank keeps.
   void reduce(size_t gi, int64_t grads) {
     GroupInfo &g = groups[gi];
-    if (!g.rows.empty()) {
-      double bytes = g.rowBytes + g.rowPad;
+    if (!g.rows.empty())
       copies(gi, /*gatherSide=*/false);
-      Op op = o.zero >= 2
-                  ? collective(CollKind::ReduceScatter,
-                               fmt::format("reduce_scatter rows g{}", gi), grads,
-                               g.rowGrad, bytes)
-                  : collective(CollKind::AllReduce,
-                               fmt::format("all_reduce rows g{}", gi), grads,
-                               g.rowGrad, bytes);
-      op.params = g.rowNames;
-      op.group = static_cast<int64_t>(gi);
-      st.ops.push_back(op);
-      if (o.replicate > 1) {
-        Op hsdp = collective(CollKind::AllReduce,
-                             fmt::format("all_reduce rows g{} over replicas", gi),
-                             g.rowGrad, g.rowGrad,
-                             o.zero >= 2 ? bytes / S : bytes, true);
-        hsdp.group = static_cast<int64_t>(gi);
-        st.ops.push_back(hsdp);
+    for (auto it = g.pieces.rbegin(); it != g.pieces.rend(); ++it) {
+      const GroupInfo::Piece &piece = *it;
+      const std::string &unit = pr.units[piece.unit].name;
+      if (piece.rowBytes > 0) {
+        Op op = o.zero >= 2
+                    ? collective(CollKind::ReduceScatter,
+                                 fmt::format("reduce_scatter {}", unit), grads,
+                                 g.rowGrad, piece.rowBytes)
+                    : collective(CollKind::AllReduce,
+                                 fmt::format("all_reduce {}", unit), grads,
+                                 g.rowGrad, piece.rowBytes);
+        op.params = piece.rowNames;
+        op.group = static_cast<int64_t>(gi);
+        op.unit = piece.unit;
+        st.ops.push_back(op);
       }
-    }
-    if (!g.owned.empty()) {
-      Op op = o.zero >= 2
-                  ? collective(CollKind::ReduceScatterV,
-                               fmt::format("reduce_scatter_v owners g{}", gi),
-                               grads, g.ownedLocal, g.ownedBytes)
-                  : collective(CollKind::AllReduce,
-                               fmt::format("all_reduce owners g{}", gi), grads,
-                               g.ownedGradFull, g.ownedBytes);
-      if (o.zero >= 2)
-        op.chunks = g.chunks;
-      op.params = g.ownedNames;
-      op.group = static_cast<int64_t>(gi);
-      st.ops.push_back(op);
-      if (o.replicate > 1) {
-        // Each owner all-reduces its matrices with its replicas: the
-        // largest chunk bounds it.
-        double largest = *std::max_element(g.chunks.begin(), g.chunks.end());
+      if (piece.ownedBytes > 0) {
+        Op op = o.zero >= 2
+                    ? collective(CollKind::ReduceScatterV,
+                                 fmt::format("reduce_scatter_v {}", unit), grads,
+                                 g.ownedLocal, piece.ownedBytes)
+                    : collective(CollKind::AllReduce,
+                                 fmt::format("all_reduce owners {}", unit), grads,
+                                 g.ownedGradFull, piece.ownedBytes);
+        if (o.zero >= 2)
+          op.chunks = piece.chunks;
+        op.params = piece.ownedNames;
+        op.group = static_cast<int64_t>(gi);
+        op.unit = piece.unit;
+        st.ops.push_back(op);
+      }
+      if (o.replicate > 1 && (piece.rowBytes > 0 || piece.ownedBytes > 0)) {
+        // What this rank keeps: its row shard and the largest owner chunk.
+        double kept = (o.zero >= 2 ? piece.rowBytes / S : piece.rowBytes) +
+                      *std::max_element(piece.chunks.begin(), piece.chunks.end());
         Op hsdp = collective(CollKind::AllReduce,
-                             fmt::format("all_reduce owners g{} over replicas", gi),
-                             g.ownedLocal, g.ownedLocal, largest, true);
+                             fmt::format("all_reduce {} over replicas", unit),
+                             g.rowGrad >= 0 ? g.rowGrad : g.ownedLocal,
+                             g.rowGrad >= 0 ? g.rowGrad : g.ownedLocal, kept, true);
         hsdp.group = static_cast<int64_t>(gi);
+        hsdp.unit = piece.unit;
         st.ops.push_back(hsdp);
       }
     }

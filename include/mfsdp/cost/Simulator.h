@@ -1,0 +1,163 @@
+//===- Simulator.h - Cost model and step simulator --------------*- C++ -*-===//
+//
+// Predicts the time and memory of one training step (a step::Step program)
+// on a hardware profile: a cost model turns each op into a duration, and a
+// discrete-event simulation runs all ranks at once under the execution model
+// documented in mfsdp/step/Step.h (one compute stream per rank, one stream
+// per NCCL communicator shared by all ranks, issue events, synchronous and
+// asynchronous collectives, Waits).
+//
+// Every time this produces is a PREDICTION from the model's assumptions
+// (datasheet peaks times assumed efficiencies, an assumed NCCL latency and
+// bus-bandwidth model). Nothing here is measured; nothing here may be
+// reported as measured.
+//
+// No exceptions: invalid programs come back as SimResult::ok = false with a
+// message; suspicious but simulable ones as SimResult::issues.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MFSDP_COST_SIMULATOR_H
+#define MFSDP_COST_SIMULATOR_H
+
+#include "mfsdp/step/Step.h"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mfsdp::cost {
+
+/// Everything the predictions depend on. All rates are assumptions of the
+/// model (see lib/cost/Profiles.cpp for where each number comes from).
+struct SimProfile {
+  std::string name;           // "a100", "h100", "h100-ib", ...
+  std::string description;    // one line for reports
+  double gemmFlops = 0;       // peak dense bf16 FLOP/s (datasheet)
+  double gemmEfficiency = 1;  // fraction of peak that large GEMMs reach
+  double smallGemmFlops = 0;  // a kernel of this many FLOPs runs at half of
+                              // gemmEfficiency (see computeSeconds)
+  double hbmBytes = 0;        // peak HBM bandwidth, B/s (datasheet)
+  double hbmEfficiency = 1;   // fraction of it that streaming kernels reach
+  double launchSeconds = 0;   // per kernel / op launch overhead
+  double intraBusBytes = 0;   // NCCL bus bandwidth per GPU inside a node, B/s
+  double interBusBytes = 0;   // NCCL bus bandwidth per GPU between nodes, B/s
+  double intraHopSeconds = 0; // latency of one ring step inside a node
+  double interHopSeconds = 0; // latency of one ring step between nodes
+  double collBaseSeconds = 0; // fixed cost of any collective (launch, setup)
+  int gpusPerNode = 8;        // ranks that share the intra-node fabric
+};
+
+/// "a100" (8x A100-SXM4-80GB, NVLink3), "h100" (8x H100-SXM, NVLink4) and
+/// "h100-ib" (H100 nodes, one 400 Gb/s InfiniBand NIC per GPU, the
+/// data-parallel group placed one rank per node, so every DP collective of
+/// two or more ranks crosses InfiniBand). Order and contents are fixed.
+const std::vector<SimProfile> &simProfiles();
+/// nullptr if there is no profile of that name.
+const SimProfile *findSimProfile(std::string_view name);
+/// Empty if every rate of `p` is positive and finite and every efficiency is
+/// in (0, 1]; otherwise what is wrong.
+std::string validateProfile(const SimProfile &p);
+
+/// True if the collective crosses nodes: op.interNode, or a group larger
+/// than one node (op.ranks > p.gpusPerNode).
+bool isInterNode(const step::Op &op, const SimProfile &p);
+
+/// Compute and Optimizer ops:
+///   launchSeconds + max(flops / (gemmFlops * eff(flops)),
+///                       bytes / (hbmBytes * hbmEfficiency))
+/// with eff(f) = gemmEfficiency * f / (f + smallGemmFlops): small kernels are
+/// latency-bound. The FLOP term equals (flops + smallGemmFlops) /
+/// (gemmFlops * gemmEfficiency), and is 0 for flops = 0.
+/// 0 for every other kind.
+double computeSeconds(const step::Op &op, const SimProfile &p);
+
+/// Collectives, ring algorithms over W = op.ranks (0 s if W <= 1):
+///   bw = isInterNode ? interBusBytes : intraBusBytes,
+///   hop = isInterNode ? interHopSeconds : intraHopSeconds,
+///   lat = collBaseSeconds + (W-1) * hop;
+///   AllGather, ReduceScatter: lat + (W-1)/W * collBytes / bw;
+///   AllReduce: collBaseSeconds + 2(W-1) * hop + 2(W-1)/W * collBytes / bw;
+///   AllGatherV, ReduceScatterV: lat + (W-1) * max(chunks) / bw (every ring
+///     step forwards one chunk per rank and waits for the largest; with no
+///     chunks, even chunks of collBytes / W).
+/// 0 for every other kind.
+double collectiveSeconds(const step::Op &op, const SimProfile &p);
+
+/// computeSeconds or collectiveSeconds by kind; Wait, Alloc, Free: 0.
+double opSeconds(const step::Op &op, const SimProfile &p);
+
+struct OpTiming {
+  double start = -1, end = -1;
+};
+
+struct PhaseStats {
+  double begin = 0, end = 0; // span on the phase's slowest rank
+  double computeBusy = 0;    // its Compute/Optimizer durations in the span
+  double exposedComm = 0;    // span minus all compute in it: time the
+                             // compute stream sat waiting
+  int64_t rank = -1;         // the slowest rank (-1: the phase has no ops)
+  double span() const { return end - begin; }
+};
+
+struct SimResult {
+  bool ok = false;
+  std::string error;               // why the program cannot be simulated
+  std::vector<std::string> issues; // simulated anyway (double free, ...)
+
+  double stepSeconds = 0; // max over ranks of rankStepSeconds
+  PhaseStats forward, backward, optimizer;
+  double computeBusy = 0, exposedComm = 0; // whole step, slowest rank
+  int64_t slowestRank = -1;
+  std::vector<double> rankStepSeconds; // per rank: last op's end
+  std::vector<double> rankComputeBusy; // per rank
+  double peakBytes = 0;                // max over ranks
+  std::vector<double> rankPeakBytes;   // per rank
+  /// [rank][op]. Compute, Optimizer, Alloc, Free: the op on that rank's
+  /// compute stream. Wait: from reaching it to being released. Collective:
+  /// its interval on its communicator stream (the same on every rank).
+  /// Ops a rank skips (onlyRank): start = end = -1.
+  std::vector<std::vector<OpTiming>> timings;
+  double commBusy = 0; // total busy time of all communicator streams
+
+  const PhaseStats &phase(step::Phase p) const;
+};
+
+/// Empty if `s` can be simulated, else the first problem found: world >= 1;
+/// onlyRank in [-1, world), never on a collective; finite, non-negative
+/// flops/bytes/collBytes/chunks; collectives with ranks >= 1, comm >= 0 and
+/// chunks empty or one per rank; Wait naming an earlier Collective; Alloc
+/// and Free naming exactly one buffer; reads/writes in range.
+std::string validateStep(const step::Step &s);
+
+/// Simulates `s` on `p` (see Step.h for the execution model). Never throws;
+/// ok = false with `error` if the step or the profile is invalid.
+SimResult simulate(const step::Step &s, const SimProfile &p);
+
+/// Trace Event Format JSON (Perfetto, chrome://tracing): one process per rank
+/// (ranks 0 .. maxRanks-1), thread 0 the compute stream, thread 1+comm each
+/// communicator's stream; one "X" event per Compute, Optimizer, Wait and
+/// Collective op a rank runs (ts/dur in microseconds), and a "C" counter
+/// "live bytes" per rank (one sample at 0 and one per Alloc/Free).
+std::string chromeTrace(const step::Step &s, const SimResult &r,
+                        int64_t maxRanks = 8);
+
+/// Human-readable breakdown: forward/backward/optimizer/total (ms), exposed
+/// communication per phase and its share of compute, peak memory. Every time
+/// is labelled "predicted".
+std::string renderText(const step::Step &s, const SimResult &r,
+                       const SimProfile &p);
+
+/// The physical floor of the optimizer phase (PRODUCT.md): max over ranks of
+/// (sum of Optimizer ops' FLOPs / gemmFlops + their bytes / hbmBytes), at
+/// PEAK rates (no efficiency factors, no launch overhead).
+double optimizerFloorSeconds(const step::Step &s, const SimProfile &p);
+
+/// Floor of one phase's compute: max over ranks of the FLOPs of that phase's
+/// Compute and Optimizer ops / gemmFlops (peak; no memory term, no comm).
+double computeFloorSeconds(const step::Step &s, const SimProfile &p,
+                           step::Phase phase);
+
+} // namespace mfsdp::cost
+
+#endif // MFSDP_COST_SIMULATOR_H

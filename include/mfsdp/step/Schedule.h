@@ -1,0 +1,65 @@
+//===- Schedule.h - Bucketing, overlap, memory and verification -*- C++ -*-===//
+//
+// The schedule transformations of the step program, as plain C++; the
+// mfsdp-bucket-collectives, mfsdp-schedule-overlap, mfsdp-plan-memory and
+// mfsdp-verify-schedule passes call them.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MFSDP_STEP_SCHEDULE_H
+#define MFSDP_STEP_SCHEDULE_H
+
+#include "mfsdp/step/Step.h"
+
+#include <string>
+#include <vector>
+
+namespace mfsdp::step {
+
+/// Merges the synchronous collectives issued together (a run of adjacent
+/// collective ops) that share kind, mesh axes, communicator, buffers and
+/// phase into flat buckets of at most `limitBytes` (0: no limit); a bucket's
+/// owner chunks add up rank by rank, so each rank's chunk stays contiguous.
+/// Returns the number of collectives removed.
+int64_t bucketCollectives(Step &s, double limitBytes);
+
+struct OverlapOptions {
+  int64_t prefetch = 1;          // gather this many groups ahead (0: none)
+  double maxInflightBytes = 0;   // cap on gathered bytes alive (0: none)
+  bool separateGatherComm = false; // gathers on their own communicator
+};
+
+/// Splits every collective into an async start and a wait placed just
+/// before the first op that needs it; prefetches gathers `prefetch` groups
+/// ahead in forward and backward (in backward the gather of the next group
+/// is issued before the current group's reduce, as one communicator runs
+/// collectives in issue order); orders the optimizer so each group's
+/// kernels start when its reduction has landed.
+void scheduleOverlap(Step &s, const OverlapOptions &options);
+
+struct MemoryPlan {
+  std::vector<double> arenaBytes; // per rank: the arena the offsets need
+  std::vector<double> peakBytes;  // per rank: the most bytes live at once
+  std::vector<int64_t> peakOp;    // per rank: op after which the peak is live
+};
+
+/// Places every buffer at an offset of its rank's arena (Buffer::offset),
+/// sharing space between buffers whose lifetimes (alloc to free, extended
+/// to the wait of any collective using them) do not overlap. Buffers of
+/// different ranks (onlyRank) never conflict.
+MemoryPlan planMemory(Step &s, int64_t alignment = 256);
+
+struct ScheduleIssue {
+  int64_t op = -1;
+  std::string message;
+};
+
+/// Everything that would make the step wrong: a buffer used before the
+/// wait of the collective that fills it, or freed or overwritten while a
+/// collective still uses it; a buffer used after it is freed; a collective
+/// that only some ranks issue (a deadlock); a rank's arena over `capBytes`
+/// (0: no cap). Empty when the schedule is sound.
+std::vector<ScheduleIssue> verifySchedule(const Step &s, double capBytes);
+
+} // namespace mfsdp::step
+
+#endif // MFSDP_STEP_SCHEDULE_H

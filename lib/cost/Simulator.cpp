@@ -1,0 +1,702 @@
+//===- Simulator.cpp - Cost model and step simulator ----------------------===//
+//
+// The cost model (op durations) and the discrete-event simulation of one
+// step over all ranks at once, following the execution model of
+// mfsdp/step/Step.h. Every time produced here is a prediction.
+//
+//===----------------------------------------------------------------------===//
+#include "mfsdp/cost/Simulator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+#include <map>
+#include <set>
+#include <utility>
+
+namespace mfsdp::cost {
+
+using step::CollKind;
+using step::Op;
+using step::OpKind;
+using step::Phase;
+using step::Step;
+
+//===----------------------------------------------------------------------===//
+// Cost model
+//===----------------------------------------------------------------------===//
+
+bool isInterNode(const Op &op, const SimProfile &p) {
+  return op.interNode || op.ranks > static_cast<int64_t>(p.gpusPerNode);
+}
+
+double computeSeconds(const Op &op, const SimProfile &p) {
+  if (op.kind != OpKind::Compute && op.kind != OpKind::Optimizer)
+    return 0;
+  // flops / (gemmFlops * gemmEfficiency * f / (f + small))
+  //   = (f + small) / (gemmFlops * gemmEfficiency), and 0 without FLOPs.
+  double flopTime = op.flops > 0 ? (op.flops + p.smallGemmFlops) /
+                                       (p.gemmFlops * p.gemmEfficiency)
+                                 : 0.0;
+  double byteTime =
+      op.bytes > 0 ? op.bytes / (p.hbmBytes * p.hbmEfficiency) : 0.0;
+  return p.launchSeconds + std::max(flopTime, byteTime);
+}
+
+double collectiveSeconds(const Op &op, const SimProfile &p) {
+  if (op.kind != OpKind::Collective || op.ranks <= 1)
+    return 0;
+  bool inter = isInterNode(op, p);
+  double bw = inter ? p.interBusBytes : p.intraBusBytes;
+  double hop = inter ? p.interHopSeconds : p.intraHopSeconds;
+  double w = static_cast<double>(op.ranks);
+  double steps = w - 1; // ring steps of one pass
+  double lat = p.collBaseSeconds + steps * hop;
+  switch (op.coll) {
+  case CollKind::AllGather:
+  case CollKind::ReduceScatter:
+    return lat + steps / w * op.collBytes / bw;
+  case CollKind::AllReduce:
+    // Reduce-scatter then all-gather: two passes around the ring.
+    return p.collBaseSeconds + 2 * steps * hop +
+           2 * steps / w * op.collBytes / bw;
+  case CollKind::AllGatherV:
+  case CollKind::ReduceScatterV: {
+    double largest = op.collBytes / w; // even chunks when none are given
+    if (!op.chunks.empty())
+      largest = *std::max_element(op.chunks.begin(), op.chunks.end());
+    return lat + steps * largest / bw;
+  }
+  }
+  return 0;
+}
+
+double opSeconds(const Op &op, const SimProfile &p) {
+  switch (op.kind) {
+  case OpKind::Compute:
+  case OpKind::Optimizer:
+    return computeSeconds(op, p);
+  case OpKind::Collective:
+    return collectiveSeconds(op, p);
+  case OpKind::Wait:
+  case OpKind::Alloc:
+  case OpKind::Free:
+    return 0;
+  }
+  return 0;
+}
+
+const PhaseStats &SimResult::phase(Phase p) const {
+  switch (p) {
+  case Phase::Forward:
+    return forward;
+  case Phase::Backward:
+    return backward;
+  case Phase::Optimizer:
+    return optimizer;
+  }
+  return forward;
+}
+
+//===----------------------------------------------------------------------===//
+// Validation
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+bool finiteNonNegative(double v) { return std::isfinite(v) && v >= 0; }
+
+std::string opLabel(const Step &s, size_t i) {
+  return fmt::format("op {} ({} '{}')", i, step::opKindName(s.ops[i].kind),
+                     s.ops[i].name);
+}
+
+bool runsOn(const Op &op, int64_t rank) {
+  return op.onlyRank < 0 || op.onlyRank == rank;
+}
+
+} // namespace
+
+std::string validateStep(const Step &s) {
+  if (s.world < 1)
+    return fmt::format("step '{}': world must be at least 1, got {}", s.name,
+                       s.world);
+  for (size_t b = 0; b < s.buffers.size(); ++b)
+    if (!finiteNonNegative(s.buffers[b].bytes))
+      return fmt::format("buffer {} '{}': bytes must be non-negative and "
+                         "finite, got {}",
+                         b, s.buffers[b].name, s.buffers[b].bytes);
+  const int64_t numBuffers = static_cast<int64_t>(s.buffers.size());
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    const Op &op = s.ops[i];
+    if (op.onlyRank < -1 || op.onlyRank >= s.world)
+      return fmt::format("{}: onlyRank {} is outside [-1, {})", opLabel(s, i),
+                         op.onlyRank, s.world);
+    if (!finiteNonNegative(op.flops) || !finiteNonNegative(op.bytes) ||
+        !finiteNonNegative(op.collBytes))
+      return fmt::format("{}: flops, bytes and collBytes must be non-negative "
+                         "and finite",
+                         opLabel(s, i));
+    for (const auto *list : {&op.reads, &op.writes})
+      for (int64_t b : *list)
+        if (b < 0 || b >= numBuffers)
+          return fmt::format("{}: buffer index {} is out of range (the step "
+                             "has {} buffers)",
+                             opLabel(s, i), b, numBuffers);
+    switch (op.kind) {
+    case OpKind::Compute:
+    case OpKind::Optimizer:
+      break;
+    case OpKind::Collective:
+      if (op.onlyRank >= 0)
+        return fmt::format("{}: a collective cannot run on one rank only "
+                           "(onlyRank {})",
+                           opLabel(s, i), op.onlyRank);
+      if (op.ranks < 1)
+        return fmt::format("{}: ranks must be at least 1, got {}",
+                           opLabel(s, i), op.ranks);
+      if (op.comm < 0)
+        return fmt::format("{}: comm must be non-negative, got {}",
+                           opLabel(s, i), op.comm);
+      if (!op.chunks.empty() &&
+          static_cast<int64_t>(op.chunks.size()) != op.ranks)
+        return fmt::format("{}: {} chunks for {} ranks", opLabel(s, i),
+                           op.chunks.size(), op.ranks);
+      for (double c : op.chunks)
+        if (!finiteNonNegative(c))
+          return fmt::format("{}: chunk sizes must be non-negative and "
+                             "finite, got {}",
+                             opLabel(s, i), c);
+      break;
+    case OpKind::Wait: {
+      if (op.waitFor < 0 || op.waitFor >= static_cast<int64_t>(i))
+        return fmt::format("{}: waitFor {} does not name an earlier op",
+                           opLabel(s, i), op.waitFor);
+      const Op &target = s.ops[op.waitFor];
+      if (target.kind != OpKind::Collective)
+        return fmt::format("{}: waitFor {} names '{}', a {} op, not a "
+                           "collective",
+                           opLabel(s, i), op.waitFor, target.name,
+                           step::opKindName(target.kind));
+      break;
+    }
+    case OpKind::Alloc:
+    case OpKind::Free:
+      if (op.writes.size() != 1)
+        return fmt::format("{}: must name exactly one buffer in writes, "
+                           "names {}",
+                           opLabel(s, i), op.writes.size());
+      break;
+    }
+  }
+  return "";
+}
+
+//===----------------------------------------------------------------------===//
+// Memory
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Live bytes of one rank, walked in program order (Alloc and Free run on
+/// the compute stream, so program order is time order).
+class RankMemory {
+public:
+  enum class Event {
+    Ok,
+    AllocPersistent, // Alloc of a persistent buffer: ignored
+    AllocLive,       // Alloc of a live buffer: ignored
+    FreePersistent,  // Free of a persistent buffer: ignored
+    FreeTwice,       // Free of a freed buffer: ignored
+    FreeUnallocated, // Free of a buffer never allocated: ignored
+  };
+
+  explicit RankMemory(const Step &s) : state(s.buffers.size(), Never) {
+    for (const auto &b : s.buffers)
+      if (b.persistent)
+        live += b.bytes;
+    peak = live;
+  }
+
+  Event apply(const Step &s, const Op &op) {
+    int64_t b = op.writes.front();
+    const step::Buffer &buf = s.buffers[b];
+    if (op.kind == OpKind::Alloc) {
+      if (buf.persistent)
+        return Event::AllocPersistent;
+      if (state[b] == Live)
+        return Event::AllocLive;
+      state[b] = Live;
+      live += buf.bytes;
+      peak = std::max(peak, live);
+      return Event::Ok;
+    }
+    if (buf.persistent)
+      return Event::FreePersistent;
+    if (state[b] == Freed)
+      return Event::FreeTwice;
+    if (state[b] == Never)
+      return Event::FreeUnallocated;
+    state[b] = Freed;
+    live -= buf.bytes;
+    return Event::Ok;
+  }
+
+  bool isLive(size_t b) const { return state[b] == Live; }
+  double live = 0, peak = 0;
+
+private:
+  enum State : char { Never, Live, Freed };
+  std::vector<char> state;
+};
+
+std::string memoryIssue(const Step &s, size_t i, RankMemory::Event e,
+                        int64_t rank) {
+  const std::string &buf = s.buffers[s.ops[i].writes.front()].name;
+  const char *what = "";
+  switch (e) {
+  case RankMemory::Event::Ok:
+    return "";
+  case RankMemory::Event::AllocPersistent:
+    what = "allocates persistent buffer '{}' (always live; ignored)";
+    break;
+  case RankMemory::Event::AllocLive:
+    what = "allocates buffer '{}' which is already live (ignored)";
+    break;
+  case RankMemory::Event::FreePersistent:
+    what = "frees persistent buffer '{}' (always live; ignored)";
+    break;
+  case RankMemory::Event::FreeTwice:
+    what = "frees buffer '{}' a second time (ignored)";
+    break;
+  case RankMemory::Event::FreeUnallocated:
+    what = "frees buffer '{}' which was never allocated (ignored)";
+    break;
+  }
+  return fmt::format("{}: {} on rank {}", opLabel(s, i),
+                     fmt::format(fmt::runtime(what), buf), rank);
+}
+
+//===----------------------------------------------------------------------===//
+// Simulation
+//===----------------------------------------------------------------------===//
+
+int phaseIndex(Phase p) { return static_cast<int>(p); }
+
+/// One phase on one rank: the compute-stream span of its ops, its own
+/// compute, and all compute (any phase) inside the span.
+struct PhaseAcc {
+  bool seen = false;
+  double begin = 0, end = 0, busy = 0;
+  double cumAtBegin = 0, cumAtEnd = 0;
+};
+
+} // namespace
+
+SimResult simulate(const Step &s, const SimProfile &p) {
+  SimResult r;
+  r.error = validateProfile(p);
+  if (r.error.empty())
+    r.error = validateStep(s);
+  if (!r.error.empty())
+    return r;
+  r.ok = true;
+
+  const int64_t world = s.world;
+  const size_t n = s.ops.size();
+  std::vector<double> clock(world, 0.0), busy(world, 0.0), last(world, 0.0);
+  std::map<int64_t, double> commClock;
+  std::vector<double> collEnd(n, 0.0);
+  std::vector<char> waited(n, 0);
+  r.timings.assign(world, std::vector<OpTiming>(n));
+  std::vector<RankMemory> memory(world, RankMemory(s));
+  std::set<size_t> memoryIssueOps;
+  std::vector<PhaseAcc> phases[3];
+  for (auto &v : phases)
+    v.assign(world, PhaseAcc());
+
+  // Records an op's compute-stream interval [a, b] and its own compute `d`
+  // on rank `rank`.
+  auto account = [&](const Op &op, int64_t rank, double a, double b, double d) {
+    PhaseAcc &pa = phases[phaseIndex(op.phase)][rank];
+    if (!pa.seen) {
+      pa.seen = true;
+      pa.begin = a;
+      pa.cumAtBegin = busy[rank];
+    }
+    busy[rank] += d;
+    pa.busy += d;
+    pa.end = b;
+    pa.cumAtEnd = busy[rank];
+    last[rank] = std::max(last[rank], b);
+  };
+
+  for (size_t i = 0; i < n; ++i) {
+    const Op &op = s.ops[i];
+    switch (op.kind) {
+    case OpKind::Compute:
+    case OpKind::Optimizer:
+    case OpKind::Alloc:
+    case OpKind::Free: {
+      double d = opSeconds(op, p);
+      for (int64_t rank = 0; rank < world; ++rank) {
+        if (!runsOn(op, rank))
+          continue;
+        double a = clock[rank], b = a + d;
+        r.timings[rank][i] = {a, b};
+        clock[rank] = b;
+        account(op, rank, a, b, d);
+        if (op.kind == OpKind::Alloc || op.kind == OpKind::Free) {
+          RankMemory::Event e = memory[rank].apply(s, op);
+          if (e != RankMemory::Event::Ok && memoryIssueOps.insert(i).second)
+            r.issues.push_back(memoryIssue(s, i, e, rank));
+        }
+      }
+      break;
+    }
+    case OpKind::Wait: {
+      waited[op.waitFor] = 1;
+      double until = collEnd[op.waitFor];
+      for (int64_t rank = 0; rank < world; ++rank) {
+        if (!runsOn(op, rank))
+          continue;
+        double a = clock[rank], b = std::max(a, until);
+        r.timings[rank][i] = {a, b};
+        clock[rank] = b;
+        account(op, rank, a, b, 0);
+      }
+      break;
+    }
+    case OpKind::Collective: {
+      double d = opSeconds(op, p);
+      double issued = *std::max_element(clock.begin(), clock.end());
+      double &stream = commClock[op.comm];
+      double start = std::max(stream, issued);
+      double end = start + d;
+      stream = end;
+      collEnd[i] = end;
+      r.commBusy += d;
+      for (int64_t rank = 0; rank < world; ++rank) {
+        r.timings[rank][i] = {start, end};
+        double a = clock[rank];
+        double b = op.async ? a : std::max(a, end);
+        clock[rank] = b;
+        account(op, rank, a, b, 0);
+        last[rank] = std::max(last[rank], end);
+      }
+      if (!op.chunks.empty()) {
+        double sum = 0;
+        for (double c : op.chunks)
+          sum += c;
+        if (std::fabs(sum - op.collBytes) >
+            1e-9 * std::max(1.0, std::fabs(op.collBytes)))
+          r.issues.push_back(fmt::format(
+              "{}: chunks sum to {} bytes but collBytes is {} (the time uses "
+              "the largest chunk)",
+              opLabel(s, i), sum, op.collBytes));
+      }
+      break;
+    }
+    }
+  }
+
+  for (size_t i = 0; i < n; ++i)
+    if (s.ops[i].kind == OpKind::Collective && s.ops[i].async && !waited[i])
+      r.issues.push_back(fmt::format(
+          "{}: asynchronous collective is never waited for", opLabel(s, i)));
+  for (size_t b = 0; b < s.buffers.size(); ++b)
+    for (int64_t rank = 0; rank < world; ++rank)
+      if (memory[rank].isLive(b)) {
+        r.issues.push_back(fmt::format("buffer {} '{}' is allocated but never "
+                                       "freed (live to the end of the step, "
+                                       "rank {})",
+                                       b, s.buffers[b].name, rank));
+        break;
+      }
+
+  // Per-rank totals and the slowest rank (lowest index on ties).
+  r.rankStepSeconds = last;
+  r.rankComputeBusy = busy;
+  r.rankPeakBytes.resize(world);
+  for (int64_t rank = 0; rank < world; ++rank) {
+    r.rankPeakBytes[rank] = memory[rank].peak;
+    r.peakBytes = std::max(r.peakBytes, memory[rank].peak);
+    if (r.slowestRank < 0 || last[rank] > r.stepSeconds) {
+      r.slowestRank = rank;
+      r.stepSeconds = last[rank];
+    }
+  }
+  r.computeBusy = busy[r.slowestRank];
+  r.exposedComm = std::max(0.0, r.stepSeconds - r.computeBusy);
+
+  // Phases: the rank with the longest span of the phase (lowest on ties).
+  for (Phase ph : {Phase::Forward, Phase::Backward, Phase::Optimizer}) {
+    PhaseStats &out = ph == Phase::Forward    ? r.forward
+                      : ph == Phase::Backward ? r.backward
+                                              : r.optimizer;
+    const auto &v = phases[phaseIndex(ph)];
+    for (int64_t rank = 0; rank < world; ++rank) {
+      const PhaseAcc &pa = v[rank];
+      if (!pa.seen)
+        continue;
+      if (out.rank >= 0 && pa.end - pa.begin <= out.end - out.begin)
+        continue;
+      out.rank = rank;
+      out.begin = pa.begin;
+      out.end = pa.end;
+      out.computeBusy = pa.busy;
+      out.exposedComm =
+          std::max(0.0, (pa.end - pa.begin) - (pa.cumAtEnd - pa.cumAtBegin));
+    }
+  }
+  return r;
+}
+
+//===----------------------------------------------------------------------===//
+// Floors
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// max over ranks of sum over matching ops of cost(op).
+template <typename Pred, typename Cost>
+double maxOverRanks(const Step &s, Pred matches, Cost cost) {
+  if (s.world < 1)
+    return 0;
+  double everyone = 0;
+  std::vector<double> own(s.world, 0.0);
+  for (const Op &op : s.ops) {
+    if (!matches(op))
+      continue;
+    if (op.onlyRank < 0)
+      everyone += cost(op);
+    else if (op.onlyRank < s.world)
+      own[op.onlyRank] += cost(op);
+  }
+  return everyone + *std::max_element(own.begin(), own.end());
+}
+
+} // namespace
+
+double optimizerFloorSeconds(const Step &s, const SimProfile &p) {
+  return maxOverRanks(
+      s, [](const Op &op) { return op.kind == OpKind::Optimizer; },
+      [&](const Op &op) {
+        return op.flops / p.gemmFlops + op.bytes / p.hbmBytes;
+      });
+}
+
+double computeFloorSeconds(const Step &s, const SimProfile &p, Phase phase) {
+  return maxOverRanks(
+      s,
+      [&](const Op &op) {
+        return op.phase == phase &&
+               (op.kind == OpKind::Compute || op.kind == OpKind::Optimizer);
+      },
+      [&](const Op &op) { return op.flops / p.gemmFlops; });
+}
+
+//===----------------------------------------------------------------------===//
+// Chrome trace
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+std::string jsonString(std::string_view v) {
+  std::string out = "\"";
+  for (char c : v) {
+    switch (c) {
+    case '"':
+      out += "\\\"";
+      break;
+    case '\\':
+      out += "\\\\";
+      break;
+    case '\n':
+      out += "\\n";
+      break;
+    case '\t':
+      out += "\\t";
+      break;
+    case '\r':
+      out += "\\r";
+      break;
+    default:
+      if (static_cast<unsigned char>(c) < 0x20)
+        out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
+      else
+        out += c;
+    }
+  }
+  out += '"';
+  return out;
+}
+
+/// A JSON number (finite; non-finite values become 0).
+std::string jsonNumber(double v) {
+  if (!std::isfinite(v))
+    return "0";
+  return fmt::format("{}", v);
+}
+
+std::string micros(double seconds) {
+  return fmt::format("{:.3f}", seconds * 1e6);
+}
+
+} // namespace
+
+std::string chromeTrace(const Step &s, const SimResult &r, int64_t maxRanks) {
+  std::string out = "{\"traceEvents\":[";
+  bool first = true;
+  auto emit = [&](const std::string &event) {
+    out += first ? "\n" : ",\n";
+    out += event;
+    first = false;
+  };
+  auto finish = [&](std::string_view error) {
+    out += "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"step\":";
+    out += jsonString(s.name);
+    out += ",\"note\":\"predicted by the mfsdp cost model, not measured\"";
+    if (!error.empty()) {
+      out += ",\"error\":";
+      out += jsonString(error);
+    }
+    out += "}}\n";
+    return out;
+  };
+  if (!r.ok)
+    return finish(r.error.empty() ? "simulation failed" : r.error);
+  if (static_cast<int64_t>(r.timings.size()) != s.world ||
+      (!r.timings.empty() && r.timings.front().size() != s.ops.size()))
+    return finish("the result does not belong to this step");
+
+  int64_t shown = maxRanks <= 0 ? s.world : std::min(maxRanks, s.world);
+  std::set<int64_t> comms;
+  for (const Op &op : s.ops)
+    if (op.kind == OpKind::Collective)
+      comms.insert(op.comm);
+
+  for (int64_t rank = 0; rank < shown; ++rank) {
+    emit(fmt::format("{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},"
+                     "\"tid\":0,\"args\":{{\"name\":\"rank {}\"}}}}",
+                     rank, rank));
+    emit(fmt::format("{{\"name\":\"process_sort_index\",\"ph\":\"M\","
+                     "\"pid\":{},\"tid\":0,\"args\":{{\"sort_index\":{}}}}}",
+                     rank, rank));
+    emit(fmt::format("{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},"
+                     "\"tid\":0,\"args\":{{\"name\":\"compute stream\"}}}}",
+                     rank));
+    for (int64_t c : comms)
+      emit(fmt::format("{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},"
+                       "\"tid\":{},\"args\":{{\"name\":\"comm {}\"}}}}",
+                       rank, c + 1, c));
+  }
+
+  for (int64_t rank = 0; rank < shown; ++rank) {
+    RankMemory memory(s);
+    emit(fmt::format("{{\"name\":\"live bytes\",\"ph\":\"C\",\"pid\":{},"
+                     "\"ts\":0.000,\"args\":{{\"bytes\":{}}}}}",
+                     rank, jsonNumber(memory.live)));
+    for (size_t i = 0; i < s.ops.size(); ++i) {
+      const Op &op = s.ops[i];
+      const OpTiming &t = r.timings[rank][i];
+      if (!runsOn(op, rank) || t.start < 0)
+        continue;
+      if (op.kind == OpKind::Alloc || op.kind == OpKind::Free) {
+        if (memory.apply(s, op) == RankMemory::Event::Ok)
+          emit(fmt::format("{{\"name\":\"live bytes\",\"ph\":\"C\",\"pid\":{},"
+                           "\"ts\":{},\"args\":{{\"bytes\":{}}}}}",
+                           rank, micros(t.end), jsonNumber(memory.live)));
+        continue;
+      }
+      int64_t tid = op.kind == OpKind::Collective ? op.comm + 1 : 0;
+      std::string args = fmt::format(
+          "\"phase\":{},\"kind\":{},\"flops\":{},\"bytes\":{},\"collBytes\":{}",
+          jsonString(step::phaseName(op.phase)),
+          jsonString(op.kind == OpKind::Collective ? step::collKindName(op.coll)
+                                                   : step::opKindName(op.kind)),
+          jsonNumber(op.flops), jsonNumber(op.bytes), jsonNumber(op.collBytes));
+      if (op.kind == OpKind::Collective)
+        args += fmt::format(",\"ranks\":{},\"comm\":{},\"async\":{}", op.ranks,
+                            op.comm, op.async ? "true" : "false");
+      if (op.kind == OpKind::Wait)
+        args += fmt::format(",\"waitFor\":{}", op.waitFor);
+      emit(fmt::format("{{\"name\":{},\"cat\":{},\"ph\":\"X\",\"pid\":{},"
+                       "\"tid\":{},\"ts\":{},\"dur\":{},\"args\":{{{}}}}}",
+                       jsonString(op.name),
+                       jsonString(step::phaseName(op.phase)), rank, tid,
+                       micros(t.start), micros(t.end - t.start), args));
+    }
+  }
+  return finish("");
+}
+
+//===----------------------------------------------------------------------===//
+// Text report
+//===----------------------------------------------------------------------===//
+
+std::string renderText(const Step &s, const SimResult &r, const SimProfile &p) {
+  std::string out = fmt::format(
+      "step '{}' on '{}' ({}), {} ranks\n"
+      "all times are predicted by the mfsdp cost model, not measured\n",
+      s.name, p.name, p.description, s.world);
+  if (!r.ok) {
+    out += fmt::format("cannot simulate: {}\n", r.error);
+    return out;
+  }
+  auto ms = [](double seconds) { return seconds * 1e3; };
+  auto share = [](double exposed, double busy) -> std::string {
+    if (busy <= 0)
+      return exposed > 0 ? "n/a" : "0.0%";
+    return fmt::format("{:.1f}%", 100.0 * exposed / busy);
+  };
+  auto line = [&](std::string_view label, double span, double busy,
+                  double exposed, int64_t rank) {
+    out += fmt::format("  {:<10} predicted {:>11.3f} ms  compute {:>11.3f} ms"
+                       "  exposed comm {:>11.3f} ms ({} of compute)",
+                       label, ms(span), ms(busy), ms(exposed),
+                       share(exposed, busy));
+    if (rank >= 0)
+      out += fmt::format("  [rank {}]", rank);
+    out += "\n";
+  };
+  for (Phase ph : {Phase::Forward, Phase::Backward, Phase::Optimizer}) {
+    const PhaseStats &st = r.phase(ph);
+    line(step::phaseName(ph), st.span(), st.computeBusy, st.exposedComm,
+         st.rank);
+  }
+  line("total", r.stepSeconds, r.computeBusy, r.exposedComm, r.slowestRank);
+
+  if (!r.rankStepSeconds.empty()) {
+    auto [lo, hi] =
+        std::minmax_element(r.rankStepSeconds.begin(), r.rankStepSeconds.end());
+    out += fmt::format("  predicted step per rank: {:.3f} .. {:.3f} ms\n",
+                       ms(*lo), ms(*hi));
+  }
+  out += fmt::format("  predicted communicator streams busy: {:.3f} ms\n",
+                     ms(r.commBusy));
+  out += fmt::format(
+      "  predicted optimizer floor (peak rates, PRODUCT.md): {:.3f} ms\n",
+      ms(optimizerFloorSeconds(s, p)));
+
+  constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+  if (!r.rankPeakBytes.empty()) {
+    // First rank on ties, both ways.
+    auto hi = std::max_element(r.rankPeakBytes.begin(), r.rankPeakBytes.end());
+    auto lo = std::min_element(r.rankPeakBytes.begin(), r.rankPeakBytes.end());
+    out += fmt::format("  peak memory per rank: {:.3f} GiB (rank {}), lowest "
+                       "{:.3f} GiB (rank {})\n",
+                       *hi / GiB, hi - r.rankPeakBytes.begin(), *lo / GiB,
+                       lo - r.rankPeakBytes.begin());
+  }
+  if (!r.issues.empty()) {
+    out += fmt::format("  {} issue(s):\n", r.issues.size());
+    for (const auto &issue : r.issues)
+      out += fmt::format("    {}\n", issue);
+  }
+  return out;
+}
+
+} // namespace mfsdp::cost

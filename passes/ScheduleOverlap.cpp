@@ -1,0 +1,48 @@
+//===- ScheduleOverlap.cpp - mfsdp-schedule-overlap -----------------------===//
+#include "passes/Passes.h"
+#include "passes/StepBridge.h"
+
+#include "mfsdp/step/Schedule.h"
+
+namespace mfsdp {
+#define GEN_PASS_DEF_SCHEDULEOVERLAP
+#include "passes/Passes.h.inc"
+} // namespace mfsdp
+
+using namespace mlir;
+using namespace mfsdp;
+
+namespace {
+struct ScheduleOverlapPass
+    : public mfsdp::impl::ScheduleOverlapBase<ScheduleOverlapPass> {
+  using Base::Base;
+  void runOnOperation() override {
+    step::OverlapOptions o;
+    if (prefetch < 0 || maxInflightMB < 0) {
+      getOperation().emitError("prefetch and max-inflight-mb must be >= 0");
+      return signalPassFailure();
+    }
+    if (gatherComm != "shared" && gatherComm != "separate") {
+      getOperation().emitError("unknown gather-comm '")
+          << gatherComm.getValue() << "'; expected shared or separate";
+      return signalPassFailure();
+    }
+    o.prefetch = prefetch;
+    o.maxInflightBytes = static_cast<double>(maxInflightMB) * 1024 * 1024;
+    o.separateGatherComm = gatherComm == "separate";
+    SmallVector<sched::StepOp> steps(getOperation().getOps<sched::StepOp>());
+    for (sched::StepOp op : steps) {
+      step::Step s;
+      if (failed(readStep(op, s)))
+        return signalPassFailure();
+      for (const step::Op &x : s.ops)
+        if (x.kind == step::OpKind::Collective && x.async) {
+          op.emitError("is already scheduled (it has async collectives)");
+          return signalPassFailure();
+        }
+      step::scheduleOverlap(s, o);
+      replaceStep(op, s);
+    }
+  }
+};
+} // namespace

@@ -1,0 +1,770 @@
+//===- SimulatorTest.cpp - Cost model and step simulator, by hand ---------===//
+//
+// Every expected value is worked out by hand in a comment from the round
+// profile `P` below, not computed by the code under test.
+//
+//===----------------------------------------------------------------------===//
+#include "mfsdp/cost/Simulator.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace mfsdp;
+using namespace mfsdp::cost;
+using step::CollKind;
+using step::Op;
+using step::OpKind;
+using step::Phase;
+using step::Step;
+
+namespace {
+
+// Round numbers: 1 TFLOP/s, 100 GB/s HBM, 10 GB/s inside a node, 1 GB/s
+// between nodes, perfect efficiencies, no launch or latency costs.
+SimProfile P() {
+  SimProfile p;
+  p.name = "round";
+  p.gemmFlops = 1e12;
+  p.gemmEfficiency = 1;
+  p.smallGemmFlops = 0;
+  p.hbmBytes = 1e11;
+  p.hbmEfficiency = 1;
+  p.launchSeconds = 0;
+  p.intraBusBytes = 1e10;
+  p.interBusBytes = 1e9;
+  p.intraHopSeconds = 0;
+  p.interHopSeconds = 0;
+  p.collBaseSeconds = 0;
+  p.gpusPerNode = 8;
+  return p;
+}
+
+constexpr double kTol = 1e-12;
+
+Op compute(double flops, double bytes = 0, Phase ph = Phase::Forward,
+           int64_t onlyRank = -1, const std::string &name = "compute") {
+  Op op;
+  op.kind = OpKind::Compute;
+  op.phase = ph;
+  op.name = name;
+  op.flops = flops;
+  op.bytes = bytes;
+  op.onlyRank = onlyRank;
+  return op;
+}
+
+Op optimizer(double flops, double bytes = 0, int64_t onlyRank = -1) {
+  Op op = compute(flops, bytes, Phase::Optimizer, onlyRank, "optimizer");
+  op.kind = OpKind::Optimizer;
+  return op;
+}
+
+Op coll(CollKind kind, int64_t ranks, double collBytes, bool async = false,
+        int64_t comm = 0, Phase ph = Phase::Forward) {
+  Op op;
+  op.kind = OpKind::Collective;
+  op.phase = ph;
+  op.name = std::string(step::collKindName(kind));
+  op.coll = kind;
+  op.ranks = ranks;
+  op.collBytes = collBytes;
+  op.async = async;
+  op.comm = comm;
+  op.meshAxes = {"dp_shard"};
+  return op;
+}
+
+Op wait(int64_t waitFor, Phase ph = Phase::Forward) {
+  Op op;
+  op.kind = OpKind::Wait;
+  op.phase = ph;
+  op.name = "wait";
+  op.waitFor = waitFor;
+  return op;
+}
+
+Op mem(OpKind kind, int64_t buffer, int64_t onlyRank = -1) {
+  Op op;
+  op.kind = kind;
+  op.name = kind == OpKind::Alloc ? "alloc" : "free";
+  op.writes = {buffer};
+  op.onlyRank = onlyRank;
+  return op;
+}
+
+Step program(int64_t world, std::vector<Op> ops) {
+  Step s;
+  s.name = "test";
+  s.world = world;
+  s.ops = std::move(ops);
+  return s;
+}
+
+//===----------------------------------------------------------------------===//
+// Cost model
+//===----------------------------------------------------------------------===//
+
+TEST(CostModel, ComputeIsFlopsOrBytesBound) {
+  // 2e12 FLOPs / 1e12 = 2 s; 1e10 B / 1e11 = 0.1 s -> 2 s.
+  EXPECT_NEAR(computeSeconds(compute(2e12, 1e10), P()), 2.0, kTol);
+  // 1e9 FLOPs = 1 ms; 5e10 B / 1e11 = 0.5 s -> 0.5 s.
+  EXPECT_NEAR(computeSeconds(compute(1e9, 5e10), P()), 0.5, kTol);
+  // Optimizer ops use the same formula.
+  EXPECT_NEAR(computeSeconds(optimizer(0, 3e11), P()), 3.0, kTol);
+  // Launch overhead is added once: 1 ms + 2 s.
+  SimProfile p = P();
+  p.launchSeconds = 1e-3;
+  EXPECT_NEAR(computeSeconds(compute(2e12, 1e10), p), 2.001, kTol);
+  // An empty op costs the launch only.
+  EXPECT_NEAR(computeSeconds(compute(0, 0), p), 1e-3, kTol);
+  // Efficiencies: 50% GEMM, 50% HBM: 2e12 / 0.5e12 = 4 s vs
+  // 5e11 / 0.5e11 = 10 s -> 10 s.
+  p = P();
+  p.gemmEfficiency = 0.5;
+  p.hbmEfficiency = 0.5;
+  EXPECT_NEAR(computeSeconds(compute(2e12, 5e11), p), 10.0, kTol);
+  // Not a compute op: 0.
+  EXPECT_EQ(computeSeconds(wait(0), P()), 0.0);
+  EXPECT_EQ(computeSeconds(coll(CollKind::AllGather, 4, 1e9), P()), 0.0);
+}
+
+TEST(CostModel, SmallGemmsFallOffInEfficiency) {
+  SimProfile p = P();
+  p.gemmEfficiency = 0.5;
+  p.smallGemmFlops = 1e9;
+  // 1 GFLOP: eff = 0.5 * 1e9 / (1e9 + 1e9) = 0.25 -> 1e9 / 0.25e12 = 4 ms,
+  // twice the 2 ms it would take at the large-GEMM efficiency.
+  EXPECT_NEAR(computeSeconds(compute(1e9), p), 4e-3, kTol);
+  // 1e15 FLOPs: eff = 0.5 * 1e15 / (1e15 + 1e9); time = (1e15 + 1e9) /
+  // 0.5e12 = 2000.002 s, about the large-GEMM 2000 s.
+  EXPECT_NEAR(computeSeconds(compute(1e15), p), 2000.002, 1e-9);
+  // 1e8 FLOPs: (1e8 + 1e9) / 0.5e12 = 2.2 ms (eff = 0.5/11).
+  EXPECT_NEAR(computeSeconds(compute(1e8), p), 2.2e-3, kTol);
+
+  // The shipped profiles: a 1 GFLOP kernel runs at half the large-GEMM
+  // efficiency, i.e. takes 2e9 / (peak * eff) plus the launch.
+  for (const char *name : {"a100", "h100"}) {
+    const SimProfile *q = findSimProfile(name);
+    ASSERT_NE(q, nullptr) << name;
+    double expect = q->launchSeconds + 2e9 / (q->gemmFlops * q->gemmEfficiency);
+    EXPECT_NEAR(computeSeconds(compute(1e9), *q), expect, 1e-15) << name;
+  }
+}
+
+TEST(CostModel, CollectiveDurations) {
+  // W = 4, 4e9 bytes, 1e10 B/s: (W-1)/W * 4e9 / 1e10 = 0.75 * 0.4 = 0.3 s.
+  EXPECT_NEAR(collectiveSeconds(coll(CollKind::AllGather, 4, 4e9), P()), 0.3,
+              kTol);
+  EXPECT_NEAR(collectiveSeconds(coll(CollKind::ReduceScatter, 4, 4e9), P()),
+              0.3, kTol);
+  // All-reduce: two passes, 0.6 s.
+  EXPECT_NEAR(collectiveSeconds(coll(CollKind::AllReduce, 4, 4e9), P()), 0.6,
+              kTol);
+  // All-gather-v with chunks {1, 2, 0.5, 0.5} GB (sum 4 GB): every one of
+  // the 3 ring steps waits for the 2 GB chunk: 3 * 2e9 / 1e10 = 0.6 s.
+  Op agv = coll(CollKind::AllGatherV, 4, 4e9);
+  agv.chunks = {1e9, 2e9, 0.5e9, 0.5e9};
+  EXPECT_NEAR(collectiveSeconds(agv, P()), 0.6, kTol);
+  Op rsv = coll(CollKind::ReduceScatterV, 4, 4e9);
+  rsv.chunks = {0.5e9, 0.5e9, 0.5e9, 2.5e9};
+  // 3 * 2.5e9 / 1e10 = 0.75 s.
+  EXPECT_NEAR(collectiveSeconds(rsv, P()), 0.75, kTol);
+  // No chunks: even, 3 * 1e9 / 1e10 = 0.3 s (same as the all-gather).
+  EXPECT_NEAR(collectiveSeconds(coll(CollKind::ReduceScatterV, 4, 4e9), P()),
+              0.3, kTol);
+  // W = 1: no time, whatever the size.
+  for (CollKind k :
+       {CollKind::AllGather, CollKind::ReduceScatter, CollKind::AllReduce,
+        CollKind::AllGatherV, CollKind::ReduceScatterV})
+    EXPECT_EQ(collectiveSeconds(coll(k, 1, 4e9), P()), 0.0);
+  // Not a collective: 0.
+  EXPECT_EQ(collectiveSeconds(compute(1e12), P()), 0.0);
+}
+
+TEST(CostModel, InterNodeBandwidth) {
+  // Flagged inter-node: 0.75 * 4e9 / 1e9 = 3 s.
+  Op ag = coll(CollKind::AllGather, 4, 4e9);
+  ag.interNode = true;
+  EXPECT_NEAR(collectiveSeconds(ag, P()), 3.0, kTol);
+  // 16 ranks on 8-GPU nodes cross nodes even without the flag:
+  // 15/16 * 16e9 / 1e9 = 15 s.
+  EXPECT_NEAR(collectiveSeconds(coll(CollKind::AllGather, 16, 16e9), P()), 15.0,
+              kTol);
+  // 8 ranks fit in one node: 7/8 * 8e9 / 1e10 = 0.7 s.
+  EXPECT_NEAR(collectiveSeconds(coll(CollKind::AllGather, 8, 8e9), P()), 0.7,
+              kTol);
+  // h100-ib places one DP rank per node: any group of 2+ ranks is inter-node.
+  const SimProfile *ib = findSimProfile("h100-ib");
+  ASSERT_NE(ib, nullptr);
+  EXPECT_TRUE(isInterNode(coll(CollKind::AllGather, 2, 1), *ib));
+  const SimProfile *h100 = findSimProfile("h100");
+  ASSERT_NE(h100, nullptr);
+  EXPECT_FALSE(isInterNode(coll(CollKind::AllGather, 8, 1), *h100));
+  EXPECT_TRUE(isInterNode(coll(CollKind::AllGather, 16, 1), *h100));
+}
+
+TEST(CostModel, LatencyTerms) {
+  SimProfile p = P();
+  p.collBaseSeconds = 10e-6;
+  p.intraHopSeconds = 2e-6;
+  p.interHopSeconds = 5e-6;
+  // Empty all-gather over 4 ranks: 10 + 3 * 2 = 16 us.
+  EXPECT_NEAR(collectiveSeconds(coll(CollKind::AllGather, 4, 0), p), 16e-6,
+              kTol);
+  // All-reduce: 2 * 3 = 6 hops: 10 + 12 = 22 us.
+  EXPECT_NEAR(collectiveSeconds(coll(CollKind::AllReduce, 4, 0), p), 22e-6,
+              kTol);
+  // Inter-node all-gather: 10 + 3 * 5 = 25 us.
+  Op ag = coll(CollKind::AllGather, 4, 0);
+  ag.interNode = true;
+  EXPECT_NEAR(collectiveSeconds(ag, p), 25e-6, kTol);
+  // Latency plus bandwidth: 16 us + 0.3 s.
+  EXPECT_NEAR(collectiveSeconds(coll(CollKind::ReduceScatter, 4, 4e9), p),
+              0.3 + 16e-6, kTol);
+  // All-gather-v: 16 us + 3 * 2e9 / 1e10 = 0.6 s.
+  Op agv = coll(CollKind::AllGatherV, 4, 4e9);
+  agv.chunks = {1e9, 2e9, 0.5e9, 0.5e9};
+  EXPECT_NEAR(collectiveSeconds(agv, p), 0.6 + 16e-6, kTol);
+  // W = 1 costs nothing, not even the base latency.
+  EXPECT_EQ(collectiveSeconds(coll(CollKind::AllReduce, 1, 0), p), 0.0);
+}
+
+TEST(CostModel, OpSecondsDispatches) {
+  EXPECT_NEAR(opSeconds(compute(1e12), P()), 1.0, kTol);
+  EXPECT_NEAR(opSeconds(coll(CollKind::AllGather, 2, 2e10), P()), 1.0, kTol);
+  SimProfile p = P();
+  p.launchSeconds = 1;
+  EXPECT_EQ(opSeconds(wait(0), p), 0.0);
+  EXPECT_EQ(opSeconds(mem(OpKind::Alloc, 0), p), 0.0);
+  EXPECT_EQ(opSeconds(mem(OpKind::Free, 0), p), 0.0);
+}
+
+//===----------------------------------------------------------------------===//
+// Simulation: streams, issue events, waits
+//===----------------------------------------------------------------------===//
+
+// All-gather of 2e10 bytes over 2 ranks: 1/2 * 2e10 / 1e10 = 1 s.
+constexpr double kOneSecondAG = 2e10;
+
+TEST(Simulate, SynchronousAllGatherBlocksCompute) {
+  Step s =
+      program(2, {coll(CollKind::AllGather, 2, kOneSecondAG), compute(1e12)});
+  SimResult r = simulate(s, P());
+  ASSERT_TRUE(r.ok) << r.error;
+  // AG [0, 1]; compute waits for it: [1, 2].
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_NEAR(r.timings[rank][0].start, 0, kTol);
+    EXPECT_NEAR(r.timings[rank][0].end, 1, kTol);
+    EXPECT_NEAR(r.timings[rank][1].start, 1, kTol);
+    EXPECT_NEAR(r.timings[rank][1].end, 2, kTol);
+  }
+  EXPECT_NEAR(r.stepSeconds, 2, kTol);
+  EXPECT_NEAR(r.computeBusy, 1, kTol);
+  EXPECT_NEAR(r.exposedComm, 1, kTol);
+  EXPECT_NEAR(r.commBusy, 1, kTol);
+}
+
+TEST(Simulate, AsyncAllGatherOverlapsAndWaitBlocksOnlyIfRunning) {
+  // Compute longer than the gather: AG [0, 1], compute [0, 2], the wait at
+  // 2 finds it done ([2, 2]), compute [2, 3]. Nothing exposed.
+  {
+    Step s = program(2, {coll(CollKind::AllGather, 2, kOneSecondAG, true),
+                         compute(2e12), wait(0), compute(1e12)});
+    SimResult r = simulate(s, P());
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_NEAR(r.timings[0][1].start, 0, kTol);
+    EXPECT_NEAR(r.timings[0][2].start, 2, kTol);
+    EXPECT_NEAR(r.timings[0][2].end, 2, kTol);
+    EXPECT_NEAR(r.timings[0][3].start, 2, kTol);
+    EXPECT_NEAR(r.stepSeconds, 3, kTol);
+    EXPECT_NEAR(r.computeBusy, 3, kTol);
+    EXPECT_NEAR(r.exposedComm, 0, kTol);
+    EXPECT_TRUE(r.issues.empty());
+  }
+  // Compute shorter: compute [0, 0.5], the wait blocks [0.5, 1] for the
+  // remainder of the gather, compute [1, 2]. Exposed 0.5 s.
+  {
+    Step s = program(2, {coll(CollKind::AllGather, 2, kOneSecondAG, true),
+                         compute(0.5e12), wait(0), compute(1e12)});
+    SimResult r = simulate(s, P());
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_NEAR(r.timings[1][2].start, 0.5, kTol);
+    EXPECT_NEAR(r.timings[1][2].end, 1, kTol);
+    EXPECT_NEAR(r.timings[1][3].start, 1, kTol);
+    EXPECT_NEAR(r.stepSeconds, 2, kTol);
+    EXPECT_NEAR(r.computeBusy, 1.5, kTol);
+    EXPECT_NEAR(r.exposedComm, 0.5, kTol);
+    EXPECT_NEAR(r.forward.exposedComm, 0.5, kTol);
+  }
+}
+
+TEST(Simulate, CollectiveWaitsForTheComputeIssuedBeforeIt) {
+  // compute [0, 1]; the async AG is issued after it, so it starts at 1 and
+  // ends at 2; the compute after it runs [1, 3]; the wait at 3 is free.
+  Step s = program(2, {compute(1e12),
+                       coll(CollKind::AllGather, 2, kOneSecondAG, true),
+                       compute(2e12), wait(1)});
+  SimResult r = simulate(s, P());
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_NEAR(r.timings[0][1].start, 1, kTol);
+  EXPECT_NEAR(r.timings[0][1].end, 2, kTol);
+  EXPECT_NEAR(r.timings[0][2].start, 1, kTol);
+  EXPECT_NEAR(r.timings[0][3].end, 3, kTol);
+  EXPECT_NEAR(r.stepSeconds, 3, kTol);
+}
+
+TEST(Simulate, OneCommunicatorSerializesTwoOverlap) {
+  // Same comm: [0, 1] then [1, 2]; the waits end at 1 and 2.
+  {
+    Step s =
+        program(2, {coll(CollKind::AllGather, 2, kOneSecondAG, true, 0),
+                    coll(CollKind::ReduceScatter, 2, kOneSecondAG, true, 0),
+                    wait(0), wait(1)});
+    SimResult r = simulate(s, P());
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_NEAR(r.timings[0][1].start, 1, kTol);
+    EXPECT_NEAR(r.timings[0][1].end, 2, kTol);
+    EXPECT_NEAR(r.timings[0][2].end, 1, kTol);
+    EXPECT_NEAR(r.timings[0][3].end, 2, kTol);
+    EXPECT_NEAR(r.stepSeconds, 2, kTol);
+    EXPECT_NEAR(r.commBusy, 2, kTol);
+  }
+  // Comms 0 and 1: both [0, 1]; the step takes 1 s, the streams 2 s of work.
+  {
+    Step s =
+        program(2, {coll(CollKind::AllGather, 2, kOneSecondAG, true, 0),
+                    coll(CollKind::ReduceScatter, 2, kOneSecondAG, true, 1),
+                    wait(0), wait(1)});
+    SimResult r = simulate(s, P());
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_NEAR(r.timings[0][1].start, 0, kTol);
+    EXPECT_NEAR(r.timings[0][1].end, 1, kTol);
+    EXPECT_NEAR(r.stepSeconds, 1, kTol);
+    EXPECT_NEAR(r.commBusy, 2, kTol);
+  }
+  // A synchronous collective behind an async one on the same comm waits for
+  // the stream: AG async [0, 1], compute [0, 0.25], sync RS starts at 1 and
+  // ends at 2 and holds the compute stream until then.
+  {
+    Step s =
+        program(2, {coll(CollKind::AllGather, 2, kOneSecondAG, true, 0),
+                    compute(0.25e12),
+                    coll(CollKind::ReduceScatter, 2, kOneSecondAG, false, 0),
+                    compute(1e12), wait(0)});
+    SimResult r = simulate(s, P());
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_NEAR(r.timings[0][2].start, 1, kTol);
+    EXPECT_NEAR(r.timings[0][3].start, 2, kTol);
+    EXPECT_NEAR(r.stepSeconds, 3, kTol);
+    EXPECT_NEAR(r.exposedComm, 3 - 1.25, kTol);
+  }
+}
+
+TEST(Simulate, OwnerWorkOnOneRankDelaysTheNextCollective) {
+  // Rank 0 owns 3 s of optimizer work, rank 1 owns 1 s; both then run a
+  // shared 1 s op: rank 0 [3, 4], rank 1 [1, 2]. The all-gather after them
+  // starts when the slower rank issues it: [4, 5]. Rank 1 then runs 2 s of
+  // its own: [5, 7].
+  Step s = program(
+      2,
+      {optimizer(3e12, 0, 0), optimizer(1e12, 0, 1), optimizer(1e12),
+       coll(CollKind::AllGather, 2, kOneSecondAG, false, 0, Phase::Optimizer),
+       optimizer(2e12, 0, 1)});
+  SimResult r = simulate(s, P());
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.timings[0][1].start, -1);
+  EXPECT_EQ(r.timings[0][1].end, -1);
+  EXPECT_EQ(r.timings[1][0].start, -1);
+  EXPECT_EQ(r.timings[0][4].start, -1);
+  EXPECT_NEAR(r.timings[0][2].start, 3, kTol);
+  EXPECT_NEAR(r.timings[1][2].start, 1, kTol);
+  EXPECT_NEAR(r.timings[0][3].start, 4, kTol);
+  EXPECT_NEAR(r.timings[1][3].start, 4, kTol);
+  EXPECT_NEAR(r.timings[1][3].end, 5, kTol);
+  EXPECT_NEAR(r.timings[1][4].start, 5, kTol);
+  EXPECT_NEAR(r.timings[1][4].end, 7, kTol);
+  ASSERT_EQ(r.rankStepSeconds.size(), 2u);
+  EXPECT_NEAR(r.rankStepSeconds[0], 5, kTol);
+  EXPECT_NEAR(r.rankStepSeconds[1], 7, kTol);
+  EXPECT_NEAR(r.stepSeconds, 7, kTol);
+  EXPECT_EQ(r.slowestRank, 1);
+  // Busy: rank 0 3 + 1 = 4 s, rank 1 1 + 1 + 2 = 4 s. On rank 1 the step
+  // is 7 s, so 3 s exposed (waiting for rank 0, then the gather).
+  EXPECT_NEAR(r.rankComputeBusy[0], 4, kTol);
+  EXPECT_NEAR(r.rankComputeBusy[1], 4, kTol);
+  EXPECT_NEAR(r.computeBusy, 4, kTol);
+  EXPECT_NEAR(r.exposedComm, 3, kTol);
+  // The optimizer phase is the whole step; its slowest rank is 1: [0, 7].
+  EXPECT_EQ(r.optimizer.rank, 1);
+  EXPECT_NEAR(r.optimizer.begin, 0, kTol);
+  EXPECT_NEAR(r.optimizer.end, 7, kTol);
+  EXPECT_NEAR(r.optimizer.computeBusy, 4, kTol);
+  EXPECT_NEAR(r.optimizer.exposedComm, 3, kTol);
+  EXPECT_EQ(r.forward.rank, -1);
+}
+
+//===----------------------------------------------------------------------===//
+// Memory
+//===----------------------------------------------------------------------===//
+
+TEST(Simulate, PeakMemoryPersistentTransientAndOwnerOnly) {
+  Step s =
+      program(2, {mem(OpKind::Alloc, 1), compute(1e12), mem(OpKind::Alloc, 3),
+                  mem(OpKind::Alloc, 2, 1), mem(OpKind::Free, 1),
+                  mem(OpKind::Free, 2, 1), mem(OpKind::Free, 3)});
+  s.buffers = {{"shard", 100, true, -1},
+               {"gathered", 1000, false, -1},
+               {"owner scratch", 500, false, -1},
+               {"activations", 300, false, -1},
+               {"never allocated", 1e6, false, -1}};
+  SimResult r = simulate(s, P());
+  ASSERT_TRUE(r.ok) << r.error;
+  // Rank 0: 100 persistent; +1000 = 1100; +300 = 1400 (peak); -1000 = 400;
+  // -300 = 100. The owner scratch is rank 1's only.
+  // Rank 1: 1100; 1400; +500 = 1900 (peak); 900; 400; 100.
+  // The never-allocated buffer never counts.
+  ASSERT_EQ(r.rankPeakBytes.size(), 2u);
+  EXPECT_EQ(r.rankPeakBytes[0], 1400);
+  EXPECT_EQ(r.rankPeakBytes[1], 1900);
+  EXPECT_EQ(r.peakBytes, 1900);
+  EXPECT_TRUE(r.issues.empty());
+}
+
+TEST(Simulate, MemoryMistakesAreIssuesNotErrors) {
+  // Buffer 1 freed twice, buffer 2 never freed.
+  Step s = program(1, {mem(OpKind::Alloc, 1), mem(OpKind::Alloc, 2),
+                       mem(OpKind::Free, 1), mem(OpKind::Free, 1)});
+  s.buffers = {{"state", 10, true, -1},
+               {"twice", 1000, false, -1},
+               {"leak", 200, false, -1}};
+  SimResult r = simulate(s, P());
+  ASSERT_TRUE(r.ok) << r.error;
+  // 10; 1010; 1210 (peak); 210; the second free is ignored: still 210.
+  EXPECT_EQ(r.peakBytes, 1210);
+  ASSERT_EQ(r.issues.size(), 2u);
+  EXPECT_NE(r.issues[0].find("second time"), std::string::npos) << r.issues[0];
+  EXPECT_NE(r.issues[1].find("never freed"), std::string::npos) << r.issues[1];
+}
+
+//===----------------------------------------------------------------------===//
+// Phases
+//===----------------------------------------------------------------------===//
+
+TEST(Simulate, PhaseStats) {
+  Step s = program(
+      2, {// forward: sync AG [0, 1], compute [1, 2]
+          coll(CollKind::AllGather, 2, kOneSecondAG), compute(1e12),
+          // backward: async AG issued at 2: [2, 3]; compute [2, 2.5];
+          // wait [2.5, 3]; compute [3, 4]
+          coll(CollKind::AllGather, 2, kOneSecondAG, true, 0, Phase::Backward),
+          compute(0.5e12, 0, Phase::Backward), wait(2, Phase::Backward),
+          compute(1e12, 0, Phase::Backward),
+          // optimizer: [4, 6]
+          optimizer(2e12)});
+  SimResult r = simulate(s, P());
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_NEAR(r.forward.begin, 0, kTol);
+  EXPECT_NEAR(r.forward.end, 2, kTol);
+  EXPECT_NEAR(r.forward.computeBusy, 1, kTol);
+  EXPECT_NEAR(r.forward.exposedComm, 1, kTol);
+  EXPECT_NEAR(r.backward.begin, 2, kTol);
+  EXPECT_NEAR(r.backward.end, 4, kTol);
+  EXPECT_NEAR(r.backward.computeBusy, 1.5, kTol);
+  EXPECT_NEAR(r.backward.exposedComm, 0.5, kTol);
+  EXPECT_NEAR(r.optimizer.begin, 4, kTol);
+  EXPECT_NEAR(r.optimizer.end, 6, kTol);
+  EXPECT_NEAR(r.optimizer.computeBusy, 2, kTol);
+  EXPECT_NEAR(r.optimizer.exposedComm, 0, kTol);
+  EXPECT_EQ(r.forward.rank, 0);
+  // Whole step: 6 s, 4.5 s busy, 1.5 s exposed.
+  EXPECT_NEAR(r.stepSeconds, 6, kTol);
+  EXPECT_NEAR(r.computeBusy, 4.5, kTol);
+  EXPECT_NEAR(r.exposedComm, 1.5, kTol);
+  EXPECT_NEAR(r.commBusy, 2, kTol);
+  EXPECT_EQ(&r.phase(Phase::Backward), &r.backward);
+}
+
+TEST(Simulate, InterleavedPhasesDoNotCountEachOthersComputeAsExposed) {
+  // forward [0, 1], optimizer [1, 3], forward [3, 4]: the forward span is
+  // [0, 4] with 2 s of its own compute, but the other 2 s were optimizer
+  // compute, not waiting: nothing exposed.
+  Step s = program(1, {compute(1e12), optimizer(2e12), compute(1e12)});
+  SimResult r = simulate(s, P());
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_NEAR(r.forward.end - r.forward.begin, 4, kTol);
+  EXPECT_NEAR(r.forward.computeBusy, 2, kTol);
+  EXPECT_NEAR(r.forward.exposedComm, 0, kTol);
+}
+
+//===----------------------------------------------------------------------===//
+// Validation
+//===----------------------------------------------------------------------===//
+
+TEST(Simulate, ValidationErrors) {
+  {
+    // Wait on a compute op.
+    Step s = program(2, {compute(1e12), wait(0)});
+    SimResult r = simulate(s, P());
+    EXPECT_FALSE(r.ok);
+    EXPECT_NE(r.error.find("not a collective"), std::string::npos) << r.error;
+  }
+  {
+    // Wait on a later op.
+    Step s = program(2, {wait(1), coll(CollKind::AllGather, 2, 1, true)});
+    SimResult r = simulate(s, P());
+    EXPECT_FALSE(r.ok);
+    EXPECT_NE(r.error.find("earlier"), std::string::npos) << r.error;
+  }
+  {
+    // Wait index out of range.
+    Step s = program(2, {wait(-1)});
+    EXPECT_FALSE(simulate(s, P()).ok);
+  }
+  {
+    // Alloc of a buffer that does not exist.
+    Step s = program(2, {mem(OpKind::Alloc, 3)});
+    s.buffers = {{"only", 1, false, -1}};
+    SimResult r = simulate(s, P());
+    EXPECT_FALSE(r.ok);
+    EXPECT_NE(r.error.find("out of range"), std::string::npos) << r.error;
+  }
+  {
+    // A read of a buffer that does not exist.
+    Op op = compute(1);
+    op.reads = {0};
+    EXPECT_FALSE(simulate(program(1, {op}), P()).ok);
+  }
+  {
+    // Free naming no buffer.
+    Op op = mem(OpKind::Free, 0);
+    op.writes.clear();
+    EXPECT_FALSE(simulate(program(1, {op}), P()).ok);
+  }
+  {
+    // A collective on one rank only; onlyRank beyond the world.
+    Op c = coll(CollKind::AllGather, 2, 1);
+    c.onlyRank = 0;
+    EXPECT_FALSE(simulate(program(2, {c}), P()).ok);
+    EXPECT_FALSE(
+        simulate(program(2, {compute(1, 0, Phase::Forward, 2)}), P()).ok);
+  }
+  {
+    // Chunks that do not match the group; negative FLOPs; world 0.
+    Op v = coll(CollKind::AllGatherV, 4, 4);
+    v.chunks = {1, 1, 2};
+    EXPECT_FALSE(simulate(program(4, {v}), P()).ok);
+    EXPECT_FALSE(simulate(program(1, {compute(-1)}), P()).ok);
+    EXPECT_FALSE(simulate(program(0, {}), P()).ok);
+  }
+  {
+    // A profile that cannot time anything.
+    SimProfile p = P();
+    p.gemmFlops = 0;
+    SimResult r = simulate(program(1, {compute(1)}), p);
+    EXPECT_FALSE(r.ok);
+    EXPECT_NE(r.error.find("gemmFlops"), std::string::npos) << r.error;
+  }
+  // Failures still render and trace without crashing.
+  Step bad = program(2, {compute(1e12), wait(0)});
+  SimResult r = simulate(bad, P());
+  EXPECT_NE(renderText(bad, r, P()).find("cannot simulate"), std::string::npos);
+  nlohmann::json j = nlohmann::json::parse(chromeTrace(bad, r));
+  EXPECT_TRUE(j["traceEvents"].empty());
+  EXPECT_TRUE(j["otherData"].contains("error"));
+}
+
+TEST(Simulate, SuspiciousButSimulable) {
+  // Chunks that do not sum to collBytes, an async collective never waited.
+  Op v = coll(CollKind::AllGatherV, 2, 10, true);
+  v.chunks = {1, 2};
+  SimResult r = simulate(program(2, {v}), P());
+  ASSERT_TRUE(r.ok) << r.error;
+  ASSERT_EQ(r.issues.size(), 2u);
+  EXPECT_NE(r.issues[0].find("chunks sum"), std::string::npos);
+  EXPECT_NE(r.issues[1].find("never waited"), std::string::npos);
+}
+
+TEST(Simulate, EmptyStep) {
+  SimResult r = simulate(program(3, {}), P());
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.stepSeconds, 0);
+  EXPECT_EQ(r.rankStepSeconds.size(), 3u);
+  EXPECT_EQ(r.timings.size(), 3u);
+}
+
+//===----------------------------------------------------------------------===//
+// Floors
+//===----------------------------------------------------------------------===//
+
+TEST(Floors, OptimizerFloorOnTwoRanks) {
+  // Rank 0 owns 3e12 FLOPs + 1e11 B: 3 + 1 = 4 s. Rank 1 owns 1e12 FLOPs +
+  // 5e11 B: 1 + 5 = 6 s. Both run 1e12 FLOPs: +1 s. Compute ops do not
+  // count. Floor = max(5, 7) = 7 s.
+  Step s = program(2, {compute(5e12), optimizer(3e12, 1e11, 0),
+                       optimizer(1e12, 5e11, 1), optimizer(1e12)});
+  EXPECT_NEAR(optimizerFloorSeconds(s, P()), 7, kTol);
+  // Peak rates only: efficiencies and launch overhead do not change it.
+  SimProfile p = P();
+  p.gemmEfficiency = 0.5;
+  p.hbmEfficiency = 0.5;
+  p.launchSeconds = 1;
+  p.smallGemmFlops = 1e9;
+  EXPECT_NEAR(optimizerFloorSeconds(s, p), 7, kTol);
+  // The simulation times each op by max(FLOP term, byte term), not their
+  // sum: after the shared 5 s compute, rank 0 runs max(3, 1) + 1 = 4 s and
+  // rank 1 runs max(1, 5) + 1 = 6 s.
+  SimResult r = simulate(s, P());
+  ASSERT_TRUE(r.ok);
+  EXPECT_NEAR(r.rankStepSeconds[0], 5 + 4, kTol);
+  EXPECT_NEAR(r.rankStepSeconds[1], 5 + 6, kTol);
+}
+
+TEST(Floors, ComputeFloorPerPhase) {
+  // Forward: 2e12 everywhere + 1e12 on rank 1 = 3 s. Backward: 4e12 = 4 s;
+  // its bytes do not count.
+  Step s = program(2, {compute(2e12), compute(1e12, 0, Phase::Forward, 1),
+                       compute(4e12, 1e15, Phase::Backward),
+                       coll(CollKind::AllGather, 2, 1e12)});
+  EXPECT_NEAR(computeFloorSeconds(s, P(), Phase::Forward), 3, kTol);
+  EXPECT_NEAR(computeFloorSeconds(s, P(), Phase::Backward), 4, kTol);
+  EXPECT_NEAR(computeFloorSeconds(s, P(), Phase::Optimizer), 0, kTol);
+}
+
+//===----------------------------------------------------------------------===//
+// Output
+//===----------------------------------------------------------------------===//
+
+Step traceProgram() {
+  Step s = program(2, {mem(OpKind::Alloc, 0), compute(1e12),
+                       coll(CollKind::AllGather, 2, kOneSecondAG, true, 1),
+                       wait(2), mem(OpKind::Free, 0), optimizer(1e12, 0, 1)});
+  s.name = "trace \"quoted\"";
+  s.ops[1].name = "forward \"layers.0\"\n";
+  s.buffers = {{"gathered", 64, false, -1}, {"state", 8, true, -1}};
+  return s;
+}
+
+TEST(Output, ChromeTraceParsesAndHasOneEventPerOpAndRank) {
+  Step s = traceProgram();
+  SimResult r = simulate(s, P());
+  ASSERT_TRUE(r.ok) << r.error;
+  std::string text = chromeTrace(s, r);
+  nlohmann::json j = nlohmann::json::parse(text);
+  ASSERT_TRUE(j["traceEvents"].is_array());
+  int x = 0, c = 0, m = 0;
+  for (const auto &e : j["traceEvents"]) {
+    std::string ph = e["ph"];
+    if (ph == "X") {
+      ++x;
+      EXPECT_TRUE(e["args"].contains("phase"));
+      EXPECT_TRUE(e["args"].contains("flops"));
+      EXPECT_TRUE(e["args"].contains("bytes"));
+      EXPECT_TRUE(e["args"].contains("collBytes"));
+    }
+    c += ph == "C";
+    m += ph == "M";
+  }
+  // X: rank 0 runs compute, all-gather, wait (3); rank 1 also its
+  // optimizer op (4). C: per rank the initial sample + alloc + free (3).
+  // M: per rank process name, sort index, compute thread, comm 1 thread.
+  EXPECT_EQ(x, 7);
+  EXPECT_EQ(c, 6);
+  EXPECT_EQ(m, 8);
+  // The compute op on rank 0: [0, 1 s] = 0 .. 1e6 us on thread 0 with its
+  // name unescaped; the gather on thread 1 + comm = 2.
+  bool sawCompute = false, sawGather = false;
+  for (const auto &e : j["traceEvents"]) {
+    if (e["ph"] != "X" || e["pid"] != 0)
+      continue;
+    if (e["name"] == "forward \"layers.0\"\n") {
+      sawCompute = true;
+      EXPECT_EQ(e["tid"], 0);
+      EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 0);
+      EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 1e6);
+      EXPECT_EQ(e["args"]["phase"], "forward");
+      EXPECT_DOUBLE_EQ(e["args"]["flops"].get<double>(), 1e12);
+    }
+    if (e["name"] == "all_gather") {
+      sawGather = true;
+      EXPECT_EQ(e["tid"], 2);
+      EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 1e6);
+      EXPECT_DOUBLE_EQ(e["args"]["collBytes"].get<double>(), kOneSecondAG);
+    }
+  }
+  EXPECT_TRUE(sawCompute);
+  EXPECT_TRUE(sawGather);
+  // The live-bytes counter: 8 persistent, 72 after the alloc, 8 after free.
+  std::vector<double> live;
+  for (const auto &e : j["traceEvents"])
+    if (e["ph"] == "C" && e["pid"] == 0)
+      live.push_back(e["args"]["bytes"].get<double>());
+  EXPECT_EQ(live, (std::vector<double>{8, 72, 8}));
+  // One rank only: 3 X events.
+  nlohmann::json one = nlohmann::json::parse(chromeTrace(s, r, 1));
+  int x1 = 0;
+  for (const auto &e : one["traceEvents"])
+    x1 += e["ph"] == "X";
+  EXPECT_EQ(x1, 3);
+  EXPECT_EQ(one["otherData"]["step"], "trace \"quoted\"");
+}
+
+TEST(Output, Deterministic) {
+  Step s = traceProgram();
+  const SimProfile *a100 = findSimProfile("a100");
+  ASSERT_NE(a100, nullptr);
+  SimResult r1 = simulate(s, *a100), r2 = simulate(s, *a100);
+  EXPECT_EQ(chromeTrace(s, r1), chromeTrace(s, r2));
+  EXPECT_EQ(renderText(s, r1, *a100), renderText(s, r2, *a100));
+}
+
+TEST(Output, TextLabelsEveryTimePredicted) {
+  Step s = traceProgram();
+  SimResult r = simulate(s, P());
+  ASSERT_TRUE(r.ok) << r.error;
+  std::string text = renderText(s, r, P());
+  std::istringstream in(text);
+  std::string line;
+  int timed = 0;
+  while (std::getline(in, line)) {
+    if (line.find(" ms") == std::string::npos)
+      continue;
+    ++timed;
+    EXPECT_NE(line.find("predicted"), std::string::npos) << line;
+  }
+  // forward, backward, optimizer, total, per rank, comm, floor.
+  EXPECT_EQ(timed, 7) << text;
+  // Forward on rank 1: compute [0, 1], async gather [1, 2] (issued after
+  // it), wait [1, 2]: 2 s span, 1 s compute, 1 s exposed (100%).
+  EXPECT_NE(text.find("2000.000 ms"), std::string::npos) << text;
+  EXPECT_NE(text.find("100.0% of compute"), std::string::npos) << text;
+  EXPECT_NE(text.find("peak memory"), std::string::npos) << text;
+}
+
+TEST(Profiles, ShippedProfiles) {
+  for (const char *name : {"a100", "h100", "h100-ib"}) {
+    const SimProfile *p = findSimProfile(name);
+    ASSERT_NE(p, nullptr) << name;
+    EXPECT_EQ(validateProfile(*p), "") << name;
+  }
+  EXPECT_EQ(findSimProfile("tpu"), nullptr);
+  const SimProfile *a100 = findSimProfile("a100");
+  EXPECT_EQ(a100->gemmFlops, 312e12);
+  EXPECT_EQ(a100->hbmBytes, 2039e9);
+  const SimProfile *h100 = findSimProfile("h100");
+  EXPECT_EQ(h100->gemmFlops, 989e12);
+  EXPECT_EQ(h100->hbmBytes, 3350e9);
+  EXPECT_EQ(validateProfile(P()), "");
+}
+
+TEST(StepNames, Names) {
+  EXPECT_EQ(step::opKindName(OpKind::Collective), "collective");
+  EXPECT_EQ(step::phaseName(Phase::Backward), "backward");
+  EXPECT_EQ(step::collKindName(CollKind::ReduceScatterV), "reduce_scatter_v");
+}
+
+} // namespace
