@@ -152,6 +152,9 @@ struct AssignLayoutsPass
       return graph.emitError("unknown ns-split '")
              << nsSplit.getValue() << "'; expected auto, on or off";
     opts.replicateUnderBytes = static_cast<double>(replicateUnder);
+    // The option only ever turns masters off; a graph planned without them
+    // keeps that.
+    opts.fp32Master = opts.fp32Master && fp32Master;
 
     BridgedGraph bridged = readGraph(graph);
     // Every muon-include name must exist.

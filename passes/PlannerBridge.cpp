@@ -108,6 +108,7 @@ void mfsdp::optionsFromGraph(GraphOp graph, planner::Options &opts) {
       opts.nsSteps = m.getNsSteps();
     if (SGDAttr s = policy.getSgdAttr())
       opts.sgdMomentum = s.getMomentum();
+    opts.fp32Master = !policy.getNoMaster();
   }
   MeshShape m = meshShape(graph.getMesh(), opts.hw.gpusPerNode);
   opts.shard = m.shard;
@@ -141,7 +142,7 @@ void mfsdp::writeGraph(GraphOp graph, const BridgedGraph &b,
     policy = PolicyOp::create(ob, graph.getLoc(),
                               PolicyKindAttr::get(ctx, PolicyKind::adamw),
                               builder.getI64IntegerAttr(3), AdamWAttr(),
-                              SGDAttr(), MuonAttr(), UnitAttr());
+                              SGDAttr(), MuonAttr(), UnitAttr(), UnitAttr());
   }
   policy.setKindAttr(PolicyKindAttr::get(
       ctx, *symbolizePolicyKind(planner::policyName(opts.policy))));
@@ -150,6 +151,10 @@ void mfsdp::writeGraph(GraphOp graph, const BridgedGraph &b,
     policy.setNsSplitAttr(builder.getUnitAttr());
   else
     policy.removeNsSplitAttr();
+  if (!opts.fp32Master)
+    policy.setNoMasterAttr(builder.getUnitAttr());
+  else
+    policy.removeNoMasterAttr();
   bool usesMuon = false, usesAdamW = false, usesSGD = false;
   for (const planner::Param &p : b.problem.params) {
     usesMuon |= p.optim == planner::Optim::Muon;

@@ -90,7 +90,8 @@ def Plan_PolicyOp : Plan_Op<"policy", [HasParent<"GraphOp">]> {
     work of each owner is split across the `dp_replicate` replicas (the
     i-th matrix an owner holds, in unit order, is computed by replica
     i mod R, which sends the update to the others) instead of every replica
-    repeating it.
+    repeating it. `no_master` drops the fp32 master copies of narrower
+    parameters (pure bf16 training).
 
     ```mlir
     plan.policy mixed_muon_adamw zero 3
@@ -102,10 +103,10 @@ def Plan_PolicyOp : Plan_Op<"policy", [HasParent<"GraphOp">]> {
                        OptionalAttr<Plan_AdamWAttr>:$adamw,
                        OptionalAttr<Plan_SGDAttr>:$sgd,
                        OptionalAttr<Plan_MuonAttr>:$muon,
-                       UnitAttr:$ns_split);
+                       UnitAttr:$ns_split, UnitAttr:$no_master);
   let assemblyFormat = [{
     $kind `zero` $zero (`adamw` $adamw^)? (`sgd` $sgd^)? (`muon` $muon^)?
-    (`ns_split` $ns_split^)? attr-dict
+    (`ns_split` $ns_split^)? (`no_master` $no_master^)? attr-dict
   }];
   let hasVerifier = 1;
 }

@@ -213,9 +213,9 @@ public:
     FreeUnallocated, // Free of a buffer never allocated: ignored
   };
 
-  explicit RankMemory(const Step &s) : state(s.buffers.size(), Never) {
+  RankMemory(const Step &s, int64_t rank) : state(s.buffers.size(), Never) {
     for (const auto &b : s.buffers)
-      if (b.persistent)
+      if (b.persistent && (b.onlyRank < 0 || b.onlyRank == rank))
         live += b.bytes;
     peak = live;
   }
@@ -258,10 +258,9 @@ std::string memoryIssue(const Step &s, size_t i, RankMemory::Event e,
   const char *what = "";
   switch (e) {
   case RankMemory::Event::Ok:
-    return "";
   case RankMemory::Event::AllocPersistent:
-    what = "allocates persistent buffer '{}' (always live; ignored)";
-    break;
+    // Declaring a persistent buffer with an Alloc is how steps are written.
+    return "";
   case RankMemory::Event::AllocLive:
     what = "allocates buffer '{}' which is already live (ignored)";
     break;
@@ -311,7 +310,9 @@ SimResult simulate(const Step &s, const SimProfile &p) {
   std::vector<double> collEnd(n, 0.0);
   std::vector<char> waited(n, 0);
   r.timings.assign(world, std::vector<OpTiming>(n));
-  std::vector<RankMemory> memory(world, RankMemory(s));
+  std::vector<RankMemory> memory;
+  for (int64_t rank = 0; rank < world; ++rank)
+    memory.emplace_back(s, rank);
   std::set<size_t> memoryIssueOps;
   std::vector<PhaseAcc> phases[3];
   for (auto &v : phases)
@@ -350,7 +351,9 @@ SimResult simulate(const Step &s, const SimProfile &p) {
         account(op, rank, a, b, d);
         if (op.kind == OpKind::Alloc || op.kind == OpKind::Free) {
           RankMemory::Event e = memory[rank].apply(s, op);
-          if (e != RankMemory::Event::Ok && memoryIssueOps.insert(i).second)
+          if (e != RankMemory::Event::Ok &&
+              e != RankMemory::Event::AllocPersistent &&
+              memoryIssueOps.insert(i).second)
             r.issues.push_back(memoryIssue(s, i, e, rank));
         }
       }
@@ -595,7 +598,7 @@ std::string chromeTrace(const Step &s, const SimResult &r, int64_t maxRanks) {
   }
 
   for (int64_t rank = 0; rank < shown; ++rank) {
-    RankMemory memory(s);
+    RankMemory memory(s, rank);
     emit(fmt::format("{{\"name\":\"live bytes\",\"ph\":\"C\",\"pid\":{},"
                      "\"ts\":0.000,\"args\":{{\"bytes\":{}}}}}",
                      rank, jsonNumber(memory.live)));

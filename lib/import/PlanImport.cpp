@@ -123,7 +123,7 @@ OwningOpRef<ModuleOp> mfsdp::importGraph(const graph::Graph &g,
         b, locOf("/policy"),
         PolicyKindAttr::get(ctx, *symbolizePolicyKind(
                                      graph::policyKindName(p.kind))),
-        b.getI64IntegerAttr(p.zero), adamw, sgd, muon, UnitAttr());
+        b.getI64IntegerAttr(p.zero), adamw, sgd, muon, UnitAttr(), UnitAttr());
   }
   for (size_t i = 0; i < g.params.size(); ++i) {
     const graph::Param &p = g.params[i];
@@ -180,6 +180,10 @@ LogicalResult mfsdp::exportGraph(GraphOp op, graph::Graph &out) {
     g.mesh = m;
   }
   if (PolicyOp policy = op.getPolicy()) {
+    if (policy.getNoMaster())
+      return policy.emitOpError("has no_master, a planning decision the graph "
+                                "format does not carry; export the graph "
+                                "before planning");
     if (policy.getNsSplit())
       return policy.emitOpError("has ns_split, a planning decision the graph "
                                 "format does not carry; export the graph "

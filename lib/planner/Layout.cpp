@@ -117,8 +117,8 @@ Role classify(const Param &p) {
   return Role::Other;
 }
 
-double masterBytesPerElem(const Param &p) {
-  return p.elemBytes < 4 ? 4.0 : 0.0;
+double masterBytesPerElem(const Param &p, const Options &opts) {
+  return opts.fp32Master && p.elemBytes < 4 ? 4.0 : 0.0;
 }
 
 double stateBytesPerElem(Optim o, const Options &opts) {
@@ -137,8 +137,12 @@ double optimBytesPerElem(const Param &p, const Options &opts) {
     return 0;
   double b = static_cast<double>(p.elemBytes);         // read the gradient
   b += 2 * stateBytesPerElem(p.optim, opts);            // read+write state
-  b += 8;                                               // read+write fp32 master
-  b += p.elemBytes < 4 ? static_cast<double>(p.elemBytes) : 0; // compute copy
+  if (masterBytesPerElem(p, opts) > 0) {
+    b += 8;                                  // read+write the fp32 master
+    b += static_cast<double>(p.elemBytes);   // write the compute copy
+  } else {
+    b += 2 * static_cast<double>(p.elemBytes); // read+write the parameter
+  }
   return b;
 }
 
@@ -156,7 +160,7 @@ double optimSecondsWhole(const Param &p, const Options &opts) {
 /// Bytes of a matrix that stay on its owner, by ZeRO level.
 double ownerResidentBytes(const Param &p, const Options &opts) {
   double n = static_cast<double>(p.numElements());
-  double per = masterBytesPerElem(p) + stateBytesPerElem(p.optim, opts);
+  double per = masterBytesPerElem(p, opts) + stateBytesPerElem(p.optim, opts);
   if (opts.zero >= 2 && !p.frozen)
     per += p.elemBytes; // gradient
   if (opts.zero >= 3)
@@ -590,7 +594,7 @@ Report account(const Problem &pr, const Options &o, const Decisions &d) {
     }
     r.optimizerCounts[std::string(optimName(p.optim))]++;
     r.placementCounts[std::string(placementName(p.placement))]++;
-    const double master = masterBytesPerElem(p) * (p.optim == Optim::None ? 0 : 1);
+    const double master = masterBytesPerElem(p, o) * (p.optim == Optim::None ? 0 : 1);
     const double state = stateBytesPerElem(p.optim, o);
     const double grad = p.frozen ? 0 : pb;
     const double work = optimSecondsWhole(p, o);

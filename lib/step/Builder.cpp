@@ -189,7 +189,7 @@ private:
         for (const Param *p : g.rows) {
           double n = static_cast<double>(p->numElements()) / S;
           stateBytes += n * planner::stateBytesPerElem(p->optim, o);
-          masterBytes += n * planner::masterBytesPerElem(*p);
+          masterBytes += n * planner::masterBytesPerElem(*p, o);
         }
         g.rowShard = alloc(fmt::format("row shards g{}", gi),
                            o.zero >= 3 ? shard : rows, true);
@@ -212,7 +212,7 @@ private:
           for (const Param *p : g.owned)
             if (p->ownerRank == r)
               extra += static_cast<double>(p->numElements()) *
-                       (planner::masterBytesPerElem(*p) +
+                       (planner::masterBytesPerElem(*p, o) +
                         planner::stateBytesPerElem(p->optim, o));
           alloc(fmt::format("owned g{} r{}", gi, r),
                 (o.zero >= 3 ? mine : 0) + (o.zero >= 2 ? mine : 0) + extra,
@@ -230,7 +230,7 @@ private:
         double states = 0;
         for (const Param *p : g.replicated)
           states += static_cast<double>(p->numElements()) *
-                    (planner::masterBytesPerElem(*p) +
+                    (planner::masterBytesPerElem(*p, o) +
                      planner::stateBytesPerElem(p->optim, o));
         g.replicatedBuf = alloc(fmt::format("replicated g{}", gi),
                                 2 * g.replicatedBytes + states, true);

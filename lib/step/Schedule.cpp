@@ -236,10 +236,20 @@ void scheduleOverlap(Step &s, const OverlapOptions &o) {
     if (tail) {
       std::vector<int64_t> head(first), opt;
       std::iota(head.begin(), head.end(), 0);
+      // Allocs belong to the op after them, frees to the op before.
+      std::vector<int64_t> group(s.ops.size(), -1);
+      for (size_t i = first; i < s.ops.size(); ++i)
+        group[i] = s.ops[i].group;
+      for (size_t i = s.ops.size(); i-- > first;)
+        if (s.ops[i].kind == OpKind::Alloc && i + 1 < s.ops.size())
+          group[i] = group[i + 1];
+      for (size_t i = first + 1; i < s.ops.size(); ++i)
+        if (s.ops[i].kind == OpKind::Free)
+          group[i] = group[i - 1];
       for (size_t i = first; i < s.ops.size(); ++i)
         opt.push_back(static_cast<int64_t>(i));
       std::stable_sort(opt.begin(), opt.end(), [&](int64_t a, int64_t b) {
-        return s.ops[a].group > s.ops[b].group;
+        return group[a] > group[b];
       });
       head.insert(head.end(), opt.begin(), opt.end());
       reorder(s, head);
@@ -247,36 +257,44 @@ void scheduleOverlap(Step &s, const OverlapOptions &o) {
   }
 
   // 4. Async starts, each waited just before the first non-collective op
-  // that reads or writes one of its buffers.
+  // that reads or writes one of its buffers. Freeing a buffer a collective
+  // still reads (the unreduced gradients) does not wait: the free moves to
+  // just after the next compute op, so the reduction overlaps it.
   std::vector<Op> out;
-  std::vector<int64_t> newIndex(s.ops.size(), -1);
   std::vector<std::pair<int64_t, std::vector<int64_t>>> pending; // out idx, buffers
+  std::vector<Op> deferred;
+  auto waitFor = [&](int64_t idx, Phase phase) {
+    Op wait;
+    wait.kind = OpKind::Wait;
+    wait.phase = phase;
+    wait.name = "wait " + out[idx].name;
+    wait.waitFor = idx;
+    wait.group = out[idx].group;
+    out.push_back(wait);
+  };
   auto flushFor = [&](const Op &op) {
     for (auto it = pending.begin(); it != pending.end();) {
       bool needs = false;
       for (int64_t buf : it->second)
         needs |= touches(op, buf);
       if (needs) {
-        Op wait;
-        wait.kind = OpKind::Wait;
-        wait.phase = op.phase;
-        wait.name = "wait " + out[it->first].name;
-        wait.waitFor = it->first;
-        wait.group = out[it->first].group;
-        out.push_back(wait);
+        waitFor(it->first, op.phase);
         it = pending.erase(it);
       } else {
         ++it;
       }
     }
   };
-  for (size_t i = 0; i < s.ops.size(); ++i) {
-    Op op = s.ops[i];
-    if (op.kind == OpKind::Wait)
-      continue; // rebuilt below
+  auto pendingTouches = [&](const Op &op) {
+    for (auto &[idx, bufs] : pending)
+      for (int64_t buf : bufs)
+        if (touches(op, buf))
+          return true;
+    return false;
+  };
+  auto emit = [&](Op op) {
     if (op.kind != OpKind::Collective)
       flushFor(op);
-    newIndex[i] = static_cast<int64_t>(out.size());
     if (op.kind == OpKind::Collective) {
       op.async = true;
       std::vector<int64_t> bufs = op.reads;
@@ -284,15 +302,29 @@ void scheduleOverlap(Step &s, const OverlapOptions &o) {
       pending.push_back({static_cast<int64_t>(out.size()), bufs});
     }
     out.push_back(std::move(op));
+  };
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    Op op = s.ops[i];
+    if (op.kind == OpKind::Wait)
+      continue; // rebuilt here
+    if (op.kind == OpKind::Free && op.phase != Phase::Optimizer &&
+        pendingTouches(op)) {
+      deferred.push_back(std::move(op));
+      continue;
+    }
+    bool compute = op.kind == OpKind::Compute;
+    emit(std::move(op));
+    if (compute && !deferred.empty()) {
+      std::vector<Op> now;
+      now.swap(deferred);
+      for (Op &f : now)
+        emit(std::move(f));
+    }
   }
-  for (auto &[idx, bufs] : pending) {
-    Op wait;
-    wait.kind = OpKind::Wait;
-    wait.phase = out[idx].phase;
-    wait.name = "wait " + out[idx].name;
-    wait.waitFor = idx;
-    out.push_back(wait);
-  }
+  for (Op &f : deferred)
+    emit(std::move(f));
+  for (auto &[idx, bufs] : pending)
+    waitFor(idx, out[idx].phase);
   s.ops = std::move(out);
 }
 

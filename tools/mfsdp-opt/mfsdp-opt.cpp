@@ -2,6 +2,7 @@
 #include "dialects/plan/PlanDialect.h"
 #include "dialects/sched/SchedDialect.h"
 #include "passes/Passes.h"
+#include "passes/Pipeline.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -10,6 +11,7 @@
 
 int main(int argc, char **argv) {
   mfsdp::registerMFSDPPasses();
+  mfsdp::registerDefaultPipeline();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   mlir::registerSymbolDCEPass();

@@ -106,6 +106,7 @@ struct Options {
   int64_t nsSteps = 5;
   double sgdMomentum = 0;
   double replicateUnderBytes = 0; // replicate tensors smaller than this
+  bool fp32Master = true; // fp32 masters for parameters narrower than f32
   HardwareProfile hw;
 };
 
@@ -123,7 +124,7 @@ struct PlanError {
 };
 
 /// Bytes per element of the fp32 master copy (0 for f32 parameters).
-double masterBytesPerElem(const Param &p);
+double masterBytesPerElem(const Param &p, const Options &opts);
 /// Bytes per element of optimizer state (AdamW 8, Muon 4, SGD 4 with momentum).
 double stateBytesPerElem(Optim o, const Options &opts);
 /// Elementwise bytes an optimizer step moves per element of `p`.

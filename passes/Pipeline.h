@@ -1,0 +1,70 @@
+//===- Pipeline.h - The default mfsdp pipeline -------------------*- C++ -*-===//
+#ifndef MFSDP_PASSES_PIPELINE_H
+#define MFSDP_PASSES_PIPELINE_H
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
+
+namespace mfsdp {
+
+/// Options of `--mfsdp-pipeline`: planning, step building, bucketing,
+/// scheduling, memory planning and verification in one.
+struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
+  Option<std::string> policy{*this, "policy",
+                             llvm::cl::desc("adamw, sgd, muon or mixed_muon_adamw"),
+                             llvm::cl::init("")};
+  Option<int64_t> zero{*this, "zero", llvm::cl::desc("ZeRO level (0: the graph's)"),
+                       llvm::cl::init(0)};
+  Option<std::string> mesh{*this, "mesh",
+                           llvm::cl::desc("NAME=SIZE,... (default: the graph's)"),
+                           llvm::cl::init("")};
+  Option<int64_t> world{*this, "world", llvm::cl::desc("ranks the mesh must have"),
+                        llvm::cl::init(0)};
+  Option<std::string> ownerStrategy{*this, "owner-strategy",
+                                    llvm::cl::desc("balanced, matrixfsdp, round_robin"),
+                                    llvm::cl::init("balanced")};
+  Option<int64_t> groupUnits{*this, "group-units",
+                             llvm::cl::desc("0 chooses, 1 none, N units a group"),
+                             llvm::cl::init(0)};
+  Option<std::string> rowLayout{*this, "row-layout",
+                                llvm::cl::desc("auto, per_param or flat"),
+                                llvm::cl::init("auto")};
+  Option<std::string> nsSplit{*this, "ns-split", llvm::cl::desc("auto, on or off"),
+                              llvm::cl::init("auto")};
+  Option<bool> fp32Master{*this, "fp32-master",
+                          llvm::cl::desc("keep fp32 masters of narrower parameters"),
+                          llvm::cl::init(true)};
+  Option<int64_t> tokens{*this, "tokens",
+                         llvm::cl::desc("tokens per rank per microbatch (0: seq_len)"),
+                         llvm::cl::init(0)};
+  Option<int64_t> microbatches{*this, "microbatches", llvm::cl::desc("microbatches"),
+                               llvm::cl::init(1)};
+  Option<std::string> baseline{*this, "baseline",
+                               llvm::cl::desc("fsdp2: the gathered-Muon baseline"),
+                               llvm::cl::init("")};
+  Option<int64_t> bucketMB{*this, "bucket-mb", llvm::cl::desc("bucket size (0: no limit)"),
+                           llvm::cl::init(0)};
+  Option<int64_t> prefetch{*this, "prefetch", llvm::cl::desc("groups gathered ahead"),
+                           llvm::cl::init(1)};
+  Option<int64_t> maxInflightMB{*this, "max-inflight-mb",
+                                llvm::cl::desc("gathered MiB alive at once (0: no cap)"),
+                                llvm::cl::init(0)};
+  Option<std::string> gatherComm{*this, "gather-comm",
+                                 llvm::cl::desc("shared or separate"),
+                                 llvm::cl::init("shared")};
+  Option<int64_t> memoryCapMB{*this, "memory-cap-mb",
+                              llvm::cl::desc("per-rank memory cap (0: none)"),
+                              llvm::cl::init(0)};
+  Option<std::string> hardware{*this, "hardware", llvm::cl::desc("a100 or h100"),
+                               llvm::cl::init("a100")};
+};
+
+/// Adds the default pipeline to `pm`.
+void buildDefaultPipeline(mlir::OpPassManager &pm, const PipelineOptions &options);
+
+/// Registers `--mfsdp-pipeline`.
+void registerDefaultPipeline();
+
+} // namespace mfsdp
+
+#endif // MFSDP_PASSES_PIPELINE_H

@@ -1,0 +1,196 @@
+//===- mfsdp-sim.cpp - Predict a step's time on GPU hardware --------------===//
+//
+//   mfsdp-sim scheduled.mlir [--profile=a100] [--trace=step.json]
+//   mfsdp-sim model.mlir --pipeline="policy=mixed_muon_adamw mesh=dp_shard=8" --compare
+//
+// Simulates every sched.step of the input (or, with --pipeline, runs the
+// default pipeline on the input's plan.graph first) on a hardware profile
+// and prints the forward / backward / optimizer breakdown, exposed
+// communication, peak memory and the floors. --compare also builds the
+// FSDP2-style (row shards everywhere, Muon gathering every matrix on every
+// rank) and MatrixFSDP-style (owners balanced per unit by element count)
+// baselines from the same graph. Every time is a prediction.
+//
+//===----------------------------------------------------------------------===//
+#include "dialects/plan/PlanDialect.h"
+#include "dialects/sched/SchedOps.h"
+#include "mfsdp/cost/Simulator.h"
+#include "passes/Pipeline.h"
+#include "passes/StepBridge.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <fmt/format.h>
+
+using namespace mlir;
+namespace cl = llvm::cl;
+
+static cl::opt<std::string> input(cl::Positional, cl::desc("<input .mlir>"),
+                                  cl::init("-"));
+static cl::opt<std::string> profileName("profile",
+                                        cl::desc("a100, h100 or h100-ib"),
+                                        cl::init("a100"));
+static cl::opt<std::string> pipeline(
+    "pipeline", cl::desc("run --mfsdp-pipeline with these options first"),
+    cl::init(""));
+static cl::opt<bool> compare("compare",
+                             cl::desc("also simulate the FSDP2-style and "
+                                      "MatrixFSDP-style baselines (needs "
+                                      "--pipeline)"),
+                             cl::init(false));
+static cl::opt<std::string> tracePath("trace",
+                                      cl::desc("write a Chrome trace (JSON) of "
+                                               "the first step here"),
+                                      cl::init(""));
+static cl::opt<bool> brief("brief", cl::desc("one summary line per step"),
+                           cl::init(false));
+
+namespace {
+
+struct Variant {
+  std::string label;
+  std::string extraOptions; // appended to --pipeline
+};
+
+struct Outcome {
+  std::string label;
+  mfsdp::step::Step step;
+  mfsdp::cost::SimResult result;
+};
+
+int fail(const std::string &message) {
+  llvm::errs() << "mfsdp-sim: error: " << message << "\n";
+  return 1;
+}
+
+LogicalResult simulateModule(ModuleOp module, const std::string &label,
+                             const mfsdp::cost::SimProfile &profile,
+                             std::vector<Outcome> &out) {
+  for (mfsdp::sched::StepOp op : module.getOps<mfsdp::sched::StepOp>()) {
+    Outcome o;
+    o.label = label;
+    if (failed(mfsdp::readStep(op, o.step)))
+      return failure();
+    o.result = mfsdp::cost::simulate(o.step, profile);
+    if (!o.result.ok) {
+      op.emitError("cannot be simulated: ") << o.result.error;
+      return failure();
+    }
+    out.push_back(std::move(o));
+  }
+  return success();
+}
+
+std::string summary(const Outcome &o, const mfsdp::cost::SimProfile &p) {
+  using mfsdp::step::Phase;
+  const auto &r = o.result;
+  double fb = r.forward.span() + r.backward.span();
+  double fbCompute = r.forward.computeBusy + r.backward.computeBusy;
+  double exposed = r.forward.exposedComm + r.backward.exposedComm;
+  double optFloor = mfsdp::cost::optimizerFloorSeconds(o.step, p);
+  return fmt::format(
+      "{:<22} total {:9.1f} ms | fwd {:8.1f} bwd {:8.1f} opt {:8.1f} ms | "
+      "exposed comm fwd+bwd {:7.2f} ms ({:5.2f}% of compute) | opt/floor "
+      "{:5.3f} | peak {:7.2f} GiB",
+      o.label, r.stepSeconds * 1e3, r.forward.span() * 1e3,
+      r.backward.span() * 1e3, r.optimizer.span() * 1e3, exposed * 1e3,
+      fbCompute > 0 ? 100 * exposed / fbCompute : 0.0,
+      optFloor > 0 ? r.optimizer.span() / optFloor : 0.0,
+      r.peakBytes / (1024.0 * 1024 * 1024));
+  (void)fb;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  cl::ParseCommandLineOptions(argc, argv,
+                              "mfsdp step simulator (predicted GPU times)\n");
+  const mfsdp::cost::SimProfile *profile =
+      mfsdp::cost::findSimProfile(profileName.getValue());
+  if (!profile)
+    return fail("unknown profile '" + profileName.getValue() +
+                "'; expected a100, h100 or h100-ib");
+  if (compare && pipeline.empty())
+    return fail("--compare needs --pipeline (the options to plan with)");
+
+  DialectRegistry registry;
+  registry.insert<mfsdp::plan::PlanDialect, mfsdp::sched::SchedDialect>();
+  MLIRContext ctx(registry);
+  ctx.loadAllAvailableDialects();
+  std::string error;
+  auto file = openInputFile(input, &error);
+  if (!file)
+    return fail(error);
+  llvm::SourceMgr sm;
+  sm.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
+  SourceMgrDiagnosticHandler handler(sm, &ctx);
+  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sm, &ctx);
+  if (!module)
+    return 1;
+
+  std::vector<Variant> variants;
+  if (pipeline.empty()) {
+    variants.push_back({"step", ""});
+  } else {
+    variants.push_back({"mfsdp (owners)", ""});
+    if (compare) {
+      variants.push_back({"MatrixFSDP-style",
+                          " owner-strategy=matrixfsdp group-units=1 row-layout=flat"});
+      variants.push_back({"FSDP2-style",
+                          " policy=adamw baseline=fsdp2 row-layout=per_param"});
+    }
+  }
+  std::vector<Outcome> outcomes;
+  for (const Variant &v : variants) {
+    OwningOpRef<ModuleOp> work = module->clone();
+    if (!pipeline.empty()) {
+      auto opts = mfsdp::PipelineOptions::createFromString(
+          pipeline.getValue() + v.extraOptions);
+      if (!opts)
+        return fail("bad --pipeline options: " + pipeline.getValue() +
+                    v.extraOptions);
+      PassManager pm(&ctx);
+      mfsdp::buildDefaultPipeline(pm, *opts);
+      if (failed(pm.run(*work)))
+        return 1;
+    }
+    if (failed(simulateModule(*work, v.label, *profile, outcomes)))
+      return 1;
+  }
+  if (outcomes.empty())
+    return fail("the input holds no sched.step (give --pipeline to build one)");
+
+  llvm::outs() << "predicted on " << profile->name << ": " << profile->description
+               << "\n";
+  for (const Outcome &o : outcomes) {
+    if (!brief && outcomes.size() == 1) {
+      llvm::outs() << mfsdp::cost::renderText(o.step, o.result, *profile);
+      double floor = mfsdp::cost::optimizerFloorSeconds(o.step, *profile);
+      llvm::outs() << fmt::format(
+          "optimizer floor {:.3f} ms (max over ranks of Newton-Schulz FLOPs / "
+          "peak GEMM rate + optimizer bytes / peak memory bandwidth); "
+          "optimizer phase / floor {:.3f}\n",
+          floor * 1e3, floor > 0 ? o.result.optimizer.span() / floor : 0.0);
+    }
+    llvm::outs() << summary(o, *profile) << "\n";
+  }
+  if (!tracePath.empty()) {
+    auto out = openOutputFile(tracePath, &error);
+    if (!out)
+      return fail(error);
+    out->os() << mfsdp::cost::chromeTrace(outcomes.front().step,
+                                          outcomes.front().result);
+    out->keep();
+  }
+  return 0;
+}
