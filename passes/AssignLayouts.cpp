@@ -152,6 +152,10 @@ struct AssignLayoutsPass
       return graph.emitError("unknown ns-split '")
              << nsSplit.getValue() << "'; expected auto, on or off";
     opts.replicateUnderBytes = static_cast<double>(replicateUnder);
+    if (nsSteps < 0)
+      return graph.emitError("ns-steps must be >= 1, got ") << nsSteps.getValue();
+    if (nsSteps > 0)
+      opts.nsSteps = nsSteps;
     // The option only ever turns masters off; a graph planned without them
     // keeps that.
     opts.fp32Master = opts.fp32Master && fp32Master;

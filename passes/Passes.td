@@ -88,6 +88,8 @@ def AssignLayouts : Pass<"mfsdp-assign-layouts", "::mlir::ModuleOp"> {
     Option<"replicateUnder", "replicate-under-bytes", "int64_t",
            /*default=*/"0",
            "Replicate parameters smaller than this many bytes">,
+    Option<"nsSteps", "ns-steps", "int64_t", /*default=*/"0",
+           "Newton-Schulz steps of Muon (0: the graph's policy, else 5)">,
     Option<"fp32Master", "fp32-master", "bool", /*default=*/"true",
            "Keep fp32 masters of narrower parameters (false: pure bf16 training)">,
   ];

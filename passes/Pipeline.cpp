@@ -17,6 +17,7 @@ void mfsdp::buildDefaultPipeline(OpPassManager &pm, const PipelineOptions &o) {
   layouts.rowLayout = o.rowLayout;
   layouts.nsSplit = o.nsSplit;
   layouts.fp32Master = o.fp32Master;
+  layouts.nsSteps = o.nsSteps;
   layouts.hardware = o.hardware;
   pm.addPass(createAssignLayouts(layouts));
   BuildStepOptions step;

@@ -31,6 +31,9 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
                                 llvm::cl::init("auto")};
   Option<std::string> nsSplit{*this, "ns-split", llvm::cl::desc("auto, on or off"),
                               llvm::cl::init("auto")};
+  Option<int64_t> nsSteps{*this, "ns-steps",
+                          llvm::cl::desc("Newton-Schulz steps (0: the graph's)"),
+                          llvm::cl::init(0)};
   Option<bool> fp32Master{*this, "fp32-master",
                           llvm::cl::desc("keep fp32 masters of narrower parameters"),
                           llvm::cl::init(true)};

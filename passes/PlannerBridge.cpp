@@ -168,6 +168,10 @@ void mfsdp::writeGraph(GraphOp graph, const BridgedGraph &b,
   if (!muon && usesMuon)
     muon = MuonAttr::get(ctx, 0.02, 0.95, 0.01, true, opts.nsSteps,
                          MuonScale::match_rms_adamw);
+  else if (muon && muon.getNsSteps() != opts.nsSteps)
+    muon = MuonAttr::get(ctx, muon.getLr(), muon.getMomentum(),
+                         muon.getWeightDecay(), muon.getNesterov(),
+                         opts.nsSteps, muon.getScale());
   SGDAttr sgd = policy.getSgdAttr();
   if (!sgd && usesSGD)
     sgd = SGDAttr::get(ctx, 1e-2, opts.sgdMomentum, 0.0, false);

@@ -37,11 +37,19 @@ double computeSeconds(const Op &op, const SimProfile &p) {
     return 0;
   // flops / (gemmFlops * gemmEfficiency * f / (f + small))
   //   = (f + small) / (gemmFlops * gemmEfficiency), and 0 without FLOPs.
+  bool trainer = op.kind == OpKind::Compute && op.compute != "copy" &&
+                 !op.compute.empty() && p.trainerEfficiency > 0;
+  double eff = trainer ? p.trainerEfficiency : p.gemmEfficiency;
   double flopTime = op.flops > 0 ? (op.flops + p.smallGemmFlops) /
-                                       (p.gemmFlops * p.gemmEfficiency)
+                                       (p.gemmFlops * eff)
                                  : 0.0;
   double byteTime =
       op.bytes > 0 ? op.bytes / (p.hbmBytes * p.hbmEfficiency) : 0.0;
+  // An optimizer op stands for separate kernels (the momentum update, the
+  // Newton-Schulz GEMMs, the elementwise update): their times add. A
+  // trainer op is one roofline-bound kernel sequence.
+  if (op.kind == OpKind::Optimizer)
+    return p.launchSeconds + flopTime + byteTime;
   return p.launchSeconds + std::max(flopTime, byteTime);
 }
 
@@ -488,6 +496,15 @@ double optimizerFloorSeconds(const Step &s, const SimProfile &p) {
       s, [](const Op &op) { return op.kind == OpKind::Optimizer; },
       [&](const Op &op) {
         return op.flops / p.gemmFlops + op.bytes / p.hbmBytes;
+      });
+}
+
+double optimizerSustainedFloorSeconds(const Step &s, const SimProfile &p) {
+  return maxOverRanks(
+      s, [](const Op &op) { return op.kind == OpKind::Optimizer; },
+      [&](const Op &op) {
+        return op.flops / (p.gemmFlops * p.gemmEfficiency) +
+               op.bytes / (p.hbmBytes * p.hbmEfficiency);
       });
 }
 

@@ -615,13 +615,13 @@ TEST(Floors, OptimizerFloorOnTwoRanks) {
   p.launchSeconds = 1;
   p.smallGemmFlops = 1e9;
   EXPECT_NEAR(optimizerFloorSeconds(s, p), 7, kTol);
-  // The simulation times each op by max(FLOP term, byte term), not their
-  // sum: after the shared 5 s compute, rank 0 runs max(3, 1) + 1 = 4 s and
-  // rank 1 runs max(1, 5) + 1 = 6 s.
+  // An optimizer op stands for separate kernels, so the simulation adds its
+  // FLOP and byte terms: after the shared 5 s compute, rank 0 runs 3 + 1 +
+  // 1 = 5 s and rank 1 runs 1 + 5 + 1 = 7 s, exactly the floor.
   SimResult r = simulate(s, P());
   ASSERT_TRUE(r.ok);
-  EXPECT_NEAR(r.rankStepSeconds[0], 5 + 4, kTol);
-  EXPECT_NEAR(r.rankStepSeconds[1], 5 + 6, kTol);
+  EXPECT_NEAR(r.rankStepSeconds[0], 5 + 5, kTol);
+  EXPECT_NEAR(r.rankStepSeconds[1], 5 + 7, kTol);
 }
 
 TEST(Floors, ComputeFloorPerPhase) {

@@ -35,6 +35,10 @@ struct SimProfile {
   std::string description;    // one line for reports
   double gemmFlops = 0;       // peak dense bf16 FLOP/s (datasheet)
   double gemmEfficiency = 1;  // fraction of peak that large GEMMs reach
+  /// Fraction of peak the trainer's own forward, backward and recomputation
+  /// reach as a whole (attention, norms and elementwise work included); 0
+  /// means gemmEfficiency.
+  double trainerEfficiency = 0;
   double smallGemmFlops = 0;  // a kernel of this many FLOPs runs at half of
                               // gemmEfficiency (see computeSeconds)
   double hbmBytes = 0;        // peak HBM bandwidth, B/s (datasheet)
@@ -152,6 +156,10 @@ std::string renderText(const step::Step &s, const SimResult &r,
 /// (sum of Optimizer ops' FLOPs / gemmFlops + their bytes / hbmBytes), at
 /// PEAK rates (no efficiency factors, no launch overhead).
 double optimizerFloorSeconds(const step::Step &s, const SimProfile &p);
+/// The same floor at the profile's sustained rates (peak x gemmEfficiency,
+/// peak x hbmEfficiency): what perfectly balanced, perfectly overlapped
+/// optimizer kernels would take on this profile.
+double optimizerSustainedFloorSeconds(const step::Step &s, const SimProfile &p);
 
 /// Floor of one phase's compute: max over ranks of the FLOPs of that phase's
 /// Compute and Optimizer ops / gemmFlops (peak; no memory term, no comm).
