@@ -51,6 +51,10 @@ struct BuildStepPass : public mfsdp::impl::BuildStepBase<BuildStepPass> {
     planner::Options opts;
     opts.hw = *planner::findHardwareProfile("a100");
     optionsFromGraph(graph, opts);
+    if (nsSteps < 0)
+      return graph.emitError("ns-steps must be >= 1, got ") << nsSteps.getValue();
+    if (nsSteps > 0)
+      opts.nsSteps = nsSteps;
     planner::Decisions d;
     PolicyOp policy = graph.getPolicy();
     d.nsSplit = policy && policy.getNsSplit();

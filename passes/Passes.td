@@ -152,6 +152,8 @@ def BuildStep : Pass<"mfsdp-build-step", "::mlir::ModuleOp"> {
            "Gradient-accumulation microbatches per step">,
     Option<"baseline", "baseline", "std::string", /*default=*/"\"\"",
            "Build a baseline instead: fsdp2 (gathered Muon)">,
+    Option<"nsSteps", "ns-steps", "int64_t", /*default=*/"0",
+           "Newton-Schulz steps (0: the graph's Muon settings, else 5)">,
   ];
   let dependentDialects = ["::mfsdp::sched::SchedDialect"];
 }

@@ -24,6 +24,7 @@ void mfsdp::buildDefaultPipeline(OpPassManager &pm, const PipelineOptions &o) {
   step.tokens = o.tokens;
   step.microbatches = o.microbatches;
   step.baseline = o.baseline;
+  step.nsSteps = o.nsSteps;
   pm.addPass(createBuildStep(step));
   BucketCollectivesOptions bucket;
   bucket.bucketMB = o.bucketMB;
