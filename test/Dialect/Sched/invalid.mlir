@@ -1,0 +1,115 @@
+// RUN: mfsdp-opt %s -split-input-file -verify-diagnostics
+
+// An async collective returns a token.
+sched.step @s world 2 tokens 1 microbatches 1 {
+  %a = sched.alloc "a" bytes 8.0 persistent
+  // expected-error @+1 {{'sched.all_gather' op is async and must return a !sched.token}}
+  "sched.all_gather"(%a, %a) <{mesh_axes = ["dp_shard"], ranks = 2 : i64, bytes = 8.0 : f64, comm = 0 : i64, phase = 0 : i32, async}> : (!sched.buffer, !sched.buffer) -> ()
+}
+
+// -----
+
+// The owner collectives say what each rank contributes.
+sched.step @s world 2 tokens 1 microbatches 1 {
+  %a = sched.alloc "a" bytes 8.0 persistent
+  // expected-error @+1 {{'sched.all_gather_v' op needs the bytes each rank contributes (chunks)}}
+  sched.all_gather_v %a -> %a on ["dp_shard"] ranks 2 bytes 8.0 comm 0 phase forward
+}
+
+// -----
+
+// Chunks add up to the bytes moved.
+sched.step @s world 2 tokens 1 microbatches 1 {
+  %a = sched.alloc "a" bytes 8.0 persistent
+  // expected-error @+1 {{'sched.reduce_scatter_v' op chunks sum to 6.000000e+00 bytes but the collective moves 8.000000e+00}}
+  sched.reduce_scatter_v %a -> %a on ["dp_shard"] ranks 2 bytes 8.0 chunks [2.0, 4.0] comm 0 phase backward
+}
+
+// -----
+
+// One chunk per rank.
+sched.step @s world 2 tokens 1 microbatches 1 {
+  %a = sched.alloc "a" bytes 8.0 persistent
+  // expected-error @+1 {{'sched.all_gather_v' op has 1 chunks for 2 ranks}}
+  sched.all_gather_v %a -> %a on ["dp_shard"] ranks 2 bytes 8.0 chunks [8.0] comm 0 phase forward
+}
+
+// -----
+
+// Only the _v collectives take chunks.
+sched.step @s world 2 tokens 1 microbatches 1 {
+  %a = sched.alloc "a" bytes 8.0 persistent
+  // expected-error @+1 {{'sched.all_gather' op takes no chunks; only the _v collectives do}}
+  sched.all_gather %a -> %a on ["dp_shard"] ranks 2 bytes 8.0 chunks [4.0, 4.0] comm 0 phase forward
+}
+
+// -----
+
+// Every started collective is waited for.
+sched.step @s world 2 tokens 1 microbatches 1 {
+  %a = sched.alloc "a" bytes 8.0 persistent
+  // expected-error @+1 {{'sched.all_gather' op starts a collective whose token is never waited for}}
+  %t = sched.all_gather %a -> %a on ["dp_shard"] ranks 2 bytes 8.0 comm 0 phase forward async : !sched.token
+}
+
+// -----
+
+// A token is waited for once.
+sched.step @s world 2 tokens 1 microbatches 1 {
+  %a = sched.alloc "a" bytes 8.0 persistent
+  %t = sched.all_gather %a -> %a on ["dp_shard"] ranks 2 bytes 8.0 comm 0 phase forward async : !sched.token
+  sched.wait %t
+  // expected-error @+1 {{'sched.wait' op waits for a token that was already waited for}}
+  sched.wait %t
+}
+
+// -----
+
+// A freed buffer is not used again.
+sched.step @s world 2 tokens 1 microbatches 1 {
+  %a = sched.alloc "a" bytes 8.0
+  sched.dealloc %a
+  // expected-error @+1 {{'sched.compute' op uses a buffer after its sched.dealloc}}
+  sched.compute forward "f" reads(%a) writes() flops 1.0 bytes 0.0 phase forward
+}
+
+// -----
+
+// Persistent buffers live all step.
+sched.step @s world 2 tokens 1 microbatches 1 {
+  %a = sched.alloc "a" bytes 8.0 persistent
+  // expected-error @+1 {{'sched.dealloc' op deallocates a persistent buffer}}
+  sched.dealloc %a
+}
+
+// -----
+
+// A step runs on at least one rank.
+// expected-error @+1 {{'sched.step' op world must be at least 1, got 0}}
+sched.step @s world 0 tokens 1 microbatches 1 {
+}
+
+// -----
+
+// only_rank names a rank of the step.
+sched.step @s world 2 tokens 1 microbatches 1 {
+  // expected-error @+1 {{'sched.optimizer' op only_rank 2 is outside the 2 ranks}}
+  sched.optimizer adamw "a" reads() writes() flops 0.0 bytes 8.0 only_rank 2 phase optimizer
+}
+
+// -----
+
+// Collectives need a group of at least one rank.
+sched.step @s world 2 tokens 1 microbatches 1 {
+  %a = sched.alloc "a" bytes 8.0 persistent
+  // expected-error @+1 {{'sched.all_reduce' op ranks must be at least 1, got 0}}
+  sched.all_reduce %a -> %a on ["dp_shard"] ranks 0 bytes 8.0 comm 0 phase backward
+}
+
+// -----
+
+// Costs are finite and non-negative.
+sched.step @s world 2 tokens 1 microbatches 1 {
+  // expected-error @+1 {{'sched.compute' op flops and bytes must be finite and non-negative}}
+  sched.compute forward "f" reads() writes() flops -1.0 bytes 0.0 phase forward
+}
