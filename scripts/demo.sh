@@ -29,6 +29,11 @@ echo "== the same plan with MatrixFSDP's owner assignment, for comparison"
   "$BIN/mfsdp-opt" --mfsdp-assign-layouts="policy=mixed_muon_adamw mesh=dp_shard=8 owner-strategy=matrixfsdp" \
     --mfsdp-plan-report=text -o /dev/null | grep -E "imbalance|optimizer step"
 echo
+echo "== mfsdp-sim: the whole step, predicted on 8x A100, against the baselines"
+"$BIN/mfsdp-translate" --import-mfsdp-graph "$EX/matrixfsdp-32l.json" -o "$BUILD/32l.mlir"
+"$BIN/mfsdp-sim" "$BUILD/32l.mlir" --profile=a100 --compare --brief \
+  --pipeline="policy=mixed_muon_adamw mesh=dp_shard=8"
+echo
 echo "== plan: HSDP (dp_replicate=2 x dp_shard=8) for the EP MoE model, ZeRO-2"
 "$BIN/mfsdp-translate" --import-mfsdp-graph "$EX/moe-ep.json" |
   "$BIN/mfsdp-opt" --mfsdp-assign-layouts="mesh=dp_replicate=2,dp_shard=8,ep=2 zero=2" \
