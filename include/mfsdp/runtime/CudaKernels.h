@@ -1,0 +1,42 @@
+//===- CudaKernels.h - CUDA twins of the runtime kernels ----------*- C++ -*-===//
+//
+// The same semantics as mfsdp/runtime/Kernels.h (host), on device pointers
+// and a stream. Newton-Schulz runs its GEMMs in bf16 with fp32 accumulation
+// (cuBLAS), as Muon does; the host twin computes in fp32. Every call returns
+// a status; nothing here runs on machines without a GPU.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MFSDP_RUNTIME_CUDAKERNELS_H
+#define MFSDP_RUNTIME_CUDAKERNELS_H
+
+#include "mfsdp/runtime/Kernels.h"
+
+#include <cstdint>
+
+typedef struct CUstream_st *cudaStream_t;
+typedef struct cublasContext *cublasHandle_t;
+
+namespace mfsdp::rt::cuda {
+
+/// 0 on success; otherwise a CUDA or cuBLAS error code, with
+/// lastError() describing it.
+int adamwStep(float *param, const float *grad, float *m, float *v, int64_t n,
+              const AdamWHyper &h, int64_t step, cudaStream_t stream);
+int sgdStep(float *param, const float *grad, float *buf, int64_t n,
+            const SGDHyper &h, int64_t step, cudaStream_t stream);
+int muonMomentum(const float *grad, float *buf, float *out, int64_t n,
+                 float momentum, bool nesterov, cudaStream_t stream);
+/// Bytes of device workspace newtonSchulz needs.
+int64_t newtonSchulzWorkspace(int64_t rows, int64_t cols);
+int newtonSchulz(cublasHandle_t blas, const float *in, float *out, int64_t rows,
+                 int64_t cols, int64_t steps, void *workspace,
+                 cudaStream_t stream);
+int muonApply(float *param, const float *ortho, int64_t rows, int64_t cols,
+              const MuonHyper &h, cudaStream_t stream);
+int castF32ToBF16(const float *in, uint16_t *out, int64_t n, cudaStream_t stream);
+int castBF16ToF32(const uint16_t *in, float *out, int64_t n, cudaStream_t stream);
+const char *lastError();
+
+} // namespace mfsdp::rt::cuda
+
+#endif // MFSDP_RUNTIME_CUDAKERNELS_H

@@ -1,0 +1,239 @@
+//===- Kernels.cu - CUDA twins of the runtime kernels ---------------------===//
+#include "mfsdp/runtime/CudaKernels.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace mfsdp::rt::cuda {
+
+namespace {
+
+thread_local char lastMessage[256] = "";
+
+int fail(const char *what, int code, const char *detail) {
+  std::snprintf(lastMessage, sizeof(lastMessage), "%s failed (%d): %s", what,
+                code, detail ? detail : "");
+  return code ? code : -1;
+}
+
+int check(cudaError_t e, const char *what) {
+  return e == cudaSuccess ? 0 : fail(what, static_cast<int>(e), cudaGetErrorString(e));
+}
+
+int check(cublasStatus_t s, const char *what) {
+  return s == CUBLAS_STATUS_SUCCESS ? 0
+                                    : fail(what, static_cast<int>(s), "cuBLAS status");
+}
+
+unsigned blocks(int64_t n, unsigned threads = 256) {
+  return static_cast<unsigned>(std::min<int64_t>((n + threads - 1) / threads, 65535));
+}
+
+__global__ void adamwKernel(float *p, const float *g, float *m, float *v,
+                            int64_t n, AdamWHyper h, float c1, float c2) {
+  const float decay = 1.f - h.lr * h.weightDecay;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    float gi = g[i];
+    float mi = h.beta1 * m[i] + (1.f - h.beta1) * gi;
+    float vi = h.beta2 * v[i] + (1.f - h.beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * decay - h.lr * (mi / c1) / (sqrtf(vi / c2) + h.eps);
+  }
+}
+
+__global__ void sgdKernel(float *p, const float *g, float *buf, int64_t n,
+                          SGDHyper h, bool first) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    float d = g[i] + h.weightDecay * p[i];
+    if (h.momentum != 0.f) {
+      float b = first ? d : h.momentum * buf[i] + d;
+      buf[i] = b;
+      d = h.nesterov ? d + h.momentum * b : b;
+    }
+    p[i] -= h.lr * d;
+  }
+}
+
+__global__ void momentumKernel(const float *g, float *buf, float *out, int64_t n,
+                               float mu, bool nesterov) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    float b = mu * buf[i] + (1.f - mu) * g[i];
+    buf[i] = b;
+    out[i] = nesterov ? g[i] + mu * (b - g[i]) : b;
+  }
+}
+
+__global__ void sumSquaresKernel(const float *x, int64_t n, float *sum) {
+  __shared__ float part[256];
+  float acc = 0.f;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    acc += x[i] * x[i];
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s)
+      part[threadIdx.x] += part[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    atomicAdd(sum, part[0]);
+}
+
+/// X (s x l, row-major, bf16) = in / (||in|| + 1e-7), transposed when the
+/// input is tall.
+__global__ void normalizeKernel(const float *in, __nv_bfloat16 *X, int64_t rows,
+                                int64_t cols, bool transposed, const float *sum) {
+  const float inv = 1.f / (sqrtf(*sum) + 1e-7f);
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t r = i / cols, c = i % cols;
+    int64_t at = transposed ? c * rows + r : i;
+    X[at] = __float2bfloat16_rn(in[i] * inv);
+  }
+}
+
+__global__ void storeKernel(const __nv_bfloat16 *X, float *out, int64_t rows,
+                            int64_t cols, bool transposed) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t r = i / cols, c = i % cols;
+    out[i] = __bfloat162float(X[transposed ? c * rows + r : i]);
+  }
+}
+
+__global__ void applyKernel(float *p, const float *o, int64_t n, float lr,
+                            float scale, float decay) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    p[i] = p[i] * decay - lr * scale * o[i];
+}
+
+__global__ void toBF16Kernel(const float *in, __nv_bfloat16 *out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = __float2bfloat16_rn(in[i]);
+}
+
+__global__ void fromBF16Kernel(const __nv_bfloat16 *in, float *out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = __bfloat162float(in[i]);
+}
+
+/// Row-major C (m x n) = alpha A (m x k) op B + beta C on bf16 data with
+/// fp32 accumulation; cuBLAS is column-major, so compute C^T = B^T A^T.
+int gemm(cublasHandle_t blas, bool transB, int m, int n, int k, float alpha,
+         const __nv_bfloat16 *A, int lda, const __nv_bfloat16 *B, int ldb,
+         float beta, __nv_bfloat16 *C, int ldc) {
+  return check(cublasGemmEx(blas, transB ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            CUBLAS_OP_N, n, m, k, &alpha, B, CUDA_R_16BF, ldb,
+                            A, CUDA_R_16BF, lda, &beta, C, CUDA_R_16BF, ldc,
+                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "cublasGemmEx");
+}
+
+} // namespace
+
+const char *lastError() { return lastMessage; }
+
+int adamwStep(float *p, const float *g, float *m, float *v, int64_t n,
+              const AdamWHyper &h, int64_t step, cudaStream_t stream) {
+  float c1 = 1.f - std::pow(h.beta1, static_cast<float>(step));
+  float c2 = 1.f - std::pow(h.beta2, static_cast<float>(step));
+  adamwKernel<<<blocks(n), 256, 0, stream>>>(p, g, m, v, n, h, c1, c2);
+  return check(cudaGetLastError(), "adamwKernel");
+}
+
+int sgdStep(float *p, const float *g, float *buf, int64_t n, const SGDHyper &h,
+            int64_t step, cudaStream_t stream) {
+  sgdKernel<<<blocks(n), 256, 0, stream>>>(p, g, buf, n, h, step <= 1);
+  return check(cudaGetLastError(), "sgdKernel");
+}
+
+int muonMomentum(const float *g, float *buf, float *out, int64_t n, float mu,
+                 bool nesterov, cudaStream_t stream) {
+  momentumKernel<<<blocks(n), 256, 0, stream>>>(g, buf, out, n, mu, nesterov);
+  return check(cudaGetLastError(), "momentumKernel");
+}
+
+int64_t newtonSchulzWorkspace(int64_t rows, int64_t cols) {
+  int64_t s = std::min(rows, cols), l = std::max(rows, cols);
+  // X and the new X (s x l), A and B (s x s) in bf16, plus the norm.
+  return static_cast<int64_t>(sizeof(__nv_bfloat16)) * (2 * s * l + 2 * s * s) +
+         256;
+}
+
+int newtonSchulz(cublasHandle_t blas, const float *in, float *out, int64_t rows,
+                 int64_t cols, int64_t steps, void *workspace,
+                 cudaStream_t stream) {
+  const bool transposed = rows > cols;
+  const int64_t s = std::min(rows, cols), l = std::max(rows, cols);
+  float *sum = static_cast<float *>(workspace);
+  auto *X = reinterpret_cast<__nv_bfloat16 *>(static_cast<char *>(workspace) + 256);
+  __nv_bfloat16 *A = X + s * l, *B = A + s * s, *Y = B + s * s;
+  if (int e = check(cublasSetStream(blas, stream), "cublasSetStream"))
+    return e;
+  if (int e = check(cudaMemsetAsync(sum, 0, sizeof(float), stream), "cudaMemsetAsync"))
+    return e;
+  sumSquaresKernel<<<blocks(rows * cols), 256, 0, stream>>>(in, rows * cols, sum);
+  normalizeKernel<<<blocks(rows * cols), 256, 0, stream>>>(in, X, rows, cols,
+                                                           transposed, sum);
+  if (int e = check(cudaGetLastError(), "normalizeKernel"))
+    return e;
+  const int S = static_cast<int>(s), L = static_cast<int>(l);
+  for (int64_t k = 0; k < steps; ++k) {
+    if (int e = gemm(blas, true, S, S, L, 1.f, X, L, X, L, 0.f, A, S))
+      return e;
+    if (int e = check(cudaMemcpyAsync(B, A, sizeof(__nv_bfloat16) * s * s,
+                                      cudaMemcpyDeviceToDevice, stream),
+                      "cudaMemcpyAsync"))
+      return e;
+    if (int e = gemm(blas, false, S, S, S, kNsC, A, S, A, S, kNsB, B, S))
+      return e;
+    if (int e = check(cudaMemcpyAsync(Y, X, sizeof(__nv_bfloat16) * s * l,
+                                      cudaMemcpyDeviceToDevice, stream),
+                      "cudaMemcpyAsync"))
+      return e;
+    if (int e = gemm(blas, false, S, L, S, 1.f, B, S, X, L, kNsA, Y, L))
+      return e;
+    std::swap(X, Y);
+  }
+  storeKernel<<<blocks(rows * cols), 256, 0, stream>>>(X, out, rows, cols, transposed);
+  return check(cudaGetLastError(), "storeKernel");
+}
+
+int muonApply(float *p, const float *o, int64_t rows, int64_t cols,
+              const MuonHyper &h, cudaStream_t stream) {
+  float scale = h.scale == MuonScale::MatchRmsAdamW
+                    ? 0.2f * std::sqrt(static_cast<float>(std::max(rows, cols)))
+                    : std::sqrt(std::max(1.f, static_cast<float>(rows) /
+                                                  static_cast<float>(cols)));
+  applyKernel<<<blocks(rows * cols), 256, 0, stream>>>(
+      p, o, rows * cols, h.lr, scale, 1.f - h.lr * h.weightDecay);
+  return check(cudaGetLastError(), "applyKernel");
+}
+
+int castF32ToBF16(const float *in, uint16_t *out, int64_t n, cudaStream_t stream) {
+  toBF16Kernel<<<blocks(n), 256, 0, stream>>>(in, reinterpret_cast<__nv_bfloat16 *>(out), n);
+  return check(cudaGetLastError(), "toBF16Kernel");
+}
+
+int castBF16ToF32(const uint16_t *in, float *out, int64_t n, cudaStream_t stream) {
+  fromBF16Kernel<<<blocks(n), 256, 0, stream>>>(
+      reinterpret_cast<const __nv_bfloat16 *>(in), out, n);
+  return check(cudaGetLastError(), "fromBF16Kernel");
+}
+
+} // namespace mfsdp::rt::cuda

@@ -1,0 +1,202 @@
+//===- RuntimeKernelsTest.cpp - Host kernels against a reference ----------===//
+//
+// The reference below is written from the definitions in PRODUCT.md and
+// torch.optim, independently of runtime/host: double precision, naive
+// loops, no BLAS. The host twins must agree within fp32 tolerances.
+//
+//===----------------------------------------------------------------------===//
+#include "mfsdp/runtime/Kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+using namespace mfsdp::rt;
+
+namespace {
+
+namespace ref {
+
+using Mat = std::vector<double>; // row-major
+
+Mat matmul(const Mat &a, const Mat &b, int64_t n, int64_t k, int64_t m) {
+  Mat c(n * m, 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t j = 0; j < m; ++j)
+        c[i * m + j] += a[i * k + p] * b[p * m + j];
+  return c;
+}
+
+Mat transpose(const Mat &a, int64_t r, int64_t c) {
+  Mat t(r * c);
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j)
+      t[j * r + i] = a[i * c + j];
+  return t;
+}
+
+Mat newtonSchulz(Mat g, int64_t rows, int64_t cols, int64_t steps) {
+  const double a = 3.4445, b = -4.7750, c = 2.0315;
+  double norm = 0;
+  for (double x : g)
+    norm += x * x;
+  norm = std::sqrt(norm) + 1e-7;
+  for (double &x : g)
+    x /= norm;
+  bool tall = rows > cols;
+  int64_t s = tall ? cols : rows, l = tall ? rows : cols;
+  Mat X = tall ? transpose(g, rows, cols) : g;
+  for (int64_t k = 0; k < steps; ++k) {
+    Mat A = matmul(X, transpose(X, s, l), s, l, s);
+    Mat AA = matmul(A, A, s, s, s);
+    Mat B(s * s);
+    for (int64_t i = 0; i < s * s; ++i)
+      B[i] = b * A[i] + c * AA[i];
+    Mat BX = matmul(B, X, s, s, l);
+    for (int64_t i = 0; i < s * l; ++i)
+      X[i] = a * X[i] + BX[i];
+  }
+  return tall ? transpose(X, s, l) : X;
+}
+
+} // namespace ref
+
+std::vector<float> random(int64_t n, uint32_t seed, float scale = 1.f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.f, scale);
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = dist(rng);
+  return v;
+}
+
+void expectClose(const std::vector<float> &got, const std::vector<double> &want,
+                 double rel, const char *what) {
+  ASSERT_EQ(got.size(), want.size());
+  double maxAbs = 0;
+  for (double w : want)
+    maxAbs = std::max(maxAbs, std::fabs(w));
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], rel * std::max(1.0, maxAbs)) << what << " at " << i;
+}
+
+TEST(RuntimeKernels, AdamWMatchesReferenceOverSteps) {
+  const int64_t n = 257;
+  AdamWHyper h{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+  std::vector<float> p = random(n, 1), m(n, 0.f), v(n, 0.f);
+  std::vector<double> rp(p.begin(), p.end()), rm(n, 0), rv(n, 0);
+  for (int64_t t = 1; t <= 5; ++t) {
+    std::vector<float> g = random(n, 100 + t);
+    host::adamwStep(p.data(), g.data(), m.data(), v.data(), n, h, t);
+    for (int64_t i = 0; i < n; ++i) {
+      rp[i] -= h.lr * h.weightDecay * rp[i];
+      rm[i] = h.beta1 * rm[i] + (1 - h.beta1) * g[i];
+      rv[i] = h.beta2 * rv[i] + (1 - h.beta2) * double(g[i]) * g[i];
+      double mh = rm[i] / (1 - std::pow(double(h.beta1), double(t)));
+      double vh = rv[i] / (1 - std::pow(double(h.beta2), double(t)));
+      rp[i] -= h.lr * mh / (std::sqrt(vh) + h.eps);
+    }
+  }
+  expectClose(p, rp, 1e-5, "adamw");
+}
+
+TEST(RuntimeKernels, SGDMatchesTorchSemantics) {
+  const int64_t n = 64;
+  for (bool nesterov : {false, true}) {
+    SGDHyper h{0.05f, 0.9f, 0.01f, nesterov};
+    std::vector<float> p = random(n, 2), buf(n, 0.f);
+    std::vector<double> rp(p.begin(), p.end()), rb(n, 0);
+    for (int64_t t = 1; t <= 4; ++t) {
+      std::vector<float> g = random(n, 200 + t);
+      host::sgdStep(p.data(), g.data(), buf.data(), n, h, t);
+      for (int64_t i = 0; i < n; ++i) {
+        double d = g[i] + h.weightDecay * rp[i];
+        rb[i] = t == 1 ? d : h.momentum * rb[i] + d;
+        d = nesterov ? d + h.momentum * rb[i] : rb[i];
+        rp[i] -= h.lr * d;
+      }
+    }
+    expectClose(p, rp, 1e-5, "sgd");
+  }
+}
+
+TEST(RuntimeKernels, NewtonSchulzMatchesReference) {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{16, 48}, {48, 16}, {32, 32}}) {
+    std::vector<float> g = random(rows * cols, 3);
+    std::vector<float> out(rows * cols);
+    std::vector<float> ws(host::newtonSchulzWorkspace(rows, cols) / sizeof(float));
+    host::newtonSchulz(g.data(), out.data(), rows, cols, 5, ws.data());
+    std::vector<double> want =
+        ref::newtonSchulz(std::vector<double>(g.begin(), g.end()), rows, cols, 5);
+    expectClose(out, want, 1e-4, "newton-schulz");
+  }
+}
+
+TEST(RuntimeKernels, NewtonSchulzApproximatelyOrthogonalises) {
+  // After 5 quintic steps the singular values sit near [0.7, 1.2]: X X^T is
+  // near identity-like in trace (s singular values squared, each in range).
+  const int64_t rows = 24, cols = 64;
+  std::vector<float> g = random(rows * cols, 4);
+  std::vector<float> out(rows * cols);
+  std::vector<float> ws(host::newtonSchulzWorkspace(rows, cols) / sizeof(float));
+  host::newtonSchulz(g.data(), out.data(), rows, cols, 5, ws.data());
+  double trace = 0;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t k = 0; k < cols; ++k)
+      trace += double(out[i * cols + k]) * out[i * cols + k];
+  EXPECT_GT(trace / rows, 0.5);
+  EXPECT_LT(trace / rows, 1.5);
+}
+
+TEST(RuntimeKernels, MuonStepMatchesReference) {
+  const int64_t rows = 8, cols = 12;
+  MuonHyper h;
+  h.lr = 0.02f;
+  h.momentum = 0.95f;
+  h.weightDecay = 0.01f;
+  h.nesterov = true;
+  h.nsSteps = 5;
+  for (MuonScale scale : {MuonScale::MatchRmsAdamW, MuonScale::Original}) {
+    h.scale = scale;
+    std::vector<float> p = random(rows * cols, 5), buf(rows * cols, 0.f);
+    std::vector<float> scratch(rows * cols +
+                               host::newtonSchulzWorkspace(rows, cols) / sizeof(float));
+    std::vector<double> rp(p.begin(), p.end()), rb(rows * cols, 0);
+    for (int64_t t = 1; t <= 3; ++t) {
+      std::vector<float> g = random(rows * cols, 300 + t);
+      host::muonStep(p.data(), g.data(), buf.data(), rows, cols, h, scratch.data());
+      std::vector<double> u(rows * cols);
+      for (int64_t i = 0; i < rows * cols; ++i) {
+        rb[i] = h.momentum * rb[i] + (1 - h.momentum) * g[i];
+        u[i] = g[i] + h.momentum * (rb[i] - g[i]);
+      }
+      std::vector<double> o = ref::newtonSchulz(u, rows, cols, h.nsSteps);
+      double s = scale == MuonScale::MatchRmsAdamW
+                     ? 0.2 * std::sqrt(double(std::max(rows, cols)))
+                     : std::sqrt(std::max(1.0, double(rows) / double(cols)));
+      for (int64_t i = 0; i < rows * cols; ++i)
+        rp[i] = rp[i] - h.lr * h.weightDecay * rp[i] - h.lr * s * o[i];
+    }
+    expectClose(p, rp, 1e-5, "muon");
+  }
+}
+
+TEST(RuntimeKernels, BF16RoundsToNearestEven) {
+  EXPECT_EQ(host::toBF16(1.0f), 0x3f80);
+  // 1 + 2^-8 is halfway between two bf16 values: ties go to even (1.0).
+  EXPECT_EQ(host::toBF16(1.0f + 1.0f / 256), 0x3f80);
+  // 1 + 3 * 2^-8 is halfway too: rounds up to the even neighbour.
+  EXPECT_EQ(host::toBF16(1.0f + 3.0f / 256), 0x3f82);
+  EXPECT_TRUE(std::isnan(host::fromBF16(host::toBF16(std::nanf("")))));
+  std::vector<float> x = random(100, 6, 10.f), back(100);
+  std::vector<uint16_t> h(100);
+  host::castF32ToBF16(x.data(), h.data(), 100);
+  host::castBF16ToF32(h.data(), back.data(), 100);
+  for (int i = 0; i < 100; ++i)
+    EXPECT_NEAR(back[i], x[i], std::fabs(x[i]) / 128);
+}
+
+} // namespace
