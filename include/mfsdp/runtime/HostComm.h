@@ -1,0 +1,66 @@
+//===- HostComm.h - Collectives of the host backend (MPI) ---------*- C++ -*-===//
+//
+// The host backend's collectives, over MPI: the same operations the CUDA
+// backend runs with NCCL (all-gather, reduce-scatter, all-reduce, and the
+// owner variants all-gather-v / reduce-scatter-v), on fp32 buffers in
+// host memory. Communicators for the data-parallel dims are split from
+// MPI_COMM_WORLD by the mesh (row-major rank order). Every call returns 0 or
+// an MPI error code; lastError() says what failed.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MFSDP_RUNTIME_HOSTCOMM_H
+#define MFSDP_RUNTIME_HOSTCOMM_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mfsdp::rt {
+
+struct MeshDimSpec {
+  std::string name;
+  int64_t size = 1;
+};
+
+class HostComm {
+public:
+  /// Splits MPI_COMM_WORLD into the group of this rank along `dim` of the
+  /// mesh (all ranks that differ only in that coordinate). The mesh product
+  /// must equal the world size.
+  static HostComm *create(const std::vector<MeshDimSpec> &mesh,
+                          const std::string &dim, std::string &error);
+  ~HostComm();
+  HostComm(const HostComm &) = delete;
+  HostComm &operator=(const HostComm &) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  /// recv (size() * count floats) = concatenation of every rank's send.
+  int allGather(const float *send, float *recv, int64_t count);
+  /// recv (count floats) = this rank's slice of the sum of every rank's
+  /// send (size() * count floats).
+  int reduceScatter(const float *send, float *recv, int64_t count);
+  /// buf (count floats) = sum over ranks, in place.
+  int allReduce(float *buf, int64_t count);
+  /// recv = concatenation of counts[r] floats from each rank r; this rank
+  /// sends counts[rank()] floats from send (which may be null when zero).
+  int allGatherV(const float *send, float *recv,
+                 const std::vector<int64_t> &counts);
+  /// recv (counts[rank()] floats) = this rank's segment of the sum of every
+  /// rank's send (sum of counts floats).
+  int reduceScatterV(const float *send, float *recv,
+                     const std::vector<int64_t> &counts);
+  int barrier();
+
+  static const char *lastError();
+
+private:
+  HostComm() = default;
+  void *comm_ = nullptr; // MPI_Comm, kept opaque so callers need no mpi.h
+  int rank_ = 0, size_ = 1;
+};
+
+} // namespace mfsdp::rt
+
+#endif // MFSDP_RUNTIME_HOSTCOMM_H

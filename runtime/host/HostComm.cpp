@@ -1,0 +1,157 @@
+//===- HostComm.cpp - Collectives of the host backend (MPI) ---------------===//
+#include "mfsdp/runtime/HostComm.h"
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstdio>
+#include <numeric>
+
+namespace mfsdp::rt {
+
+namespace {
+thread_local char lastMessage[MPI_MAX_ERROR_STRING + 128] = "";
+
+int check(int code, const char *what) {
+  if (code == MPI_SUCCESS)
+    return 0;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  std::snprintf(lastMessage, sizeof(lastMessage), "%s failed: %.*s", what, len,
+                text);
+  return code;
+}
+
+int tooLarge(const char *what) {
+  std::snprintf(lastMessage, sizeof(lastMessage),
+                "%s: more than 2^31-1 elements in one call", what);
+  return MPI_ERR_COUNT;
+}
+
+MPI_Comm handle(void *c) { return reinterpret_cast<MPI_Comm>(c); }
+} // namespace
+
+const char *HostComm::lastError() { return lastMessage; }
+
+HostComm *HostComm::create(const std::vector<MeshDimSpec> &mesh,
+                           const std::string &dim, std::string &error) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    error = "MPI is not initialized";
+    return nullptr;
+  }
+  int world = 0, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int64_t product = 1;
+  int64_t which = -1;
+  for (size_t i = 0; i < mesh.size(); ++i) {
+    product *= mesh[i].size;
+    if (mesh[i].name == dim)
+      which = static_cast<int64_t>(i);
+  }
+  if (product != world) {
+    error = "the mesh has " + std::to_string(product) + " ranks but MPI has " +
+            std::to_string(world);
+    return nullptr;
+  }
+  if (which < 0) {
+    error = "the mesh has no dim '" + dim + "'";
+    return nullptr;
+  }
+  // Row-major coordinates; the colour is the rank with this dim zeroed.
+  int64_t stride = 1;
+  for (size_t i = mesh.size(); i-- > static_cast<size_t>(which) + 1;)
+    stride *= mesh[i].size;
+  int64_t coord = (rank / stride) % mesh[which].size;
+  int colour = static_cast<int>(rank - coord * stride);
+  MPI_Comm comm;
+  if (check(MPI_Comm_split(MPI_COMM_WORLD, colour, static_cast<int>(coord), &comm),
+            "MPI_Comm_split")) {
+    error = lastMessage;
+    return nullptr;
+  }
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  auto *c = new HostComm();
+  c->comm_ = reinterpret_cast<void *>(comm);
+  MPI_Comm_rank(comm, &c->rank_);
+  MPI_Comm_size(comm, &c->size_);
+  return c;
+}
+
+HostComm::~HostComm() {
+  MPI_Comm c = handle(comm_);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && c != MPI_COMM_NULL)
+    MPI_Comm_free(&c);
+}
+
+int HostComm::allGather(const float *send, float *recv, int64_t count) {
+  if (count > INT_MAX)
+    return tooLarge("allGather");
+  return check(MPI_Allgather(send, static_cast<int>(count), MPI_FLOAT, recv,
+                             static_cast<int>(count), MPI_FLOAT, handle(comm_)),
+               "MPI_Allgather");
+}
+
+int HostComm::reduceScatter(const float *send, float *recv, int64_t count) {
+  if (count > INT_MAX)
+    return tooLarge("reduceScatter");
+  return check(MPI_Reduce_scatter_block(send, recv, static_cast<int>(count),
+                                        MPI_FLOAT, MPI_SUM, handle(comm_)),
+               "MPI_Reduce_scatter_block");
+}
+
+int HostComm::allReduce(float *buf, int64_t count) {
+  if (count > INT_MAX)
+    return tooLarge("allReduce");
+  return check(MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count),
+                             MPI_FLOAT, MPI_SUM, handle(comm_)),
+               "MPI_Allreduce");
+}
+
+int HostComm::allGatherV(const float *send, float *recv,
+                         const std::vector<int64_t> &counts) {
+  if (static_cast<int>(counts.size()) != size_) {
+    std::snprintf(lastMessage, sizeof(lastMessage),
+                  "allGatherV: %zu counts for %d ranks", counts.size(), size_);
+    return MPI_ERR_COUNT;
+  }
+  std::vector<int> c(size_), displs(size_);
+  int64_t offset = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (counts[r] > INT_MAX || offset > INT_MAX)
+      return tooLarge("allGatherV");
+    c[r] = static_cast<int>(counts[r]);
+    displs[r] = static_cast<int>(offset);
+    offset += counts[r];
+  }
+  return check(MPI_Allgatherv(send, c[rank_], MPI_FLOAT, recv, c.data(),
+                              displs.data(), MPI_FLOAT, handle(comm_)),
+               "MPI_Allgatherv");
+}
+
+int HostComm::reduceScatterV(const float *send, float *recv,
+                             const std::vector<int64_t> &counts) {
+  if (static_cast<int>(counts.size()) != size_) {
+    std::snprintf(lastMessage, sizeof(lastMessage),
+                  "reduceScatterV: %zu counts for %d ranks", counts.size(), size_);
+    return MPI_ERR_COUNT;
+  }
+  std::vector<int> c(size_);
+  for (int r = 0; r < size_; ++r) {
+    if (counts[r] > INT_MAX)
+      return tooLarge("reduceScatterV");
+    c[r] = static_cast<int>(counts[r]);
+  }
+  return check(MPI_Reduce_scatter(send, recv, c.data(), MPI_FLOAT, MPI_SUM,
+                                  handle(comm_)),
+               "MPI_Reduce_scatter");
+}
+
+int HostComm::barrier() { return check(MPI_Barrier(handle(comm_)), "MPI_Barrier"); }
+
+} // namespace mfsdp::rt
