@@ -1,0 +1,94 @@
+//===- Trainer.cpp - The example trainer over the step library ------------===//
+#include "Trainer.h"
+
+#include <memory>
+
+namespace mfsdp::example {
+
+namespace {
+struct Views {
+  float *norm, *fc1, *fc2, *bias;
+};
+} // namespace
+
+bool train(mfsdp_step *step, const ModelConfig &c, const TrainOptions &o,
+           std::vector<double> &losses, std::string &error) {
+  auto ok = [&](mfsdp_status s, const char *what) {
+    if (s == MFSDP_OK)
+      return true;
+    error = std::string(what) + ": " + mfsdp_last_error(step);
+    return false;
+  };
+  // Parameters come in modelParams() order: four per block.
+  auto views = [&](int64_t layer, bool grad, Views &v) {
+    float **slots[4] = {&v.norm, &v.fc1, &v.fc2, &v.bias};
+    for (int k = 0; k < 4; ++k) {
+      DLTensor t;
+      mfsdp_status s = grad ? mfsdp_grad_view(step, static_cast<int32_t>(4 * layer + k), &t)
+                            : mfsdp_param_view(step, static_cast<int32_t>(4 * layer + k), &t);
+      if (!ok(s, grad ? "grad view" : "param view"))
+        return false;
+      *slots[k] = static_cast<float *>(t.data);
+    }
+    return true;
+  };
+  const int64_t n = c.tokens * c.hidden;
+  std::vector<std::unique_ptr<Block>> blocks;
+  for (int64_t l = 0; l < c.layers; ++l)
+    blocks.push_back(std::make_unique<Block>(c.hidden, c.inter, c.tokens));
+  std::vector<std::vector<float>> acts(c.layers + 1, std::vector<float>(n));
+  std::vector<float> target, dy(n), dx(n);
+  for (int64_t s = 0; s < o.steps; ++s) {
+    if (!ok(mfsdp_zero_grad(step), "zero_grad"))
+      return false;
+    double loss = 0;
+    for (int64_t m = 0; m < o.microbatches; ++m) {
+      if (!ok(mfsdp_set_no_sync(step, m + 1 < o.microbatches), "set_no_sync"))
+        return false;
+      makeBatch(c, o.seed, o.dataRank, s, m, acts[0], target);
+      for (int64_t l = 0; l < c.layers; ++l) {
+        int32_t u = static_cast<int32_t>(l);
+        Views v;
+        if (!ok(mfsdp_pre_forward(step, u), "pre_forward") || !views(l, false, v))
+          return false;
+        blocks[l]->forward(v.norm, v.fc1, v.fc2, v.bias, acts[l].data(),
+                           acts[l + 1].data());
+        if (!ok(mfsdp_post_forward(step, u), "post_forward"))
+          return false;
+      }
+      loss += lossAndGrad(acts[c.layers].data(), target.data(), n, dy.data()) /
+              static_cast<double>(o.microbatches);
+      // Accumulated microbatches average: scale the loss gradient by 1/M.
+      for (float &g : dy)
+        g /= static_cast<float>(o.microbatches);
+      for (int64_t l = c.layers; l-- > 0;) {
+        int32_t u = static_cast<int32_t>(l);
+        Views v, g;
+        if (!ok(mfsdp_pre_backward(step, u), "pre_backward") || !views(l, false, v))
+          return false;
+        if (o.recompute) {
+          // Recompute the block's forward under the same gathered weights.
+          if (!ok(mfsdp_pre_forward(step, u), "pre_forward (recompute)"))
+            return false;
+          blocks[l]->forward(v.norm, v.fc1, v.fc2, v.bias, acts[l].data(),
+                             acts[l + 1].data());
+          if (!ok(mfsdp_post_forward(step, u), "post_forward (recompute)"))
+            return false;
+        }
+        if (!views(l, true, g))
+          return false;
+        blocks[l]->backward(v.norm, v.fc1, v.fc2, v.bias, dy.data(), dx.data(),
+                            g.norm, g.fc1, g.fc2, g.bias);
+        if (!ok(mfsdp_post_backward(step, u), "post_backward"))
+          return false;
+        dy.swap(dx);
+      }
+    }
+    if (!ok(mfsdp_optimizer_step(step), "optimizer_step"))
+      return false;
+    losses.push_back(loss);
+  }
+  return true;
+}
+
+} // namespace mfsdp::example

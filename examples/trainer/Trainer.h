@@ -1,0 +1,36 @@
+//===- Trainer.h - The example trainer over the step library ----*- C++ -*-===//
+//
+// Trains the example model (Model.h) through the mfsdp C ABI: the hooks
+// around each block's forward and backward, DLPack views of the gathered
+// parameters and the gradient buffers, the optimizer step. Used by the
+// example program and by the parity tests.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MFSDP_EXAMPLES_TRAINER_TRAINER_H
+#define MFSDP_EXAMPLES_TRAINER_TRAINER_H
+
+#include "Model.h"
+#include "mfsdp/runtime.h"
+
+#include <string>
+#include <vector>
+
+namespace mfsdp::example {
+
+struct TrainOptions {
+  int64_t steps = 5;
+  int64_t microbatches = 1;
+  uint64_t seed = 1;
+  int64_t dataRank = 0; // this rank's index among the data-parallel ranks
+  /// Recompute each block's forward in backward (activation checkpointing).
+  bool recompute = false;
+};
+
+/// Runs the steps; returns false with `error` set on any runtime failure.
+/// `losses` gets this rank's mean loss per step.
+bool train(mfsdp_step *step, const ModelConfig &model, const TrainOptions &o,
+           std::vector<double> &losses, std::string &error);
+
+} // namespace mfsdp::example
+
+#endif // MFSDP_EXAMPLES_TRAINER_TRAINER_H
