@@ -191,6 +191,9 @@ int main(int argc, char **argv) {
     return reference::Opt::AdamW;
   };
   reference::Result want = reference::train(ref);
+  expect(want.error.empty(), "reference: " + want.error);
+  if (!want.error.empty())
+    MPI_Abort(MPI_COMM_WORLD, 1);
 
   double worst = 0;
   for (size_t i = 0; i < infos.size(); ++i) {

@@ -1,0 +1,120 @@
+//===- ErrorsTest.cpp - The runtime's errors under mpirun -----------------===//
+//
+//   mpirun -np 2 mfsdp-runtime-errors          every misuse gives a clear error
+//   mpirun -np 2 mfsdp-runtime-errors die      rank 1 dies mid-step; rank 0
+//                                              is in a collective, and the job
+//                                              must end with an error, not hang
+//
+//===----------------------------------------------------------------------===//
+#include "mfsdp/runtime.h"
+
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+int passed = 0, failed = 0, rank = 0;
+
+void expect(bool ok, const std::string &what) {
+  (ok ? passed : failed)++;
+  if (!ok)
+    std::fprintf(stderr, "rank %d: FAILED: %s\n", rank, what.c_str());
+}
+
+bool says(mfsdp_step *s, const char *text) {
+  return std::strstr(mfsdp_last_error(s), text) != nullptr;
+}
+} // namespace
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  int world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  bool die = argc > 1 && std::strcmp(argv[1], "die") == 0;
+
+  mfsdp_param_desc params[2] = {
+      {"w", 4, 3, 0, MFSDP_ROW_SHARD, 0, MFSDP_OPT_ADAMW},
+      {"v", 3, 3, 1, MFSDP_OWNER, 1, MFSDP_OPT_MUON},
+  };
+  mfsdp_plan plan{};
+  plan.zero = 3;
+  plan.dp_replicate = 1;
+  plan.dp_shard = world;
+  plan.world = world;
+  plan.num_units = 2;
+  plan.num_params = 2;
+  plan.params = params;
+  plan.adamw_lr = 1e-3f;
+  plan.adamw_beta1 = 0.9f;
+  plan.adamw_beta2 = 0.999f;
+  plan.adamw_eps = 1e-8f;
+  plan.muon_lr = 0.02f;
+  plan.muon_momentum = 0.95f;
+  plan.muon_ns_steps = 5;
+  plan.hash = mfsdp_plan_hash(&plan);
+
+  // A library built for another world size is refused.
+  mfsdp_plan other = plan;
+  other.world = world * 4;
+  other.dp_shard = world * 4;
+  other.hash = mfsdp_plan_hash(&other);
+  mfsdp_step *s = nullptr;
+  expect(mfsdp_create(&other, &s) == MFSDP_ERROR_PLAN &&
+             says(s, "built for a plan of"),
+         std::string("other world: ") + mfsdp_last_error(s));
+  mfsdp_destroy(s);
+  // A plan whose contents do not match its hash is refused.
+  mfsdp_plan corrupt = plan;
+  corrupt.zero = 2;
+  expect(mfsdp_create(&corrupt, &s) == MFSDP_ERROR_PLAN && says(s, "hash"),
+         std::string("corrupt plan: ") + mfsdp_last_error(s));
+  mfsdp_destroy(s);
+
+  expect(mfsdp_create(&plan, &s) == MFSDP_OK, "create");
+  DLTensor t;
+  // Hooks out of order.
+  expect(mfsdp_post_forward(s, 0) == MFSDP_ERROR_ORDER &&
+             says(s, "post_forward of unit 0 without its pre_forward"),
+         mfsdp_last_error(s));
+  expect(mfsdp_pre_backward(s, 1) == MFSDP_ERROR_ORDER &&
+             says(s, "pre_backward of unit 1 before its forward finished"),
+         mfsdp_last_error(s));
+  expect(mfsdp_param_view(s, 0, &t) == MFSDP_ERROR_ORDER &&
+             says(s, "call pre_forward or pre_backward of unit 0 first"),
+         mfsdp_last_error(s));
+  expect(mfsdp_pre_forward(s, 7) == MFSDP_ERROR_INVALID && says(s, "out of range"),
+         mfsdp_last_error(s));
+  expect(mfsdp_pre_forward(s, 0) == MFSDP_OK, "pre_forward 0");
+  expect(mfsdp_pre_forward(s, 0) == MFSDP_ERROR_ORDER &&
+             says(s, "called again before its backward"),
+         mfsdp_last_error(s));
+  expect(mfsdp_param_view(s, 0, &t) == MFSDP_OK && t.ndim == 2 &&
+             t.shape[0] == 4 && t.shape[1] == 3,
+         "view of a gathered parameter");
+  expect(mfsdp_optimizer_step(s) == MFSDP_ERROR_ORDER &&
+             says(s, "optimizer_step before the gradients of unit 0"),
+         mfsdp_last_error(s));
+  expect(mfsdp_post_forward(s, 0) == MFSDP_OK, "post_forward 0");
+  if (die && rank == 1) {
+    std::fprintf(stderr, "rank 1: dying mid-step on purpose\n");
+    std::exit(3);
+  }
+  // Rank 0 is now in the gather of unit 1, waiting for rank 1.
+  expect(mfsdp_pre_forward(s, 1) == MFSDP_OK, "pre_forward 1");
+  expect(mfsdp_post_forward(s, 1) == MFSDP_OK, "post_forward 1");
+  mfsdp_destroy(s);
+
+  int counts[2] = {passed, failed}, totals[2] = {0, 0};
+  MPI_Reduce(counts, totals, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+  if (rank == 0)
+    std::printf("runtime errors: %d passed, %d failed\n", totals[0], totals[1]);
+  int any = 0;
+  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return any ? 1 : 0;
+}
