@@ -28,6 +28,15 @@ void expect(bool ok, const std::string &what) {
 bool says(mfsdp_step *s, const char *text) {
   return std::strstr(mfsdp_last_error(s), text) != nullptr;
 }
+
+/// A call that must fail with `want` and an error that says `text`. The
+/// status is in hand before the message is read.
+void fails(mfsdp_step *s, mfsdp_status got, mfsdp_status want, const char *text) {
+  bool ok = got == want && says(s, text);
+  expect(ok, std::string("expected status ") + std::to_string(want) + " and '" +
+                 text + "', got status " + std::to_string(got) + ": " +
+                 mfsdp_last_error(s));
+}
 } // namespace
 
 int main(int argc, char **argv) {
@@ -63,42 +72,36 @@ int main(int argc, char **argv) {
   other.world = world * 4;
   other.dp_shard = world * 4;
   other.hash = mfsdp_plan_hash(&other);
+  // (The status is taken before the message is built: the order in which
+  // a call's arguments are evaluated is unspecified.)
   mfsdp_step *s = nullptr;
-  expect(mfsdp_create(&other, &s) == MFSDP_ERROR_PLAN &&
-             says(s, "built for a plan of"),
+  mfsdp_status st = mfsdp_create(&other, &s);
+  expect(st == MFSDP_ERROR_PLAN && says(s, "built for a plan of"),
          std::string("other world: ") + mfsdp_last_error(s));
   mfsdp_destroy(s);
+  s = nullptr;
   // A plan whose contents do not match its hash is refused.
   mfsdp_plan corrupt = plan;
   corrupt.zero = 2;
-  expect(mfsdp_create(&corrupt, &s) == MFSDP_ERROR_PLAN && says(s, "hash"),
+  st = mfsdp_create(&corrupt, &s);
+  expect(st == MFSDP_ERROR_PLAN && says(s, "hash"),
          std::string("corrupt plan: ") + mfsdp_last_error(s));
   mfsdp_destroy(s);
+  s = nullptr;
 
   expect(mfsdp_create(&plan, &s) == MFSDP_OK, "create");
   DLTensor t;
   // Hooks out of order.
-  expect(mfsdp_post_forward(s, 0) == MFSDP_ERROR_ORDER &&
-             says(s, "post_forward of unit 0 without its pre_forward"),
-         mfsdp_last_error(s));
-  expect(mfsdp_pre_backward(s, 1) == MFSDP_ERROR_ORDER &&
-             says(s, "pre_backward of unit 1 before its forward finished"),
-         mfsdp_last_error(s));
-  expect(mfsdp_param_view(s, 0, &t) == MFSDP_ERROR_ORDER &&
-             says(s, "call pre_forward or pre_backward of unit 0 first"),
-         mfsdp_last_error(s));
-  expect(mfsdp_pre_forward(s, 7) == MFSDP_ERROR_INVALID && says(s, "out of range"),
-         mfsdp_last_error(s));
+  fails(s, mfsdp_post_forward(s, 0), MFSDP_ERROR_ORDER, "post_forward of unit 0 without its pre_forward");
+  fails(s, mfsdp_pre_backward(s, 1), MFSDP_ERROR_ORDER, "pre_backward of unit 1 before its forward finished");
+  fails(s, mfsdp_param_view(s, 0, &t), MFSDP_ERROR_ORDER, "call pre_forward or pre_backward of unit 0 first");
+  fails(s, mfsdp_pre_forward(s, 7), MFSDP_ERROR_INVALID, "out of range");
   expect(mfsdp_pre_forward(s, 0) == MFSDP_OK, "pre_forward 0");
-  expect(mfsdp_pre_forward(s, 0) == MFSDP_ERROR_ORDER &&
-             says(s, "called again before its backward"),
-         mfsdp_last_error(s));
+  fails(s, mfsdp_pre_forward(s, 0), MFSDP_ERROR_ORDER, "called again before its backward");
   expect(mfsdp_param_view(s, 0, &t) == MFSDP_OK && t.ndim == 2 &&
              t.shape[0] == 4 && t.shape[1] == 3,
          "view of a gathered parameter");
-  expect(mfsdp_optimizer_step(s) == MFSDP_ERROR_ORDER &&
-             says(s, "optimizer_step before the gradients of unit 0"),
-         mfsdp_last_error(s));
+  fails(s, mfsdp_optimizer_step(s), MFSDP_ERROR_ORDER, "optimizer_step before the gradients of unit 0");
   expect(mfsdp_post_forward(s, 0) == MFSDP_OK, "post_forward 0");
   if (die && rank == 1) {
     std::fprintf(stderr, "rank 1: dying mid-step on purpose\n");
