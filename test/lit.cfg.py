@@ -28,6 +28,6 @@ config.substitutions.append(("%examples", os.path.join(config.mfsdp_src_root, "e
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.add_tool_substitutions(
-    ["mfsdp-opt", "mfsdp-translate", "mfsdp-graphgen", "mfsdp-sim"],
+    ["mfsdp-opt", "mfsdp-translate", "mfsdp-graphgen", "mfsdp-sim", "mfsdp-compile"],
     [config.mfsdp_tools_dir],
 )

@@ -105,6 +105,14 @@ mfsdp_status mfsdp_store_param(mfsdp_step *step, int32_t param, float *full);
 
 const char *mfsdp_last_error(mfsdp_step *step);
 
+/* A generated step library (mfsdp-compile) exports these two functions:
+ * its plan, and mfsdp_create on that plan. A trainer links the library or
+ * opens it with dlopen() and looks them up by these names. */
+#define MFSDP_STEP_PLAN_SYMBOL "mfsdp_step_plan"
+#define MFSDP_STEP_CREATE_SYMBOL "mfsdp_step_create"
+typedef const mfsdp_plan *(*mfsdp_step_plan_fn)(void);
+typedef mfsdp_status (*mfsdp_step_create_fn)(mfsdp_step **out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "mfsdp/runtime.h"
+#include "mfsdp/runtime/PlanHash.h"
 
 #include "mfsdp/runtime/HostComm.h"
 #include "mfsdp/runtime/Kernels.h"
@@ -155,54 +156,11 @@ struct mfsdp_step {
   }
 };
 
-namespace {
-
-uint64_t fnv(uint64_t h, const void *data, size_t n) {
-  const auto *p = static_cast<const unsigned char *>(data);
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-template <typename T> uint64_t mix(uint64_t h, T v) { return fnv(h, &v, sizeof(v)); }
-
-} // namespace
 
 extern "C" {
 
 uint64_t mfsdp_plan_hash(const mfsdp_plan *p) {
-  if (!p)
-    return 0;
-  uint64_t h = 1469598103934665603ull;
-  h = mix(h, p->zero);
-  h = mix(h, p->dp_replicate);
-  h = mix(h, p->dp_shard);
-  h = mix(h, p->world);
-  h = mix(h, p->num_units);
-  h = mix(h, p->num_params);
-  for (int32_t i = 0; i < p->num_params && p->params; ++i) {
-    const mfsdp_param_desc &d = p->params[i];
-    if (d.name)
-      h = fnv(h, d.name, std::strlen(d.name));
-    h = mix(h, d.rows);
-    h = mix(h, d.cols);
-    h = mix(h, d.unit);
-    h = mix(h, d.placement);
-    h = mix(h, d.owner);
-    h = mix(h, d.optimizer);
-  }
-  for (float f : {p->adamw_lr, p->adamw_beta1, p->adamw_beta2, p->adamw_eps,
-                  p->adamw_weight_decay, p->sgd_lr, p->sgd_momentum,
-                  p->sgd_weight_decay, p->muon_lr, p->muon_momentum,
-                  p->muon_weight_decay})
-    h = mix(h, f);
-  h = mix(h, p->sgd_nesterov);
-  h = mix(h, p->muon_nesterov);
-  h = mix(h, p->muon_ns_steps);
-  h = mix(h, p->muon_scale);
-  return h;
+  return p ? mfsdp::runtime::planHash(*p) : 0;
 }
 
 mfsdp_status mfsdp_create(const mfsdp_plan *plan, mfsdp_step **out) {

@@ -3,16 +3,19 @@
 //   mfsdp-translate --import-mfsdp-graph model.json   (graph format 1 -> IR)
 //   mfsdp-translate --import-hf-config config.json    (HF config -> IR)
 //   mfsdp-translate --export-mfsdp-graph model.mlir   (IR -> graph format 1)
+//   mfsdp-translate --emit-step-c planned.mlir        (IR -> step library C)
 //
 //===----------------------------------------------------------------------===//
+#include "mfsdp/emit/EmitStep.h"
 #include "mfsdp/import/PlanImport.h"
 
 #include "mlir/Tools/mlir-translate/MlirTranslateMain.h"
 
 int main(int argc, char **argv) {
   mfsdp::registerGraphTranslations();
+  mfsdp::registerEmitTranslations();
   return mlir::failed(mlir::mlirTranslateMain(
-             argc, argv, "mfsdp translation driver: model graphs\n"))
+             argc, argv, "mfsdp translation driver: model graphs and step libraries\n"))
              ? 1
              : 0;
 }

@@ -1,0 +1,335 @@
+//===- EmitStep.cpp - Planned IR to the source of a step library ----------===//
+//
+// The generated library is C (any host compiler builds it; no C++ runtime
+// is needed in the trainer) and holds only constants and two functions:
+//
+//   const mfsdp_plan *mfsdp_step_plan(void);
+//   mfsdp_status mfsdp_step_create(mfsdp_step **out);
+//
+// The plan's hash is computed here with the runtime's own function
+// (mfsdp/runtime/PlanHash.h) and written as a constant, so a library whose
+// tables were edited, or a runtime of another version, is refused at
+// mfsdp_create.
+//
+//===----------------------------------------------------------------------===//
+#include "mfsdp/emit/EmitStep.h"
+
+#include "dialects/plan/PlanOps.h"
+#include "mfsdp/import/PlanImport.h"
+#include "mfsdp/runtime/PlanHash.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/Tools/mlir-translate/Translation.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/Format.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+using namespace mlir;
+using namespace mfsdp;
+using namespace mfsdp::plan;
+
+namespace {
+
+/// A C string literal for `s`.
+std::string cString(StringRef s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c >= 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\%03o", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+/// A C float literal that reads back as exactly `f`.
+std::string cFloat(float f) {
+  char buf[64];
+  for (int digits = 6; digits <= 9; ++digits) {
+    std::snprintf(buf, sizeof(buf), "%.*g", digits, static_cast<double>(f));
+    if (std::strtof(buf, nullptr) == f)
+      break; // the shortest that reads back exactly
+  }
+  std::string s = buf;
+  if (s.find_first_of(".e") == std::string::npos)
+    s += ".0";
+  return s + "f";
+}
+
+const char *placementName(int32_t p) {
+  switch (p) {
+  case MFSDP_OWNER:
+    return "MFSDP_OWNER";
+  case MFSDP_REPLICATE:
+    return "MFSDP_REPLICATE";
+  default:
+    return "MFSDP_ROW_SHARD";
+  }
+}
+
+const char *optimizerName(int32_t o) {
+  switch (o) {
+  case MFSDP_OPT_ADAMW:
+    return "MFSDP_OPT_ADAMW";
+  case MFSDP_OPT_SGD:
+    return "MFSDP_OPT_SGD";
+  case MFSDP_OPT_MUON:
+    return "MFSDP_OPT_MUON";
+  default:
+    return "MFSDP_OPT_NONE";
+  }
+}
+
+/// The optimizer hyperparameters the runtime takes once per plan; every
+/// parameter with that optimizer must agree with the first one seen.
+template <typename Attr> struct OneSetting {
+  Attr first;
+  ParamOp firstParam;
+
+  LogicalResult add(Attr a, ParamOp p, StringRef what) {
+    if (!first) {
+      first = a;
+      firstParam = p;
+      return success();
+    }
+    if (a == first)
+      return success();
+    return p.emitOpError() << "has " << what << " hyperparameters " << a
+                           << " but @" << firstParam.getSymName() << " has "
+                           << first
+                           << "; the step runtime takes one setting per "
+                              "optimizer";
+  }
+};
+
+} // namespace
+
+LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os) {
+  GraphOp graph = findSingleGraph(module);
+  if (!graph)
+    return failure();
+  MeshOp mesh = graph.getMesh();
+  PolicyOp policy = graph.getPolicy();
+  if (!mesh || !policy)
+    return graph.emitOpError()
+           << "has no " << (mesh ? "plan.policy" : "plan.mesh")
+           << "; run --mfsdp-assign-layouts before emitting a step library";
+  if (policy.getNsSplit())
+    return policy.emitOpError()
+           << "splits Newton-Schulz across ranks (ns_split); the step runtime "
+              "runs each matrix on its owner only";
+  if (policy.getNoMaster())
+    return policy.emitOpError()
+           << "has no fp32 master weights (no_master); the step runtime keeps "
+              "fp32 masters";
+
+  mfsdp_plan plan{};
+  plan.zero = static_cast<int32_t>(policy.getZero());
+  plan.dp_shard = static_cast<int32_t>(mesh.getDimSize("dp_shard").value_or(1));
+  plan.dp_replicate =
+      static_cast<int32_t>(mesh.getDimSize("dp_replicate").value_or(1));
+  for (auto [n, s] : llvm::zip(mesh.getDimNames(), mesh.getDimSizes())) {
+    StringRef name = cast<StringAttr>(n).getValue();
+    if (name != "dp_shard" && name != "dp_replicate" && s != 1)
+      return mesh.emitOpError()
+             << "has dim '" << name << "' of size " << s
+             << "; the step runtime runs data-parallel meshes only (dp_shard, "
+                "dp_replicate)";
+  }
+  plan.world = static_cast<int32_t>(mesh.getWorldSize());
+
+  // Units in index order; each parameter's unit.
+  Block &body = graph.getBody().front();
+  std::vector<UnitOp> units;
+  for (UnitOp u : body.getOps<UnitOp>())
+    units.push_back(u);
+  llvm::stable_sort(units, [](UnitOp a, UnitOp b) {
+    return static_cast<int64_t>(a.getIndex()) <
+           static_cast<int64_t>(b.getIndex());
+  });
+  llvm::StringMap<int32_t> unitOf;
+  for (auto [i, u] : llvm::enumerate(units))
+    for (Attribute a : u.getParams())
+      unitOf[cast<FlatSymbolRefAttr>(a).getValue()] = static_cast<int32_t>(i);
+  plan.num_units = static_cast<int32_t>(units.size());
+
+  std::deque<std::string> names; // stable storage for the descs' names
+  std::vector<mfsdp_param_desc> descs;
+  OneSetting<AdamWAttr> adamw;
+  OneSetting<SGDAttr> sgd;
+  OneSetting<MuonAttr> muon;
+  for (ParamOp p : body.getOps<ParamOp>()) {
+    if (p.getTiedTo())
+      continue; // an alias: no storage of its own
+    Attribute pl = p.getPlacementAttr();
+    if (!pl)
+      return p.emitOpError()
+             << "has no placement; run --mfsdp-assign-layouts before emitting "
+                "a step library";
+    mfsdp_param_desc d{};
+    if (auto row = dyn_cast<RowShardAttr>(pl)) {
+      if (row.getDim() != 0)
+        return p.emitOpError() << "is row-sharded on dim " << row.getDim()
+                               << "; the step runtime shards dim 0";
+      d.placement = MFSDP_ROW_SHARD;
+    } else if (auto own = dyn_cast<OwnerAttr>(pl)) {
+      d.placement = MFSDP_OWNER;
+      d.owner = static_cast<int32_t>(own.getRank());
+    } else if (isa<ReplicateAttr>(pl)) {
+      d.placement = MFSDP_REPLICATE;
+    } else if (isa<ExternalAttr>(pl)) {
+      return p.emitOpError()
+             << "is owned by a tensor/expert-parallel dim (" << pl
+             << "); the step runtime does not run TP/EP-owned parameters yet";
+    } else {
+      return p.emitOpError() << "has placement " << pl
+                             << "; the step runtime runs row_shard, owner and "
+                                "replicate placements";
+    }
+    RankedTensorType t = p.getTensorType();
+    ArrayRef<int64_t> shape = t.getShape();
+    d.rows = shape.empty() ? 1 : shape[0];
+    d.cols = 1;
+    for (int64_t s : shape.drop_front())
+      d.cols *= s;
+    auto it = unitOf.find(p.getSymName());
+    if (it == unitOf.end())
+      return p.emitOpError() << "is in no plan.unit";
+    d.unit = it->second;
+    Attribute opt = p.getOptimizerAttr();
+    if (p.getFrozen() || !opt) {
+      d.optimizer = MFSDP_OPT_NONE;
+    } else if (auto a = dyn_cast<AdamWAttr>(opt)) {
+      d.optimizer = MFSDP_OPT_ADAMW;
+      if (failed(adamw.add(a, p, "AdamW")))
+        return failure();
+    } else if (auto s = dyn_cast<SGDAttr>(opt)) {
+      d.optimizer = MFSDP_OPT_SGD;
+      if (failed(sgd.add(s, p, "SGD")))
+        return failure();
+    } else if (auto m = dyn_cast<MuonAttr>(opt)) {
+      if (d.placement == MFSDP_ROW_SHARD)
+        return p.emitOpError()
+               << "uses Muon on a row shard; Muon needs the whole matrix "
+                  "(an owner or replicate placement)";
+      d.optimizer = MFSDP_OPT_MUON;
+      if (failed(muon.add(m, p, "Muon")))
+        return failure();
+    }
+    names.push_back(p.getSymName().str());
+    d.name = names.back().c_str();
+    descs.push_back(d);
+  }
+  plan.num_params = static_cast<int32_t>(descs.size());
+  plan.params = descs.data();
+
+  // Hyperparameters: the parameters' own, else the policy's (kept so the
+  // library states them even when no parameter uses that optimizer).
+  AdamWAttr aw = adamw.first ? adamw.first : policy.getAdamwAttr();
+  SGDAttr sg = sgd.first ? sgd.first : policy.getSgdAttr();
+  MuonAttr mu = muon.first ? muon.first : policy.getMuonAttr();
+  if (aw) {
+    plan.adamw_lr = static_cast<float>(aw.getLr());
+    plan.adamw_beta1 = static_cast<float>(aw.getBeta1());
+    plan.adamw_beta2 = static_cast<float>(aw.getBeta2());
+    plan.adamw_eps = static_cast<float>(aw.getEps());
+    plan.adamw_weight_decay = static_cast<float>(aw.getWeightDecay());
+  }
+  if (sg) {
+    plan.sgd_lr = static_cast<float>(sg.getLr());
+    plan.sgd_momentum = static_cast<float>(sg.getMomentum());
+    plan.sgd_weight_decay = static_cast<float>(sg.getWeightDecay());
+    plan.sgd_nesterov = sg.getNesterov() ? 1 : 0;
+  }
+  if (mu) {
+    plan.muon_lr = static_cast<float>(mu.getLr());
+    plan.muon_momentum = static_cast<float>(mu.getMomentum());
+    plan.muon_weight_decay = static_cast<float>(mu.getWeightDecay());
+    plan.muon_nesterov = mu.getNesterov() ? 1 : 0;
+    plan.muon_ns_steps = static_cast<int32_t>(mu.getNsSteps());
+    plan.muon_scale = mu.getScale() == MuonScale::original ? 1 : 0;
+  }
+  plan.hash = runtime::planHash(plan);
+
+  // The source.
+  std::string meshText;
+  for (auto [n, s] : llvm::zip(mesh.getDimNames(), mesh.getDimSizes())) {
+    if (!meshText.empty())
+      meshText += ",";
+    meshText += cast<StringAttr>(n).getValue().str() + "=" + std::to_string(s);
+  }
+  os << "/* The step library of plan.graph @" << graph.getSymName()
+     << ", generated by mfsdp (--emit-step-c).\n"
+     << " * mesh " << meshText << " (world " << plan.world << "), policy "
+     << stringifyPolicyKind(policy.getKind()) << ", ZeRO-" << plan.zero << ", "
+     << plan.num_params << " parameters in " << plan.num_units << " units.\n"
+     << " * Do not edit: the runtime checks the plan hash. */\n"
+     << "#include <mfsdp/runtime.h>\n\n";
+  os << "static const mfsdp_param_desc mfsdp_params[" << std::max(1, plan.num_params)
+     << "] = {\n";
+  os << "  /* name, rows, cols, unit, placement, owner, optimizer */\n";
+  for (const mfsdp_param_desc &d : descs)
+    os << "  {" << cString(d.name) << ", " << d.rows << ", " << d.cols << ", "
+       << d.unit << ", " << placementName(d.placement) << ", " << d.owner
+       << ", " << optimizerName(d.optimizer) << "},\n";
+  if (descs.empty())
+    os << "  {0, 0, 0, 0, 0, 0, 0},\n";
+  os << "};\n\n";
+  os << "static const mfsdp_plan mfsdp_the_plan = {\n"
+     << "  .hash = UINT64_C(" << llvm::format_hex(plan.hash, 18) << "),\n"
+     << "  .zero = " << plan.zero << ",\n"
+     << "  .dp_replicate = " << plan.dp_replicate << ",\n"
+     << "  .dp_shard = " << plan.dp_shard << ",\n"
+     << "  .world = " << plan.world << ",\n"
+     << "  .num_units = " << plan.num_units << ",\n"
+     << "  .num_params = " << plan.num_params << ",\n"
+     << "  .params = mfsdp_params,\n"
+     << "  .adamw_lr = " << cFloat(plan.adamw_lr) << ",\n"
+     << "  .adamw_beta1 = " << cFloat(plan.adamw_beta1) << ",\n"
+     << "  .adamw_beta2 = " << cFloat(plan.adamw_beta2) << ",\n"
+     << "  .adamw_eps = " << cFloat(plan.adamw_eps) << ",\n"
+     << "  .adamw_weight_decay = " << cFloat(plan.adamw_weight_decay) << ",\n"
+     << "  .sgd_lr = " << cFloat(plan.sgd_lr) << ",\n"
+     << "  .sgd_momentum = " << cFloat(plan.sgd_momentum) << ",\n"
+     << "  .sgd_weight_decay = " << cFloat(plan.sgd_weight_decay) << ",\n"
+     << "  .sgd_nesterov = " << plan.sgd_nesterov << ",\n"
+     << "  .muon_lr = " << cFloat(plan.muon_lr) << ",\n"
+     << "  .muon_momentum = " << cFloat(plan.muon_momentum) << ",\n"
+     << "  .muon_weight_decay = " << cFloat(plan.muon_weight_decay) << ",\n"
+     << "  .muon_nesterov = " << plan.muon_nesterov << ",\n"
+     << "  .muon_ns_steps = " << plan.muon_ns_steps << ",\n"
+     << "  .muon_scale = " << plan.muon_scale << ",\n"
+     << "};\n\n";
+  os << "const mfsdp_plan *mfsdp_step_plan(void) { return &mfsdp_the_plan; }\n\n"
+     << "mfsdp_status mfsdp_step_create(mfsdp_step **out) {\n"
+     << "  return mfsdp_create(&mfsdp_the_plan, out);\n"
+     << "}\n";
+  return success();
+}
+
+void mfsdp::registerEmitTranslations() {
+  static TranslateFromMLIRRegistration emitReg(
+      "emit-step-c",
+      "Emit the C source of the step library of a planned plan.graph",
+      [](Operation *op, raw_ostream &os) -> LogicalResult {
+        auto module = dyn_cast<ModuleOp>(op);
+        if (!module)
+          return op->emitError("expected a builtin.module");
+        return emitStepLibrarySource(module, os);
+      },
+      [](DialectRegistry &registry) { registry.insert<PlanDialect>(); });
+}

@@ -1,0 +1,77 @@
+// What the step runtime cannot run yet is refused on the op that asks for
+// it, with what was expected; nothing is emitted half-way.
+// RUN: mfsdp-translate --emit-step-c %s -split-input-file -verify-diagnostics -o /dev/null
+
+// A graph that was never planned has no mesh.
+// expected-error @+1 {{'plan.graph' op has no plan.mesh; run --mfsdp-assign-layouts before emitting a step library}}
+plan.graph @g {
+  plan.param @w : tensor<4x4xf32> linear module "w"
+  plan.unit @u index 0 params [@w] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false>
+}
+
+// -----
+
+// A parameter without a placement.
+plan.graph @g {
+  plan.mesh @mesh ["dp_shard" = 2]
+  plan.policy adamw zero 3
+  // expected-error @+1 {{'plan.param' op has no placement; run --mfsdp-assign-layouts before emitting a step library}}
+  plan.param @w : tensor<4x4xf32> linear module "w"
+  plan.unit @u index 0 params [@w] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false>
+}
+
+// -----
+
+// Mesh dims of an outer stack are not run by the step runtime yet.
+plan.graph @g {
+  // expected-error @+1 {{'plan.mesh' op has dim 'tp' of size 2; the step runtime runs data-parallel meshes only (dp_shard, dp_replicate)}}
+  plan.mesh @mesh ["dp_shard" = 2, "tp" = 2]
+  plan.policy adamw zero 3
+  plan.param @w : tensor<4x4xf32> linear module "w" placement #plan.row_shard<dim = 0, axes = ["dp_shard"]> optimizer #plan.adamw<lr = 1.0e-03, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-08, weight_decay = 0.01>
+  plan.unit @u index 0 params [@w] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false>
+}
+
+// -----
+
+// A parameter owned by expert parallelism.
+plan.graph @g {
+  plan.mesh @mesh ["dp_shard" = 2, "ep" = 1]
+  plan.policy adamw zero 3
+  // expected-error @+1 {{'plan.param' op is owned by a tensor/expert-parallel dim (#plan.external<axes = ["ep"]>); the step runtime does not run TP/EP-owned parameters yet}}
+  plan.param @x : tensor<4x4xf32> expert module "x" placement #plan.external<axes = ["ep"]>
+  plan.unit @u index 0 params [@x] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false>
+}
+
+// -----
+
+// Block shards.
+plan.graph @g {
+  plan.mesh @mesh ["dp_shard" = 2]
+  plan.policy adamw zero 3
+  // expected-error @+1 {{'plan.param' op has placement #plan.block_shard<block = [2, 2], axes = ["dp_shard"]>; the step runtime runs row_shard, owner and replicate placements}}
+  plan.param @w : tensor<4x4xf32> linear module "w" placement #plan.block_shard<block = [2, 2], axes = ["dp_shard"]> optimizer #plan.adamw<lr = 1.0e-03, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-08, weight_decay = 0.01>
+  plan.unit @u index 0 params [@w] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false>
+}
+
+// -----
+
+// One AdamW setting per plan.
+plan.graph @g {
+  plan.mesh @mesh ["dp_shard" = 2]
+  plan.policy adamw zero 3
+  plan.param @w : tensor<4x4xf32> linear module "w" placement #plan.row_shard<dim = 0, axes = ["dp_shard"]> optimizer #plan.adamw<lr = 1.0e-03, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-08, weight_decay = 0.01>
+  // expected-error @+1 {{'plan.param' op has AdamW hyperparameters #plan.adamw<lr = 0.002, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-08, weight_decay = 0.01> but @w has #plan.adamw<lr = 0.001, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-08, weight_decay = 0.01>; the step runtime takes one setting per optimizer}}
+  plan.param @v : tensor<4x4xf32> linear module "v" placement #plan.row_shard<dim = 0, axes = ["dp_shard"]> optimizer #plan.adamw<lr = 2.0e-03, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-08, weight_decay = 0.01>
+  plan.unit @u index 0 params [@w, @v] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false>
+}
+
+// -----
+
+// Newton-Schulz split across ranks is a planning option the runtime lacks.
+plan.graph @g {
+  plan.mesh @mesh ["dp_shard" = 2]
+  // expected-error @+1 {{'plan.policy' op splits Newton-Schulz across ranks (ns_split); the step runtime runs each matrix on its owner only}}
+  plan.policy muon zero 3 ns_split
+  plan.param @w : tensor<4x4xf32> linear module "w" placement #plan.owner<rank = 0, axes = ["dp_shard"]> optimizer #plan.muon<lr = 0.02, momentum = 0.95, weight_decay = 0.01, nesterov = true, ns_steps = 5, scale = match_rms_adamw>
+  plan.unit @u index 0 params [@w] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false>
+}

@@ -1,0 +1,213 @@
+//===- mfsdp-compile.cpp - A model graph to a step library ----------------===//
+//
+//   mfsdp-compile model.json --mesh=dp_shard=2 --policy=mixed_muon_adamw
+//                 [--zero=3] [--layouts="owner-strategy=..."] [--hf]
+//                 -o libstep.so [--emit-c=step.c] [--emit-mlir=plan.mlir]
+//
+// Imports the graph (format 1, or a Hugging Face config.json with --hf),
+// plans layouts (--mfsdp-assign-layouts), lowers the plan to the C source of
+// the step library (--emit-step-c) and builds it with the host C compiler
+// ($CC, else cc) against the runtime (mfsdp/runtime.h, libmfsdp_rt). See
+// docs/runtime.md.
+//
+//===----------------------------------------------------------------------===//
+#include "dialects/plan/PlanDialect.h"
+#include "dialects/plan/PlanOps.h"
+#include "mfsdp/emit/EmitStep.h"
+#include "mfsdp/graph/Graph.h"
+#include "mfsdp/graph/HFConfig.h"
+#include "mfsdp/import/PlanImport.h"
+#include "passes/Passes.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Support/FileUtilities.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <string>
+
+using namespace llvm;
+
+#ifndef MFSDP_RUNTIME_INCLUDE_DIR
+#error "MFSDP_RUNTIME_INCLUDE_DIR must name the runtime's include directory"
+#endif
+#ifndef MFSDP_RUNTIME_LIB_DIR
+#error "MFSDP_RUNTIME_LIB_DIR must name the directory of libmfsdp_rt"
+#endif
+
+static cl::opt<std::string> input(cl::Positional, cl::Required,
+                                  cl::desc("<model graph .json>"));
+static cl::opt<bool> hf("hf", cl::desc("The input is a Hugging Face config.json"));
+static cl::opt<std::string> mesh("mesh", cl::desc("Device mesh, e.g. dp_shard=2 "
+                                                  "or dp_replicate=2,dp_shard=2"));
+static cl::opt<std::string> policy("policy", cl::desc("adamw, sgd, muon or mixed_muon_adamw"));
+static cl::opt<int> zero("zero", cl::desc("ZeRO level 1, 2 or 3"), cl::init(0));
+static cl::opt<std::string>
+    layouts("layouts", cl::desc("More options of --mfsdp-assign-layouts"));
+static cl::opt<std::string> output("o", cl::Required,
+                                   cl::desc("The step library to write (.so)"),
+                                   cl::value_desc("file"));
+static cl::opt<std::string> emitC("emit-c", cl::desc("Also write the generated C source here"),
+                                  cl::value_desc("file"));
+static cl::opt<std::string> emitMlir("emit-mlir",
+                                     cl::desc("Also write the planned IR here"),
+                                     cl::value_desc("file"));
+static cl::opt<std::string> cc("cc", cl::desc("The C compiler (default: $CC, else cc)"));
+static cl::opt<std::string> runtimeInclude("runtime-include",
+                                           cl::desc("The runtime's include directory"),
+                                           cl::init(MFSDP_RUNTIME_INCLUDE_DIR));
+static cl::opt<std::string> runtimeLib("runtime-lib",
+                                       cl::desc("The directory holding libmfsdp_rt"),
+                                       cl::init(MFSDP_RUNTIME_LIB_DIR));
+
+static int fail(const Twine &msg) {
+  errs() << "mfsdp-compile: error: " << msg << "\n";
+  return 1;
+}
+
+static bool writeFile(StringRef path, StringRef text) {
+  std::string err;
+  auto out = mlir::openOutputFile(path, &err);
+  if (!out) {
+    errs() << "mfsdp-compile: error: " << err << "\n";
+    return false;
+  }
+  out->os() << text;
+  out->keep();
+  return true;
+}
+
+int main(int argc, char **argv) {
+  InitLLVM y(argc, argv);
+  mfsdp::registerMFSDPPasses();
+  cl::ParseCommandLineOptions(argc, argv,
+                              "mfsdp-compile: a model graph to a step library\n");
+
+  auto buffer = MemoryBuffer::getFileOrSTDIN(input);
+  if (!buffer)
+    return fail("cannot read '" + input + "': " + buffer.getError().message());
+  StringRef text = (*buffer)->getBuffer();
+
+  mlir::MLIRContext ctx;
+  ctx.loadDialect<mfsdp::plan::PlanDialect>();
+  ctx.printOpOnDiagnostic(false); // the location says where
+  SourceMgr sourceMgr;
+  mlir::SourceMgrDiagnosticHandler diagHandler(sourceMgr, &ctx);
+
+  mfsdp::graph::Graph g;
+  mfsdp::graph::Diagnostic diag;
+  std::string_view view(text.data(), text.size());
+  bool ok = false;
+  if (hf) {
+    mfsdp::graph::HFImportOptions opts;
+    ok = mfsdp::graph::graphFromHFConfig(view, opts, g, diag);
+  } else {
+    ok = mfsdp::graph::parseGraph(view, g, diag);
+  }
+  if (!ok) {
+    if (diag.line == 0) {
+      auto [line, col] = mfsdp::graph::locatePointer(view, diag.pointer);
+      diag.line = line;
+      diag.column = col;
+    }
+    errs() << diag.format(input) << "\n";
+    return 1;
+  }
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      hf ? mfsdp::importGraph(g, &ctx) : mfsdp::importGraph(g, &ctx, input, text);
+  if (!module)
+    return 1;
+
+  std::string options;
+  auto add = [&](StringRef key, StringRef value) {
+    if (value.empty())
+      return;
+    if (!options.empty())
+      options += " ";
+    options += (key + "=" + value).str();
+  };
+  add("mesh", mesh);
+  add("policy", policy);
+  if (zero != 0)
+    add("zero", std::to_string(zero));
+  if (!layouts.empty())
+    options += (options.empty() ? "" : " ") + layouts;
+  mlir::PassManager pm(&ctx);
+  std::string pipeline = "mfsdp-assign-layouts{" + options + "}";
+  if (failed(mlir::parsePassPipeline(pipeline, pm, errs())))
+    return fail("bad layout options '" + options + "'");
+  if (failed(pm.run(*module)))
+    return 1;
+  if (!emitMlir.empty()) {
+    std::string ir;
+    raw_string_ostream os(ir);
+    module->print(os);
+    if (!writeFile(emitMlir, ir))
+      return 1;
+  }
+
+  std::string source;
+  raw_string_ostream os(source);
+  if (failed(mfsdp::emitStepLibrarySource(*module, os)))
+    return 1;
+  if (!emitC.empty() && !writeFile(emitC, source))
+    return 1;
+
+  // Build: the source in a temporary file, compiled and linked by cc.
+  SmallString<128> srcPath;
+  int fd = -1;
+  if (std::error_code ec = sys::fs::createTemporaryFile("mfsdp-step", "c", fd, srcPath))
+    return fail("cannot create a temporary file: " + ec.message());
+  {
+    raw_fd_ostream src(fd, /*shouldClose=*/true);
+    src << source;
+  }
+  std::string compiler = cc;
+  if (compiler.empty()) {
+    const char *env = std::getenv("CC");
+    compiler = env && *env ? env : "cc";
+  }
+  ErrorOr<std::string> ccPath = sys::findProgramByName(compiler);
+  if (!ccPath) {
+    sys::fs::remove(srcPath);
+    return fail("C compiler '" + compiler + "' not found (set --cc or $CC)");
+  }
+  std::string libDir = runtimeLib;
+  SmallVector<std::string> args = {*ccPath,
+                                   "-std=c11",
+                                   "-O2",
+                                   "-fPIC",
+                                   "-shared",
+                                   "-Wall",
+                                   "-Werror",
+                                   "-I" + runtimeInclude,
+                                   std::string(srcPath),
+                                   "-o",
+                                   output,
+                                   "-L" + libDir,
+                                   "-Wl,-rpath," + libDir,
+                                   "-lmfsdp_rt"};
+  SmallVector<StringRef> argRefs(args.begin(), args.end());
+  std::string errMsg;
+  int rc = sys::ExecuteAndWait(*ccPath, argRefs, std::nullopt, {}, 0, 0, &errMsg);
+  sys::fs::remove(srcPath);
+  if (rc != 0) {
+    std::string cmd;
+    for (const std::string &a : args)
+      cmd += a + " ";
+    std::string why = "status " + std::to_string(rc);
+    if (!errMsg.empty())
+      why += ", " + errMsg;
+    return fail("the C compiler failed (" + why + "): " + cmd);
+  }
+  return 0;
+}
