@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make demo`: import a bundled model graph, print it as plan IR, and print
-# summaries of the bundled models.
+# `make demo`: import a bundled model graph, print it as plan IR, print
+# summaries and plans of the bundled models, predict a step, then compile the
+# example model into a step library and train it for 5 steps on 2 ranks.
 set -euo pipefail
 BUILD=${1:-build}
 BIN="$BUILD/bin"
@@ -42,3 +43,14 @@ echo
 echo "== mfsdp-translate --import-hf-config examples/hf/deepseek-v3.json --hf-experts-owned-by=ep"
 "$BIN/mfsdp-translate" --import-hf-config examples/hf/deepseek-v3.json --hf-experts-owned-by=ep |
   "$BIN/mfsdp-opt" --mfsdp-print-summary -o /dev/null
+echo
+echo "== mfsdp-compile examples/trainer/model.json --mesh=dp_shard=2 --policy=mixed_muon_adamw -o libstep.so"
+"$BIN/mfsdp-compile" examples/trainer/model.json --mesh=dp_shard=2 \
+  --policy=mixed_muon_adamw -o "$BUILD/libexample-step.so" --emit-c="$BUILD/example-step.c"
+sed -n '1,3p' "$BUILD/example-step.c"
+echo
+echo "== mpirun -np 2 mfsdp-example-trainer libstep.so: 5 steps on 2 ranks (host backend)"
+MPIRUN_FLAGS=(-np 2)
+if [ "$(id -u)" = 0 ]; then MPIRUN_FLAGS+=(--allow-run-as-root); fi
+MPIRUN_FLAGS+=(--oversubscribe)
+mpirun "${MPIRUN_FLAGS[@]}" "$BIN/mfsdp-example-trainer" "$BUILD/libexample-step.so" --steps 5
