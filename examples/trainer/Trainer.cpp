@@ -45,7 +45,7 @@ bool train(mfsdp_step *step, const ModelConfig &c, const TrainOptions &o,
     for (int64_t m = 0; m < o.microbatches; ++m) {
       if (!ok(mfsdp_set_no_sync(step, m + 1 < o.microbatches), "set_no_sync"))
         return false;
-      makeBatch(c, o.seed, o.dataRank, s, m, acts[0], target);
+      makeBatch(c, o.seed, o.dataRank, o.firstStep + s, m, acts[0], target);
       for (int64_t l = 0; l < c.layers; ++l) {
         int32_t u = static_cast<int32_t>(l);
         Views v;

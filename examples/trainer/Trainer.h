@@ -19,6 +19,9 @@ namespace mfsdp::example {
 
 struct TrainOptions {
   int64_t steps = 5;
+  /// Index of the first step (the batches depend on it): a run resumed
+  /// from a checkpoint after k steps starts at k.
+  int64_t firstStep = 0;
   int64_t microbatches = 1;
   uint64_t seed = 1;
   int64_t dataRank = 0; // this rank's index among the data-parallel ranks

@@ -103,6 +103,23 @@ mfsdp_status mfsdp_grad_view(mfsdp_step *step, int32_t param, DLTensor *out);
 mfsdp_status mfsdp_load_param(mfsdp_step *step, int32_t param, const float *full);
 mfsdp_status mfsdp_store_param(mfsdp_step *step, int32_t param, float *full);
 
+/* Optimizer state, whole, like the parameters: EXP_AVG is AdamW's first
+ * moment and the SGD / Muon momentum buffer; EXP_AVG_SQ is AdamW's second
+ * moment. With the step count (AdamW's bias correction) and the parameters
+ * they are a checkpoint: a run stored and loaded into a fresh runtime
+ * continues exactly. Load is local (every rank passes the whole tensor);
+ * store is collective. */
+typedef enum mfsdp_state {
+  MFSDP_STATE_EXP_AVG = 0,
+  MFSDP_STATE_EXP_AVG_SQ = 1,
+} mfsdp_state;
+mfsdp_status mfsdp_load_state(mfsdp_step *step, int32_t param, int32_t which,
+                              const float *full);
+mfsdp_status mfsdp_store_state(mfsdp_step *step, int32_t param, int32_t which,
+                               float *full);
+mfsdp_status mfsdp_step_count(mfsdp_step *step, int64_t *count);
+mfsdp_status mfsdp_set_step_count(mfsdp_step *step, int64_t count);
+
 const char *mfsdp_last_error(mfsdp_step *step);
 
 /* A generated step library (mfsdp-compile) exports these two functions:

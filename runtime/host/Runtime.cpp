@@ -66,37 +66,64 @@ struct mfsdp_step {
     return fail(MFSDP_ERROR_COMM, std::string(what) + ": " + HostComm::lastError());
   }
 
+  /// Gathers `local`, laid out like `ps.master` (this rank's rows, the
+  /// owned matrix, or the whole tensor), into the whole tensor `full`
+  /// (ps.elements() floats) on every rank of the dp_shard group.
+  mfsdp_status gatherWhole(const ParamState &ps, const std::vector<float> &local,
+                           float *full) {
+    const int64_t n = ps.elements(), cols = ps.desc.cols;
+    switch (ps.desc.placement) {
+    case MFSDP_ROW_SHARD: {
+      std::vector<float> send(ps.chunkRows * cols, 0.f),
+          recv(ps.chunkRows * cols * S);
+      std::copy(local.begin(), local.end(), send.begin());
+      if (auto s = comm(shard->allGather(send.data(), recv.data(),
+                                         ps.chunkRows * cols),
+                        "all-gather"))
+        return s;
+      std::copy(recv.begin(), recv.begin() + n, full);
+      return MFSDP_OK;
+    }
+    case MFSDP_OWNER: {
+      std::vector<int64_t> counts(S, 0);
+      counts[ps.desc.owner] = n;
+      return comm(shard->allGatherV(ps.ownsAny ? local.data() : nullptr, full,
+                                    counts),
+                  "all-gather-v");
+    }
+    default:
+      std::copy(local.begin(), local.end(), full);
+      return MFSDP_OK;
+    }
+  }
+
+  /// This rank's part of the whole tensor `full`, laid out like ps.master.
+  void scatterWhole(const ParamState &ps, const float *full,
+                    std::vector<float> &local) {
+    const int64_t cols = ps.desc.cols;
+    switch (ps.desc.placement) {
+    case MFSDP_ROW_SHARD:
+      std::copy(full + shardRank * ps.chunkRows * cols,
+                full + (shardRank * ps.chunkRows + ps.localRows) * cols,
+                local.begin());
+      break;
+    case MFSDP_OWNER:
+      if (ps.ownsAny)
+        std::copy(full, full + ps.elements(), local.begin());
+      break;
+    default:
+      std::copy(full, full + ps.elements(), local.begin());
+    }
+  }
+
   mfsdp_status gather(int32_t unit) {
     for (int32_t p : unitParams[unit]) {
       ParamState &ps = params[p];
       if (!ps.full.empty())
         continue;
-      const int64_t n = ps.elements(), cols = ps.desc.cols;
-      ps.full.assign(n, 0.f);
-      switch (ps.desc.placement) {
-      case MFSDP_ROW_SHARD: {
-        std::vector<float> send(ps.chunkRows * cols, 0.f),
-            recv(ps.chunkRows * cols * S);
-        std::copy(ps.master.begin(), ps.master.end(), send.begin());
-        if (auto s = comm(shard->allGather(send.data(), recv.data(),
-                                           ps.chunkRows * cols),
-                          "all-gather"))
-          return s;
-        std::copy(recv.begin(), recv.begin() + n, ps.full.begin());
-        break;
-      }
-      case MFSDP_OWNER: {
-        std::vector<int64_t> counts(S, 0);
-        counts[ps.desc.owner] = n;
-        if (auto s = comm(shard->allGatherV(ps.ownsAny ? ps.master.data() : nullptr,
-                                            ps.full.data(), counts),
-                          "all-gather-v"))
-          return s;
-        break;
-      }
-      default:
-        ps.full = ps.master;
-      }
+      ps.full.assign(ps.elements(), 0.f);
+      if (auto s = gatherWhole(ps, ps.master, ps.full.data()))
+        return s;
     }
     return MFSDP_OK;
   }
@@ -460,20 +487,7 @@ mfsdp_status mfsdp_load_param(mfsdp_step *step, int32_t param, const float *full
     return step->fail(MFSDP_ERROR_INVALID, "parameter " + std::to_string(param) +
                                                " is out of range");
   ParamState &ps = step->params[param];
-  const int64_t cols = ps.desc.cols;
-  switch (ps.desc.placement) {
-  case MFSDP_ROW_SHARD:
-    std::copy(full + step->shardRank * ps.chunkRows * cols,
-              full + (step->shardRank * ps.chunkRows + ps.localRows) * cols,
-              ps.master.begin());
-    break;
-  case MFSDP_OWNER:
-    if (ps.ownsAny)
-      std::copy(full, full + ps.elements(), ps.master.begin());
-    break;
-  default:
-    std::copy(full, full + ps.elements(), ps.master.begin());
-  }
+  step->scatterWhole(ps, full, ps.master);
   std::vector<float>().swap(ps.full);
   if (step->plan.zero < 3)
     return step->gather(ps.desc.unit);
@@ -494,6 +508,68 @@ mfsdp_status mfsdp_store_param(mfsdp_step *step, int32_t param, float *full) {
   std::copy(ps.full.begin(), ps.full.end(), full);
   if (!wasGathered && step->plan.zero >= 3)
     step->release(ps.desc.unit);
+  return MFSDP_OK;
+}
+
+static mfsdp_status stateOf(mfsdp_step *step, int32_t param, int32_t which,
+                            std::vector<float> *&state) {
+  if (param < 0 || param >= step->plan.num_params)
+    return step->fail(MFSDP_ERROR_INVALID, "parameter " + std::to_string(param) +
+                                               " is out of range");
+  ParamState &ps = step->params[param];
+  const int32_t opt = ps.desc.optimizer;
+  if (which == MFSDP_STATE_EXP_AVG && opt != MFSDP_OPT_NONE) {
+    state = &ps.m;
+    return MFSDP_OK;
+  }
+  if (which == MFSDP_STATE_EXP_AVG_SQ && opt == MFSDP_OPT_ADAMW) {
+    state = &ps.v;
+    return MFSDP_OK;
+  }
+  static const char *const optNames[] = {"no optimizer", "AdamW", "SGD", "Muon"};
+  return step->fail(MFSDP_ERROR_INVALID,
+                    "parameter " + std::to_string(param) + " ('" + ps.name +
+                        "') has " + optNames[opt >= 0 && opt <= 3 ? opt : 0] +
+                        ", which keeps no state " + std::to_string(which) +
+                        " (exp_avg = 0 for AdamW, SGD and Muon; exp_avg_sq = "
+                        "1 for AdamW)");
+}
+
+mfsdp_status mfsdp_load_state(mfsdp_step *step, int32_t param, int32_t which,
+                              const float *full) {
+  if (!step || !full)
+    return MFSDP_ERROR_INVALID;
+  std::vector<float> *state = nullptr;
+  if (auto s = stateOf(step, param, which, state))
+    return s;
+  step->scatterWhole(step->params[param], full, *state);
+  return MFSDP_OK;
+}
+
+mfsdp_status mfsdp_store_state(mfsdp_step *step, int32_t param, int32_t which,
+                               float *full) {
+  if (!step || !full)
+    return MFSDP_ERROR_INVALID;
+  std::vector<float> *state = nullptr;
+  if (auto s = stateOf(step, param, which, state))
+    return s;
+  return step->gatherWhole(step->params[param], *state, full);
+}
+
+mfsdp_status mfsdp_step_count(mfsdp_step *step, int64_t *count) {
+  if (!step || !count)
+    return MFSDP_ERROR_INVALID;
+  *count = step->steps;
+  return MFSDP_OK;
+}
+
+mfsdp_status mfsdp_set_step_count(mfsdp_step *step, int64_t count) {
+  if (!step)
+    return MFSDP_ERROR_INVALID;
+  if (count < 0)
+    return step->fail(MFSDP_ERROR_INVALID,
+                      "step count " + std::to_string(count) + " is negative");
+  step->steps = count;
   return MFSDP_OK;
 }
 

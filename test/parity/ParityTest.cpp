@@ -1,12 +1,15 @@
 //===- ParityTest.cpp - Sharded training equals single-device training ----===//
 //
-//   mpirun -np N mfsdp-parity MESH POLICY ZERO MICROBATCHES [recompute]
+//   mpirun -np N mfsdp-parity MESH POLICY ZERO MICROBATCHES [recompute|restart]
 //
 // Plans the example model with the layout planner (policy, ZeRO level,
 // mesh), trains it for 5 steps through the runtime's C ABI on N ranks (each
 // data-parallel rank on its own data), stores the parameters, and compares
 // them with an independent single-process double-precision reference that
-// trains on the whole global batch. fp32 tolerance: 1e-5 of each tensor's
+// trains on the whole global batch. With `restart`, training stops after 3
+// steps, the parameters, optimizer state and step count are stored, a fresh
+// runtime loads them and trains the last 2 steps: a checkpoint round trip
+// must not change the result. fp32 tolerance: 1e-5 of each tensor's
 // largest magnitude. Prints "N passed, N failed" on rank 0.
 //
 //===----------------------------------------------------------------------===//
@@ -55,7 +58,7 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   if (argc < 5) {
     if (rank == 0)
-      std::fprintf(stderr, "usage: mfsdp-parity MESH POLICY ZERO MICROBATCHES [recompute]\n");
+      std::fprintf(stderr, "usage: mfsdp-parity MESH POLICY ZERO MICROBATCHES [recompute|restart]\n");
     MPI_Finalize();
     return 2;
   }
@@ -64,6 +67,7 @@ int main(int argc, char **argv) {
   int zero = std::atoi(argv[3]);
   int64_t micro = std::atoll(argv[4]);
   bool recompute = argc > 5 && std::strcmp(argv[5], "recompute") == 0;
+  bool restart = argc > 5 && std::strcmp(argv[5], "restart") == 0;
 
   example::ModelConfig model;
   model.layers = 3;
@@ -171,7 +175,55 @@ int main(int argc, char **argv) {
   to.recompute = recompute;
   std::vector<double> losses;
   std::string error;
-  expect(example::train(step, model, to, losses, error), "train: " + error);
+  if (restart) {
+    // 3 steps, a checkpoint, a fresh runtime, the last 2 steps.
+    to.steps = 3;
+    expect(example::train(step, model, to, losses, error), "train: " + error);
+    std::vector<std::vector<float>> params(infos.size()), m(infos.size()),
+        v(infos.size());
+    int64_t count = -1;
+    expect(mfsdp_step_count(step, &count) == MFSDP_OK && count == 3,
+           "step count after 3 steps: " + std::to_string(count));
+    for (size_t i = 0; i < infos.size(); ++i) {
+      auto idx = static_cast<int32_t>(i);
+      params[i].resize(example::numel(infos[i]));
+      m[i].resize(params[i].size());
+      v[i].resize(params[i].size());
+      expect(mfsdp_store_param(step, idx, params[i].data()) == MFSDP_OK, "store");
+      expect(mfsdp_store_state(step, idx, MFSDP_STATE_EXP_AVG, m[i].data()) == MFSDP_OK,
+             std::string("store exp_avg: ") + mfsdp_last_error(step));
+      if (descs[i].optimizer == MFSDP_OPT_ADAMW)
+        expect(mfsdp_store_state(step, idx, MFSDP_STATE_EXP_AVG_SQ, v[i].data()) == MFSDP_OK,
+               std::string("store exp_avg_sq: ") + mfsdp_last_error(step));
+      else {
+        mfsdp_status st2 = mfsdp_store_state(step, idx, MFSDP_STATE_EXP_AVG_SQ, v[i].data());
+        expect(st2 == MFSDP_ERROR_INVALID &&
+                   std::strstr(mfsdp_last_error(step), "keeps no state 1"),
+               std::string("exp_avg_sq of a non-AdamW parameter must be refused: ") +
+                   mfsdp_last_error(step));
+      }
+    }
+    mfsdp_destroy(step);
+    step = nullptr;
+    expect(mfsdp_create(&plan, &step) == MFSDP_OK, "create again");
+    for (size_t i = 0; i < infos.size(); ++i) {
+      auto idx = static_cast<int32_t>(i);
+      expect(mfsdp_load_param(step, idx, params[i].data()) == MFSDP_OK, "load");
+      expect(mfsdp_load_state(step, idx, MFSDP_STATE_EXP_AVG, m[i].data()) == MFSDP_OK,
+             "load exp_avg");
+      if (descs[i].optimizer == MFSDP_OPT_ADAMW)
+        expect(mfsdp_load_state(step, idx, MFSDP_STATE_EXP_AVG_SQ, v[i].data()) == MFSDP_OK,
+               "load exp_avg_sq");
+    }
+    expect(mfsdp_set_step_count(step, 3) == MFSDP_OK, "set step count");
+    to.firstStep = 3;
+    to.steps = 2;
+    std::vector<double> more;
+    expect(example::train(step, model, to, more, error), "train after restart: " + error);
+    to.steps = 5;
+  } else {
+    expect(example::train(step, model, to, losses, error), "train: " + error);
+  }
 
   // The reference: one process, the whole global batch, double precision.
   ref.model = model;
@@ -222,7 +274,7 @@ int main(int argc, char **argv) {
     std::printf("parity %s %s zero=%d microbatches=%lld%s: worst relative "
                 "difference %.3g; %d passed, %d failed\n",
                 argv[1], policy.c_str(), zero, static_cast<long long>(micro),
-                recompute ? " recompute" : "", worstAll, totals[0], totals[1]);
+                recompute ? " recompute" : restart ? " restart" : "", worstAll, totals[0], totals[1]);
   int any = 0;
   MPI_Allreduce(&failures, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   MPI_Finalize();
