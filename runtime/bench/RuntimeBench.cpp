@@ -355,8 +355,19 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int64_t adamN = int64_t(64) << 20;
-  if (argc > 1)
-    adamN = std::max<int64_t>(1024, std::atoll(argv[1]));
+  if (argc > 1) {
+    char *end = nullptr;
+    long long n = std::strtoll(argv[1], &end, 10);
+    if (argc > 2 || !end || *end || n < 1024) {
+      if (rank == 0)
+        std::fprintf(stderr, "mfsdp-bench-runtime: expected one optional argument, the "
+                             "AdamW array length in floats (>= 1024), got '%s'\n",
+                     argv[argc > 2 ? 2 : 1]);
+      MPI_Finalize();
+      return 2;
+    }
+    adamN = n;
+  }
 
   std::string error;
   HostComm *comm = HostComm::create({{"dp", world}}, "dp", error);
