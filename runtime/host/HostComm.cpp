@@ -45,30 +45,11 @@ HostComm *HostComm::create(const std::vector<MeshDimSpec> &mesh,
   int world = 0, rank = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  int64_t product = 1;
-  int64_t which = -1;
-  for (size_t i = 0; i < mesh.size(); ++i) {
-    product *= mesh[i].size;
-    if (mesh[i].name == dim)
-      which = static_cast<int64_t>(i);
-  }
-  if (product != world) {
-    error = "the mesh has " + std::to_string(product) + " ranks but MPI has " +
-            std::to_string(world);
+  int colour = 0, coord = 0;
+  if (!meshGroup(mesh, dim, rank, world, colour, coord, error))
     return nullptr;
-  }
-  if (which < 0) {
-    error = "the mesh has no dim '" + dim + "'";
-    return nullptr;
-  }
-  // Row-major coordinates; the colour is the rank with this dim zeroed.
-  int64_t stride = 1;
-  for (size_t i = mesh.size(); i-- > static_cast<size_t>(which) + 1;)
-    stride *= mesh[i].size;
-  int64_t coord = (rank / stride) % mesh[which].size;
-  int colour = static_cast<int>(rank - coord * stride);
   MPI_Comm comm;
-  if (check(MPI_Comm_split(MPI_COMM_WORLD, colour, static_cast<int>(coord), &comm),
+  if (check(MPI_Comm_split(MPI_COMM_WORLD, colour, coord, &comm),
             "MPI_Comm_split")) {
     error = lastMessage;
     return nullptr;

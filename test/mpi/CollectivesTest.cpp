@@ -134,7 +134,7 @@ int main(int argc, char **argv) {
   // A mesh that does not match the world is refused with a message.
   std::string error;
   std::unique_ptr<HostComm> bad(HostComm::create({{"dp_shard", 1000}}, "dp_shard", error));
-  expect(!bad && error.find("ranks but MPI has") != std::string::npos,
+  expect(!bad && error.find("ranks but the world has") != std::string::npos,
          "mesh/world mismatch is refused");
   int counts[2] = {passed, failed}, totals[2] = {0, 0};
   MPI_Reduce(counts, totals, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);

@@ -11,16 +11,13 @@
 #ifndef MFSDP_RUNTIME_HOSTCOMM_H
 #define MFSDP_RUNTIME_HOSTCOMM_H
 
+#include "mfsdp/runtime/Bootstrap.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace mfsdp::rt {
-
-struct MeshDimSpec {
-  std::string name;
-  int64_t size = 1;
-};
 
 class HostComm {
 public:

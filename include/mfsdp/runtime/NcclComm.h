@@ -1,0 +1,71 @@
+//===- NcclComm.h - Collectives of the CUDA backend (NCCL) ------*- C++ -*-===//
+//
+// The CUDA backend's collectives: the operations of HostComm, on fp32
+// device buffers, enqueued on a CUDA stream. A communicator spans this
+// rank's group along one mesh dim (row-major ranks, as HostComm). It is
+// bootstrapped either under mpirun (the NCCL unique id goes through
+// MPI_Bcast) or from the torchrun environment (Bootstrap.h: the id goes
+// over TCP from rank 0), and the group's communicator is split from the
+// world's with ncclCommSplit.
+//
+// The owner variants: all-gather-v is one ncclBroadcast per rank with a
+// non-empty segment, reduce-scatter-v one ncclReduce to each such rank,
+// each set inside ncclGroupStart/End so NCCL runs them as one launch.
+//
+// Built only with the CUDA toolkit (libmfsdp_rt_cuda); compiled and linked
+// in CI, never run on machines without a GPU.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MFSDP_RUNTIME_NCCLCOMM_H
+#define MFSDP_RUNTIME_NCCLCOMM_H
+
+#include "mfsdp/runtime/Bootstrap.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mfsdp::rt {
+
+class NcclComm {
+public:
+  /// Under mpirun: MPI must be initialised; selects the device LOCAL_RANK
+  /// of the node (from MPI's shared-memory split).
+  static NcclComm *createFromMpi(const std::vector<MeshDimSpec> &mesh,
+                                 const std::string &dim, std::string &error);
+  /// From the torchrun environment; selects device env.localRank.
+  static NcclComm *createFromEnv(const RankEnv &env,
+                                 const std::vector<MeshDimSpec> &mesh,
+                                 const std::string &dim, int timeoutMs,
+                                 std::string &error);
+  ~NcclComm();
+  NcclComm(const NcclComm &) = delete;
+  NcclComm &operator=(const NcclComm &) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  /// As HostComm's, on device pointers, enqueued on `stream` (a
+  /// cudaStream_t; null for the default stream). 0 or an ncclResult_t.
+  int allGather(const float *send, float *recv, int64_t count, void *stream);
+  int reduceScatter(const float *send, float *recv, int64_t count, void *stream);
+  int allReduce(float *buf, int64_t count, void *stream);
+  int allGatherV(const float *send, float *recv, const std::vector<int64_t> &counts,
+                 void *stream);
+  int reduceScatterV(const float *send, float *recv,
+                     const std::vector<int64_t> &counts, void *stream);
+
+  static const char *lastError();
+
+private:
+  NcclComm() = default;
+  static NcclComm *fromWorld(void *worldComm, int rank, int world,
+                             const std::vector<MeshDimSpec> &mesh,
+                             const std::string &dim, std::string &error);
+  void *comm_ = nullptr; // ncclComm_t
+  int rank_ = 0, size_ = 1;
+};
+
+} // namespace mfsdp::rt
+
+#endif // MFSDP_RUNTIME_NCCLCOMM_H

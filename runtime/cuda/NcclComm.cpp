@@ -1,0 +1,205 @@
+//===- NcclComm.cpp - Collectives of the CUDA backend (NCCL) --------------===//
+#include "mfsdp/runtime/NcclComm.h"
+
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <cstdio>
+#include <cstring>
+
+namespace mfsdp::rt {
+
+namespace {
+thread_local char lastMessage[512] = "";
+
+int checkNccl(ncclResult_t r, const char *what) {
+  if (r == ncclSuccess || r == ncclInProgress)
+    return 0;
+  std::snprintf(lastMessage, sizeof(lastMessage), "%s failed: %s", what,
+                ncclGetErrorString(r));
+  return static_cast<int>(r);
+}
+
+bool checkCuda(cudaError_t e, const char *what, std::string &error) {
+  if (e == cudaSuccess)
+    return true;
+  error = std::string(what) + " failed: " + cudaGetErrorString(e);
+  return false;
+}
+
+ncclComm_t handle(void *c) { return static_cast<ncclComm_t>(c); }
+cudaStream_t streamOf(void *s) { return static_cast<cudaStream_t>(s); }
+
+std::vector<size_t> offsetsOf(const std::vector<int64_t> &counts) {
+  std::vector<size_t> off(counts.size() + 1, 0);
+  for (size_t r = 0; r < counts.size(); ++r)
+    off[r + 1] = off[r] + static_cast<size_t>(counts[r]);
+  return off;
+}
+} // namespace
+
+const char *NcclComm::lastError() { return lastMessage; }
+
+NcclComm *NcclComm::fromWorld(void *worldComm, int rank, int world,
+                              const std::vector<MeshDimSpec> &mesh,
+                              const std::string &dim, std::string &error) {
+  int colour = 0, coord = 0;
+  if (!meshGroup(mesh, dim, rank, world, colour, coord, error)) {
+    ncclCommDestroy(handle(worldComm));
+    return nullptr;
+  }
+  ncclComm_t group = nullptr;
+  int rc = checkNccl(ncclCommSplit(handle(worldComm), colour, coord, &group, nullptr),
+                     "ncclCommSplit");
+  ncclCommDestroy(handle(worldComm));
+  if (rc) {
+    error = lastMessage;
+    return nullptr;
+  }
+  auto *c = new NcclComm();
+  c->comm_ = group;
+  ncclCommUserRank(group, &c->rank_);
+  ncclCommCount(group, &c->size_);
+  return c;
+}
+
+NcclComm *NcclComm::createFromMpi(const std::vector<MeshDimSpec> &mesh,
+                                  const std::string &dim, std::string &error) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    error = "MPI is not initialized";
+    return nullptr;
+  }
+  int world = 0, rank = 0, localRank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &localRank);
+  MPI_Comm_free(&node);
+  if (!checkCuda(cudaSetDevice(localRank), "cudaSetDevice(local rank)", error))
+    return nullptr;
+  ncclUniqueId id;
+  if (rank == 0 && checkNccl(ncclGetUniqueId(&id), "ncclGetUniqueId")) {
+    error = lastMessage;
+    return nullptr;
+  }
+  if (MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
+    error = "MPI_Bcast of the NCCL unique id failed";
+    return nullptr;
+  }
+  ncclComm_t worldComm = nullptr;
+  if (checkNccl(ncclCommInitRank(&worldComm, world, id, rank), "ncclCommInitRank")) {
+    error = lastMessage;
+    return nullptr;
+  }
+  return fromWorld(worldComm, rank, world, mesh, dim, error);
+}
+
+NcclComm *NcclComm::createFromEnv(const RankEnv &env,
+                                  const std::vector<MeshDimSpec> &mesh,
+                                  const std::string &dim, int timeoutMs,
+                                  std::string &error) {
+  if (!checkCuda(cudaSetDevice(env.localRank), "cudaSetDevice(LOCAL_RANK)", error))
+    return nullptr;
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  if (env.rank == 0 && checkNccl(ncclGetUniqueId(&id), "ncclGetUniqueId")) {
+    error = lastMessage;
+    return nullptr;
+  }
+  std::vector<uint8_t> blob(reinterpret_cast<uint8_t *>(&id),
+                            reinterpret_cast<uint8_t *>(&id) + sizeof(id));
+  if (!broadcastBlob(env, blob, timeoutMs, error))
+    return nullptr;
+  if (blob.size() != sizeof(id)) {
+    error = "rank " + std::to_string(env.rank) + ": received " +
+            std::to_string(blob.size()) + " bytes from rank 0; expected an NCCL "
+            "unique id of " + std::to_string(sizeof(id));
+    return nullptr;
+  }
+  std::memcpy(&id, blob.data(), sizeof(id));
+  ncclComm_t worldComm = nullptr;
+  if (checkNccl(ncclCommInitRank(&worldComm, env.world, id, env.rank),
+                "ncclCommInitRank")) {
+    error = lastMessage;
+    return nullptr;
+  }
+  return fromWorld(worldComm, env.rank, env.world, mesh, dim, error);
+}
+
+NcclComm::~NcclComm() {
+  if (comm_)
+    ncclCommDestroy(handle(comm_));
+}
+
+int NcclComm::allGather(const float *send, float *recv, int64_t count, void *stream) {
+  return checkNccl(ncclAllGather(send, recv, static_cast<size_t>(count), ncclFloat,
+                                 handle(comm_), streamOf(stream)),
+                   "ncclAllGather");
+}
+
+int NcclComm::reduceScatter(const float *send, float *recv, int64_t count,
+                            void *stream) {
+  return checkNccl(ncclReduceScatter(send, recv, static_cast<size_t>(count), ncclFloat,
+                                     ncclSum, handle(comm_), streamOf(stream)),
+                   "ncclReduceScatter");
+}
+
+int NcclComm::allReduce(float *buf, int64_t count, void *stream) {
+  return checkNccl(ncclAllReduce(buf, buf, static_cast<size_t>(count), ncclFloat,
+                                 ncclSum, handle(comm_), streamOf(stream)),
+                   "ncclAllReduce");
+}
+
+int NcclComm::allGatherV(const float *send, float *recv,
+                         const std::vector<int64_t> &counts, void *stream) {
+  if (static_cast<int>(counts.size()) != size_) {
+    std::snprintf(lastMessage, sizeof(lastMessage),
+                  "all-gather-v: %zu counts for a group of %d ranks", counts.size(),
+                  size_);
+    return static_cast<int>(ncclInvalidArgument);
+  }
+  std::vector<size_t> off = offsetsOf(counts);
+  if (int rc = checkNccl(ncclGroupStart(), "ncclGroupStart"))
+    return rc;
+  int rc = 0;
+  for (int r = 0; r < size_ && !rc; ++r) {
+    if (counts[r] == 0)
+      continue;
+    rc = checkNccl(ncclBroadcast(r == rank_ ? send : recv + off[r], recv + off[r],
+                                 static_cast<size_t>(counts[r]), ncclFloat, r,
+                                 handle(comm_), streamOf(stream)),
+                   "ncclBroadcast (all-gather-v)");
+  }
+  int end = checkNccl(ncclGroupEnd(), "ncclGroupEnd");
+  return rc ? rc : end;
+}
+
+int NcclComm::reduceScatterV(const float *send, float *recv,
+                             const std::vector<int64_t> &counts, void *stream) {
+  if (static_cast<int>(counts.size()) != size_) {
+    std::snprintf(lastMessage, sizeof(lastMessage),
+                  "reduce-scatter-v: %zu counts for a group of %d ranks",
+                  counts.size(), size_);
+    return static_cast<int>(ncclInvalidArgument);
+  }
+  std::vector<size_t> off = offsetsOf(counts);
+  if (int rc = checkNccl(ncclGroupStart(), "ncclGroupStart"))
+    return rc;
+  int rc = 0;
+  for (int r = 0; r < size_ && !rc; ++r) {
+    if (counts[r] == 0)
+      continue;
+    // The reduced segment lands only on its owner r.
+    rc = checkNccl(ncclReduce(send + off[r], recv, static_cast<size_t>(counts[r]),
+                              ncclFloat, ncclSum, r, handle(comm_), streamOf(stream)),
+                   "ncclReduce (reduce-scatter-v)");
+  }
+  int end = checkNccl(ncclGroupEnd(), "ncclGroupEnd");
+  return rc ? rc : end;
+}
+
+} // namespace mfsdp::rt
