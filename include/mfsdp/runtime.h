@@ -42,13 +42,23 @@ typedef enum mfsdp_optimizer {
   MFSDP_OPT_MUON = 3,
 } mfsdp_optimizer;
 
+typedef enum mfsdp_compute_dtype {
+  MFSDP_COMPUTE_F32 = 0,
+  /* The gathered compute copy is rounded to bf16 (round to nearest even),
+   * and so is the gradient before it is reduced (the reduction sums in
+   * fp32); masters and optimizer state stay fp32. Views stay fp32 arrays
+   * holding bf16 values. */
+  MFSDP_COMPUTE_BF16 = 1,
+} mfsdp_compute_dtype;
+
 typedef struct mfsdp_param_desc {
   const char *name;
-  int64_t rows, cols; /* cols = 1 for a 1-D tensor */
-  int32_t unit;       /* index in forward order */
-  int32_t placement;  /* mfsdp_placement */
-  int32_t owner;      /* dp_shard rank, for MFSDP_OWNER */
-  int32_t optimizer;  /* mfsdp_optimizer */
+  int64_t rows, cols;    /* cols = 1 for a 1-D tensor */
+  int32_t unit;          /* index in forward order */
+  int32_t placement;     /* mfsdp_placement */
+  int32_t owner;         /* dp_shard rank, for MFSDP_OWNER */
+  int32_t optimizer;     /* mfsdp_optimizer */
+  int32_t compute_dtype; /* mfsdp_compute_dtype */
 } mfsdp_param_desc;
 
 /* The plan: what the compiler decided, as constants. */

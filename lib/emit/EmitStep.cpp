@@ -81,6 +81,10 @@ const char *placementName(int32_t p) {
   }
 }
 
+const char *computeName(int32_t c) {
+  return c == MFSDP_COMPUTE_BF16 ? "MFSDP_COMPUTE_BF16" : "MFSDP_COMPUTE_F32";
+}
+
 const char *optimizerName(int32_t o) {
   switch (o) {
   case MFSDP_OPT_ADAMW:
@@ -201,6 +205,14 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os) {
                                 "replicate placements";
     }
     RankedTensorType t = p.getTensorType();
+    Type elem = t.getElementType();
+    if (elem.isBF16())
+      d.compute_dtype = MFSDP_COMPUTE_BF16;
+    else if (elem.isF32())
+      d.compute_dtype = MFSDP_COMPUTE_F32;
+    else
+      return p.emitOpError() << "computes in " << elem
+                             << "; the step runtime computes in f32 or bf16";
     ArrayRef<int64_t> shape = t.getShape();
     d.rows = shape.empty() ? 1 : shape[0];
     d.cols = 1;
@@ -281,13 +293,14 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os) {
      << "#include <mfsdp/runtime.h>\n\n";
   os << "static const mfsdp_param_desc mfsdp_params[" << std::max(1, plan.num_params)
      << "] = {\n";
-  os << "  /* name, rows, cols, unit, placement, owner, optimizer */\n";
+  os << "  /* name, rows, cols, unit, placement, owner, optimizer, compute dtype */\n";
   for (const mfsdp_param_desc &d : descs)
     os << "  {" << cString(d.name) << ", " << d.rows << ", " << d.cols << ", "
        << d.unit << ", " << placementName(d.placement) << ", " << d.owner
-       << ", " << optimizerName(d.optimizer) << "},\n";
+       << ", " << optimizerName(d.optimizer) << ", "
+       << computeName(d.compute_dtype) << "},\n";
   if (descs.empty())
-    os << "  {0, 0, 0, 0, 0, 0, 0},\n";
+    os << "  {0, 0, 0, 0, 0, 0, 0, 0},\n";
   os << "};\n\n";
   os << "static const mfsdp_plan mfsdp_the_plan = {\n"
      << "  .hash = UINT64_C(" << llvm::format_hex(plan.hash, 18) << "),\n"

@@ -124,8 +124,15 @@ struct mfsdp_step {
       ps.full.assign(ps.elements(), 0.f);
       if (auto s = gatherWhole(ps, ps.master, ps.full.data()))
         return s;
+      if (ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
+        roundToBF16(ps.full);
     }
     return MFSDP_OK;
+  }
+
+  static void roundToBF16(std::vector<float> &buf) {
+    for (float &x : buf)
+      x = host::fromBF16(host::toBF16(x));
   }
 
   void release(int32_t unit) {
@@ -139,6 +146,8 @@ struct mfsdp_step {
     const float scale = 1.f / static_cast<float>(S * R);
     for (int32_t p : unitParams[unit]) {
       ParamState &ps = params[p];
+      if (ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
+        roundToBF16(ps.grad);
       const int64_t n = ps.elements(), cols = ps.desc.cols;
       switch (ps.desc.placement) {
       case MFSDP_ROW_SHARD: {
@@ -254,7 +263,9 @@ mfsdp_status mfsdp_create(const mfsdp_plan *plan, mfsdp_step **out) {
         (ps.desc.placement == MFSDP_OWNER &&
          (ps.desc.owner < 0 || ps.desc.owner >= plan->dp_shard)) ||
         (ps.desc.optimizer == MFSDP_OPT_MUON && ps.desc.placement != MFSDP_OWNER &&
-         ps.desc.placement != MFSDP_REPLICATE)) {
+         ps.desc.placement != MFSDP_REPLICATE) ||
+        (ps.desc.compute_dtype != MFSDP_COMPUTE_F32 &&
+         ps.desc.compute_dtype != MFSDP_COMPUTE_BF16)) {
       step->error = "invalid plan entry for parameter '" + ps.name + "'";
       *out = step.release();
       return MFSDP_ERROR_PLAN;
@@ -500,15 +511,8 @@ mfsdp_status mfsdp_store_param(mfsdp_step *step, int32_t param, float *full) {
   if (param < 0 || param >= step->plan.num_params)
     return step->fail(MFSDP_ERROR_INVALID, "parameter " + std::to_string(param) +
                                                " is out of range");
-  ParamState &ps = step->params[param];
-  bool wasGathered = !ps.full.empty();
-  std::vector<float>().swap(ps.full);
-  if (auto st = step->gather(ps.desc.unit))
-    return st;
-  std::copy(ps.full.begin(), ps.full.end(), full);
-  if (!wasGathered && step->plan.zero >= 3)
-    step->release(ps.desc.unit);
-  return MFSDP_OK;
+  // The fp32 masters, whole (not the compute copy, which may be bf16).
+  return step->gatherWhole(step->params[param], step->params[param].master, full);
 }
 
 static mfsdp_status stateOf(mfsdp_step *step, int32_t param, int32_t which,

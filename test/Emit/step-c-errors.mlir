@@ -75,3 +75,14 @@ plan.graph @g {
   plan.param @w : tensor<4x4xf32> linear module "w" placement #plan.owner<rank = 0, axes = ["dp_shard"]> optimizer #plan.muon<lr = 0.02, momentum = 0.95, weight_decay = 0.01, nesterov = true, ns_steps = 5, scale = match_rms_adamw>
   plan.unit @u index 0 params [@w] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false>
 }
+
+// -----
+
+// A compute dtype the runtime has no kernels for.
+plan.graph @g {
+  plan.mesh @mesh ["dp_shard" = 2]
+  plan.policy adamw zero 3
+  // expected-error @+1 {{'plan.param' op computes in 'f16'; the step runtime computes in f32 or bf16}}
+  plan.param @w : tensor<4x4xf16> linear module "w" placement #plan.row_shard<dim = 0, axes = ["dp_shard"]> optimizer #plan.adamw<lr = 1.0e-03, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-08, weight_decay = 0.01>
+  plan.unit @u index 0 params [@w] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false>
+}

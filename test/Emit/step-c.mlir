@@ -1,5 +1,6 @@
 // The step library's C source: one table row per parameter (tied ones have
 // no storage and no row), units by index, placements and owners as planned,
+// the compute dtype from the parameter's element type,
 // the mesh and ZeRO level, one hyperparameter set per optimizer, and a hash
 // the runtime recomputes. The source must also compile as C11.
 // RUN: mfsdp-translate --emit-step-c %s | FileCheck %s
@@ -10,11 +11,11 @@
 // CHECK: mesh dp_replicate=2,dp_shard=2 (world 4), policy mixed_muon_adamw, ZeRO-2, 4 parameters in 2 units.
 // CHECK: #include <mfsdp/runtime.h>
 // CHECK-LABEL: static const mfsdp_param_desc mfsdp_params[4] = {
-// CHECK-NEXT: /* name, rows, cols, unit, placement, owner, optimizer */
-// CHECK-NEXT: {"emb", 16, 8, 0, MFSDP_ROW_SHARD, 0, MFSDP_OPT_ADAMW},
-// CHECK-NEXT: {"a.w", 8, 8, 1, MFSDP_OWNER, 1, MFSDP_OPT_MUON},
-// CHECK-NEXT: {"a.conv", 4, 24, 1, MFSDP_REPLICATE, 0, MFSDP_OPT_ADAMW},
-// CHECK-NEXT: {"a.norm", 8, 1, 1, MFSDP_ROW_SHARD, 0, MFSDP_OPT_NONE},
+// CHECK-NEXT: /* name, rows, cols, unit, placement, owner, optimizer, compute dtype */
+// CHECK-NEXT: {"emb", 16, 8, 0, MFSDP_ROW_SHARD, 0, MFSDP_OPT_ADAMW, MFSDP_COMPUTE_BF16},
+// CHECK-NEXT: {"a.w", 8, 8, 1, MFSDP_OWNER, 1, MFSDP_OPT_MUON, MFSDP_COMPUTE_BF16},
+// CHECK-NEXT: {"a.conv", 4, 24, 1, MFSDP_REPLICATE, 0, MFSDP_OPT_ADAMW, MFSDP_COMPUTE_BF16},
+// CHECK-NEXT: {"a.norm", 8, 1, 1, MFSDP_ROW_SHARD, 0, MFSDP_OPT_NONE, MFSDP_COMPUTE_F32},
 // CHECK-NEXT: };
 // CHECK-LABEL: static const mfsdp_plan mfsdp_the_plan = {
 // CHECK-NEXT: .hash = UINT64_C(0x{{[0-9a-f]+}}),

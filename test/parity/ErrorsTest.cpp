@@ -47,8 +47,8 @@ int main(int argc, char **argv) {
   bool die = argc > 1 && std::strcmp(argv[1], "die") == 0;
 
   mfsdp_param_desc params[2] = {
-      {"w", 4, 3, 0, MFSDP_ROW_SHARD, 0, MFSDP_OPT_ADAMW},
-      {"v", 3, 3, 1, MFSDP_OWNER, 1, MFSDP_OPT_MUON},
+      {"w", 4, 3, 0, MFSDP_ROW_SHARD, 0, MFSDP_OPT_ADAMW, MFSDP_COMPUTE_F32},
+      {"v", 3, 3, 1, MFSDP_OWNER, 1, MFSDP_OPT_MUON, MFSDP_COMPUTE_F32},
   };
   mfsdp_plan plan{};
   plan.zero = 3;

@@ -50,6 +50,7 @@ inline uint64_t planHash(const mfsdp_plan &p) {
     h = hashMix(h, d.placement);
     h = hashMix(h, d.owner);
     h = hashMix(h, d.optimizer);
+    h = hashMix(h, d.compute_dtype);
   }
   for (float f : {p.adamw_lr, p.adamw_beta1, p.adamw_beta2, p.adamw_eps,
                   p.adamw_weight_decay, p.sgd_lr, p.sgd_momentum,
