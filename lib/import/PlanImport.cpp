@@ -327,24 +327,15 @@ static void emitGraphError(MLIRContext *ctx, StringRef file,
     emitError(loc) << d.pointer << ": " << d.message;
 }
 
-static OwningOpRef<Operation *>
-importFromBuffer(llvm::SourceMgr &sourceMgr, MLIRContext *ctx, bool hf) {
-  const llvm::MemoryBuffer *buf =
-      sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID());
-  StringRef text = buf->getBuffer();
-  StringRef file = buf->getBufferIdentifier();
+OwningOpRef<ModuleOp> mfsdp::importGraphText(StringRef text, StringRef file,
+                                             const graph::HFImportOptions *hf,
+                                             MLIRContext *ctx) {
   std::string_view view(text.data(), text.size());
   graph::Graph g;
   graph::Diagnostic diag;
   bool ok;
   if (hf) {
-    graph::HFImportOptions opts;
-    opts.seqLen = hfOptions().seqLen;
-    opts.recompute = hfOptions().recompute;
-    opts.expertsOwnedBy = hfOptions().experts;
-    opts.dtype = hfOptions().dtype;
-    opts.modelName = hfOptions().name;
-    ok = graph::graphFromHFConfig(view, opts, g, diag);
+    ok = graph::graphFromHFConfig(view, *hf, g, diag);
     if (!ok && diag.line == 0) {
       auto [line, col] = graph::locatePointer(view, diag.pointer);
       diag.line = line;
@@ -358,8 +349,21 @@ importFromBuffer(llvm::SourceMgr &sourceMgr, MLIRContext *ctx, bool hf) {
     return nullptr;
   }
   // Ops of an HF import point into the generated graph, not the config.
-  OwningOpRef<ModuleOp> module =
-      hf ? importGraph(g, ctx) : importGraph(g, ctx, file, text);
+  return hf ? importGraph(g, ctx) : importGraph(g, ctx, file, text);
+}
+
+static OwningOpRef<Operation *>
+importFromBuffer(llvm::SourceMgr &sourceMgr, MLIRContext *ctx, bool hf) {
+  const llvm::MemoryBuffer *buf =
+      sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID());
+  graph::HFImportOptions opts;
+  opts.seqLen = hfOptions().seqLen;
+  opts.recompute = hfOptions().recompute;
+  opts.expertsOwnedBy = hfOptions().experts;
+  opts.dtype = hfOptions().dtype;
+  opts.modelName = hfOptions().name;
+  OwningOpRef<ModuleOp> module = importGraphText(
+      buf->getBuffer(), buf->getBufferIdentifier(), hf ? &opts : nullptr, ctx);
   if (!module)
     return nullptr;
   return OwningOpRef<Operation *>(module.release());

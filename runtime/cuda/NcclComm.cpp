@@ -154,52 +154,46 @@ int NcclComm::allReduce(float *buf, int64_t count, void *stream) {
                    "ncclAllReduce");
 }
 
-int NcclComm::allGatherV(const float *send, float *recv,
-                         const std::vector<int64_t> &counts, void *stream) {
-  if (static_cast<int>(counts.size()) != size_) {
-    std::snprintf(lastMessage, sizeof(lastMessage),
-                  "all-gather-v: %zu counts for a group of %d ranks", counts.size(),
-                  size_);
+/// One NCCL call per rank with a non-empty segment, inside one group.
+/// `call(r, offset)` enqueues rank r's segment at element `offset`.
+template <typename Call>
+static int groupedPerRank(const std::vector<int64_t> &counts, int size,
+                          const char *what, Call call) {
+  if (static_cast<int>(counts.size()) != size) {
+    std::snprintf(lastMessage, sizeof(lastMessage), "%s: %zu counts for a group of %d ranks",
+                  what, counts.size(), size);
     return static_cast<int>(ncclInvalidArgument);
   }
   std::vector<size_t> off = offsetsOf(counts);
   if (int rc = checkNccl(ncclGroupStart(), "ncclGroupStart"))
     return rc;
   int rc = 0;
-  for (int r = 0; r < size_ && !rc; ++r) {
-    if (counts[r] == 0)
-      continue;
-    rc = checkNccl(ncclBroadcast(r == rank_ ? send : recv + off[r], recv + off[r],
-                                 static_cast<size_t>(counts[r]), ncclFloat, r,
-                                 handle(comm_), streamOf(stream)),
-                   "ncclBroadcast (all-gather-v)");
-  }
+  for (int r = 0; r < size && !rc; ++r)
+    if (counts[r] != 0)
+      rc = checkNccl(call(r, off[r]), what);
   int end = checkNccl(ncclGroupEnd(), "ncclGroupEnd");
   return rc ? rc : end;
 }
 
+int NcclComm::allGatherV(const float *send, float *recv,
+                         const std::vector<int64_t> &counts, void *stream) {
+  return groupedPerRank(counts, size_, "ncclBroadcast (all-gather-v)",
+                        [&](int r, size_t off) {
+                          return ncclBroadcast(r == rank_ ? send : recv + off, recv + off,
+                                               static_cast<size_t>(counts[r]), ncclFloat,
+                                               r, handle(comm_), streamOf(stream));
+                        });
+}
+
 int NcclComm::reduceScatterV(const float *send, float *recv,
                              const std::vector<int64_t> &counts, void *stream) {
-  if (static_cast<int>(counts.size()) != size_) {
-    std::snprintf(lastMessage, sizeof(lastMessage),
-                  "reduce-scatter-v: %zu counts for a group of %d ranks",
-                  counts.size(), size_);
-    return static_cast<int>(ncclInvalidArgument);
-  }
-  std::vector<size_t> off = offsetsOf(counts);
-  if (int rc = checkNccl(ncclGroupStart(), "ncclGroupStart"))
-    return rc;
-  int rc = 0;
-  for (int r = 0; r < size_ && !rc; ++r) {
-    if (counts[r] == 0)
-      continue;
-    // The reduced segment lands only on its owner r.
-    rc = checkNccl(ncclReduce(send + off[r], recv, static_cast<size_t>(counts[r]),
-                              ncclFloat, ncclSum, r, handle(comm_), streamOf(stream)),
-                   "ncclReduce (reduce-scatter-v)");
-  }
-  int end = checkNccl(ncclGroupEnd(), "ncclGroupEnd");
-  return rc ? rc : end;
+  // The reduced segment lands only on its owner r.
+  return groupedPerRank(counts, size_, "ncclReduce (reduce-scatter-v)",
+                        [&](int r, size_t off) {
+                          return ncclReduce(send + off, recv, static_cast<size_t>(counts[r]),
+                                            ncclFloat, ncclSum, r, handle(comm_),
+                                            streamOf(stream));
+                        });
 }
 
 } // namespace mfsdp::rt

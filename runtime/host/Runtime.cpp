@@ -60,6 +60,13 @@ struct mfsdp_step {
     error = std::move(message);
     return s;
   }
+  /// MFSDP_ERROR_INVALID with a message unless `param` indexes the plan.
+  mfsdp_status checkParam(int32_t param) {
+    if (param < 0 || param >= plan.num_params)
+      return fail(MFSDP_ERROR_INVALID,
+                  "parameter " + std::to_string(param) + " is out of range");
+    return MFSDP_OK;
+  }
   mfsdp_status comm(int code, const char *what) {
     if (code == 0)
       return MFSDP_OK;
@@ -459,9 +466,8 @@ static mfsdp_status view(mfsdp_step *step, int32_t param, DLTensor *out,
                          bool grad) {
   if (!step || !out)
     return MFSDP_ERROR_INVALID;
-  if (param < 0 || param >= step->plan.num_params)
-    return step->fail(MFSDP_ERROR_INVALID,
-                      "parameter " + std::to_string(param) + " is out of range");
+  if (auto st = step->checkParam(param))
+    return st;
   ParamState &ps = step->params[param];
   std::vector<float> &buf = grad ? ps.grad : ps.full;
   if (buf.empty())
@@ -494,9 +500,8 @@ mfsdp_status mfsdp_grad_view(mfsdp_step *step, int32_t param, DLTensor *out) {
 mfsdp_status mfsdp_load_param(mfsdp_step *step, int32_t param, const float *full) {
   if (!step || !full)
     return MFSDP_ERROR_INVALID;
-  if (param < 0 || param >= step->plan.num_params)
-    return step->fail(MFSDP_ERROR_INVALID, "parameter " + std::to_string(param) +
-                                               " is out of range");
+  if (auto st = step->checkParam(param))
+    return st;
   ParamState &ps = step->params[param];
   step->scatterWhole(ps, full, ps.master);
   std::vector<float>().swap(ps.full);
@@ -508,18 +513,16 @@ mfsdp_status mfsdp_load_param(mfsdp_step *step, int32_t param, const float *full
 mfsdp_status mfsdp_store_param(mfsdp_step *step, int32_t param, float *full) {
   if (!step || !full)
     return MFSDP_ERROR_INVALID;
-  if (param < 0 || param >= step->plan.num_params)
-    return step->fail(MFSDP_ERROR_INVALID, "parameter " + std::to_string(param) +
-                                               " is out of range");
+  if (auto st = step->checkParam(param))
+    return st;
   // The fp32 masters, whole (not the compute copy, which may be bf16).
   return step->gatherWhole(step->params[param], step->params[param].master, full);
 }
 
 static mfsdp_status stateOf(mfsdp_step *step, int32_t param, int32_t which,
                             std::vector<float> *&state) {
-  if (param < 0 || param >= step->plan.num_params)
-    return step->fail(MFSDP_ERROR_INVALID, "parameter " + std::to_string(param) +
-                                               " is out of range");
+  if (auto st = step->checkParam(param))
+    return st;
   ParamState &ps = step->params[param];
   const int32_t opt = ps.desc.optimizer;
   if (which == MFSDP_STATE_EXP_AVG && opt != MFSDP_OPT_NONE) {

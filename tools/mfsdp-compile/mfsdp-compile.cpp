@@ -14,8 +14,6 @@
 #include "dialects/plan/PlanDialect.h"
 #include "dialects/plan/PlanOps.h"
 #include "mfsdp/emit/EmitStep.h"
-#include "mfsdp/graph/Graph.h"
-#include "mfsdp/graph/HFConfig.h"
 #include "mfsdp/import/PlanImport.h"
 #include "passes/Passes.h"
 
@@ -95,35 +93,18 @@ int main(int argc, char **argv) {
   auto buffer = MemoryBuffer::getFileOrSTDIN(input);
   if (!buffer)
     return fail("cannot read '" + input + "': " + buffer.getError().message());
-  StringRef text = (*buffer)->getBuffer();
 
   mlir::MLIRContext ctx;
   ctx.loadDialect<mfsdp::plan::PlanDialect>();
   ctx.printOpOnDiagnostic(false); // the location says where
   SourceMgr sourceMgr;
+  sourceMgr.AddNewSourceBuffer(std::move(*buffer), SMLoc());
   mlir::SourceMgrDiagnosticHandler diagHandler(sourceMgr, &ctx);
 
-  mfsdp::graph::Graph g;
-  mfsdp::graph::Diagnostic diag;
-  std::string_view view(text.data(), text.size());
-  bool ok = false;
-  if (hf) {
-    mfsdp::graph::HFImportOptions opts;
-    ok = mfsdp::graph::graphFromHFConfig(view, opts, g, diag);
-  } else {
-    ok = mfsdp::graph::parseGraph(view, g, diag);
-  }
-  if (!ok) {
-    if (diag.line == 0) {
-      auto [line, col] = mfsdp::graph::locatePointer(view, diag.pointer);
-      diag.line = line;
-      diag.column = col;
-    }
-    errs() << diag.format(input) << "\n";
-    return 1;
-  }
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      hf ? mfsdp::importGraph(g, &ctx) : mfsdp::importGraph(g, &ctx, input, text);
+  mfsdp::graph::HFImportOptions hfOptions;
+  mlir::OwningOpRef<mlir::ModuleOp> module = mfsdp::importGraphText(
+      sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID())->getBuffer(), input,
+      hf ? &hfOptions : nullptr, &ctx);
   if (!module)
     return 1;
 

@@ -3,6 +3,7 @@
 #define MFSDP_IMPORT_PLANIMPORT_H
 
 #include "mfsdp/graph/Graph.h"
+#include "mfsdp/graph/HFConfig.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
@@ -21,6 +22,14 @@ namespace mfsdp {
 mlir::OwningOpRef<mlir::ModuleOp>
 importGraph(const graph::Graph &g, mlir::MLIRContext *ctx,
             llvm::StringRef file = "", llvm::StringRef text = "");
+
+/// Parses `text`, read from `file`: graph format 1, or a Hugging Face
+/// config.json when `hf` is given (with its import options), and imports
+/// it. A malformed input is reported as an error at its line and column in
+/// `file` (`/json/pointer: what was expected`); null is returned then.
+mlir::OwningOpRef<mlir::ModuleOp>
+importGraphText(llvm::StringRef text, llvm::StringRef file,
+                const graph::HFImportOptions *hf, mlir::MLIRContext *ctx);
 
 /// Reads the plan.graph back into the plain graph form. Emits an error on
 /// the offending op and fails if the graph cannot be expressed in the format
