@@ -185,10 +185,27 @@ def ScheduleOverlap : Pass<"mfsdp-schedule-overlap", "::mlir::ModuleOp"> {
     group's gather is issued before the current group's reduction, since
     one communicator runs collectives in issue order), within
     `max-inflight-mb` of gathered buffers alive at once; with
-    `gather-comm=separate` gathers get their own communicator. The
-    optimizer runs group by group in the order reductions land, each
-    group's kernels (Newton-Schulz included) starting once its reduction
-    has arrived.
+    `gather-comm=separate` gathers get their own communicator.
+
+    The optimizer runs group by group, each group's kernels (Newton-Schulz
+    included) after the wait for its reduction. With
+    `optimizer-order=landing` the groups run in the order their reductions
+    land (the last group first). With `optimizer-order=first-units` (the
+    default) a few groups in landing order fill the wait for the last
+    reduction and the rest run first unit first, so the group the next
+    step gathers first is updated early and that gather can overlap the
+    rest of the phase; how many groups fill is chosen by simulating each
+    candidate on the `hardware` profile (see `mfsdp-sim`).
+
+    Example:
+
+    ```mlir
+    // mfsdp-opt --mfsdp-schedule-overlap="prefetch=1 optimizer-order=first-units"
+    sched.optimizer muon "muon g1 owner 0" ... group 1   // fills the wait
+    sched.wait %reduce_g0
+    sched.optimizer muon "muon g0 owner 0" ... group 0   // first unit
+    sched.optimizer muon "muon g2 owner 0" ... group 2
+    ```
   }];
   let options = [
     Option<"prefetch", "prefetch", "int64_t", /*default=*/"1",
@@ -197,6 +214,13 @@ def ScheduleOverlap : Pass<"mfsdp-schedule-overlap", "::mlir::ModuleOp"> {
            "Cap on gathered MiB alive at once (0: no cap)">,
     Option<"gatherComm", "gather-comm", "std::string", /*default=*/"\"shared\"",
            "shared (one communicator) or separate (gathers on their own)">,
+    Option<"optimizerOrder", "optimizer-order", "std::string",
+           /*default=*/"\"first-units\"",
+           "first-units (the first groups updated first, chosen with the "
+           "simulator) or landing (the order reductions land)">,
+    Option<"hardware", "hardware", "std::string", /*default=*/"\"a100\"",
+           "Simulator profile for optimizer-order=first-units: a100, h100 "
+           "or h100-ib">,
   ];
   let dependentDialects = ["::mfsdp::sched::SchedDialect"];
 }

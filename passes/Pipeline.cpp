@@ -33,6 +33,8 @@ void mfsdp::buildDefaultPipeline(OpPassManager &pm, const PipelineOptions &o) {
   overlap.prefetch = o.prefetch;
   overlap.maxInflightMB = o.maxInflightMB;
   overlap.gatherComm = o.gatherComm;
+  overlap.optimizerOrder = o.optimizerOrder;
+  overlap.hardware = o.hardware;
   pm.addPass(createScheduleOverlap(overlap));
   pm.addPass(createPlanMemory());
   VerifyScheduleOptions verify;

@@ -55,6 +55,10 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
   Option<std::string> gatherComm{*this, "gather-comm",
                                  llvm::cl::desc("shared or separate"),
                                  llvm::cl::init("shared")};
+  Option<std::string> optimizerOrder{
+      *this, "optimizer-order",
+      llvm::cl::desc("first-units (chosen with the simulator) or landing"),
+      llvm::cl::init("first-units")};
   Option<int64_t> memoryCapMB{*this, "memory-cap-mb",
                               llvm::cl::desc("per-rank memory cap (0: none)"),
                               llvm::cl::init(0)};

@@ -2,6 +2,7 @@
 #include "passes/Passes.h"
 #include "passes/StepBridge.h"
 
+#include "mfsdp/cost/OptimizerOrder.h"
 #include "mfsdp/step/Schedule.h"
 
 namespace mfsdp {
@@ -27,6 +28,17 @@ struct ScheduleOverlapPass
           << gatherComm.getValue() << "'; expected shared or separate";
       return signalPassFailure();
     }
+    if (optimizerOrder != "first-units" && optimizerOrder != "landing") {
+      getOperation().emitError("unknown optimizer-order '")
+          << optimizerOrder.getValue() << "'; expected first-units or landing";
+      return signalPassFailure();
+    }
+    const cost::SimProfile *profile = cost::findSimProfile(hardware);
+    if (!profile) {
+      getOperation().emitError("unknown hardware '")
+          << hardware.getValue() << "'; expected a100, h100 or h100-ib";
+      return signalPassFailure();
+    }
     o.prefetch = prefetch;
     o.maxInflightBytes = static_cast<double>(maxInflightMB) * 1024 * 1024;
     o.separateGatherComm = gatherComm == "separate";
@@ -40,7 +52,17 @@ struct ScheduleOverlapPass
           op.emitError("is already scheduled (it has async collectives)");
           return signalPassFailure();
         }
-      step::scheduleOverlap(s, o);
+      step::OverlapOptions so = o;
+      if (optimizerOrder == "first-units") {
+        cost::OrderChoice choice = cost::chooseOptimizerFill(s, o, *profile);
+        if (!choice.ok) {
+          op.emitError("cannot simulate the step to order its optimizer: ")
+              << choice.error;
+          return signalPassFailure();
+        }
+        so.optimizerFill = choice.fill;
+      }
+      step::scheduleOverlap(s, so);
       replaceStep(op, s);
     }
   }

@@ -442,6 +442,29 @@ SimResult simulate(const Step &s, const SimProfile &p) {
   r.computeBusy = busy[r.slowestRank];
   r.exposedComm = std::max(0.0, r.stepSeconds - r.computeBusy);
 
+  // The first forward group: when its optimizer work is done everywhere,
+  // and how long the step waits for its gather.
+  r.firstGroupReady = r.stepSeconds;
+  for (size_t i = 0; i < n && r.firstGroup < 0; ++i)
+    if (s.ops[i].kind == OpKind::Compute && s.ops[i].phase == Phase::Forward) {
+      r.firstGroup = s.ops[i].group;
+      for (int64_t rank = 0; rank < world; ++rank)
+        r.firstComputeWait =
+            std::max(r.firstComputeWait, r.timings[rank][i].start);
+    }
+  if (r.firstGroup >= 0) {
+    double ready = -1;
+    for (size_t i = 0; i < n; ++i)
+      if (s.ops[i].kind == OpKind::Optimizer && s.ops[i].group == r.firstGroup)
+        for (int64_t rank = 0; rank < world; ++rank)
+          ready = std::max(ready, r.timings[rank][i].end);
+    if (ready >= 0)
+      r.firstGroupReady = ready;
+  }
+  r.steadyStepSeconds =
+      r.stepSeconds - std::min(r.firstComputeWait,
+                               std::max(0.0, r.stepSeconds - r.firstGroupReady));
+
   // Phases: the rank with the longest span of the phase (lowest on ties).
   for (Phase ph : {Phase::Forward, Phase::Backward, Phase::Optimizer}) {
     PhaseStats &out = ph == Phase::Forward    ? r.forward
@@ -697,6 +720,13 @@ std::string renderText(const Step &s, const SimResult &r, const SimProfile &p) {
   }
   out += fmt::format("  predicted communicator streams busy: {:.3f} ms\n",
                      ms(r.commBusy));
+  if (r.firstGroup >= 0)
+    out += fmt::format(
+        "  predicted first group (g{}) updated at {:.3f} ms, {:.3f} ms before "
+        "the step ends; its gather waited {:.3f} ms; steady-state step with "
+        "that gather issued then: {:.3f} ms\n",
+        r.firstGroup, ms(r.firstGroupReady), ms(r.stepSeconds - r.firstGroupReady),
+        ms(r.firstComputeWait), ms(r.steadyStepSeconds));
   out += fmt::format(
       "  predicted optimizer floor (peak rates, PRODUCT.md): {:.3f} ms\n",
       ms(optimizerFloorSeconds(s, p)));

@@ -220,8 +220,10 @@ void scheduleOverlap(Step &s, const OverlapOptions &o) {
       if (isGather(op))
         op.comm = 2;
 
-  // 3. Optimizer: groups in the order their reductions land (the last group
-  // is reduced first in backward), so each starts as soon as it can.
+  // 3. Optimizer order. Landing order (optimizerFill < 0): the last group
+  // is reduced first in backward, so each group starts as soon as it can.
+  // First units first (optimizerFill = k): k groups in landing order fill
+  // the wait for the last reduction, then the rest in ascending group order.
   {
     size_t first = s.ops.size();
     for (size_t i = 0; i < s.ops.size(); ++i)
@@ -246,11 +248,31 @@ void scheduleOverlap(Step &s, const OverlapOptions &o) {
       for (size_t i = first + 1; i < s.ops.size(); ++i)
         if (s.ops[i].kind == OpKind::Free)
           group[i] = group[i - 1];
+      // Position of each group; ops of no group go last.
+      std::set<int64_t> groups;
+      for (size_t i = first; i < s.ops.size(); ++i)
+        if (group[i] >= 0)
+          groups.insert(group[i]);
+      std::vector<int64_t> landing(groups.rbegin(), groups.rend());
+      std::map<int64_t, int64_t> position;
+      const int64_t fill =
+          o.optimizerFill < 0
+              ? static_cast<int64_t>(landing.size())
+              : std::min<int64_t>(o.optimizerFill,
+                                  static_cast<int64_t>(landing.size()));
+      for (int64_t k = 0; k < fill; ++k)
+        position[landing[k]] = k;
+      int64_t next = fill;
+      for (int64_t g : groups)
+        if (!position.count(g))
+          position[g] = next++;
+      auto pos = [&](int64_t i) {
+        return group[i] < 0 ? next : position[group[i]];
+      };
       for (size_t i = first; i < s.ops.size(); ++i)
         opt.push_back(static_cast<int64_t>(i));
-      std::stable_sort(opt.begin(), opt.end(), [&](int64_t a, int64_t b) {
-        return group[a] > group[b];
-      });
+      std::stable_sort(opt.begin(), opt.end(),
+                       [&](int64_t a, int64_t b) { return pos(a) < pos(b); });
       head.insert(head.end(), opt.begin(), opt.end());
       reorder(s, head);
     }

@@ -505,6 +505,36 @@ TEST(Simulate, InterleavedPhasesDoNotCountEachOthersComputeAsExposed) {
 // Validation
 //===----------------------------------------------------------------------===//
 
+TEST(Simulate, FirstGroupReadyAndSteadyState) {
+  auto inGroup = [](Op op, int64_t group) {
+    op.group = group;
+    return op;
+  };
+  Step s = program(
+      2, {inGroup(coll(CollKind::AllGather, 2, kOneSecondAG, true), 0),
+          wait(0), inGroup(compute(1e12), 0),
+          inGroup(optimizer(2e12), 1), inGroup(optimizer(1e12, 0, 1), 0),
+          inGroup(optimizer(2e12), 2)});
+  SimResult r = simulate(s, P());
+  ASSERT_TRUE(r.ok) << r.error;
+  // AG [0, 1]; the forward compute of group 0 waits for it: [1, 2].
+  // Optimizer g1 [2, 4] on both ranks; g0 on rank 1 only [4, 5]; g2 [4, 6]
+  // on rank 0 and [5, 7] on rank 1. The step ends at 7.
+  EXPECT_EQ(r.firstGroup, 0);
+  EXPECT_NEAR(r.firstComputeWait, 1, kTol);
+  EXPECT_NEAR(r.stepSeconds, 7, kTol);
+  // Group 0 is updated everywhere at 5; the next step's first gather (1 s)
+  // issued then ends before this step does (2 s later): all of it hidden.
+  EXPECT_NEAR(r.firstGroupReady, 5, kTol);
+  EXPECT_NEAR(r.steadyStepSeconds, 6, kTol);
+  // With no optimizer work for group 0 it is ready only at the end.
+  s.ops[4].group = 3;
+  r = simulate(s, P());
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_NEAR(r.firstGroupReady, r.stepSeconds, kTol);
+  EXPECT_NEAR(r.steadyStepSeconds, r.stepSeconds, kTol);
+}
+
 TEST(Simulate, ValidationErrors) {
   {
     // Wait on a compute op.

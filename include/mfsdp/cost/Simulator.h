@@ -124,6 +124,21 @@ struct SimResult {
   std::vector<std::vector<OpTiming>> timings;
   double commBusy = 0; // total busy time of all communicator streams
 
+  /// The group whose compute runs first in forward (-1: none): the one the
+  /// next step gathers first.
+  int64_t firstGroup = -1;
+  /// When every rank has finished the first group's optimizer ops, so the
+  /// next step's first gather could be issued (stepSeconds if the step has
+  /// no such op).
+  double firstGroupReady = 0;
+  /// How long the slowest rank's compute stream waits at the start of the
+  /// step before its first compute op: the first gather, exposed.
+  double firstComputeWait = 0;
+  /// Steady-state step estimate when the next step's first gather is issued
+  /// at firstGroupReady and overlaps the rest of this step's optimizer:
+  /// stepSeconds - min(firstComputeWait, stepSeconds - firstGroupReady).
+  double steadyStepSeconds = 0;
+
   const PhaseStats &phase(step::Phase p) const;
 };
 

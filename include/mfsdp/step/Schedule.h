@@ -26,14 +26,20 @@ struct OverlapOptions {
   int64_t prefetch = 1;          // gather this many groups ahead (0: none)
   double maxInflightBytes = 0;   // cap on gathered bytes alive (0: none)
   bool separateGatherComm = false; // gathers on their own communicator
+  /// Order of the optimizer phase's groups. -1: the order their reductions
+  /// land (the last group first). k >= 0: the first k groups in landing
+  /// order (work that fills the wait for the last reduction), then the rest
+  /// first unit first, so the group the next step gathers first is updated
+  /// early. cost::chooseOptimizerFill picks k with the simulator.
+  int64_t optimizerFill = -1;
 };
 
 /// Splits every collective into an async start and a wait placed just
 /// before the first op that needs it; prefetches gathers `prefetch` groups
 /// ahead in forward and backward (in backward the gather of the next group
 /// is issued before the current group's reduce, as one communicator runs
-/// collectives in issue order); orders the optimizer so each group's
-/// kernels start when its reduction has landed.
+/// collectives in issue order); orders the optimizer's groups as
+/// `optimizerFill` says.
 void scheduleOverlap(Step &s, const OverlapOptions &options);
 
 struct MemoryPlan {
