@@ -33,10 +33,11 @@ struct BuildStepPass : public mfsdp::impl::BuildStepBase<BuildStepPass> {
     if (microbatches < 1)
       return graph.emitError("microbatches must be at least 1, got ")
              << microbatches.getValue();
-    bool fsdp2 = baseline == "fsdp2";
+    bool dtensor = baseline == "fsdp2-dtensor";
+    bool fsdp2 = baseline == "fsdp2" || dtensor;
     if (!baseline.empty() && !fsdp2)
       return graph.emitError("unknown baseline '")
-             << baseline.getValue() << "'; expected fsdp2";
+             << baseline.getValue() << "'; expected fsdp2 or fsdp2-dtensor";
     int64_t tok = tokens > 0 ? static_cast<int64_t>(tokens)
                              : static_cast<int64_t>(graph.getSeqLen());
     if (tok <= 0)
@@ -55,6 +56,10 @@ struct BuildStepPass : public mfsdp::impl::BuildStepBase<BuildStepPass> {
       return graph.emitError("ns-steps must be >= 1, got ") << nsSteps.getValue();
     if (nsSteps > 0)
       opts.nsSteps = nsSteps;
+    if (dtensor && opts.replicate > 1)
+      return graph.emitError("baseline=fsdp2-dtensor models DTensor on a 1-D "
+                             "dp_shard mesh; dp_replicate > 1 is not "
+                             "supported");
     planner::Decisions d;
     PolicyOp policy = graph.getPolicy();
     d.nsSplit = policy && policy.getNsSplit();
@@ -70,6 +75,7 @@ struct BuildStepPass : public mfsdp::impl::BuildStepBase<BuildStepPass> {
     bo.microbatches = microbatches;
     if (fsdp2) {
       bo.gatheredMuon = true;
+      bo.dtensorMuon = dtensor;
       for (const planner::Param &p : b.problem.params)
         if (p.placement == planner::PlacementKind::RowShard && p.rank() == 2 &&
             (p.role == planner::Role::HiddenMatrix ||

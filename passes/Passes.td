@@ -143,7 +143,12 @@ def BuildStep : Pass<"mfsdp-build-step", "::mlir::ModuleOp"> {
     `baseline=fsdp2` builds the gathered-Muon baseline from a plan made with
     `policy=adamw`: the matrices `mixed_muon_adamw` would put on Muon stay
     row-sharded, and the optimizer all-gathers each one's gradient and runs
-    Newton-Schulz on the whole matrix on every rank.
+    Newton-Schulz on the whole matrix on every rank. `baseline=fsdp2-dtensor`
+    keeps the same matrices row-sharded but runs torch.optim.Muon on the
+    DTensor shards: each Newton-Schulz matmul takes the strategy DTensor's
+    sharding propagation picks, its redistributions (all-to-all, all-gather,
+    reduce-scatter, all-reduce) issued synchronously around it
+    (docs/benchmarks.md).
   }];
   let options = [
     Option<"tokens", "tokens", "int64_t", /*default=*/"0",
@@ -151,7 +156,8 @@ def BuildStep : Pass<"mfsdp-build-step", "::mlir::ModuleOp"> {
     Option<"microbatches", "microbatches", "int64_t", /*default=*/"1",
            "Gradient-accumulation microbatches per step">,
     Option<"baseline", "baseline", "std::string", /*default=*/"\"\"",
-           "Build a baseline instead: fsdp2 (gathered Muon)">,
+           "Build a baseline instead: fsdp2 (gathered Muon) or "
+           "fsdp2-dtensor (Muon on DTensor shards)">,
     Option<"nsSteps", "ns-steps", "int64_t", /*default=*/"0",
            "Newton-Schulz steps (0: the graph's Muon settings, else 5)">,
   ];

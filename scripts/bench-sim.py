@@ -8,10 +8,13 @@ measurement: no GPU is involved.
    ZeRO-3, 5 Newton-Schulz steps, fp32 masters: the owner-Muon optimizer
    phase against its floor (at datasheet peak and at the profile's
    sustained rates), forward+backward exposed communication as a share of
-   compute, and the FSDP2-style and MatrixFSDP-style baselines beside it.
+   compute, and the FSDP2-style, FSDP2-DTensor and MatrixFSDP-style
+   baselines beside it.
 2. The MatrixFSDP seed's settings (2 Newton-Schulz steps, bf16 parameters
-   without fp32 masters), its sequence sweep: the simulated FSDP2-style and
-   MatrixFSDP-style step totals against the seed's measured table.
+   without fp32 masters), its sequence sweep: the simulated FSDP2-style
+   (gathered Muon), FSDP2-DTensor (torch.optim.Muon's matmuls split by
+   DTensor) and MatrixFSDP-style step totals against the seed's measured
+   table (the seed's FSDP2 column for both FSDP2 models).
 
 Usage: bench-sim.py [BIN_DIR]
 """
@@ -27,6 +30,8 @@ tool = lambda name: os.path.join(BIN, name)
 # ../shared/seeds/matrixfsdp-readme.txt: ms per step, 8x A100-SXM4-80GB.
 SEED = {1024: (1145, 537), 2048: (1390, 791), 4096: (1963, 1371),
         8192: (3435, 2844), 16384: (7646, 7057)}
+# The same table's FSDP2 optimizer step, ms.
+SEED_OPT = {1024: 748, 2048: 747, 4096: 747, 8192: 752, 16384: 747}
 LINE = re.compile(r"^(?P<label>.+?)\s+total\s+(?P<total>[\d.]+) ms \| fwd\s+(?P<fwd>[\d.]+) "
                   r"bwd\s+(?P<bwd>[\d.]+) opt\s+(?P<opt>[\d.]+) ms \| exposed comm fwd\+bwd\s+"
                   r"(?P<exp>[\d.]+) ms \(\s*(?P<exppct>[\d.]+)% of compute\) \| opt / floor\s+"
@@ -79,24 +84,35 @@ def main():
               f"at datasheet peak ({'met' if ours['peak'] <= 1.10 else 'not met'})")
         print(f"   target: exposed communication under 5% of compute: "
               f"{ours['exppct']:.2f}% ({'met' if ours['exppct'] < 5 else 'MISSED'})")
-        print(f"   FSDP2-style optimizer / ours: {rows['FSDP2-style']['opt'] / ours['opt']:.2f}x; "
-              f"step: {rows['FSDP2-style']['total'] / ours['total']:.2f}x")
+        for base in ("FSDP2-style", "FSDP2-DTensor"):
+            print(f"   {base} optimizer / ours: {rows[base]['opt'] / ours['opt']:.2f}x; "
+                  f"step: {rows[base]['total'] / ours['total']:.2f}x")
         print()
         print("2. MatrixFSDP seed settings: 2 Newton-Schulz steps, bf16 parameters without")
         print("   fp32 masters; simulated totals (predicted) against the seed's measured table")
-        print(f"   {'seq':>6s} {'FSDP2 sim':>10s} {'seed':>6s} {'error':>7s}   "
-              f"{'MatrixFSDP sim':>14s} {'seed':>6s} {'error':>7s}   {'ours (owners)':>13s}")
-        worst = {"FSDP2-style": 0.0, "MatrixFSDP-style": 0.0}
+        print(f"   {'seq':>6s} {'FSDP2 sim':>10s} {'DTensor sim':>11s} {'seed':>6s} "
+              f"{'error':>7s} {'error':>7s}   {'MatrixFSDP sim':>14s} {'seed':>6s} "
+              f"{'error':>7s}   {'ours (owners)':>13s}")
+        print(f"   {'':6s} {'':10s} {'':11s} {'':6s} {'FSDP2':>7s} {'DTensor':>7s}")
+        worst = {"FSDP2-style": 0.0, "FSDP2-DTensor": 0.0, "MatrixFSDP-style": 0.0}
         for seq, (fsdp2, mfsdp) in SEED.items():
             rows = simulate(model(tmp, seq),
                             "policy=mixed_muon_adamw ns-steps=2 fp32-master=false")
             f = rows["FSDP2-style"]["total"]
+            t = rows["FSDP2-DTensor"]["total"]
             m = rows["MatrixFSDP-style"]["total"]
-            ef, em = (f - fsdp2) / fsdp2 * 100, (m - mfsdp) / mfsdp * 100
+            ef, et = (f - fsdp2) / fsdp2 * 100, (t - fsdp2) / fsdp2 * 100
+            em = (m - mfsdp) / mfsdp * 100
             worst["FSDP2-style"] = max(worst["FSDP2-style"], abs(ef))
+            worst["FSDP2-DTensor"] = max(worst["FSDP2-DTensor"], abs(et))
             worst["MatrixFSDP-style"] = max(worst["MatrixFSDP-style"], abs(em))
-            print(f"   {seq:6d} {f:10.1f} {fsdp2:6d} {ef:+6.1f}%   {m:14.1f} {mfsdp:6d} "
-                  f"{em:+6.1f}%   {rows['mfsdp (owners)']['total']:13.1f}")
+            print(f"   {seq:6d} {f:10.1f} {t:11.1f} {fsdp2:6d} {ef:+6.1f}% {et:+6.1f}%   "
+                  f"{m:14.1f} {mfsdp:6d} {em:+6.1f}%   "
+                  f"{rows['mfsdp (owners)']['total']:13.1f}")
+            print(f"   {'':6s} optimizer phase (predicted): FSDP2-style "
+                  f"{rows['FSDP2-style']['opt']:.1f} ms, FSDP2-DTensor "
+                  f"{rows['FSDP2-DTensor']['opt']:.1f} ms (seed measured "
+                  f"{SEED_OPT[seq]} ms)")
         for k, v in worst.items():
             print(f"   worst |error| {k}: {v:.1f}% (target 20%: "
                   f"{'met' if v <= 20 else 'MISSED'})")

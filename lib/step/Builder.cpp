@@ -4,7 +4,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 namespace mfsdp::step {
@@ -12,6 +15,257 @@ namespace mfsdp::step {
 using planner::Optim;
 using planner::Param;
 using planner::PlacementKind;
+
+//===----------------------------------------------------------------------===//
+// torch.optim.Muon's Newton-Schulz on a DTensor (baseline=fsdp2-dtensor)
+//===----------------------------------------------------------------------===//
+
+std::string_view dplacementName(DPlacement p) {
+  switch (p) {
+  case DPlacement::Replicate: return "Replicate()";
+  case DPlacement::Shard0: return "Shard(0)";
+  case DPlacement::Shard1: return "Shard(1)";
+  case DPlacement::Partial: return "Partial(sum)";
+  }
+  return "?";
+}
+
+namespace {
+
+using DP = DPlacement;
+
+bool isShard(DP p) { return p == DP::Shard0 || p == DP::Shard1; }
+
+/// aten.t / .T: the transpose of Shard(d) is Shard(1 - d).
+DP transposed(DP p) {
+  return p == DP::Shard0 ? DP::Shard1 : p == DP::Shard1 ? DP::Shard0 : p;
+}
+
+/// DTensor's own cost estimate for choosing a strategy
+/// (torch/distributed/tensor/_collective_utils.py: MeshTopoInfo,
+/// allgather_cost, allreduce_cost, reduce_scatter_cost, redistribute_cost),
+/// in microseconds. These are DTensor's constants, used only to reproduce
+/// its choice; the chosen collectives are then priced by our cost model.
+struct DTensorTopo {
+  double w = 1;
+  double bwGBs = 87.7; // intra-host; x 0.22 once the mesh spans hosts
+  double hopUs = 0.6;  // intra-host; 2.7 once the mesh spans hosts
+  double allGatherUs(double gb) const {
+    return 6.6 + (w - 1) * hopUs + gb * (w - 1) / w / bwGBs * 1e6;
+  }
+  double allReduceUs(double gb) const {
+    return 6.6 + 2 * (w - 1) * hopUs + gb * 2 * (w - 1) / w / bwGBs * 1e6;
+  }
+  /// redistribute_cost for one mesh dimension; `full` is the tensor's
+  /// global size in bytes (spec_to_bytes / num_shards gives the local one).
+  double redistributeUs(DP from, DP to, double full) const {
+    if (from == to || from == DP::Replicate)
+      return 0; // already replicated: a local slice at most
+    double gb = full / (isShard(from) ? w : 1.0) / (1024.0 * 1024 * 1024);
+    if (isShard(from) && to == DP::Replicate)
+      return allGatherUs(gb * w);
+    if (isShard(from) && isShard(to))
+      return allGatherUs(gb) + 1.0; // all-to-all, priced as an all-gather
+                                    // of the local shard plus a penalty
+    if (from == DP::Partial && to == DP::Replicate)
+      return allReduceUs(gb);
+    if (from == DP::Partial && isShard(to))
+      return allGatherUs(gb); // reduce_scatter_cost has the same formula
+    return std::numeric_limits<double>::infinity(); // Shard -> Partial
+  }
+};
+
+struct DOperand {
+  std::string name;
+  DP placement = DP::Shard0;
+  int64_t rows = 0, cols = 0;
+};
+
+/// ceil(n / w) of n: the busiest rank's share of a dimension split in
+/// torch.chunk fashion.
+double share(int64_t n, int64_t w) {
+  if (n <= 0)
+    return 0;
+  return static_cast<double>((n + w - 1) / w) / static_cast<double>(n);
+}
+
+double localBytes(DP p, int64_t rows, int64_t cols, int64_t w, double elem) {
+  double full = static_cast<double>(rows) * static_cast<double>(cols) * elem;
+  if (p == DP::Shard0)
+    return full * share(rows, w);
+  if (p == DP::Shard1)
+    return full * share(cols, w);
+  return full;
+}
+
+/// is_tensor_shardable: a dimension split over more ranks than it has
+/// entries is not a candidate.
+bool shardable(DP p, int64_t rows, int64_t cols, int64_t w) {
+  return !(p == DP::Shard0 && rows < w) && !(p == DP::Shard1 && cols < w);
+}
+
+std::optional<DTensorRedistribute> redistribute(const DOperand &x, DP to,
+                                                int64_t w, double elem) {
+  if (x.placement == to || x.placement == DP::Replicate)
+    return std::nullopt; // nothing, or a local slice
+  DTensorRedistribute r;
+  r.operand = x.name;
+  r.from = x.placement;
+  r.to = to;
+  double full = static_cast<double>(x.rows) * static_cast<double>(x.cols) * elem;
+  r.localBytes = localBytes(to, x.rows, x.cols, w, elem);
+  if (isShard(x.placement) && to == DP::Replicate) {
+    r.coll = CollKind::AllGather;
+    r.collBytes = full;
+  } else if (isShard(x.placement) && isShard(to)) {
+    r.coll = CollKind::AllGather;
+    r.allToAll = true;
+    r.collBytes = localBytes(x.placement, x.rows, x.cols, w, elem);
+  } else if (x.placement == DP::Partial && to == DP::Replicate) {
+    r.coll = CollKind::AllReduce;
+    r.collBytes = full;
+  } else if (x.placement == DP::Partial && isShard(to)) {
+    r.coll = CollKind::ReduceScatter;
+    r.collBytes = full;
+  } else {
+    return std::nullopt; // never chosen: DTensor prices Shard -> Partial inf
+  }
+  return r;
+}
+
+/// aten.mm / aten.addmm on a 1-D mesh: the strategies of
+/// gen_einsum_strategies("mk,kn->mn") in its order (dims sorted: k, m, n),
+/// as {output, lhs, rhs}; addmm's `self` takes the output's placement.
+/// DTensor picks the cheapest total redistribution, the first on ties.
+DTensorNsOp matmul(std::string name, int64_t iteration,
+                   const std::optional<DOperand> &self, const DOperand &lhs,
+                   const DOperand &rhs, const DTensorTopo &topo, int64_t w,
+                   double elem) {
+  static const DP kStrategies[4][3] = {
+      {DP::Replicate, DP::Replicate, DP::Replicate}, // all replicated
+      {DP::Partial, DP::Shard1, DP::Shard0},         // split k: Partial out
+      {DP::Shard0, DP::Shard0, DP::Replicate},       // split m (lhs rows)
+      {DP::Shard1, DP::Replicate, DP::Shard1}};      // split n (rhs cols)
+  auto full = [&](const DOperand &x) {
+    return static_cast<double>(x.rows) * static_cast<double>(x.cols) * elem;
+  };
+  int best = 0;
+  double bestCost = std::numeric_limits<double>::infinity();
+  for (int k = 0; k < 4; ++k) {
+    const DP *st = kStrategies[k];
+    if (!shardable(st[1], lhs.rows, lhs.cols, w) ||
+        !shardable(st[2], rhs.rows, rhs.cols, w))
+      continue;
+    double cost = topo.redistributeUs(lhs.placement, st[1], full(lhs)) +
+                  topo.redistributeUs(rhs.placement, st[2], full(rhs));
+    if (self)
+      cost += topo.redistributeUs(self->placement, st[0], full(*self));
+    if (cost < bestCost) {
+      bestCost = cost;
+      best = k;
+    }
+  }
+  const DP *st = kStrategies[best];
+  DTensorNsOp op;
+  op.op = std::move(name);
+  op.iteration = iteration;
+  op.out = st[0];
+  if (self) {
+    op.inputs.push_back(st[0]);
+    if (auto r = redistribute(*self, st[0], w, elem))
+      op.redistributes.push_back(*r);
+  }
+  op.inputs.push_back(st[1]);
+  op.inputs.push_back(st[2]);
+  if (auto r = redistribute(lhs, st[1], w, elem))
+    op.redistributes.push_back(*r);
+  if (auto r = redistribute(rhs, st[2], w, elem))
+    op.redistributes.push_back(*r);
+  // (m x k) @ (k x n); the split dimension: k (Partial), m or n.
+  const int64_t m = lhs.rows, kk = lhs.cols, n = rhs.cols;
+  double flops = 2.0 * static_cast<double>(m) * static_cast<double>(kk) *
+                 static_cast<double>(n);
+  if (best == 1)
+    flops *= share(kk, w);
+  else if (best == 2)
+    flops *= share(m, w);
+  else if (best == 3)
+    flops *= share(n, w);
+  op.flops = flops;
+  op.outBytes = localBytes(op.out, m, n, w, elem);
+  return op;
+}
+
+} // namespace
+
+std::vector<DTensorNsOp> dtensorNewtonSchulz(int64_t rows, int64_t cols,
+                                             int64_t world, int64_t nsSteps,
+                                             bool intraNode) {
+  const int64_t w = std::max<int64_t>(world, 1);
+  const double elem = 2; // torch.optim.Muon runs Newton-Schulz in bf16
+  DTensorTopo topo;
+  topo.w = static_cast<double>(w);
+  if (!intraNode) {
+    topo.bwGBs *= 0.22;
+    topo.hopUs = 2.7;
+  }
+  std::vector<DTensorNsOp> out;
+  // ortho_grad = grad.bfloat16(); ortho_grad = ortho_grad.T if rows > cols:
+  // the transpose of the Shard(0) gradient is Shard(1).
+  const bool transpose = rows > cols;
+  DOperand x{"X", transpose ? DP::Shard1 : DP::Shard0,
+             transpose ? cols : rows, transpose ? rows : cols};
+  // ortho_grad.div_(ortho_grad.norm().clamp(min=eps)): the norm of a
+  // sharded tensor is a pending reduction that the pointwise clamp turns
+  // into a replicated scalar: one all-reduce of a scalar.
+  {
+    DTensorNsOp norm;
+    norm.op = "normalise";
+    norm.out = x.placement;
+    norm.inputs = {x.placement};
+    if (x.placement != DP::Replicate) {
+      DTensorRedistribute r;
+      r.operand = "norm";
+      r.from = DP::Partial;
+      r.to = DP::Replicate;
+      r.coll = CollKind::AllReduce;
+      r.collBytes = elem;
+      r.localBytes = elem;
+      norm.redistributes.push_back(r);
+    }
+    norm.outBytes = localBytes(x.placement, x.rows, x.cols, w, elem);
+    out.push_back(norm);
+  }
+  const int64_t s = x.rows; // s <= l
+  for (int64_t it = 0; it < nsSteps; ++it) {
+    // gram_matrix = ortho_grad @ ortho_grad.T
+    DOperand xt{"X^T", transposed(x.placement), x.cols, x.rows};
+    DTensorNsOp a = matmul("X @ X^T", it, std::nullopt, x, xt, topo, w, elem);
+    DOperand A{"A", a.out, s, s};
+    out.push_back(std::move(a));
+    // gram_update = torch.addmm(gram_matrix, gram_matrix, gram_matrix, b, c)
+    DTensorNsOp b = matmul("addmm(A, A, A)", it, A, A, A, topo, w, elem);
+    DOperand B{"B", b.out, s, s};
+    out.push_back(std::move(b));
+    // ortho_grad = torch.addmm(ortho_grad, gram_update, ortho_grad, beta=a)
+    DTensorNsOp nx = matmul("addmm(X, B, X)", it, x, B, x, topo, w, elem);
+    x.placement = nx.out;
+    out.push_back(std::move(nx));
+  }
+  // Transpose back, then param.add_(update): an in-place op keeps the
+  // parameter's Shard(0), so the update is redistributed to it.
+  DOperand update{"update", transpose ? transposed(x.placement) : x.placement,
+                  rows, cols};
+  DTensorNsOp up;
+  up.op = "update";
+  up.out = DP::Shard0;
+  up.inputs = {DP::Shard0, DP::Shard0};
+  if (auto r = redistribute(update, DP::Shard0, w, elem))
+    up.redistributes.push_back(*r);
+  up.outBytes = localBytes(DP::Shard0, rows, cols, w, elem);
+  out.push_back(std::move(up));
+  return out;
+}
 
 namespace {
 
@@ -459,6 +713,124 @@ private:
     st.ops.push_back(op);
   }
 
+  /// torch.optim.Muon on one matrix's DTensor row shards: the momentum
+  /// update on the local shard, then dtensorNewtonSchulz()'s ops, each
+  /// preceded by its redistributions (synchronous on the compute stream in
+  /// DTensor, so every one is between the op that produces its operand and
+  /// the op that reads it), then the parameter update on the local shard.
+  void dtensorMuon(size_t gi, const Param &p) {
+    GroupInfo &g = groups[gi];
+    const double nLocal = static_cast<double>(p.numElements()) / S;
+    Param whole = p;
+    whole.optim = Optim::Muon;
+    // The elementwise traffic of the gathered baseline, split between the
+    // momentum update (gradient, state) and the parameter update (the
+    // rest).
+    const double momentumBytes =
+        nLocal * (p.elemBytes + 2 * planner::stateBytesPerElem(Optim::Muon, o));
+    const double updateBytes =
+        nLocal * planner::optimBytesPerElem(whole, o) - momentumBytes;
+    const int64_t rows = p.shape[0], cols = p.shape[1];
+    std::vector<DTensorNsOp> ns =
+        dtensorNewtonSchulz(rows, cols, S, o.nsSteps, o.shardIntraNode);
+    auto op = [&](std::string name, double flops, double bytes,
+                  std::vector<int64_t> reads, std::vector<int64_t> writes) {
+      Op k;
+      k.kind = OpKind::Optimizer;
+      k.phase = Phase::Optimizer;
+      k.optimizer = "muon";
+      k.name = std::move(name);
+      k.group = static_cast<int64_t>(gi);
+      k.flops = flops;
+      k.bytes = bytes;
+      k.params = {p.name};
+      k.reads = std::move(reads);
+      k.writes = std::move(writes);
+      st.ops.push_back(k);
+    };
+    // X: the momentum-updated gradient in bf16, Shard(0) like the gradient.
+    int64_t x = alloc(fmt::format("dtensor X {}", p.name), ns.front().outBytes,
+                      false);
+    op(fmt::format("muon momentum {}", p.name), 0, momentumBytes, {g.rowGrad},
+       {x});
+    int64_t a = -1, bb = -1;
+    for (const DTensorNsOp &n : ns) {
+      std::string where = n.iteration >= 0
+                              ? fmt::format("{} it{}", p.name, n.iteration)
+                              : p.name;
+      auto source = [&](const std::string &operand) {
+        return operand == "A" ? a : operand == "B" ? bb : x;
+      };
+      // Redistributed copies of the operands, in argument order.
+      std::vector<int64_t> tmps;
+      for (const DTensorRedistribute &r : n.redistributes) {
+        int64_t t = alloc(fmt::format("dtensor {} {} {}", r.operand,
+                                      dplacementName(r.to), where),
+                          r.localBytes, false);
+        Op c = collective(r.coll,
+                          fmt::format("dtensor {} {} {} -> {} {}",
+                                      r.allToAll ? std::string("all_to_all")
+                                                 : std::string(collKindName(r.coll)),
+                                      r.operand, dplacementName(r.from),
+                                      dplacementName(r.to), where),
+                          source(r.operand), t, r.collBytes);
+        c.params = {p.name};
+        c.group = static_cast<int64_t>(gi);
+        st.ops.push_back(c);
+        tmps.push_back(t);
+      }
+      // An operand is read directly where some use of it is not
+      // redistributed (X @ X^T uses X twice, addmm(A, A, A) A three times,
+      // addmm(X, B, X) X twice).
+      auto redistributed = [&](std::initializer_list<const char *> names) {
+        int count = 0;
+        for (const DTensorRedistribute &r : n.redistributes)
+          for (const char *name : names)
+            count += r.operand == name;
+        return count;
+      };
+      std::vector<int64_t> reads = tmps;
+      if (n.op == "normalise") {
+        reads.push_back(x);
+        op(fmt::format("muon ns {} normalise", p.name), 0, 2 * n.outBytes,
+           reads, {x});
+      } else if (n.op == "X @ X^T") {
+        if (redistributed({"X", "X^T"}) < 2)
+          reads.push_back(x);
+        a = alloc(fmt::format("dtensor A {}", where), n.outBytes, false);
+        op(fmt::format("muon ns {} X @ X^T", where), n.flops, 0, reads, {a});
+      } else if (n.op == "addmm(A, A, A)") {
+        if (redistributed({"A"}) < 3)
+          reads.push_back(a);
+        bb = alloc(fmt::format("dtensor B {}", where), n.outBytes, false);
+        op(fmt::format("muon ns {} addmm(A, A, A)", where), n.flops, 0, reads,
+           {bb});
+      } else if (n.op == "addmm(X, B, X)") {
+        if (redistributed({"B"}) < 1)
+          reads.push_back(bb);
+        if (redistributed({"X"}) < 2)
+          reads.push_back(x);
+        int64_t next = alloc(fmt::format("dtensor X {}", where), n.outBytes,
+                             false);
+        op(fmt::format("muon ns {} addmm(X, B, X)", where), n.flops, 0, reads,
+           {next});
+        free(a);
+        free(bb);
+        free(x);
+        a = bb = -1;
+        x = next;
+      } else { // update
+        if (redistributed({"update"}) < 1)
+          reads.push_back(x);
+        op(fmt::format("muon update {}", p.name), 0, updateBytes, reads,
+           {g.rowShard});
+      }
+      for (int64_t t : tmps)
+        free(t);
+    }
+    free(x);
+  }
+
   void optimizer() {
     phase = Phase::Optimizer;
     const double R = static_cast<double>(std::max<int64_t>(o.replicate, 1));
@@ -478,9 +850,16 @@ private:
       for (auto &[kind, entry] : byKind)
         optimizerOp(kind, fmt::format("{} rows g{}", kind, gi), gi, 0,
                     entry.first, -1, entry.second, g.rowGrad, g.rowShard);
+      // DTensor baseline: torch.optim.Muon on the row shards, each matmul
+      // split by DTensor's sharding propagation.
+      if (b.dtensorMuon) {
+        for (const Param *p : g.gatheredMuon)
+          dtensorMuon(gi, *p);
+      }
       // Gathered-Muon baseline: gather each matrix's gradient, then every
       // rank runs Newton-Schulz on the whole of it.
-      for (const Param *p : g.gatheredMuon) {
+      for (const Param *p : b.dtensorMuon ? std::vector<const Param *>{}
+                                          : g.gatheredMuon) {
         double bytes = static_cast<double>(p->numElements()) * p->elemBytes;
         int64_t full = alloc(fmt::format("gathered grad {}", p->name), bytes, false);
         Op op = collective(CollKind::AllGather,

@@ -8,7 +8,8 @@
 // and prints the forward / backward / optimizer breakdown, exposed
 // communication, peak memory and the floors. --compare also builds the
 // FSDP2-style (row shards everywhere, Muon gathering every matrix on every
-// rank) and MatrixFSDP-style (owners balanced per unit by element count)
+// rank), FSDP2-DTensor (row shards, torch.optim.Muon's matmuls split by
+// DTensor) and MatrixFSDP-style (owners balanced per unit by element count)
 // baselines from the same graph. Every time is a prediction.
 //
 //===----------------------------------------------------------------------===//
@@ -43,9 +44,9 @@ static cl::opt<std::string> pipeline(
     "pipeline", cl::desc("run --mfsdp-pipeline with these options first"),
     cl::init(""));
 static cl::opt<bool> compare("compare",
-                             cl::desc("also simulate the FSDP2-style and "
-                                      "MatrixFSDP-style baselines (needs "
-                                      "--pipeline)"),
+                             cl::desc("also simulate the FSDP2-style, "
+                                      "FSDP2-DTensor and MatrixFSDP-style "
+                                      "baselines (needs --pipeline)"),
                              cl::init(false));
 static cl::opt<std::string> tracePath("trace",
                                       cl::desc("write a Chrome trace (JSON) of "
@@ -150,6 +151,9 @@ int main(int argc, char **argv) {
                           " owner-strategy=matrixfsdp group-units=1 row-layout=flat"});
       variants.push_back({"FSDP2-style",
                           " policy=adamw baseline=fsdp2 row-layout=per_param"});
+      variants.push_back(
+          {"FSDP2-DTensor",
+           " policy=adamw baseline=fsdp2-dtensor row-layout=per_param"});
     }
   }
   std::vector<Outcome> outcomes;

@@ -16,6 +16,10 @@
 #include "mfsdp/planner/Layout.h"
 #include "mfsdp/step/Step.h"
 
+#include <string>
+#include <string_view>
+#include <vector>
+
 namespace mfsdp::step {
 
 struct UnitCost {
@@ -33,7 +37,60 @@ struct BuildOptions {
   bool gatheredMuon = false;
   /// Parameters whose optimizer is Muon in the gathered baseline (names).
   std::vector<std::string> gatheredMuonParams;
+  /// Baseline "fsdp2-dtensor" (with gatheredMuon): instead of gathering,
+  /// torch.optim.Muon runs on the DTensor row shards and DTensor's sharding
+  /// propagation splits each Newton-Schulz matmul across the ranks, with the
+  /// redistributions that dtensorNewtonSchulz() derives, serialised with
+  /// the compute.
+  bool dtensorMuon = false;
 };
+
+/// DTensor placements of a 2-D tensor on a 1-D mesh.
+enum class DPlacement { Replicate, Shard0, Shard1, Partial };
+std::string_view dplacementName(DPlacement p);
+
+/// One DTensor redistribution of an operand before an op: what runs at run
+/// time (Shard->Replicate all-gather, Shard(i)->Shard(j) all-to-all,
+/// Partial->Replicate all-reduce, Partial->Shard reduce-scatter;
+/// Replicate->anything is a local slice and is not listed).
+struct DTensorRedistribute {
+  std::string operand; // "X", "X^T", "A", "B", "update", "norm"
+  DPlacement from = DPlacement::Replicate, to = DPlacement::Replicate;
+  CollKind coll = CollKind::AllGather;
+  bool allToAll = false; // Shard(i) -> Shard(j); coll = AllGather of the
+                         // same per-rank volume (see collBytes)
+  /// Bytes for the cost model: the full tensor for all-gather,
+  /// reduce-scatter and all-reduce; for an all-to-all one rank's shard
+  /// (each rank sends (W-1)/W of it, as an all-gather of that size does).
+  double collBytes = 0;
+  double localBytes = 0; // the operand's bytes on one rank afterwards
+};
+
+/// One op of torch.optim.Muon's Newton-Schulz under DTensor, in program
+/// order: the norm, then per iteration "X @ X^T", "addmm(A, A, A)",
+/// "addmm(X, B, X)", and "update" (param.add_ of the result).
+struct DTensorNsOp {
+  std::string op;
+  int64_t iteration = -1;  // -1: before / after the iterations
+  std::vector<DTensorRedistribute> redistributes; // before the op
+  /// The strategy DTensor chose: placements of output and inputs.
+  DPlacement out = DPlacement::Replicate;
+  std::vector<DPlacement> inputs;
+  double flops = 0;      // GEMM FLOPs on the busiest rank
+  double outBytes = 0;   // the output's bytes on one rank
+};
+
+/// torch.optim.Muon's Newton-Schulz (addmm form) on a bf16 DTensor of shape
+/// rows x cols sharded Shard(0) over `world` ranks of a 1-D mesh: X is
+/// transposed when rows > cols, then each matmul takes the strategy
+/// DTensor's sharding propagation picks (mm/addmm strategies of
+/// torch/distributed/tensor/_ops/_matrix_ops.py, costed by
+/// redistribute_cost of _collective_utils.py with its own topology
+/// constants, ties to the first strategy). docs/benchmarks.md has the
+/// derivation.
+std::vector<DTensorNsOp> dtensorNewtonSchulz(int64_t rows, int64_t cols,
+                                             int64_t world, int64_t nsSteps,
+                                             bool intraNode = true);
 
 /// Builds the step. `units` parallels problem.units.
 Step buildStep(const planner::Problem &problem, const planner::Options &options,
