@@ -27,6 +27,8 @@ typedef enum mfsdp_status {
   MFSDP_ERROR_ORDER = 2,   /* hooks called out of order */
   MFSDP_ERROR_PLAN = 3,    /* a plan for another world size, or corrupt */
   MFSDP_ERROR_COMM = 4,    /* a collective failed */
+  MFSDP_ERROR_BACKEND = 5, /* the backend is unavailable (no CUDA driver or
+                              device) or failed (out of memory, a kernel) */
 } mfsdp_status;
 
 typedef enum mfsdp_placement {
@@ -82,8 +84,31 @@ typedef struct mfsdp_step mfsdp_step;
 uint64_t mfsdp_plan_hash(const mfsdp_plan *plan);
 
 /* Creates the runtime on every rank (MPI must be initialised). Fails with
- * MFSDP_ERROR_PLAN when the plan was built for another world size. */
+ * MFSDP_ERROR_PLAN when the plan was built for another world size. Runs
+ * the host backend: mfsdp_create_with_config(plan, NULL, out). */
 mfsdp_status mfsdp_create(const mfsdp_plan *plan, mfsdp_step **out);
+
+/* Where the runtime keeps its buffers and runs its collectives and
+ * kernels. */
+typedef enum mfsdp_backend {
+  MFSDP_BACKEND_HOST = 0, /* host memory, MPI, OpenBLAS (libmfsdp_rt) */
+  MFSDP_BACKEND_CUDA = 1, /* device memory, NCCL, CUDA kernels: loaded from
+                             libmfsdp_rt_cuda.so; device = rank on the node */
+} mfsdp_backend;
+
+/* Options of mfsdp_create_with_config; a zero-initialised config (or NULL)
+ * is the host backend. */
+typedef struct mfsdp_config {
+  int32_t backend; /* mfsdp_backend */
+} mfsdp_config;
+
+/* mfsdp_create on a chosen backend (collective). When the CUDA backend
+ * cannot run here (no driver, libmfsdp_rt_cuda.so missing, no device for a
+ * rank), every rank fails with MFSDP_ERROR_BACKEND and an error starting
+ * "the CUDA backend is not available: ". */
+mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
+                                      const mfsdp_config *config,
+                                      mfsdp_step **out);
 void mfsdp_destroy(mfsdp_step *step);
 
 /* Per-unit hooks. pre_forward gathers the unit's parameters (it may be
@@ -103,8 +128,12 @@ mfsdp_status mfsdp_zero_grad(mfsdp_step *step);
 /* While set, post_backward accumulates locally and does not reduce. */
 mfsdp_status mfsdp_set_no_sync(mfsdp_step *step, int32_t no_sync);
 
-/* Views (fp32, CPU, row-major) of a gathered parameter and of its gradient
- * buffer (the trainer adds into it). Valid until the unit is freed. */
+/* Views (fp32, row-major) of a gathered parameter and of its gradient
+ * buffer (the trainer adds into it). Valid until the unit is freed. The
+ * device is the backend's: kDLCPU, or kDLCUDA with the rank's device id.
+ * Work on them is done when the hook that provides them returns; the
+ * trainer's own writes must be done (its stream synchronised) before it
+ * calls the next hook. */
 mfsdp_status mfsdp_param_view(mfsdp_step *step, int32_t param, DLTensor *out);
 mfsdp_status mfsdp_grad_view(mfsdp_step *step, int32_t param, DLTensor *out);
 

@@ -132,6 +132,18 @@ __global__ void fromBF16Kernel(const __nv_bfloat16 *in, float *out, int64_t n) {
     out[i] = __bfloat162float(in[i]);
 }
 
+__global__ void roundBF16Kernel(float *buf, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    buf[i] = __bfloat162float(__float2bfloat16_rn(buf[i]));
+}
+
+__global__ void scaleKernel(float *buf, int64_t n, float factor) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    buf[i] *= factor;
+}
+
 /// Row-major C (m x n) = alpha A (m x k) op B + beta C on bf16 data with
 /// fp32 accumulation; cuBLAS is column-major, so compute C^T = B^T A^T.
 int gemm(cublasHandle_t blas, bool transB, int m, int n, int k, float alpha,
@@ -234,6 +246,20 @@ int castBF16ToF32(const uint16_t *in, float *out, int64_t n, cudaStream_t stream
   fromBF16Kernel<<<blocks(n), 256, 0, stream>>>(
       reinterpret_cast<const __nv_bfloat16 *>(in), out, n);
   return check(cudaGetLastError(), "fromBF16Kernel");
+}
+
+int roundToBF16(float *buf, int64_t n, cudaStream_t stream) {
+  if (n <= 0)
+    return 0;
+  roundBF16Kernel<<<blocks(n), 256, 0, stream>>>(buf, n);
+  return check(cudaGetLastError(), "roundBF16Kernel");
+}
+
+int scale(float *buf, int64_t n, float factor, cudaStream_t stream) {
+  if (n <= 0)
+    return 0;
+  scaleKernel<<<blocks(n), 256, 0, stream>>>(buf, n, factor);
+  return check(cudaGetLastError(), "scaleKernel");
 }
 
 } // namespace mfsdp::rt::cuda

@@ -81,15 +81,25 @@ NcclComm *NcclComm::createFromMpi(const std::vector<MeshDimSpec> &mesh,
   MPI_Comm_free(&node);
   if (!checkCuda(cudaSetDevice(localRank), "cudaSetDevice(local rank)", error))
     return nullptr;
-  ncclUniqueId id;
-  if (rank == 0 && checkNccl(ncclGetUniqueId(&id), "ncclGetUniqueId")) {
-    error = lastMessage;
-    return nullptr;
-  }
-  if (MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
+  // The id goes out with whether rank 0 got one, so no rank waits for an
+  // id that never comes.
+  struct {
+    int ok;
+    ncclUniqueId id;
+  } root;
+  std::memset(&root, 0, sizeof(root));
+  if (rank == 0)
+    root.ok = checkNccl(ncclGetUniqueId(&root.id), "ncclGetUniqueId") == 0;
+  if (MPI_Bcast(&root, sizeof(root), MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
     error = "MPI_Bcast of the NCCL unique id failed";
     return nullptr;
   }
+  if (!root.ok) {
+    error = rank == 0 ? std::string(lastMessage)
+                      : "rank 0 could not create an NCCL unique id (see its error)";
+    return nullptr;
+  }
+  ncclUniqueId id = root.id;
   ncclComm_t worldComm = nullptr;
   if (checkNccl(ncclCommInitRank(&worldComm, world, id, rank), "ncclCommInitRank")) {
     error = lastMessage;

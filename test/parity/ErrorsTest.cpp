@@ -89,7 +89,40 @@ int main(int argc, char **argv) {
   mfsdp_destroy(s);
   s = nullptr;
 
-  expect(mfsdp_create(&plan, &s) == MFSDP_OK, "create");
+  // A backend that does not exist is refused.
+  mfsdp_config config{};
+  config.backend = 7;
+  fails(s, mfsdp_create_with_config(&plan, &config, &s), MFSDP_ERROR_INVALID,
+        "unknown backend 7 in mfsdp_config");
+  mfsdp_destroy(s);
+  s = nullptr;
+  // The CUDA backend, where it cannot run (no driver, no libmfsdp_rt_cuda,
+  // no device: this machine), fails on every rank with a message instead
+  // of a crash or a hang; where it runs, views are on the rank's device.
+  config.backend = MFSDP_BACKEND_CUDA;
+  st = mfsdp_create_with_config(&plan, &config, &s);
+  if (st == MFSDP_OK) {
+    DLTensor cudaView;
+    expect(mfsdp_pre_forward(s, 0) == MFSDP_OK &&
+               mfsdp_param_view(s, 0, &cudaView) == MFSDP_OK &&
+               cudaView.device.device_type == kDLCUDA,
+           "a view of the CUDA backend is on a CUDA device");
+    if (rank == 0)
+      std::printf("cuda backend: available\n");
+  } else {
+    expect(st == MFSDP_ERROR_BACKEND &&
+               says(s, "the CUDA backend is not available: "),
+           std::string("cuda backend: status ") + std::to_string(st) + ": " +
+               mfsdp_last_error(s));
+    if (rank == 0)
+      std::printf("cuda backend: %s\n", mfsdp_last_error(s));
+  }
+  mfsdp_destroy(s);
+  s = nullptr;
+
+  // A zero-initialised config is the host backend.
+  config.backend = 0;
+  expect(mfsdp_create_with_config(&plan, &config, &s) == MFSDP_OK, "create");
   DLTensor t;
   // Hooks out of order.
   fails(s, mfsdp_post_forward(s, 0), MFSDP_ERROR_ORDER, "post_forward of unit 0 without its pre_forward");
@@ -99,8 +132,8 @@ int main(int argc, char **argv) {
   expect(mfsdp_pre_forward(s, 0) == MFSDP_OK, "pre_forward 0");
   fails(s, mfsdp_pre_forward(s, 0), MFSDP_ERROR_ORDER, "called again before its backward");
   expect(mfsdp_param_view(s, 0, &t) == MFSDP_OK && t.ndim == 2 &&
-             t.shape[0] == 4 && t.shape[1] == 3,
-         "view of a gathered parameter");
+             t.shape[0] == 4 && t.shape[1] == 3 && t.device.device_type == kDLCPU,
+         "view of a gathered parameter, in host memory");
   fails(s, mfsdp_optimizer_step(s), MFSDP_ERROR_ORDER, "optimizer_step before the gradients of unit 0");
   expect(mfsdp_post_forward(s, 0) == MFSDP_OK, "post_forward 0");
   if (die && rank == 1) {

@@ -35,6 +35,11 @@ int muonApply(float *param, const float *ortho, int64_t rows, int64_t cols,
               const MuonHyper &h, cudaStream_t stream);
 int castF32ToBF16(const float *in, uint16_t *out, int64_t n, cudaStream_t stream);
 int castBF16ToF32(const uint16_t *in, float *out, int64_t n, cudaStream_t stream);
+/// buf = fromBF16(toBF16(buf)), in place (the host backend's rounding of
+/// bf16 compute copies and gradients).
+int roundToBF16(float *buf, int64_t n, cudaStream_t stream);
+/// buf *= factor.
+int scale(float *buf, int64_t n, float factor, cudaStream_t stream);
 const char *lastError();
 
 } // namespace mfsdp::rt::cuda

@@ -1,0 +1,137 @@
+//===- Backend.h - What the step engine needs of a device ---------*- C++ -*-===//
+//
+// The engine behind the C ABI (runtime/common/Runtime.cpp) keeps the plan's
+// bookkeeping (hook order, which buffers are live, sizes and offsets) and
+// asks a backend for everything that touches memory or other ranks: the
+// operations below and nothing more. Two backends implement it:
+//
+//   host  (runtime/host/HostBackend.cpp, in libmfsdp_rt): buffers in host
+//         memory, MPI collectives (HostComm), the host kernels (Kernels.h);
+//   cuda  (runtime/cuda/CudaBackend.cpp, in libmfsdp_rt_cuda): cudaMalloc'd
+//         buffers, NCCL collectives (NcclComm), the CUDA kernels
+//         (CudaKernels.h), a compute and a communication stream ordered by
+//         events. libmfsdp_rt does not link CUDA; it opens libmfsdp_rt_cuda
+//         with dlopen (loadCudaBackend) when a trainer asks for it.
+//
+// Buffers are fp32 arrays in the backend's memory, sub-allocated from one
+// arena per rank that the engine sizes once (reserve). Work is ordered as
+// it is issued; a call may return before its work is done on the device,
+// except copyToHost and copyFromHost, which return with the host memory
+// read or written, and synchronize, after which everything issued is done.
+// Every call that can fail returns 0 or a nonzero code, with lastError()
+// saying what failed.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MFSDP_RUNTIME_BACKEND_H
+#define MFSDP_RUNTIME_BACKEND_H
+
+#include "mfsdp/runtime/Bootstrap.h"
+#include "mfsdp/runtime/Kernels.h"
+
+#include <dlpack/dlpack.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mfsdp::rt {
+
+/// The data-parallel groups the engine communicates in.
+enum class Group { Shard, Replicate };
+
+struct BackendOptions {
+  /// The mesh, row-major, with dims named "dp_shard" and "dp_replicate";
+  /// its product is the MPI world size.
+  std::vector<MeshDimSpec> mesh;
+};
+
+class Backend {
+public:
+  virtual ~Backend();
+
+  /// "host" or "cuda", for messages.
+  virtual const char *name() const = 0;
+  /// Where the buffers live, as DLPack names it (views carry it).
+  virtual DLDevice device() const = 0;
+  /// This rank's position in, and the size of, a group.
+  virtual int rank(Group group) const = 0;
+  virtual int size(Group group) const = 0;
+
+  // Memory. -----------------------------------------------------------------
+
+  /// Reserves the arena every allocation comes from; called once.
+  virtual int reserve(int64_t bytes) = 0;
+  /// `count` floats from the arena (uninitialised), or null when `count`
+  /// is 0. Fails when the arena has no free block that large.
+  virtual int allocate(int64_t count, float *&out) = 0;
+  /// Returns a buffer to the arena; null is ignored. Work already issued
+  /// on it completes first (the backend orders it).
+  virtual void release(float *buf) = 0;
+  virtual int copyFromHost(float *dst, const float *hostSrc, int64_t count) = 0;
+  virtual int copyToHost(float *hostDst, const float *src, int64_t count) = 0;
+  virtual int copy(float *dst, const float *src, int64_t count) = 0;
+  virtual int zero(float *buf, int64_t count) = 0;
+
+  // Collectives: the operations of HostComm / NcclComm on backend buffers,
+  // in the group of this rank along a mesh dim. -------------------------------
+
+  /// recv (size * count floats) = every rank's send, concatenated.
+  virtual int allGather(Group group, const float *send, float *recv,
+                        int64_t count) = 0;
+  /// recv (count floats) = this rank's slice of the sum of every rank's
+  /// send (size * count floats).
+  virtual int reduceScatter(Group group, const float *send, float *recv,
+                            int64_t count) = 0;
+  /// buf (count floats) = the sum over the group, in place.
+  virtual int allReduce(Group group, float *buf, int64_t count) = 0;
+  /// recv = counts[r] floats from each rank r, concatenated (send may be
+  /// null where this rank's count is 0).
+  virtual int allGatherV(Group group, const float *send, float *recv,
+                         const std::vector<int64_t> &counts) = 0;
+  /// recv (counts[rank] floats) = this rank's segment of the sum of every
+  /// rank's send (sum of counts floats); recv may be null where it is 0.
+  virtual int reduceScatterV(Group group, const float *send, float *recv,
+                             const std::vector<int64_t> &counts) = 0;
+
+  // Kernels: the semantics of Kernels.h. ---------------------------------------
+
+  /// Rounds every element to bf16 (round to nearest even), in place.
+  virtual int roundToBF16(float *buf, int64_t count) = 0;
+  /// buf *= factor.
+  virtual int scale(float *buf, int64_t count, float factor) = 0;
+  virtual int adamwStep(float *param, const float *grad, float *m, float *v,
+                        int64_t count, const AdamWHyper &h, int64_t step) = 0;
+  virtual int sgdStep(float *param, const float *grad, float *buf,
+                      int64_t count, const SGDHyper &h, int64_t step) = 0;
+  /// Floats of scratch muonStep needs for a rows x cols matrix.
+  virtual int64_t muonScratch(int64_t rows, int64_t cols) const = 0;
+  /// Muon momentum, Newton-Schulz and the update of a whole matrix.
+  virtual int muonStep(float *param, const float *grad, float *buf,
+                       int64_t rows, int64_t cols, const MuonHyper &h,
+                       float *scratch) = 0;
+
+  /// Waits until everything issued is done.
+  virtual int synchronize() = 0;
+  virtual const char *lastError() const = 0;
+};
+
+/// The host backend. MPI must be initialised. Null with `error` when the
+/// communicators cannot be created.
+Backend *createHostBackend(const BackendOptions &options, std::string &error);
+
+/// The CUDA backend from libmfsdp_rt_cuda.so, looked for next to
+/// libmfsdp_rt.so, then on the library path. Collective over the MPI world:
+/// every rank gets a backend or every rank gets null, with `error` starting
+/// "the CUDA backend is not available: " and saying why (no CUDA driver,
+/// the library missing, no device for this rank, ...).
+Backend *loadCudaBackend(const BackendOptions &options, std::string &error);
+
+/// The factory libmfsdp_rt_cuda exports (C linkage, so dlsym finds it by
+/// this name). Null with `*error` set when this rank has no usable device.
+#define MFSDP_CUDA_BACKEND_SYMBOL "mfsdp_rt_create_cuda_backend"
+using CreateBackendFn = Backend *(*)(const BackendOptions *options,
+                                     std::string *error);
+
+} // namespace mfsdp::rt
+
+#endif // MFSDP_RUNTIME_BACKEND_H

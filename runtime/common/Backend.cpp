@@ -1,0 +1,93 @@
+//===- Backend.cpp - Loading the CUDA backend at run time -----------------===//
+//
+// libmfsdp_rt links no CUDA library, so it builds, loads and runs on
+// machines without the toolkit. The CUDA backend lives in libmfsdp_rt_cuda,
+// opened here when a trainer asks for it. The driver (libcuda.so.1, which
+// the CUDA runtime itself opens) is looked for first: without it no CUDA
+// call could succeed, and none is made.
+//
+//===----------------------------------------------------------------------===//
+#include "mfsdp/runtime/Backend.h"
+
+#include <dlfcn.h>
+#include <mpi.h>
+
+namespace mfsdp::rt {
+
+Backend::~Backend() = default;
+
+namespace {
+
+const char *const kCudaLibrary = "libmfsdp_rt_cuda.so";
+
+std::string dlMessage() {
+  const char *m = dlerror();
+  return m ? m : "unknown error";
+}
+
+/// The folder libmfsdp_rt.so was loaded from (empty if unknown).
+std::string ownFolder() {
+  Dl_info info;
+  if (!dladdr(reinterpret_cast<void *>(&loadCudaBackend), &info) || !info.dli_fname)
+    return "";
+  std::string path = info.dli_fname;
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "" : path.substr(0, slash);
+}
+
+/// This rank's factory, or null with `why`.
+CreateBackendFn findFactory(std::string &why) {
+  if (!dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
+    why = "no CUDA driver on this machine (" + dlMessage() + ")";
+    return nullptr;
+  }
+  void *lib = nullptr;
+  std::string folder = ownFolder(), next;
+  if (!folder.empty()) {
+    next = folder + "/" + kCudaLibrary;
+    lib = dlopen(next.c_str(), RTLD_NOW | RTLD_LOCAL);
+  }
+  if (!lib)
+    lib = dlopen(kCudaLibrary, RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    why = std::string("cannot load ") + kCudaLibrary +
+          (next.empty() ? "" : " (next to libmfsdp_rt: " + next + ", or on the "
+                               "library path)") +
+          ": " + dlMessage();
+    return nullptr;
+  }
+  // The library stays loaded: the backend's code lives in it.
+  auto create = reinterpret_cast<CreateBackendFn>(dlsym(lib, MFSDP_CUDA_BACKEND_SYMBOL));
+  if (!create)
+    why = std::string(kCudaLibrary) + " has no " + MFSDP_CUDA_BACKEND_SYMBOL +
+          " (it was built without NCCL)";
+  return create;
+}
+
+} // namespace
+
+Backend *loadCudaBackend(const BackendOptions &options, std::string &error) {
+  const std::string prefix = "the CUDA backend is not available: ";
+  std::string why;
+  CreateBackendFn create = findFactory(why);
+  // Every rank goes on, or none does: a rank left alone would wait in the
+  // factory's collectives forever.
+  int found = create ? 1 : 0, everywhere = 0, rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (MPI_Allreduce(&found, &everywhere, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) !=
+      MPI_SUCCESS) {
+    error = prefix + "MPI_Allreduce failed while the ranks agreed on it";
+    return nullptr;
+  }
+  if (!everywhere) {
+    error = prefix + "rank " + std::to_string(rank) + ": " +
+            (found ? "another rank cannot load it (see that rank's error)" : why);
+    return nullptr;
+  }
+  Backend *backend = create(&options, &why);
+  if (!backend)
+    error = prefix + why;
+  return backend;
+}
+
+} // namespace mfsdp::rt

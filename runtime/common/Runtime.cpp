@@ -1,0 +1,687 @@
+//===- Runtime.cpp - The C ABI: the step engine over a backend -------------===//
+//
+// Executes a plan's step through the per-unit hooks: gathers before use,
+// frees after use (ZeRO-3), reduces gradients after backward (reduce-scatter
+// for row shards, reduce-scatter-v to owners, all-reduce for replicated
+// tensors, all-reduce between dp_replicate replicas), averages them over the
+// data-parallel ranks, and runs AdamW / SGD on shards and Muon on owners.
+//
+// The engine holds buffers of its backend (Backend.h: host memory or a CUDA
+// device) and asks the backend for every copy, collective and kernel. Row
+// shards are kept padded to whole chunks (ceil(rows / S) rows on every
+// rank, zero past the tensor's end), so their gathers and reductions are
+// one collective straight between the engine's buffers.
+//
+//===----------------------------------------------------------------------===//
+#include "mfsdp/runtime.h"
+#include "mfsdp/runtime/Arena.h"
+#include "mfsdp/runtime/Backend.h"
+#include "mfsdp/runtime/PlanHash.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace mfsdp::rt;
+
+namespace {
+
+enum class UnitState { Idle, Forward, ForwardDone, Backward };
+
+struct ParamState {
+  mfsdp_param_desc desc;
+  std::string name;
+  int64_t chunkRows = 0;  // row shard: ceil(rows / S)
+  int64_t localRows = 0;  // rows this rank keeps
+  bool ownsAny = false;   // this rank updates something of it
+  int64_t localCount = 0; // elements this rank updates (no padding)
+  int64_t localSize = 0;  // elements of master, m, v, gradShard (padded)
+  int64_t fullSize = 0;   // elements of full and grad (padded)
+  float *master = nullptr;    // shard, owned matrix, or whole
+  float *m = nullptr, *v = nullptr; // AdamW / SGD / Muon state
+  float *gradShard = nullptr; // the reduced gradient this rank keeps
+  float *full = nullptr;      // gathered parameter (null when freed)
+  float *grad = nullptr;      // gradient buffer handed to the trainer
+  bool gradLive = false;      // grad handed out (pre_backward ran)
+  bool gradReduced = false;   // gradShard holds a reduced gradient
+  int64_t elements() const { return desc.rows * desc.cols; }
+};
+
+} // namespace
+
+struct mfsdp_step {
+  mfsdp_plan plan;
+  std::vector<ParamState> params;
+  std::vector<std::vector<int32_t>> unitParams;
+  std::vector<UnitState> state;
+  std::vector<bool> reduced;
+  std::unique_ptr<Backend> backend;
+  float *muonScratch = nullptr;
+  int64_t S = 1, R = 1, shardRank = 0;
+  int64_t steps = 0;
+  bool noSync = false;
+  std::string error;
+
+  ~mfsdp_step() {
+    if (backend)
+      backend->synchronize();
+  }
+
+  mfsdp_status fail(mfsdp_status s, std::string message) {
+    error = std::move(message);
+    return s;
+  }
+  /// MFSDP_ERROR_INVALID with a message unless `param` indexes the plan.
+  mfsdp_status checkParam(int32_t param) {
+    if (param < 0 || param >= plan.num_params)
+      return fail(MFSDP_ERROR_INVALID,
+                  "parameter " + std::to_string(param) + " is out of range");
+    return MFSDP_OK;
+  }
+  /// The status of a collective.
+  mfsdp_status comm(int code, const char *what) {
+    if (code == 0)
+      return MFSDP_OK;
+    return fail(MFSDP_ERROR_COMM, std::string(what) + ": " + backend->lastError());
+  }
+  /// The status of any other backend call.
+  mfsdp_status device(int code, const std::string &what) {
+    if (code == 0)
+      return MFSDP_OK;
+    return fail(MFSDP_ERROR_BACKEND, what + " on the " + backend->name() +
+                                         " backend: " + backend->lastError());
+  }
+  mfsdp_status allocate(int64_t count, float *&out, const std::string &what) {
+    return device(backend->allocate(count, out), "allocating " + what);
+  }
+  /// The end of a call that hands buffers to the trainer or reads its
+  /// writes: everything issued is done.
+  mfsdp_status finish() { return device(backend->synchronize(), "synchronize"); }
+
+  /// Gathers `local`, laid out like `ps.master` (this rank's padded rows,
+  /// the owned matrix, or the whole tensor), into the whole tensor `full`
+  /// (ps.fullSize elements) on every rank of the dp_shard group.
+  mfsdp_status gatherWhole(const ParamState &ps, const float *local, float *full) {
+    switch (ps.desc.placement) {
+    case MFSDP_ROW_SHARD:
+      return comm(backend->allGather(Group::Shard, local, full, ps.localSize),
+                  "all-gather");
+    case MFSDP_OWNER: {
+      std::vector<int64_t> counts(S, 0);
+      counts[ps.desc.owner] = ps.elements();
+      return comm(backend->allGatherV(Group::Shard, ps.ownsAny ? local : nullptr,
+                                      full, counts),
+                  "all-gather-v");
+    }
+    default:
+      return device(backend->copy(full, local, ps.elements()), "copy");
+    }
+  }
+
+  /// This rank's part of the whole tensor `full` (host memory) into
+  /// `local`, laid out like ps.master.
+  mfsdp_status scatterWhole(const ParamState &ps, const float *full, float *local) {
+    if (ps.localCount == 0)
+      return MFSDP_OK;
+    const float *from = full;
+    if (ps.desc.placement == MFSDP_ROW_SHARD)
+      from += shardRank * ps.chunkRows * ps.desc.cols;
+    return device(backend->copyFromHost(local, from, ps.localCount),
+                  "copy from the host");
+  }
+
+  /// The whole tensor laid out like ps.master (`local`) into `full` (host
+  /// memory, ps.elements() floats) on every rank.
+  mfsdp_status storeWhole(const ParamState &ps, const float *local, float *full) {
+    float *whole = nullptr;
+    if (auto s = allocate(ps.fullSize, whole, "a gathered copy of '" + ps.name + "'"))
+      return s;
+    mfsdp_status s = gatherWhole(ps, local, whole);
+    if (!s)
+      s = device(backend->copyToHost(full, whole, ps.elements()), "copy to the host");
+    backend->release(whole);
+    return s;
+  }
+
+  mfsdp_status gather(int32_t unit) {
+    for (int32_t p : unitParams[unit]) {
+      ParamState &ps = params[p];
+      if (ps.full)
+        continue;
+      if (auto s = allocate(ps.fullSize, ps.full, "the gathered '" + ps.name + "'"))
+        return s;
+      mfsdp_status s = gatherWhole(ps, ps.master, ps.full);
+      if (!s && ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
+        s = device(backend->roundToBF16(ps.full, ps.elements()), "bf16 rounding");
+      if (s) {
+        backend->release(ps.full);
+        ps.full = nullptr;
+        return s;
+      }
+    }
+    return MFSDP_OK;
+  }
+
+  void releaseFull(ParamState &ps) {
+    backend->release(ps.full);
+    ps.full = nullptr;
+  }
+
+  void release(int32_t unit) {
+    if (plan.zero < 3)
+      return;
+    for (int32_t p : unitParams[unit])
+      releaseFull(params[p]);
+  }
+
+  mfsdp_status reduce(int32_t unit) {
+    const float scale = 1.f / static_cast<float>(S * R);
+    for (int32_t p : unitParams[unit]) {
+      ParamState &ps = params[p];
+      const int64_t n = ps.elements();
+      if (ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
+        if (auto s = device(backend->roundToBF16(ps.grad, n), "bf16 rounding"))
+          return s;
+      switch (ps.desc.placement) {
+      case MFSDP_ROW_SHARD:
+        // grad is padded with zeros to S whole chunks.
+        if (auto s = comm(backend->reduceScatter(Group::Shard, ps.grad,
+                                                 ps.gradShard, ps.localSize),
+                          "reduce-scatter"))
+          return s;
+        break;
+      case MFSDP_OWNER: {
+        std::vector<int64_t> counts(S, 0);
+        counts[ps.desc.owner] = n;
+        if (auto s = comm(backend->reduceScatterV(Group::Shard, ps.grad,
+                                                  ps.ownsAny ? ps.gradShard : nullptr,
+                                                  counts),
+                          "reduce-scatter-v"))
+          return s;
+        break;
+      }
+      default:
+        if (auto s = comm(backend->allReduce(Group::Shard, ps.grad, n), "all-reduce"))
+          return s;
+        if (auto s = device(backend->copy(ps.gradShard, ps.grad, n), "copy"))
+          return s;
+      }
+      if (R > 1) {
+        // Every rank calls it, with nothing when it keeps nothing.
+        if (auto s = comm(backend->allReduce(Group::Replicate, ps.gradShard,
+                                             ps.localCount),
+                          "all-reduce over replicas"))
+          return s;
+      }
+      if (auto s = device(backend->scale(ps.gradShard, ps.localCount, scale),
+                          "scaling"))
+        return s;
+      ps.gradReduced = true;
+    }
+    return MFSDP_OK;
+  }
+
+  /// The sizes of a parameter's buffers on this rank, and whether the plan
+  /// entry is one the engine can run.
+  bool layOut(ParamState &ps) {
+    const mfsdp_param_desc &d = ps.desc;
+    if (d.unit < 0 || d.unit >= plan.num_units || d.rows < 1 || d.cols < 1 ||
+        (d.placement == MFSDP_OWNER && (d.owner < 0 || d.owner >= plan.dp_shard)) ||
+        (d.optimizer == MFSDP_OPT_MUON && d.placement != MFSDP_OWNER &&
+         d.placement != MFSDP_REPLICATE) ||
+        (d.compute_dtype != MFSDP_COMPUTE_F32 && d.compute_dtype != MFSDP_COMPUTE_BF16))
+      return false;
+    const int64_t cols = d.cols;
+    switch (d.placement) {
+    case MFSDP_ROW_SHARD:
+      ps.chunkRows = (d.rows + S - 1) / S;
+      ps.localRows = std::clamp<int64_t>(d.rows - shardRank * ps.chunkRows, 0,
+                                         ps.chunkRows);
+      ps.ownsAny = ps.localRows > 0;
+      ps.localCount = ps.localRows * cols;
+      ps.localSize = ps.chunkRows * cols; // every rank sends a whole chunk
+      ps.fullSize = ps.localSize * S;
+      break;
+    case MFSDP_OWNER:
+      ps.ownsAny = d.owner == shardRank;
+      ps.localCount = ps.localSize = ps.ownsAny ? ps.elements() : 0;
+      ps.fullSize = ps.elements();
+      break;
+    default:
+      ps.ownsAny = true;
+      ps.localCount = ps.localSize = ps.fullSize = ps.elements();
+    }
+    return true;
+  }
+
+  /// Bytes of the arena: every buffer the engine can hold at once (all
+  /// units gathered, one more gathered copy for a store, the Muon scratch).
+  int64_t arenaBytes() const {
+    auto bytes = [](int64_t count) {
+      return Arena::roundUp(count * static_cast<int64_t>(sizeof(float)));
+    };
+    int64_t total = 0, largestFull = 0, scratch = 0;
+    for (const ParamState &ps : params) {
+      total += bytes(ps.localSize) * (2 + (ps.desc.optimizer != MFSDP_OPT_NONE) +
+                                      (ps.desc.optimizer == MFSDP_OPT_ADAMW));
+      total += bytes(ps.fullSize) * 2;
+      largestFull = std::max(largestFull, ps.fullSize);
+      if (ps.ownsAny && ps.desc.optimizer == MFSDP_OPT_MUON)
+        scratch = std::max(scratch, backend->muonScratch(ps.desc.rows, ps.desc.cols));
+    }
+    return total + bytes(largestFull) + bytes(scratch);
+  }
+
+  /// The buffers a parameter keeps for the whole run, zeroed.
+  mfsdp_status allocateKept(ParamState &ps) {
+    const int32_t opt = ps.desc.optimizer;
+    struct Kept {
+      float *&buf;
+      int64_t count;
+      const char *what;
+    } kept[] = {
+        {ps.master, ps.localSize, "master"},
+        {ps.m, opt != MFSDP_OPT_NONE ? ps.localSize : 0, "exp_avg"},
+        {ps.v, opt == MFSDP_OPT_ADAMW ? ps.localSize : 0, "exp_avg_sq"},
+        {ps.gradShard, ps.localSize, "reduced gradient"},
+        {ps.grad, ps.fullSize, "gradient"},
+    };
+    for (Kept &k : kept) {
+      if (auto s = allocate(k.count, k.buf,
+                            std::string("the ") + k.what + " of '" + ps.name + "'"))
+        return s;
+      if (auto s = device(backend->zero(k.buf, k.count), "zero-fill"))
+        return s;
+    }
+    return MFSDP_OK;
+  }
+};
+
+
+extern "C" {
+
+uint64_t mfsdp_plan_hash(const mfsdp_plan *p) {
+  return p ? mfsdp::runtime::planHash(*p) : 0;
+}
+
+mfsdp_status mfsdp_create(const mfsdp_plan *plan, mfsdp_step **out) {
+  return mfsdp_create_with_config(plan, nullptr, out);
+}
+
+mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
+                                      const mfsdp_config *config,
+                                      mfsdp_step **out) {
+  if (!plan || !out)
+    return MFSDP_ERROR_INVALID;
+  *out = nullptr;
+  auto step = std::make_unique<mfsdp_step>();
+  step->plan = *plan;
+  // Every failure below is returned with the runtime, for its message.
+  auto failed = [&](mfsdp_status s, std::string message) {
+    step->error = std::move(message);
+    *out = step.release();
+    return s;
+  };
+  const int32_t choice = config ? config->backend : MFSDP_BACKEND_HOST;
+  if (choice != MFSDP_BACKEND_HOST && choice != MFSDP_BACKEND_CUDA)
+    return failed(MFSDP_ERROR_INVALID,
+                  "unknown backend " + std::to_string(choice) +
+                      " in mfsdp_config: expected MFSDP_BACKEND_HOST (0) or "
+                      "MFSDP_BACKEND_CUDA (1)");
+  if (mfsdp_plan_hash(plan) != plan->hash)
+    return failed(MFSDP_ERROR_PLAN,
+                  "the plan's hash does not match its contents: the plan is "
+                  "corrupt or was written by another compiler version");
+  int initialized = 0, world = 1;
+  MPI_Initialized(&initialized);
+  if (!initialized)
+    return failed(MFSDP_ERROR_INVALID,
+                  "MPI is not initialized: call MPI_Init before mfsdp_create");
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (world != plan->world)
+    return failed(MFSDP_ERROR_PLAN, "this library was built for a plan of " +
+                                        std::to_string(plan->world) +
+                                        " ranks, but MPI runs " +
+                                        std::to_string(world));
+  if (plan->zero < 1 || plan->zero > 3 || plan->dp_shard < 1 ||
+      plan->dp_replicate < 1 || plan->num_params < 0 || plan->num_units < 0 ||
+      world % (plan->dp_shard * plan->dp_replicate) != 0)
+    return failed(MFSDP_ERROR_PLAN,
+                  "invalid plan: zero, dp_shard, dp_replicate or counts out of range");
+  // The mesh as the runtime sees it: [other dims], dp_replicate, dp_shard;
+  // the rest of the world (tensor/expert parallel) is outermost.
+  BackendOptions options;
+  options.mesh = {{"other", world / (plan->dp_shard * plan->dp_replicate)},
+                  {"dp_replicate", plan->dp_replicate},
+                  {"dp_shard", plan->dp_shard}};
+  std::string error;
+  if (choice == MFSDP_BACKEND_CUDA) {
+    step->backend.reset(loadCudaBackend(options, error));
+    if (!step->backend)
+      return failed(MFSDP_ERROR_BACKEND, error);
+  } else {
+    step->backend.reset(createHostBackend(options, error));
+    if (!step->backend)
+      return failed(MFSDP_ERROR_COMM, "cannot create communicators: " + error);
+  }
+  step->S = plan->dp_shard;
+  step->R = plan->dp_replicate;
+  step->shardRank = step->backend->rank(Group::Shard);
+  step->unitParams.resize(plan->num_units);
+  step->state.assign(plan->num_units, UnitState::Idle);
+  step->reduced.assign(plan->num_units, false);
+  for (int32_t i = 0; i < plan->num_params; ++i) {
+    ParamState ps;
+    ps.desc = plan->params[i];
+    ps.name = ps.desc.name ? ps.desc.name : ("param " + std::to_string(i));
+    if (!step->layOut(ps))
+      return failed(MFSDP_ERROR_PLAN,
+                    "invalid plan entry for parameter '" + ps.name + "'");
+    step->unitParams[ps.desc.unit].push_back(i);
+    step->params.push_back(std::move(ps));
+  }
+  const int64_t bytes = step->arenaBytes();
+  if (step->backend->reserve(bytes))
+    return failed(MFSDP_ERROR_BACKEND,
+                  "cannot reserve the arena of " + std::to_string(bytes) +
+                      " bytes on the " + step->backend->name() +
+                      " backend: " + step->backend->lastError());
+  int64_t scratch = 0;
+  for (ParamState &ps : step->params) {
+    if (auto s = step->allocateKept(ps)) {
+      *out = step.release();
+      return s;
+    }
+    if (ps.ownsAny && ps.desc.optimizer == MFSDP_OPT_MUON)
+      scratch = std::max(scratch, step->backend->muonScratch(ps.desc.rows, ps.desc.cols));
+  }
+  mfsdp_status s = step->allocate(scratch, step->muonScratch, "the Muon scratch");
+  if (!s)
+    s = step->finish();
+  *out = step.release();
+  return s;
+}
+
+void mfsdp_destroy(mfsdp_step *step) { delete step; }
+
+const char *mfsdp_last_error(mfsdp_step *step) {
+  return step ? step->error.c_str() : "no runtime (mfsdp_create failed to allocate)";
+}
+
+#define CHECK_UNIT(step, unit)                                                  \
+  do {                                                                          \
+    if (!(step))                                                                \
+      return MFSDP_ERROR_INVALID;                                               \
+    if ((unit) < 0 || (unit) >= (step)->plan.num_units)                         \
+      return (step)->fail(MFSDP_ERROR_INVALID,                                  \
+                          "unit " + std::to_string(unit) + " is out of range [0, " + \
+                              std::to_string((step)->plan.num_units) + ")");    \
+  } while (0)
+
+mfsdp_status mfsdp_pre_forward(mfsdp_step *step, int32_t unit) {
+  CHECK_UNIT(step, unit);
+  UnitState &s = step->state[unit];
+  if (s == UnitState::Forward || s == UnitState::ForwardDone)
+    return step->fail(MFSDP_ERROR_ORDER,
+                      "pre_forward of unit " + std::to_string(unit) +
+                          " called again before its backward");
+  if (auto st = step->gather(unit))
+    return st;
+  // During backward this is activation-checkpoint recomputation.
+  s = s == UnitState::Backward ? UnitState::Backward : UnitState::Forward;
+  step->reduced[unit] = false;
+  return step->finish();
+}
+
+mfsdp_status mfsdp_post_forward(mfsdp_step *step, int32_t unit) {
+  CHECK_UNIT(step, unit);
+  UnitState &s = step->state[unit];
+  if (s == UnitState::Backward)
+    return MFSDP_OK; // end of a recomputation: keep the gathered parameters
+  if (s != UnitState::Forward)
+    return step->fail(MFSDP_ERROR_ORDER, "post_forward of unit " +
+                                             std::to_string(unit) +
+                                             " without its pre_forward");
+  step->release(unit);
+  s = UnitState::ForwardDone;
+  return MFSDP_OK;
+}
+
+mfsdp_status mfsdp_pre_backward(mfsdp_step *step, int32_t unit) {
+  CHECK_UNIT(step, unit);
+  UnitState &s = step->state[unit];
+  if (s != UnitState::ForwardDone)
+    return step->fail(MFSDP_ERROR_ORDER,
+                      "pre_backward of unit " + std::to_string(unit) +
+                          " before its forward finished (post_forward)");
+  if (auto st = step->gather(unit))
+    return st;
+  // The gradient buffers are zero from mfsdp_create or the last zero_grad.
+  for (int32_t p : step->unitParams[unit])
+    step->params[p].gradLive = true;
+  s = UnitState::Backward;
+  return step->finish();
+}
+
+mfsdp_status mfsdp_post_backward(mfsdp_step *step, int32_t unit) {
+  CHECK_UNIT(step, unit);
+  UnitState &s = step->state[unit];
+  if (s != UnitState::Backward)
+    return step->fail(MFSDP_ERROR_ORDER, "post_backward of unit " +
+                                             std::to_string(unit) +
+                                             " without its pre_backward");
+  if (!step->noSync) {
+    if (auto st = step->reduce(unit))
+      return st;
+    step->reduced[unit] = true;
+  }
+  step->release(unit);
+  s = UnitState::Idle;
+  // The trainer adds into the gradient buffers next: the reduction that
+  // reads them is done first.
+  return step->finish();
+}
+
+mfsdp_status mfsdp_set_no_sync(mfsdp_step *step, int32_t noSync) {
+  if (!step)
+    return MFSDP_ERROR_INVALID;
+  step->noSync = noSync != 0;
+  return MFSDP_OK;
+}
+
+mfsdp_status mfsdp_zero_grad(mfsdp_step *step) {
+  if (!step)
+    return MFSDP_ERROR_INVALID;
+  for (ParamState &ps : step->params) {
+    if (ps.gradLive)
+      if (auto s = step->device(step->backend->zero(ps.grad, ps.fullSize), "zero-fill"))
+        return s;
+    ps.gradReduced = false;
+  }
+  std::fill(step->reduced.begin(), step->reduced.end(), false);
+  return step->finish();
+}
+
+mfsdp_status mfsdp_optimizer_step(mfsdp_step *step) {
+  if (!step)
+    return MFSDP_ERROR_INVALID;
+  for (int32_t u = 0; u < step->plan.num_units; ++u)
+    if (!step->unitParams[u].empty() &&
+        (step->state[u] != UnitState::Idle || !step->reduced[u]))
+      return step->fail(MFSDP_ERROR_ORDER,
+                        "optimizer_step before the gradients of unit " +
+                            std::to_string(u) +
+                            " were reduced (post_backward without no-sync)");
+  ++step->steps;
+  const mfsdp_plan &p = step->plan;
+  AdamWHyper adamw{p.adamw_lr, p.adamw_beta1, p.adamw_beta2, p.adamw_eps,
+                   p.adamw_weight_decay};
+  SGDHyper sgd{p.sgd_lr, p.sgd_momentum, p.sgd_weight_decay, p.sgd_nesterov != 0};
+  MuonHyper muon;
+  muon.lr = p.muon_lr;
+  muon.momentum = p.muon_momentum;
+  muon.weightDecay = p.muon_weight_decay;
+  muon.nesterov = p.muon_nesterov != 0;
+  muon.nsSteps = p.muon_ns_steps;
+  muon.scale = p.muon_scale ? MuonScale::Original : MuonScale::MatchRmsAdamW;
+  Backend &b = *step->backend;
+  for (ParamState &ps : step->params) {
+    if (!ps.ownsAny || ps.desc.optimizer == MFSDP_OPT_NONE)
+      continue;
+    if (!ps.gradReduced)
+      return step->fail(MFSDP_ERROR_ORDER, "parameter '" + ps.name +
+                                               "' has no reduced gradient");
+    const int64_t n = ps.localCount;
+    int rc = 0;
+    switch (ps.desc.optimizer) {
+    case MFSDP_OPT_ADAMW:
+      rc = b.adamwStep(ps.master, ps.gradShard, ps.m, ps.v, n, adamw, step->steps);
+      break;
+    case MFSDP_OPT_SGD:
+      rc = b.sgdStep(ps.master, ps.gradShard, ps.m, n, sgd, step->steps);
+      break;
+    case MFSDP_OPT_MUON:
+      rc = b.muonStep(ps.master, ps.gradShard, ps.m, ps.desc.rows, ps.desc.cols,
+                      muon, step->muonScratch);
+      break;
+    default:
+      break;
+    }
+    if (auto s = step->device(rc, "the optimizer step of '" + ps.name + "'"))
+      return s;
+  }
+  // Gathered copies are stale now: ZeRO-1/2 keep parameters whole, so
+  // gather the updated ones; ZeRO-3 gathers at the next use.
+  for (ParamState &ps : step->params)
+    step->releaseFull(ps);
+  if (p.zero < 3)
+    for (int32_t u = 0; u < p.num_units; ++u)
+      if (auto st = step->gather(u))
+        return st;
+  return step->finish();
+}
+
+static mfsdp_status view(mfsdp_step *step, int32_t param, DLTensor *out,
+                         bool grad) {
+  if (!step || !out)
+    return MFSDP_ERROR_INVALID;
+  if (auto st = step->checkParam(param))
+    return st;
+  ParamState &ps = step->params[param];
+  float *buf = grad ? (ps.gradLive ? ps.grad : nullptr) : ps.full;
+  if (!buf)
+    return step->fail(MFSDP_ERROR_ORDER,
+                      std::string(grad ? "the gradient of '" : "parameter '") +
+                          ps.name + "' is not available: call " +
+                          (grad ? "pre_backward" : "pre_forward or pre_backward") +
+                          " of unit " + std::to_string(ps.desc.unit) + " first");
+  std::memset(out, 0, sizeof(*out));
+  out->data = buf;
+  out->device = step->backend->device();
+  out->dtype = {kDLFloat, 32, 1};
+  // rows and cols are adjacent int64_t fields of the descriptor, so they
+  // serve as the shape array (rows alone for a 1-D tensor).
+  out->ndim = ps.desc.cols == 1 ? 1 : 2;
+  out->shape = &ps.desc.rows;
+  out->strides = nullptr;
+  out->byte_offset = 0;
+  return MFSDP_OK;
+}
+
+mfsdp_status mfsdp_param_view(mfsdp_step *step, int32_t param, DLTensor *out) {
+  return view(step, param, out, false);
+}
+
+mfsdp_status mfsdp_grad_view(mfsdp_step *step, int32_t param, DLTensor *out) {
+  return view(step, param, out, true);
+}
+
+mfsdp_status mfsdp_load_param(mfsdp_step *step, int32_t param, const float *full) {
+  if (!step || !full)
+    return MFSDP_ERROR_INVALID;
+  if (auto st = step->checkParam(param))
+    return st;
+  ParamState &ps = step->params[param];
+  if (auto st = step->scatterWhole(ps, full, ps.master))
+    return st;
+  step->releaseFull(ps);
+  if (step->plan.zero < 3)
+    if (auto st = step->gather(ps.desc.unit))
+      return st;
+  return step->finish();
+}
+
+mfsdp_status mfsdp_store_param(mfsdp_step *step, int32_t param, float *full) {
+  if (!step || !full)
+    return MFSDP_ERROR_INVALID;
+  if (auto st = step->checkParam(param))
+    return st;
+  // The fp32 masters, whole (not the compute copy, which may be bf16).
+  return step->storeWhole(step->params[param], step->params[param].master, full);
+}
+
+static mfsdp_status stateOf(mfsdp_step *step, int32_t param, int32_t which,
+                            float *&state) {
+  if (auto st = step->checkParam(param))
+    return st;
+  ParamState &ps = step->params[param];
+  const int32_t opt = ps.desc.optimizer;
+  if (which == MFSDP_STATE_EXP_AVG && opt != MFSDP_OPT_NONE) {
+    state = ps.m;
+    return MFSDP_OK;
+  }
+  if (which == MFSDP_STATE_EXP_AVG_SQ && opt == MFSDP_OPT_ADAMW) {
+    state = ps.v;
+    return MFSDP_OK;
+  }
+  static const char *const optNames[] = {"no optimizer", "AdamW", "SGD", "Muon"};
+  return step->fail(MFSDP_ERROR_INVALID,
+                    "parameter " + std::to_string(param) + " ('" + ps.name +
+                        "') has " + optNames[opt >= 0 && opt <= 3 ? opt : 0] +
+                        ", which keeps no state " + std::to_string(which) +
+                        " (exp_avg = 0 for AdamW, SGD and Muon; exp_avg_sq = "
+                        "1 for AdamW)");
+}
+
+mfsdp_status mfsdp_load_state(mfsdp_step *step, int32_t param, int32_t which,
+                              const float *full) {
+  if (!step || !full)
+    return MFSDP_ERROR_INVALID;
+  float *state = nullptr;
+  if (auto s = stateOf(step, param, which, state))
+    return s;
+  return step->scatterWhole(step->params[param], full, state);
+}
+
+mfsdp_status mfsdp_store_state(mfsdp_step *step, int32_t param, int32_t which,
+                               float *full) {
+  if (!step || !full)
+    return MFSDP_ERROR_INVALID;
+  float *state = nullptr;
+  if (auto s = stateOf(step, param, which, state))
+    return s;
+  return step->storeWhole(step->params[param], state, full);
+}
+
+mfsdp_status mfsdp_step_count(mfsdp_step *step, int64_t *count) {
+  if (!step || !count)
+    return MFSDP_ERROR_INVALID;
+  *count = step->steps;
+  return MFSDP_OK;
+}
+
+mfsdp_status mfsdp_set_step_count(mfsdp_step *step, int64_t count) {
+  if (!step)
+    return MFSDP_ERROR_INVALID;
+  if (count < 0)
+    return step->fail(MFSDP_ERROR_INVALID,
+                      "step count " + std::to_string(count) + " is negative");
+  step->steps = count;
+  return MFSDP_OK;
+}
+
+} // extern "C"

@@ -1,0 +1,326 @@
+//===- CudaBackend.cpp - The engine's backend on a CUDA device ------------===//
+//
+// Buffers sub-allocated from one cudaMalloc'd arena per rank, NCCL
+// collectives (NcclComm) on a communication stream, the CUDA kernels
+// (CudaKernels.h, cuBLAS for Newton-Schulz) and copies on a compute stream.
+// Each collective waits for the compute work issued before it (an event
+// recorded on the compute stream), and the compute work issued after it
+// waits for the collective (an event recorded on the communication
+// stream), so the engine sees one order: a buffer released and handed out
+// again is never touched by work issued before the release. Overlap of
+// collectives with compute comes with the scheduled step, which issues the
+// prefetches itself.
+//
+// libmfsdp_rt opens this library with dlopen and calls
+// mfsdp_rt_create_cuda_backend (Backend.h). Ranks come from MPI; the device
+// is the rank's index on its node. Compiled and linked for sm_80 and sm_90;
+// never run on machines without a GPU.
+//
+//===----------------------------------------------------------------------===//
+#include "mfsdp/runtime/Arena.h"
+#include "mfsdp/runtime/Backend.h"
+#include "mfsdp/runtime/CudaKernels.h"
+#include "mfsdp/runtime/NcclComm.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <mpi.h>
+
+#include <memory>
+
+namespace mfsdp::rt {
+
+namespace {
+
+class CudaBackend final : public Backend {
+public:
+  ~CudaBackend() override {
+    if (compute_)
+      cudaStreamSynchronize(compute_);
+    if (comm_)
+      cudaStreamSynchronize(comm_);
+    if (block_)
+      cudaFree(block_);
+    if (blas_)
+      cublasDestroy(blas_);
+    if (computeDone_)
+      cudaEventDestroy(computeDone_);
+    if (commDone_)
+      cudaEventDestroy(commDone_);
+    if (compute_)
+      cudaStreamDestroy(compute_);
+    if (comm_)
+      cudaStreamDestroy(comm_);
+  }
+
+  /// Communicators, streams, events and the cuBLAS handle; false with
+  /// `error` when one cannot be created.
+  bool init(const BackendOptions &options, std::string &error) {
+    shard_.reset(NcclComm::createFromMpi(options.mesh, "dp_shard", error));
+    if (!shard_)
+      return false;
+    replicate_.reset(NcclComm::createFromMpi(options.mesh, "dp_replicate", error));
+    if (!replicate_)
+      return false;
+    if (checkCuda(cudaGetDevice(&device_), "cudaGetDevice") ||
+        checkCuda(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking),
+             "cudaStreamCreate (compute)") ||
+        checkCuda(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking),
+             "cudaStreamCreate (communication)") ||
+        checkCuda(cudaEventCreateWithFlags(&computeDone_, cudaEventDisableTiming),
+             "cudaEventCreate") ||
+        checkCuda(cudaEventCreateWithFlags(&commDone_, cudaEventDisableTiming),
+             "cudaEventCreate") ||
+        blasCheck(cublasCreate(&blas_), "cublasCreate") ||
+        blasCheck(cublasSetStream(blas_, compute_), "cublasSetStream")) {
+      error = error_;
+      return false;
+    }
+    return true;
+  }
+
+  const char *name() const override { return "cuda"; }
+  DLDevice device() const override { return {kDLCUDA, device_}; }
+  int rank(Group g) const override { return comm(g).rank(); }
+  int size(Group g) const override { return comm(g).size(); }
+
+  int reserve(int64_t bytes) override {
+    const int64_t capacity = Arena::roundUp(bytes);
+    if (capacity > 0)
+      if (int rc = checkCuda(cudaMalloc(&block_, static_cast<size_t>(capacity)),
+                        ("cudaMalloc of the " + std::to_string(capacity) +
+                         "-byte arena").c_str()))
+        return rc;
+    arena_.reset(block_, capacity);
+    return 0;
+  }
+
+  int allocate(int64_t count, float *&out) override {
+    out = nullptr;
+    if (count <= 0)
+      return 0;
+    const int64_t bytes = count * static_cast<int64_t>(sizeof(float));
+    out = static_cast<float *>(arena_.allocate(bytes));
+    if (!out)
+      return fail("the device arena (" + std::to_string(arena_.capacity()) +
+                  " bytes, " + std::to_string(arena_.used()) +
+                  " in use) has no free block of " + std::to_string(bytes) +
+                  " bytes");
+    return 0;
+  }
+
+  void release(float *buf) override {
+    if (buf)
+      arena_.release(buf);
+  }
+
+  int copyFromHost(float *dst, const float *src, int64_t count) override {
+    if (count <= 0)
+      return 0;
+    // The host memory is the caller's again when this returns.
+    if (int rc = checkCuda(cudaMemcpyAsync(dst, src, bytes(count), cudaMemcpyHostToDevice,
+                                      compute_),
+                      "cudaMemcpyAsync (host to device)"))
+      return rc;
+    return synchronize();
+  }
+  int copyToHost(float *dst, const float *src, int64_t count) override {
+    if (count <= 0)
+      return 0;
+    if (int rc = checkCuda(cudaMemcpyAsync(dst, src, bytes(count), cudaMemcpyDeviceToHost,
+                                      compute_),
+                      "cudaMemcpyAsync (device to host)"))
+      return rc;
+    return synchronize();
+  }
+  int copy(float *dst, const float *src, int64_t count) override {
+    if (count <= 0 || dst == src)
+      return 0;
+    return checkCuda(cudaMemcpyAsync(dst, src, bytes(count), cudaMemcpyDeviceToDevice,
+                                compute_),
+                "cudaMemcpyAsync (device to device)");
+  }
+  int zero(float *buf, int64_t count) override {
+    if (count <= 0)
+      return 0;
+    return checkCuda(cudaMemsetAsync(buf, 0, bytes(count), compute_), "cudaMemsetAsync");
+  }
+
+  int allGather(Group g, const float *send, float *recv, int64_t count) override {
+    return collective([&] { return comm(g).allGather(send, recv, count, comm_); });
+  }
+  int reduceScatter(Group g, const float *send, float *recv, int64_t count) override {
+    return collective([&] { return comm(g).reduceScatter(send, recv, count, comm_); });
+  }
+  int allReduce(Group g, float *buf, int64_t count) override {
+    if (count <= 0)
+      return 0; // NCCL needs no call for an empty buffer on every rank
+    return collective([&] { return comm(g).allReduce(buf, count, comm_); });
+  }
+  int allGatherV(Group g, const float *send, float *recv,
+                 const std::vector<int64_t> &counts) override {
+    return collective([&] { return comm(g).allGatherV(send, recv, counts, comm_); });
+  }
+  int reduceScatterV(Group g, const float *send, float *recv,
+                     const std::vector<int64_t> &counts) override {
+    return collective(
+        [&] { return comm(g).reduceScatterV(send, recv, counts, comm_); });
+  }
+
+  int roundToBF16(float *buf, int64_t count) override {
+    return kernel(cuda::roundToBF16(buf, count, compute_));
+  }
+  int scale(float *buf, int64_t count, float factor) override {
+    return kernel(cuda::scale(buf, count, factor, compute_));
+  }
+  int adamwStep(float *param, const float *grad, float *m, float *v,
+                int64_t count, const AdamWHyper &h, int64_t step) override {
+    if (count <= 0)
+      return 0;
+    return kernel(cuda::adamwStep(param, grad, m, v, count, h, step, compute_));
+  }
+  int sgdStep(float *param, const float *grad, float *buf, int64_t count,
+              const SGDHyper &h, int64_t step) override {
+    if (count <= 0)
+      return 0;
+    return kernel(cuda::sgdStep(param, grad, buf, count, h, step, compute_));
+  }
+  int64_t muonScratch(int64_t rows, int64_t cols) const override {
+    const int64_t ws = cuda::newtonSchulzWorkspace(rows, cols);
+    return updateFloats(rows, cols) + (ws + 3) / 4;
+  }
+  int muonStep(float *param, const float *grad, float *buf, int64_t rows,
+               int64_t cols, const MuonHyper &h, float *scratch) override {
+    // The update, then the Newton-Schulz workspace on an aligned boundary
+    // (its bf16 matrices are GEMM operands).
+    float *update = scratch, *ws = scratch + updateFloats(rows, cols);
+    const int64_t n = rows * cols;
+    if (int rc = kernel(cuda::muonMomentum(grad, buf, update, n, h.momentum,
+                                           h.nesterov, compute_)))
+      return rc;
+    if (int rc = kernel(cuda::newtonSchulz(blas_, update, update, rows, cols,
+                                           h.nsSteps, ws, compute_)))
+      return rc;
+    return kernel(cuda::muonApply(param, update, rows, cols, h, compute_));
+  }
+
+  int synchronize() override {
+    return checkCuda(cudaStreamSynchronize(compute_), "cudaStreamSynchronize");
+  }
+  const char *lastError() const override { return error_.c_str(); }
+
+private:
+  static size_t bytes(int64_t count) {
+    return static_cast<size_t>(count) * sizeof(float);
+  }
+  static int64_t updateFloats(int64_t rows, int64_t cols) {
+    const int64_t perBlock = Arena::kAlignment / static_cast<int64_t>(sizeof(float));
+    return (rows * cols + perBlock - 1) / perBlock * perBlock;
+  }
+  NcclComm &comm(Group g) const {
+    return g == Group::Shard ? *shard_ : *replicate_;
+  }
+  int fail(std::string message) {
+    error_ = std::move(message);
+    return 1;
+  }
+  int checkCuda(cudaError_t e, const char *what) {
+    if (e == cudaSuccess)
+      return 0;
+    error_ = std::string(what) + " failed: " + cudaGetErrorString(e);
+    return static_cast<int>(e);
+  }
+  int blasCheck(cublasStatus_t s, const char *what) {
+    if (s == CUBLAS_STATUS_SUCCESS)
+      return 0;
+    error_ = std::string(what) + " failed: cuBLAS status " + std::to_string(s);
+    return static_cast<int>(s);
+  }
+  int kernel(int rc) {
+    if (rc)
+      error_ = cuda::lastError();
+    return rc;
+  }
+  /// A collective on the communication stream, between the compute work
+  /// issued before it and after it.
+  template <typename Call> int collective(Call call) {
+    if (int rc = checkCuda(cudaEventRecord(computeDone_, compute_), "cudaEventRecord"))
+      return rc;
+    if (int rc = checkCuda(cudaStreamWaitEvent(comm_, computeDone_, 0),
+                           "cudaStreamWaitEvent"))
+      return rc;
+    if (int rc = call()) {
+      error_ = NcclComm::lastError();
+      return rc;
+    }
+    if (int rc = checkCuda(cudaEventRecord(commDone_, comm_), "cudaEventRecord"))
+      return rc;
+    return checkCuda(cudaStreamWaitEvent(compute_, commDone_, 0), "cudaStreamWaitEvent");
+  }
+
+  std::unique_ptr<NcclComm> shard_, replicate_;
+  int device_ = 0;
+  cudaStream_t compute_ = nullptr, comm_ = nullptr;
+  cudaEvent_t computeDone_ = nullptr, commDone_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  void *block_ = nullptr;
+  Arena arena_;
+  std::string error_;
+};
+
+/// Whether every rank of the world says `ok` (false when MPI fails).
+bool everyRank(bool ok) {
+  int mine = ok ? 1 : 0, all = 0;
+  return MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) ==
+             MPI_SUCCESS &&
+         all == 1;
+}
+
+/// This rank's device (its index on the node) exists; `why` when not.
+bool haveDevice(std::string &why) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    why = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorString(e);
+    return false;
+  }
+  int rank = 0, localRank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &localRank);
+  MPI_Comm_free(&node);
+  if (localRank >= count) {
+    why = "rank " + std::to_string(rank) + " is rank " + std::to_string(localRank) +
+          " on its node, which has " + std::to_string(count) + " CUDA device" +
+          (count == 1 ? "" : "s") + " (one device per rank)";
+    return false;
+  }
+  return true;
+}
+
+} // namespace
+
+} // namespace mfsdp::rt
+
+using namespace mfsdp::rt;
+
+/// The factory libmfsdp_rt looks up (MFSDP_CUDA_BACKEND_SYMBOL). Collective
+/// over the MPI world, like mfsdp_create: every rank returns a backend or
+/// every rank returns null.
+extern "C" __attribute__((visibility("default"))) Backend *
+mfsdp_rt_create_cuda_backend(const BackendOptions *options, std::string *error) {
+  std::string why;
+  if (!everyRank(haveDevice(why))) {
+    *error = why.empty() ? "another rank has no CUDA device (see its error)" : why;
+    return nullptr;
+  }
+  auto backend = std::make_unique<CudaBackend>();
+  bool ok = backend->init(*options, why);
+  if (!everyRank(ok)) {
+    *error = ok ? "another rank could not set up its device (see its error)"
+                : "cannot set up the device: " + why;
+    return nullptr;
+  }
+  return backend.release();
+}

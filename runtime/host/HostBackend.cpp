@@ -1,0 +1,175 @@
+//===- HostBackend.cpp - The engine's backend in host memory (MPI + BLAS) -===//
+//
+// Buffers in host memory (one aligned block per rank, sub-allocated), MPI
+// collectives (HostComm), the host kernels (Kernels.h). Every call is done
+// when it returns. Under AddressSanitizer the parts of the block that are
+// not handed out are poisoned, so an access past a buffer is still caught.
+//
+//===----------------------------------------------------------------------===//
+#include "mfsdp/runtime/Arena.h"
+#include "mfsdp/runtime/Backend.h"
+#include "mfsdp/runtime/HostComm.h"
+
+#include <sanitizer/asan_interface.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+namespace mfsdp::rt {
+
+namespace {
+
+class HostBackend final : public Backend {
+public:
+  HostBackend(std::unique_ptr<HostComm> shard, std::unique_ptr<HostComm> replicate)
+      : shard_(std::move(shard)), replicate_(std::move(replicate)) {}
+  ~HostBackend() override {
+    if (block_)
+      ASAN_UNPOISON_MEMORY_REGION(block_, static_cast<size_t>(arena_.capacity()));
+    std::free(block_);
+  }
+
+  const char *name() const override { return "host"; }
+  DLDevice device() const override { return {kDLCPU, 0}; }
+  int rank(Group g) const override { return comm(g).rank(); }
+  int size(Group g) const override { return comm(g).size(); }
+
+  int reserve(int64_t bytes) override {
+    const int64_t capacity = Arena::roundUp(bytes);
+    if (capacity > 0) {
+      block_ = std::aligned_alloc(Arena::kAlignment, static_cast<size_t>(capacity));
+      if (!block_)
+        return fail("cannot allocate an arena of " + std::to_string(capacity) +
+                    " bytes of host memory");
+    }
+    arena_.reset(block_, capacity);
+    ASAN_POISON_MEMORY_REGION(block_, static_cast<size_t>(capacity));
+    return 0;
+  }
+
+  int allocate(int64_t count, float *&out) override {
+    out = nullptr;
+    if (count <= 0)
+      return 0;
+    const int64_t bytes = count * static_cast<int64_t>(sizeof(float));
+    out = static_cast<float *>(arena_.allocate(bytes));
+    if (!out)
+      return fail("the arena (" + std::to_string(arena_.capacity()) +
+                  " bytes, " + std::to_string(arena_.used()) +
+                  " in use) has no free block of " + std::to_string(bytes) +
+                  " bytes");
+    ASAN_UNPOISON_MEMORY_REGION(out, static_cast<size_t>(bytes));
+    return 0;
+  }
+
+  void release(float *buf) override {
+    if (!buf)
+      return;
+    const int64_t bytes = arena_.sizeOf(buf);
+    if (arena_.release(buf))
+      ASAN_POISON_MEMORY_REGION(buf, static_cast<size_t>(bytes));
+  }
+
+  int copyFromHost(float *dst, const float *src, int64_t count) override {
+    return copy(dst, src, count);
+  }
+  int copyToHost(float *dst, const float *src, int64_t count) override {
+    return copy(dst, src, count);
+  }
+  int copy(float *dst, const float *src, int64_t count) override {
+    if (count > 0 && dst != src)
+      std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(count));
+    return 0;
+  }
+  int zero(float *buf, int64_t count) override {
+    if (count > 0)
+      std::memset(buf, 0, sizeof(float) * static_cast<size_t>(count));
+    return 0;
+  }
+
+  int allGather(Group g, const float *send, float *recv, int64_t count) override {
+    return check(comm(g).allGather(send, recv, count));
+  }
+  int reduceScatter(Group g, const float *send, float *recv, int64_t count) override {
+    return check(comm(g).reduceScatter(send, recv, count));
+  }
+  int allReduce(Group g, float *buf, int64_t count) override {
+    return check(comm(g).allReduce(buf, count));
+  }
+  int allGatherV(Group g, const float *send, float *recv,
+                 const std::vector<int64_t> &counts) override {
+    return check(comm(g).allGatherV(send, recv, counts));
+  }
+  int reduceScatterV(Group g, const float *send, float *recv,
+                     const std::vector<int64_t> &counts) override {
+    return check(comm(g).reduceScatterV(send, recv, counts));
+  }
+
+  int roundToBF16(float *buf, int64_t count) override {
+    for (int64_t i = 0; i < count; ++i)
+      buf[i] = host::fromBF16(host::toBF16(buf[i]));
+    return 0;
+  }
+  int scale(float *buf, int64_t count, float factor) override {
+    for (int64_t i = 0; i < count; ++i)
+      buf[i] *= factor;
+    return 0;
+  }
+  int adamwStep(float *param, const float *grad, float *m, float *v,
+                int64_t count, const AdamWHyper &h, int64_t step) override {
+    host::adamwStep(param, grad, m, v, count, h, step);
+    return 0;
+  }
+  int sgdStep(float *param, const float *grad, float *buf, int64_t count,
+              const SGDHyper &h, int64_t step) override {
+    host::sgdStep(param, grad, buf, count, h, step);
+    return 0;
+  }
+  int64_t muonScratch(int64_t rows, int64_t cols) const override {
+    return rows * cols + host::newtonSchulzWorkspace(rows, cols) /
+                             static_cast<int64_t>(sizeof(float));
+  }
+  int muonStep(float *param, const float *grad, float *buf, int64_t rows,
+               int64_t cols, const MuonHyper &h, float *scratch) override {
+    host::muonStep(param, grad, buf, rows, cols, h, scratch);
+    return 0;
+  }
+
+  int synchronize() override { return 0; }
+  const char *lastError() const override { return error_.c_str(); }
+
+private:
+  HostComm &comm(Group g) const {
+    return g == Group::Shard ? *shard_ : *replicate_;
+  }
+  int check(int code) {
+    if (code)
+      error_ = HostComm::lastError();
+    return code;
+  }
+  int fail(std::string message) {
+    error_ = std::move(message);
+    return 1;
+  }
+
+  std::unique_ptr<HostComm> shard_, replicate_;
+  void *block_ = nullptr;
+  Arena arena_;
+  std::string error_;
+};
+
+} // namespace
+
+Backend *createHostBackend(const BackendOptions &options, std::string &error) {
+  std::unique_ptr<HostComm> shard(HostComm::create(options.mesh, "dp_shard", error));
+  if (!shard)
+    return nullptr;
+  std::unique_ptr<HostComm> replicate(
+      HostComm::create(options.mesh, "dp_replicate", error));
+  if (!replicate)
+    return nullptr;
+  return new HostBackend(std::move(shard), std::move(replicate));
+}
+
+} // namespace mfsdp::rt
