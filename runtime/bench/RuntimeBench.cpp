@@ -9,8 +9,9 @@
 //
 // 1. One Muon step over a small transformer's matrices (4 layers of q, k, v,
 //    o 256x256, gate and up 704x256, down 256x704; 5 Newton-Schulz steps):
-//    owner-Muon (matrices assigned by a greedy balance of Newton-Schulz
-//    FLOPs, each rank steps only its own matrices, then all-gather-v of the
+//    owner-Muon (owners from the planner's own assignment,
+//    planner::assignOwners, balancing Newton-Schulz FLOPs as the compiler
+//    does; each rank steps only its own matrices, then all-gather-v of the
 //    updated matrices to every rank) against the gathered baseline (row
 //    shards of every gradient, all-gathered per matrix, and every rank steps
 //    every matrix). Both start from the same state once and must agree.
@@ -23,6 +24,7 @@
 // Prints everything on rank 0.
 //
 //===----------------------------------------------------------------------===//
+#include "mfsdp/planner/OwnerAssignment.h"
 #include "mfsdp/runtime/HostComm.h"
 #include "mfsdp/runtime/Kernels.h"
 
@@ -69,11 +71,9 @@ std::vector<Matrix> transformer() {
   return ms;
 }
 
-/// FLOPs of `steps` Newton-Schulz iterations on a rows x cols matrix (the
-/// three GEMMs of newtonSchulz: s x s x l twice, s x s x s once).
+/// FLOPs of `steps` Newton-Schulz iterations: the planner's count.
 double nsFlops(const Matrix &m, int64_t steps) {
-  double s = double(std::min(m.rows, m.cols)), l = double(std::max(m.rows, m.cols));
-  return double(steps) * (4 * s * s * l + 2 * s * s * s);
+  return mfsdp::planner::newtonSchulzFlops(m.rows, m.cols, steps);
 }
 
 void fill(float *x, int64_t n, unsigned seed, float scale) {
@@ -137,20 +137,24 @@ MuonResult benchMuon(HostComm &comm, const std::vector<Matrix> &ms,
   const int W = comm.size(), me = comm.rank();
   const size_t M = ms.size();
 
-  // Greedy balance of Newton-Schulz cost: largest first, to the least
-  // loaded rank (ties: the lower rank, then the earlier matrix).
-  std::vector<size_t> order(M);
-  for (size_t i = 0; i < M; ++i)
-    order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return nsFlops(ms[a], h.nsSteps) > nsFlops(ms[b], h.nsSteps);
-  });
+  // Owners as the compiler assigns them (mfsdp-assign-layouts calls the
+  // same function): Newton-Schulz FLOPs as the cost, the matrix as the
+  // memory and the bytes each owner sends.
+  std::vector<mfsdp::planner::OwnerItem> items(M);
+  for (size_t i = 0; i < M; ++i) {
+    items[i].cost = nsFlops(ms[i], h.nsSteps);
+    items[i].memory = items[i].bytes = 4.0 * double(ms[i].size());
+    items[i].elements = ms[i].size();
+    items[i].shapeKey = ms[i].rows * 100003 + ms[i].cols;
+  }
+  mfsdp::planner::OwnerOptions oo;
+  oo.world = W;
+  mfsdp::planner::OwnerResult assigned = mfsdp::planner::assignOwners(items, oo);
   owner.assign(M, 0);
   load.assign(W, 0.0);
-  for (size_t i : order) {
-    int r = int(std::min_element(load.begin(), load.end()) - load.begin());
-    owner[i] = r;
-    load[r] += nsFlops(ms[i], h.nsSteps);
+  for (size_t i = 0; i < M; ++i) {
+    owner[i] = int(assigned.owner[i]);
+    load[owner[i]] += items[i].cost;
   }
 
   // The same initial state on every rank: parameters, reduced gradients,
@@ -400,7 +404,7 @@ int main(int argc, char **argv) {
                 "elements, %lld Newton-Schulz steps, %.1f GFLOP of "
                 "Newton-Schulz in all\n",
                 ms.size(), elems / 1e6, (long long)h.nsSteps, flops / 1e9);
-    std::printf("   owners by greedy Newton-Schulz cost: max/mean load %.3f (",
+    std::printf("   owners by planner::assignOwners: max/mean Newton-Schulz load %.3f (",
                 maxLoad / (flops / world));
     for (int r = 0; r < world; ++r) {
       int count = int(std::count(owner.begin(), owner.end(), r));
