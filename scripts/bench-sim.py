@@ -87,6 +87,22 @@ def main():
         for base in ("FSDP2-style", "FSDP2-DTensor"):
             print(f"   {base} optimizer / ours: {rows[base]['opt'] / ours['opt']:.2f}x; "
                   f"step: {rows[base]['total'] / ours['total']:.2f}x")
+        # The optimizer order: first units first (the default) against the
+        # order reductions land.
+        first = re.compile(r"predicted first group \(g(?P<g>\d+)\) updated at (?P<ready>[\d.]+) ms, "
+                           r"(?P<before>[\d.]+) ms before the step ends; its gather waited "
+                           r"(?P<wait>[\d.]+) ms; steady-state step with that gather issued "
+                           r"then: (?P<steady>[\d.]+) ms")
+        mlir = model(tmp, 4096)
+        for order in ("first-units", "landing"):
+            out = run([tool("mfsdp-sim"), mlir, "--profile=a100",
+                       f"--pipeline=policy=mixed_muon_adamw ns-steps=5 optimizer-order={order}"])
+            m = next(first.match(l.strip()) for l in out.splitlines()
+                     if first.match(l.strip()))
+            print(f"   optimizer-order={order:11s}: first group updated {float(m['before']):6.1f} ms "
+                  f"before the step ends; its gather ({float(m['wait']):.2f} ms) "
+                  f"{'hidden' if float(m['before']) >= float(m['wait']) else 'exposed'} "
+                  f"in steady state: {float(m['steady']):.1f} ms per step")
         print()
         print("2. MatrixFSDP seed settings: 2 Newton-Schulz steps, bf16 parameters without")
         print("   fp32 masters; simulated totals (predicted) against the seed's measured table")
