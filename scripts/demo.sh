@@ -48,6 +48,7 @@ echo "== mfsdp-compile examples/trainer/model.json --mesh=dp_shard=2 --policy=mi
 "$BIN/mfsdp-compile" examples/trainer/model.json --mesh=dp_shard=2 \
   --policy=mixed_muon_adamw -o "$BUILD/libexample-step.so" --emit-c="$BUILD/example-step.c"
 sed -n '1,3p' "$BUILD/example-step.c"
+grep -A3 'The static memory plan' "$BUILD/example-step.c"
 echo
 echo "== mpirun -np 2 mfsdp-example-trainer libstep.so: 5 steps on 2 ranks (host backend)"
 MPIRUN_FLAGS=(-np 2)

@@ -35,6 +35,11 @@ typedef enum mfsdp_placement {
   MFSDP_ROW_SHARD = 0, /* torch.chunk rows over dp_shard */
   MFSDP_OWNER = 1,     /* whole on one dp_shard rank */
   MFSDP_REPLICATE = 2, /* whole on every rank */
+  /* Tiled by block_rows x block_cols blocks; the blocks, in row-major
+   * order, are dealt round-robin to the dp_shard ranks (block k to rank
+   * k % dp_shard), and each rank keeps its blocks packed one after the
+   * other, each block row-major. */
+  MFSDP_BLOCK_SHARD = 3,
 } mfsdp_placement;
 
 typedef enum mfsdp_optimizer {
@@ -61,7 +66,44 @@ typedef struct mfsdp_param_desc {
   int32_t owner;         /* dp_shard rank, for MFSDP_OWNER */
   int32_t optimizer;     /* mfsdp_optimizer */
   int32_t compute_dtype; /* mfsdp_compute_dtype */
+  /* MFSDP_BLOCK_SHARD: the block extents, dividing rows and cols; 0 for
+   * every other placement. Last, so a table written before they existed
+   * reads them as zeros. */
+  int64_t block_rows, block_cols;
 } mfsdp_param_desc;
+
+/* Where the engine keeps one parameter's buffers: byte offsets in the
+ * arena of every dp_shard rank that holds them (-1: the buffer is empty
+ * everywhere). master, exp_avg, exp_avg_sq and grad_shard are this rank's
+ * part (row shards, owned matrices, whole replicated tensors); full is the
+ * gathered compute copy in forward (and all step under ZeRO-1/2),
+ * full_backward the one gathered again for backward under ZeRO-3, grad the
+ * whole gradient handed to the trainer. */
+typedef struct mfsdp_param_offsets {
+  int64_t master, exp_avg, exp_avg_sq, grad_shard, full, full_backward, grad;
+} mfsdp_param_offsets;
+
+/* The static memory plan the compiler computed: one arena per rank, every
+ * buffer at a fixed offset, buffers whose lifetimes cannot overlap sharing
+ * space. The lifetimes assume the hook protocol of a training step: units
+ * one at a time, forward in order, backward in reverse (a recomputation's
+ * pre_forward right before the unit's pre_backward); under ZeRO-3 a unit's
+ * gathered copy lives from pre_forward to post_forward and from the
+ * backward gather to post_backward; gradients from pre_backward to
+ * post_backward unless keep_grads. A trainer that holds two units whose
+ * space is shared gets MFSDP_ERROR_ORDER naming both, never corrupt data. */
+typedef struct mfsdp_memory_plan {
+  int32_t num_shard_ranks;           /* = dp_shard */
+  const int64_t *arena_bytes;        /* per dp_shard rank */
+  const mfsdp_param_offsets *params; /* one per parameter */
+  int64_t staging;                   /* a whole-tensor buffer for load and
+                                        store (not during a unit's hooks),
+                                        and for reordering block shards'
+                                        packed blocks (then kept all run) */
+  int32_t keep_grads; /* 1: gradients kept across steps, so no-sync
+                         accumulation works; 0: they live from pre_backward
+                         to post_backward and no-sync is refused */
+} mfsdp_memory_plan;
 
 /* The plan: what the compiler decided, as constants. */
 typedef struct mfsdp_plan {
@@ -76,6 +118,22 @@ typedef struct mfsdp_plan {
   int32_t sgd_nesterov;
   float muon_lr, muon_momentum, muon_weight_decay;
   int32_t muon_nesterov, muon_ns_steps, muon_scale; /* 0 match_rms_adamw, 1 original */
+  /* HSDP Newton-Schulz split (plan.policy ns_split): 1 to split the Muon
+   * steps of owned matrices across the dp_replicate replicas, 0 (what a
+   * zero-initialised plan holds) for every replica running them all. The
+   * rule: for each dp_shard rank o, take the parameters with placement
+   * MFSDP_OWNER, owner o and optimizer MFSDP_OPT_MUON, ordered by unit and
+   * within a unit by their index in `params`; the i-th of them (from 0) is
+   * stepped only by replica i % dp_replicate (the owner o of that replica
+   * runs momentum, Newton-Schulz and the update, then broadcasts the
+   * updated master to owner o of the other replicas). Only that replica
+   * keeps its momentum; mfsdp_store_state returns it on every rank and
+   * mfsdp_load_state loads it there. Every other parameter is updated by
+   * every replica. No effect when dp_replicate is 1. */
+  int32_t ns_split;
+  /* NULL: the engine sizes its arena itself, for every unit gathered at
+   * once (plans built by hand). */
+  const mfsdp_memory_plan *memory;
 } mfsdp_plan;
 
 typedef struct mfsdp_step mfsdp_step;

@@ -17,11 +17,13 @@
 #include "dialects/plan/PlanOps.h"
 #include "mfsdp/import/PlanImport.h"
 #include "mfsdp/runtime/PlanHash.h"
+#include "mfsdp/step/RuntimeMemory.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/Tools/mlir-translate/Translation.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
 
 #include <cmath>
@@ -76,6 +78,8 @@ const char *placementName(int32_t p) {
     return "MFSDP_OWNER";
   case MFSDP_REPLICATE:
     return "MFSDP_REPLICATE";
+  case MFSDP_BLOCK_SHARD:
+    return "MFSDP_BLOCK_SHARD";
   default:
     return "MFSDP_ROW_SHARD";
   }
@@ -122,7 +126,8 @@ template <typename Attr> struct OneSetting {
 
 } // namespace
 
-LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os) {
+LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
+                                           const EmitStepOptions &options) {
   GraphOp graph = findSingleGraph(module);
   if (!graph)
     return failure();
@@ -132,10 +137,6 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os) {
     return graph.emitOpError()
            << "has no " << (mesh ? "plan.policy" : "plan.mesh")
            << "; run --mfsdp-assign-layouts before emitting a step library";
-  if (policy.getNsSplit())
-    return policy.emitOpError()
-           << "splits Newton-Schulz across ranks (ns_split); the step runtime "
-              "runs each matrix on its owner only";
   if (policy.getNoMaster())
     return policy.emitOpError()
            << "has no fp32 master weights (no_master); the step runtime keeps "
@@ -195,14 +196,36 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os) {
       d.owner = static_cast<int32_t>(own.getRank());
     } else if (isa<ReplicateAttr>(pl)) {
       d.placement = MFSDP_REPLICATE;
+    } else if (auto block = dyn_cast<BlockShardAttr>(pl)) {
+      // Blocks over dp_shard; dims after the first flatten into columns,
+      // so a block must span each of them whole.
+      ArrayAttr axes = block.getAxes();
+      if (axes.size() != 1 || cast<StringAttr>(axes[0]).getValue() != "dp_shard")
+        return p.emitOpError()
+               << "is block-sharded over " << axes
+               << "; the step runtime deals blocks over [\"dp_shard\"] only";
+      ArrayRef<int64_t> extents = block.getBlock();
+      ArrayRef<int64_t> dims = p.getTensorType().getShape();
+      for (size_t i = 2; i < extents.size() && i < dims.size(); ++i)
+        if (extents[i] != dims[i])
+          return p.emitOpError()
+                 << "has blocks of extent " << extents[i] << " in dim " << i
+                 << " of size " << dims[i]
+                 << "; the step runtime flattens dims after the second into "
+                    "columns, so blocks must span them whole";
+      d.placement = MFSDP_BLOCK_SHARD;
+      d.block_rows = extents.empty() ? 1 : extents[0];
+      d.block_cols = 1;
+      for (size_t i = 1; i < extents.size(); ++i)
+        d.block_cols *= extents[i];
     } else if (isa<ExternalAttr>(pl)) {
       return p.emitOpError()
              << "is owned by a tensor/expert-parallel dim (" << pl
              << "); the step runtime does not run TP/EP-owned parameters yet";
     } else {
       return p.emitOpError() << "has placement " << pl
-                             << "; the step runtime runs row_shard, owner and "
-                                "replicate placements";
+                             << "; the step runtime runs row_shard, block_shard, "
+                                "owner and replicate placements";
     }
     RankedTensorType t = p.getTensorType();
     Type elem = t.getElementType();
@@ -234,10 +257,13 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os) {
       if (failed(sgd.add(s, p, "SGD")))
         return failure();
     } else if (auto m = dyn_cast<MuonAttr>(opt)) {
-      if (d.placement == MFSDP_ROW_SHARD)
+      if (d.placement == MFSDP_ROW_SHARD || d.placement == MFSDP_BLOCK_SHARD)
         return p.emitOpError()
-               << "uses Muon on a row shard; Muon needs the whole matrix "
-                  "(an owner or replicate placement)";
+               << "uses Muon on a "
+               << (d.placement == MFSDP_ROW_SHARD ? "row shard" : "block shard")
+               << "; Muon needs the whole matrix (an owner or replicate "
+                  "placement); the step runtime runs block shards with "
+                  "elementwise optimizers (AdamW, SGD) only";
       d.optimizer = MFSDP_OPT_MUON;
       if (failed(muon.add(m, p, "Muon")))
         return failure();
@@ -275,6 +301,22 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os) {
     plan.muon_ns_steps = static_cast<int32_t>(mu.getNsSteps());
     plan.muon_scale = mu.getScale() == MuonScale::original ? 1 : 0;
   }
+  // HSDP Newton-Schulz split: the runtime derives which replica steps each
+  // owned Muon matrix with the rule of plan.policy (runtime.h: ns_split).
+  plan.ns_split = policy.getNsSplit() ? 1 : 0;
+  // The static memory plan: every buffer of the runtime at its offset.
+  step::RuntimeMemoryPlan memory =
+      step::planRuntimeMemory(plan, options.accumulate);
+  if (!memory.error.empty())
+    return graph.emitOpError() << "cannot plan the runtime's memory: "
+                               << memory.error;
+  mfsdp_memory_plan memoryPlan{};
+  memoryPlan.num_shard_ranks = plan.dp_shard;
+  memoryPlan.arena_bytes = memory.arenaBytes.data();
+  memoryPlan.params = memory.params.data();
+  memoryPlan.staging = memory.staging;
+  memoryPlan.keep_grads = memory.keepGrads ? 1 : 0;
+  plan.memory = &memoryPlan;
   plan.hash = runtime::planHash(plan);
 
   // The source.
@@ -293,15 +335,49 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os) {
      << "#include <mfsdp/runtime.h>\n\n";
   os << "static const mfsdp_param_desc mfsdp_params[" << std::max(1, plan.num_params)
      << "] = {\n";
-  os << "  /* name, rows, cols, unit, placement, owner, optimizer, compute dtype */\n";
+  os << "  /* name, rows, cols, unit, placement, owner, optimizer, compute dtype, "
+        "block rows, block cols */\n";
   for (const mfsdp_param_desc &d : descs)
     os << "  {" << cString(d.name) << ", " << d.rows << ", " << d.cols << ", "
        << d.unit << ", " << placementName(d.placement) << ", " << d.owner
        << ", " << optimizerName(d.optimizer) << ", "
-       << computeName(d.compute_dtype) << "},\n";
+       << computeName(d.compute_dtype) << ", " << d.block_rows << ", "
+       << d.block_cols << "},\n";
   if (descs.empty())
-    os << "  {0, 0, 0, 0, 0, 0, 0, 0},\n";
+    os << "  {0, 0, 0, 0, 0, 0, 0, 0, 0, 0},\n";
   os << "};\n\n";
+  // The memory plan.
+  auto list = [&](const std::vector<int64_t> &v) {
+    std::string out;
+    for (size_t i = 0; i < v.size(); ++i)
+      out += (i ? ", " : "") + std::to_string(v[i]);
+    return out;
+  };
+  os << "/* The static memory plan: per dp_shard rank the arena bytes (with "
+        "nothing\n * shared: "
+     << list(memory.unsharedBytes) << "), per parameter the byte offsets of\n"
+     << " * its buffers (-1: none); gradients "
+     << (memory.keepGrads ? "kept for accumulation" : "live during backward only")
+     << ". */\n";
+  os << "static const int64_t mfsdp_arena_bytes[" << memory.arenaBytes.size()
+     << "] = {" << list(memory.arenaBytes) << "};\n\n";
+  os << "static const mfsdp_param_offsets mfsdp_offsets[" << std::max(1, plan.num_params)
+     << "] = {\n";
+  os << "  /* master, exp_avg, exp_avg_sq, grad_shard, full, full_backward, grad */\n";
+  for (const mfsdp_param_offsets &o : memory.params)
+    os << "  {" << o.master << ", " << o.exp_avg << ", " << o.exp_avg_sq << ", "
+       << o.grad_shard << ", " << o.full << ", " << o.full_backward << ", "
+       << o.grad << "},\n";
+  if (memory.params.empty())
+    os << "  {-1, -1, -1, -1, -1, -1, -1},\n";
+  os << "};\n\n";
+  os << "static const mfsdp_memory_plan mfsdp_the_memory = {\n"
+     << "  .num_shard_ranks = " << plan.dp_shard << ",\n"
+     << "  .arena_bytes = mfsdp_arena_bytes,\n"
+     << "  .params = mfsdp_offsets,\n"
+     << "  .staging = " << memory.staging << ",\n"
+     << "  .keep_grads = " << memoryPlan.keep_grads << ",\n"
+     << "};\n\n";
   os << "static const mfsdp_plan mfsdp_the_plan = {\n"
      << "  .hash = UINT64_C(" << llvm::format_hex(plan.hash, 18) << "),\n"
      << "  .zero = " << plan.zero << ",\n"
@@ -326,6 +402,8 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os) {
      << "  .muon_nesterov = " << plan.muon_nesterov << ",\n"
      << "  .muon_ns_steps = " << plan.muon_ns_steps << ",\n"
      << "  .muon_scale = " << plan.muon_scale << ",\n"
+     << "  .ns_split = " << plan.ns_split << ",\n"
+     << "  .memory = &mfsdp_the_memory,\n"
      << "};\n\n";
   os << "const mfsdp_plan *mfsdp_step_plan(void) { return &mfsdp_the_plan; }\n\n"
      << "mfsdp_status mfsdp_step_create(mfsdp_step **out) {\n"
@@ -335,6 +413,11 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os) {
 }
 
 void mfsdp::registerEmitTranslations() {
+  static llvm::cl::opt<bool> accumulate(
+      "emit-step-accumulate",
+      llvm::cl::desc("--emit-step-c: keep gradients between microbatches "
+                     "(no-sync accumulation) in the memory plan"),
+      llvm::cl::init(false));
   static TranslateFromMLIRRegistration emitReg(
       "emit-step-c",
       "Emit the C source of the step library of a planned plan.graph",
@@ -342,7 +425,9 @@ void mfsdp::registerEmitTranslations() {
         auto module = dyn_cast<ModuleOp>(op);
         if (!module)
           return op->emitError("expected a builtin.module");
-        return emitStepLibrarySource(module, os);
+        EmitStepOptions options;
+        options.accumulate = accumulate;
+        return emitStepLibrarySource(module, os, options);
       },
       [](DialectRegistry &registry) { registry.insert<PlanDialect>(); });
 }

@@ -34,6 +34,29 @@ void *Arena::allocate(int64_t bytes) {
   return nullptr;
 }
 
+void *Arena::allocateAt(int64_t offset, int64_t bytes) {
+  if (bytes <= 0 || offset < 0 || offset % kAlignment != 0)
+    return nullptr;
+  const int64_t size = roundUp(bytes);
+  // The free block that contains `offset`: the last one starting at or
+  // before it.
+  auto it = free_.upper_bound(offset);
+  if (it == free_.begin())
+    return nullptr;
+  --it;
+  const int64_t start = it->first, length = it->second;
+  if (offset + size > start + length)
+    return nullptr;
+  free_.erase(it);
+  if (offset > start)
+    free_[start] = offset - start;
+  if (start + length > offset + size)
+    free_[offset + size] = start + length - (offset + size);
+  live_[offset] = size;
+  used_ += size;
+  return reinterpret_cast<void *>(base_ + static_cast<uintptr_t>(offset));
+}
+
 bool Arena::release(void *p) {
   const uintptr_t at = reinterpret_cast<uintptr_t>(p);
   if (at < base_)

@@ -4,18 +4,25 @@
 // frees after use (ZeRO-3), reduces gradients after backward (reduce-scatter
 // for row shards, reduce-scatter-v to owners, all-reduce for replicated
 // tensors, all-reduce between dp_replicate replicas), averages them over the
-// data-parallel ranks, and runs AdamW / SGD on shards and Muon on owners.
+// data-parallel ranks, and runs AdamW / SGD on shards and Muon on owners
+// (under ns_split each owned Muon matrix on one dp_replicate replica, which
+// broadcasts the updated master to the others).
 //
 // The engine holds buffers of its backend (Backend.h: host memory or a CUDA
 // device) and asks the backend for every copy, collective and kernel. Row
 // shards are kept padded to whole chunks (ceil(rows / S) rows on every
 // rank, zero past the tensor's end), so their gathers and reductions are
-// one collective straight between the engine's buffers.
+// one collective straight between the engine's buffers. Block shards keep
+// each rank's blocks packed (Kernels.h: BlockGrid); their gathers and
+// reductions are an all-gather-v / reduce-scatter-v of packed blocks,
+// reordered through a staging buffer (packBlocks / unpackBlocks).
 //
 //===----------------------------------------------------------------------===//
 #include "mfsdp/runtime.h"
 #include "mfsdp/runtime/Arena.h"
 #include "mfsdp/runtime/Backend.h"
+#include "mfsdp/runtime/Counters.h"
+#include "mfsdp/runtime/BufferSizes.h"
 #include "mfsdp/runtime/PlanHash.h"
 
 #include <mpi.h>
@@ -27,6 +34,8 @@
 #include <vector>
 
 using namespace mfsdp::rt;
+using mfsdp::runtime::BufferFloats;
+using mfsdp::runtime::bufferFloats;
 
 namespace {
 
@@ -35,12 +44,16 @@ enum class UnitState { Idle, Forward, ForwardDone, Backward };
 struct ParamState {
   mfsdp_param_desc desc;
   std::string name;
+  mfsdp_param_offsets at{-1, -1, -1, -1, -1, -1, -1}; // the static plan's places
+  int64_t fullAt = -1; // where `full` is: at.full or at.full_backward
   int64_t chunkRows = 0;  // row shard: ceil(rows / S)
   int64_t localRows = 0;  // rows this rank keeps
   bool ownsAny = false;   // this rank updates something of it
   int64_t localCount = 0; // elements this rank updates (no padding)
   int64_t localSize = 0;  // elements of master, m, v, gradShard (padded)
   int64_t fullSize = 0;   // elements of full and grad (padded)
+  BlockGrid grid;                  // block shard: the tiling over dp_shard
+  std::vector<int64_t> blockCounts; // block shard: floats per dp_shard rank
   float *master = nullptr;    // shard, owned matrix, or whole
   float *m = nullptr, *v = nullptr; // AdamW / SGD / Muon state
   float *gradShard = nullptr; // the reduced gradient this rank keeps
@@ -48,8 +61,29 @@ struct ParamState {
   float *grad = nullptr;      // gradient buffer handed to the trainer
   bool gradLive = false;      // grad handed out (pre_backward ran)
   bool gradReduced = false;   // gradShard holds a reduced gradient
+  int32_t nsReplica = -1;     // ns_split: the replica that steps it (-1: all)
   int64_t elements() const { return desc.rows * desc.cols; }
 };
+
+/// What is wrong with a plan entry's block extents ("" when nothing).
+std::string blockProblem(const mfsdp_param_desc &d) {
+  const std::string extents =
+      std::to_string(d.block_rows) + "x" + std::to_string(d.block_cols);
+  if (d.placement != MFSDP_BLOCK_SHARD)
+    return d.block_rows || d.block_cols
+               ? "block extents " + extents + " on a placement other than "
+                 "MFSDP_BLOCK_SHARD (expected 0x0)"
+               : "";
+  if (d.block_rows < 1 || d.block_cols < 1 || d.rows % d.block_rows ||
+      d.cols % d.block_cols)
+    return "blocks of " + extents + " do not tile the " + std::to_string(d.rows) +
+           "x" + std::to_string(d.cols) +
+           " tensor (block extents must be positive and divide rows and cols)";
+  if (d.optimizer == MFSDP_OPT_MUON)
+    return "Muon needs the whole matrix, but MFSDP_BLOCK_SHARD splits it into "
+           "blocks (use MFSDP_OWNER)";
+  return "";
+}
 
 } // namespace
 
@@ -61,8 +95,11 @@ struct mfsdp_step {
   std::vector<bool> reduced;
   std::unique_ptr<Backend> backend;
   float *muonScratch = nullptr;
+  const mfsdp_memory_plan *memory = nullptr; // the static plan, if any
   int64_t S = 1, R = 1, shardRank = 0;
   int64_t steps = 0;
+  int64_t replicaRank = 0; // this rank's dp_replicate replica
+  WorkCounters work;       // for tests (Counters.h)
   bool noSync = false;
   std::string error;
 
@@ -82,6 +119,28 @@ struct mfsdp_step {
                   "parameter " + std::to_string(param) + " is out of range");
     return MFSDP_OK;
   }
+  /// ns_split (runtime.h): the replica that steps each owned Muon matrix,
+  /// the i-th of each owner's (by unit, then table order) on replica
+  /// i % R. False when the plan's flag is neither 0 nor 1.
+  bool assignNsReplicas() {
+    if (plan.ns_split != 0 && plan.ns_split != 1)
+      return false;
+    if (!plan.ns_split || R < 2)
+      return true;
+    std::vector<int64_t> held(S, 0);
+    for (const std::vector<int32_t> &unit : unitParams)
+      for (int32_t p : unit) {
+        ParamState &ps = params[p];
+        if (ps.desc.placement == MFSDP_OWNER && ps.desc.optimizer == MFSDP_OPT_MUON)
+          ps.nsReplica = static_cast<int32_t>(held[ps.desc.owner]++ % R);
+      }
+    return true;
+  }
+  /// Whether this rank runs the optimizer step of `ps` (when it keeps any
+  /// of it): under ns_split only the owner on the chosen replica does.
+  bool stepsHere(const ParamState &ps) const {
+    return ps.nsReplica < 0 || ps.nsReplica == replicaRank;
+  }
   /// The status of a collective.
   mfsdp_status comm(int code, const char *what) {
     if (code == 0)
@@ -97,6 +156,57 @@ struct mfsdp_step {
   }
   mfsdp_status allocate(int64_t count, float *&out, const std::string &what) {
     return device(backend->allocate(count, out), "allocating " + what);
+  }
+
+  /// What holds arena bytes [lo, hi) of the static plan now (empty if
+  /// nothing the engine knows of).
+  std::string occupant(int64_t lo, int64_t hi) const {
+    auto overlaps = [&](const float *buf, int64_t at, int64_t count) {
+      const int64_t bytes = count * static_cast<int64_t>(sizeof(float));
+      return buf && at >= 0 && count > 0 && at < hi && lo < at + bytes;
+    };
+    for (const ParamState &ps : params) {
+      const std::string unit = " (unit " + std::to_string(ps.desc.unit) + ")";
+      if (overlaps(ps.full, ps.fullAt, ps.fullSize))
+        return "the gathered '" + ps.name + "'" + unit;
+      if (overlaps(ps.grad, ps.at.grad, ps.fullSize))
+        return "the gradient of '" + ps.name + "'" + unit;
+      if (overlaps(ps.master, ps.at.master, ps.localSize) ||
+          overlaps(ps.m, ps.at.exp_avg, ps.localSize) ||
+          overlaps(ps.v, ps.at.exp_avg_sq, ps.localSize) ||
+          overlaps(ps.gradShard, ps.at.grad_shard, ps.localSize))
+        return "the sharded state of '" + ps.name + "'";
+    }
+    return "";
+  }
+
+  /// `count` floats for `what`: at `offset` of the static plan, else from
+  /// the arena. A place still held by another buffer is a hook-order
+  /// error naming both.
+  mfsdp_status place(int64_t offset, int64_t count, float *&out,
+                     const std::string &what) {
+    if (!memory || count <= 0)
+      return allocate(count, out, what);
+    if (offset < 0)
+      return fail(MFSDP_ERROR_PLAN, "the library's memory plan has no place for " +
+                                        what);
+    if (backend->allocateAt(offset, count, out) == 0)
+      return MFSDP_OK;
+    const std::string reason = backend->lastError();
+    const int64_t bytes = count * static_cast<int64_t>(sizeof(float));
+    const std::string who = occupant(offset, offset + bytes);
+    if (who.empty())
+      return fail(MFSDP_ERROR_PLAN, "the library's memory plan does not fit this "
+                                    "runtime: no room for " + what + " at arena "
+                                    "offset " + std::to_string(offset) + ": " +
+                                    reason);
+    return fail(MFSDP_ERROR_ORDER,
+                "the memory plan puts " + what + " at arena bytes [" +
+                    std::to_string(offset) + ", " + std::to_string(offset + bytes) +
+                    "), which " + who +
+                    " still holds: the plan has one unit's gathered parameters "
+                    "and gradients live at a time, forward in unit order and "
+                    "backward in reverse (finish that unit's hooks first)");
   }
   /// The end of a call that hands buffers to the trainer or reads its
   /// writes: everything issued is done.
@@ -117,9 +227,39 @@ struct mfsdp_step {
                                       full, counts),
                   "all-gather-v");
     }
+    case MFSDP_BLOCK_SHARD: {
+      // Every rank's packed blocks into a staging buffer, then each block
+      // to its place in the whole tensor.
+      float *packed = nullptr;
+      if (auto s = blockStaging(ps, packed, "gathering"))
+        return s;
+      mfsdp_status s = gatherPacked(ps, local, packed);
+      if (!s)
+        s = device(backend->unpackBlocks(packed, full, ps.grid, 0, ps.grid.blocks()),
+                   "unpacking the blocks of '" + ps.name + "'");
+      backend->release(packed);
+      return s;
+    }
     default:
       return device(backend->copy(full, local, ps.elements()), "copy");
     }
+  }
+
+  /// Block shards: every rank's packed blocks (`local`) concatenated in
+  /// packed order (BlockGrid) into `packed` (ps.fullSize floats).
+  mfsdp_status gatherPacked(const ParamState &ps, const float *local, float *packed) {
+    return comm(backend->allGatherV(Group::Shard, ps.ownsAny ? local : nullptr,
+                                    packed, ps.blockCounts),
+                "all-gather-v of blocks");
+  }
+
+  /// Block shards: a whole-tensor buffer for the packed blocks while a
+  /// gather or reduction reorders them (the memory plan's staging place,
+  /// else from the arena); released by the caller.
+  mfsdp_status blockStaging(const ParamState &ps, float *&out, const char *why) {
+    return place(memory ? memory->staging : -1, ps.fullSize, out,
+                 std::string("the staging buffer for ") + why + " the blocks of '" +
+                     ps.name + "'");
   }
 
   /// This rank's part of the whole tensor `full` (host memory) into
@@ -127,6 +267,14 @@ struct mfsdp_step {
   mfsdp_status scatterWhole(const ParamState &ps, const float *full, float *local) {
     if (ps.localCount == 0)
       return MFSDP_OK;
+    if (ps.desc.placement == MFSDP_BLOCK_SHARD) {
+      // This rank's blocks, packed on the host.
+      std::vector<float> packed(static_cast<size_t>(ps.localCount));
+      host::packBlocks(full, packed.data(), ps.grid, ps.grid.firstBlockOf(shardRank),
+                       ps.grid.blocksOf(shardRank));
+      return device(backend->copyFromHost(local, packed.data(), ps.localCount),
+                    "copy from the host");
+    }
     const float *from = full;
     if (ps.desc.placement == MFSDP_ROW_SHARD)
       from += shardRank * ps.chunkRows * ps.desc.cols;
@@ -135,24 +283,52 @@ struct mfsdp_step {
   }
 
   /// The whole tensor laid out like ps.master (`local`) into `full` (host
-  /// memory, ps.elements() floats) on every rank.
-  mfsdp_status storeWhole(const ParamState &ps, const float *local, float *full) {
+  /// memory, ps.elements() floats) on every rank. With `fromReplica` >= 0
+  /// only that dp_replicate replica's `local` is read (ns_split momentum,
+  /// which only the replica that steps the matrix keeps) and broadcast to
+  /// the other replicas.
+  mfsdp_status storeWhole(const ParamState &ps, const float *local, float *full,
+                          int32_t fromReplica = -1) {
     float *whole = nullptr;
-    if (auto s = allocate(ps.fullSize, whole, "a gathered copy of '" + ps.name + "'"))
+    if (auto s = place(memory ? memory->staging : -1, ps.fullSize, whole,
+                       "the staging buffer for storing '" + ps.name + "'"))
       return s;
-    mfsdp_status s = gatherWhole(ps, local, whole);
+    if (ps.desc.placement == MFSDP_BLOCK_SHARD) {
+      // The packed blocks of every rank, put in place on the host (the
+      // staging buffer is the only whole-tensor buffer a store takes).
+      mfsdp_status s = gatherPacked(ps, local, whole);
+      std::vector<float> packed(static_cast<size_t>(ps.fullSize));
+      if (!s)
+        s = device(backend->copyToHost(packed.data(), whole, ps.fullSize),
+                   "copy to the host");
+      backend->release(whole);
+      if (!s)
+        host::unpackBlocks(packed.data(), full, ps.grid, 0, ps.grid.blocks());
+      return s;
+    }
+    mfsdp_status s = fromReplica < 0 || fromReplica == replicaRank
+                         ? gatherWhole(ps, local, whole)
+                         : MFSDP_OK;
+    if (!s && fromReplica >= 0)
+      s = comm(backend->broadcast(Group::Replicate, whole, ps.elements(), fromReplica),
+               "broadcast over replicas");
     if (!s)
       s = device(backend->copyToHost(full, whole, ps.elements()), "copy to the host");
     backend->release(whole);
     return s;
   }
 
-  mfsdp_status gather(int32_t unit) {
+  /// Gathers a unit's parameters (for its backward: where the memory plan
+  /// puts the backward gather).
+  mfsdp_status gather(int32_t unit, bool forBackward = false) {
     for (int32_t p : unitParams[unit]) {
       ParamState &ps = params[p];
       if (ps.full)
         continue;
-      if (auto s = allocate(ps.fullSize, ps.full, "the gathered '" + ps.name + "'"))
+      ps.fullAt = forBackward ? ps.at.full_backward : ps.at.full;
+      if (auto s = place(ps.fullAt, ps.fullSize, ps.full,
+                         "the gathered '" + ps.name + "'" +
+                             (forBackward ? " for backward" : "")))
         return s;
       mfsdp_status s = gatherWhole(ps, ps.master, ps.full);
       if (!s && ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
@@ -204,6 +380,25 @@ struct mfsdp_step {
           return s;
         break;
       }
+      case MFSDP_BLOCK_SHARD: {
+        // The whole gradient packed by rank, then each rank's blocks
+        // reduced to it.
+        float *packed = nullptr;
+        if (auto s = blockStaging(ps, packed, "reducing"))
+          return s;
+        mfsdp_status s =
+            device(backend->packBlocks(ps.grad, packed, ps.grid, 0, ps.grid.blocks()),
+                   "packing the blocks of '" + ps.name + "'");
+        if (!s)
+          s = comm(backend->reduceScatterV(Group::Shard, packed,
+                                           ps.ownsAny ? ps.gradShard : nullptr,
+                                           ps.blockCounts),
+                   "reduce-scatter-v of blocks");
+        backend->release(packed);
+        if (s)
+          return s;
+        break;
+      }
       default:
         if (auto s = comm(backend->allReduce(Group::Shard, ps.grad, n), "all-reduce"))
           return s;
@@ -233,7 +428,8 @@ struct mfsdp_step {
         (d.placement == MFSDP_OWNER && (d.owner < 0 || d.owner >= plan.dp_shard)) ||
         (d.optimizer == MFSDP_OPT_MUON && d.placement != MFSDP_OWNER &&
          d.placement != MFSDP_REPLICATE) ||
-        (d.compute_dtype != MFSDP_COMPUTE_F32 && d.compute_dtype != MFSDP_COMPUTE_BF16))
+        (d.compute_dtype != MFSDP_COMPUTE_F32 && d.compute_dtype != MFSDP_COMPUTE_BF16) ||
+        !blockProblem(d).empty())
       return false;
     const int64_t cols = d.cols;
     switch (d.placement) {
@@ -251,6 +447,16 @@ struct mfsdp_step {
       ps.localCount = ps.localSize = ps.ownsAny ? ps.elements() : 0;
       ps.fullSize = ps.elements();
       break;
+    case MFSDP_BLOCK_SHARD:
+      // This rank's blocks, packed; no padding (ranks may keep unequal
+      // numbers of blocks, or none).
+      ps.grid = BlockGrid{d.rows, cols, d.block_rows, d.block_cols, S};
+      ps.localCount = ps.localSize = ps.grid.blocksOf(shardRank) * ps.grid.blockElems();
+      ps.ownsAny = ps.localCount > 0;
+      ps.fullSize = ps.elements();
+      for (int64_t r = 0; r < S; ++r)
+        ps.blockCounts.push_back(ps.grid.blocksOf(r) * ps.grid.blockElems());
+      break;
     default:
       ps.ownsAny = true;
       ps.localCount = ps.localSize = ps.fullSize = ps.elements();
@@ -264,16 +470,53 @@ struct mfsdp_step {
     auto bytes = [](int64_t count) {
       return Arena::roundUp(count * static_cast<int64_t>(sizeof(float)));
     };
-    int64_t total = 0, largestFull = 0, scratch = 0;
+    int64_t total = 0, largestFull = 0, scratch = 0, largestBlocks = 0;
     for (const ParamState &ps : params) {
       total += bytes(ps.localSize) * (2 + (ps.desc.optimizer != MFSDP_OPT_NONE) +
                                       (ps.desc.optimizer == MFSDP_OPT_ADAMW));
       total += bytes(ps.fullSize) * 2;
       largestFull = std::max(largestFull, ps.fullSize);
+      if (ps.desc.placement == MFSDP_BLOCK_SHARD) // its staging buffer
+        largestBlocks = std::max(largestBlocks, ps.fullSize);
       if (ps.ownsAny && ps.desc.optimizer == MFSDP_OPT_MUON)
         scratch = std::max(scratch, backend->muonScratch(ps.desc.rows, ps.desc.cols));
     }
-    return total + bytes(largestFull) + bytes(scratch);
+    return total + bytes(largestFull) + bytes(largestBlocks) + bytes(scratch);
+  }
+
+  /// Whether gradient buffers live for the whole run (no static plan, or
+  /// one that keeps them for no-sync accumulation).
+  bool gradsKept() const { return !memory || memory->keep_grads; }
+
+  /// A unit's gradient buffers, zeroed, when the plan keeps them only
+  /// during its backward.
+  mfsdp_status placeGrads(int32_t unit) {
+    if (gradsKept())
+      return MFSDP_OK;
+    for (int32_t p : unitParams[unit]) {
+      ParamState &ps = params[p];
+      if (ps.grad)
+        continue;
+      if (auto s = place(ps.at.grad, ps.fullSize, ps.grad,
+                         "the gradient of '" + ps.name + "'"))
+        return s;
+      if (auto s = device(backend->zero(ps.grad, ps.fullSize), "zero-fill"))
+        return s;
+    }
+    return MFSDP_OK;
+  }
+
+  /// Frees a unit's gradient buffers after their reduction (plans that do
+  /// not keep them).
+  void releaseGrads(int32_t unit) {
+    if (gradsKept())
+      return;
+    for (int32_t p : unitParams[unit]) {
+      ParamState &ps = params[p];
+      backend->release(ps.grad);
+      ps.grad = nullptr;
+      ps.gradLive = false;
+    }
   }
 
   /// The buffers a parameter keeps for the whole run, zeroed.
@@ -283,16 +526,20 @@ struct mfsdp_step {
       float *&buf;
       int64_t count;
       const char *what;
+      int64_t offset;
     } kept[] = {
-        {ps.master, ps.localSize, "master"},
-        {ps.m, opt != MFSDP_OPT_NONE ? ps.localSize : 0, "exp_avg"},
-        {ps.v, opt == MFSDP_OPT_ADAMW ? ps.localSize : 0, "exp_avg_sq"},
-        {ps.gradShard, ps.localSize, "reduced gradient"},
-        {ps.grad, ps.fullSize, "gradient"},
+        {ps.master, ps.localSize, "master", ps.at.master},
+        {ps.m, opt != MFSDP_OPT_NONE ? ps.localSize : 0, "exp_avg", ps.at.exp_avg},
+        {ps.v, opt == MFSDP_OPT_ADAMW ? ps.localSize : 0, "exp_avg_sq",
+         ps.at.exp_avg_sq},
+        {ps.gradShard, ps.localSize, "reduced gradient", ps.at.grad_shard},
+        // Gradients the plan does not keep live from pre_backward to
+        // post_backward only.
+        {ps.grad, gradsKept() ? ps.fullSize : 0, "gradient", ps.at.grad},
     };
     for (Kept &k : kept) {
-      if (auto s = allocate(k.count, k.buf,
-                            std::string("the ") + k.what + " of '" + ps.name + "'"))
+      if (auto s = place(k.offset, k.count, k.buf,
+                         std::string("the ") + k.what + " of '" + ps.name + "'"))
         return s;
       if (auto s = device(backend->zero(k.buf, k.count), "zero-fill"))
         return s;
@@ -371,6 +618,17 @@ mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
   step->S = plan->dp_shard;
   step->R = plan->dp_replicate;
   step->shardRank = step->backend->rank(Group::Shard);
+  if (const mfsdp_memory_plan *m = plan->memory) {
+    if (m->num_shard_ranks != plan->dp_shard || !m->arena_bytes ||
+        (plan->num_params > 0 && !m->params) ||
+        (m->keep_grads != 0 && m->keep_grads != 1) ||
+        m->arena_bytes[step->shardRank] < 0)
+      return failed(MFSDP_ERROR_PLAN,
+                    "invalid memory plan: it must have one arena size per "
+                    "dp_shard rank (" + std::to_string(plan->dp_shard) +
+                        "), one entry per parameter and keep_grads 0 or 1");
+    step->memory = m;
+  }
   step->unitParams.resize(plan->num_units);
   step->state.assign(plan->num_units, UnitState::Idle);
   step->reduced.assign(plan->num_units, false);
@@ -378,30 +636,70 @@ mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
     ParamState ps;
     ps.desc = plan->params[i];
     ps.name = ps.desc.name ? ps.desc.name : ("param " + std::to_string(i));
-    if (!step->layOut(ps))
-      return failed(MFSDP_ERROR_PLAN,
-                    "invalid plan entry for parameter '" + ps.name + "'");
+    if (!step->layOut(ps)) {
+      const std::string why = blockProblem(ps.desc);
+      return failed(MFSDP_ERROR_PLAN, "invalid plan entry for parameter '" +
+                                          ps.name + "'" + (why.empty() ? "" : ": ") +
+                                          why);
+    }
+    if (step->memory) {
+      // The compiler sized the plan's buffers with BufferSizes.h; this
+      // runtime's layout must agree, or offsets would overlap.
+      const BufferFloats want = bufferFloats(ps.desc, plan->dp_shard, step->shardRank);
+      if (want.master != ps.localSize || want.full != ps.fullSize)
+        return failed(MFSDP_ERROR_PLAN,
+                      "the library's memory plan sizes '" + ps.name + "' as " +
+                          std::to_string(want.master) + " local and " +
+                          std::to_string(want.full) + " whole floats, this "
+                          "runtime as " + std::to_string(ps.localSize) + " and " +
+                          std::to_string(ps.fullSize));
+      ps.at = step->memory->params[i];
+    }
     step->unitParams[ps.desc.unit].push_back(i);
     step->params.push_back(std::move(ps));
   }
-  const int64_t bytes = step->arenaBytes();
-  if (step->backend->reserve(bytes))
-    return failed(MFSDP_ERROR_BACKEND,
-                  "cannot reserve the arena of " + std::to_string(bytes) +
-                      " bytes on the " + step->backend->name() +
-                      " backend: " + step->backend->lastError());
+  step->replicaRank = step->backend->rank(Group::Replicate);
+  if (!step->assignNsReplicas())
+    return failed(MFSDP_ERROR_PLAN, "invalid plan: ns_split is " +
+                                        std::to_string(plan->ns_split) +
+                                        "; expected 0 or 1");
   int64_t scratch = 0;
-  for (ParamState &ps : step->params) {
-    if (auto s = step->allocateKept(ps)) {
-      *out = step.release();
-      return s;
-    }
+  for (ParamState &ps : step->params)
     if (ps.ownsAny && ps.desc.optimizer == MFSDP_OPT_MUON)
       scratch = std::max(scratch, step->backend->muonScratch(ps.desc.rows, ps.desc.cols));
-  }
-  mfsdp_status s = step->allocate(scratch, step->muonScratch, "the Muon scratch");
+  // With a static plan: its arena, then the backend's Muon scratch after
+  // it (its size depends on the backend). Without: every buffer at once.
+  const int64_t planned =
+      step->memory ? Arena::roundUp(step->memory->arena_bytes[step->shardRank]) : 0;
+  const int64_t bytes =
+      step->memory
+          ? planned + Arena::roundUp(scratch * static_cast<int64_t>(sizeof(float)))
+          : step->arenaBytes();
+  mfsdp_status s = MFSDP_OK;
+  if (step->backend->reserve(bytes))
+    s = step->fail(MFSDP_ERROR_BACKEND,
+                   "cannot reserve the arena of " + std::to_string(bytes) +
+                       " bytes on the " + step->backend->name() +
+                       " backend: " + step->backend->lastError());
+  for (size_t i = 0; !s && i < step->params.size(); ++i)
+    s = step->allocateKept(step->params[i]);
+  if (!s)
+    s = step->memory
+            ? step->device(step->backend->allocateAt(planned, scratch, step->muonScratch),
+                           "placing the Muon scratch")
+            : step->allocate(scratch, step->muonScratch, "the Muon scratch");
   if (!s)
     s = step->finish();
+  // Every rank goes on or none does: a rank whose buffers did not fit
+  // would leave the others waiting in their first collective.
+  int mine = static_cast<int>(s), worst = 0;
+  if (MPI_Allreduce(&mine, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS)
+    s = step->fail(MFSDP_ERROR_COMM, "MPI_Allreduce failed while the ranks agreed "
+                                     "that mfsdp_create succeeded");
+  else if (!s && worst != MFSDP_OK)
+    s = step->fail(static_cast<mfsdp_status>(worst),
+                   "another rank could not create its runtime (its "
+                   "mfsdp_last_error says why)");
   *out = step.release();
   return s;
 }
@@ -429,9 +727,9 @@ mfsdp_status mfsdp_pre_forward(mfsdp_step *step, int32_t unit) {
     return step->fail(MFSDP_ERROR_ORDER,
                       "pre_forward of unit " + std::to_string(unit) +
                           " called again before its backward");
-  if (auto st = step->gather(unit))
-    return st;
   // During backward this is activation-checkpoint recomputation.
+  if (auto st = step->gather(unit, s == UnitState::Backward))
+    return st;
   s = s == UnitState::Backward ? UnitState::Backward : UnitState::Forward;
   step->reduced[unit] = false;
   return step->finish();
@@ -458,9 +756,13 @@ mfsdp_status mfsdp_pre_backward(mfsdp_step *step, int32_t unit) {
     return step->fail(MFSDP_ERROR_ORDER,
                       "pre_backward of unit " + std::to_string(unit) +
                           " before its forward finished (post_forward)");
-  if (auto st = step->gather(unit))
+  if (auto st = step->gather(unit, true))
     return st;
-  // The gradient buffers are zero from mfsdp_create or the last zero_grad.
+  // The gradient buffers are zero from mfsdp_create or the last zero_grad,
+  // or placed and zeroed now when the memory plan keeps them only during
+  // the unit's backward.
+  if (auto st = step->placeGrads(unit))
+    return st;
   for (int32_t p : step->unitParams[unit])
     step->params[p].gradLive = true;
   s = UnitState::Backward;
@@ -480,6 +782,7 @@ mfsdp_status mfsdp_post_backward(mfsdp_step *step, int32_t unit) {
     step->reduced[unit] = true;
   }
   step->release(unit);
+  step->releaseGrads(unit);
   s = UnitState::Idle;
   // The trainer adds into the gradient buffers next: the reduction that
   // reads them is done first.
@@ -489,6 +792,12 @@ mfsdp_status mfsdp_post_backward(mfsdp_step *step, int32_t unit) {
 mfsdp_status mfsdp_set_no_sync(mfsdp_step *step, int32_t noSync) {
   if (!step)
     return MFSDP_ERROR_INVALID;
+  if (noSync && !step->gradsKept())
+    return step->fail(MFSDP_ERROR_ORDER,
+                      "no-sync needs the gradients kept between microbatches, "
+                      "but this library's memory plan frees each unit's "
+                      "gradients at post_backward: build it for gradient "
+                      "accumulation (mfsdp-compile --accumulate)");
   step->noSync = noSync != 0;
   return MFSDP_OK;
 }
@@ -535,6 +844,8 @@ mfsdp_status mfsdp_optimizer_step(mfsdp_step *step) {
     if (!ps.gradReduced)
       return step->fail(MFSDP_ERROR_ORDER, "parameter '" + ps.name +
                                                "' has no reduced gradient");
+    if (!step->stepsHere(ps))
+      continue; // ns_split: another replica steps it and sends the result
     const int64_t n = ps.localCount;
     int rc = 0;
     switch (ps.desc.optimizer) {
@@ -547,12 +858,26 @@ mfsdp_status mfsdp_optimizer_step(mfsdp_step *step) {
     case MFSDP_OPT_MUON:
       rc = b.muonStep(ps.master, ps.gradShard, ps.m, ps.desc.rows, ps.desc.cols,
                       muon, step->muonScratch);
+      ++step->work.muonSteps;
       break;
     default:
       break;
     }
     if (auto s = step->device(rc, "the optimizer step of '" + ps.name + "'"))
       return s;
+  }
+  // ns_split: every replica has stepped its share of the owned matrices;
+  // now each updated master goes from its replica to the same owner on
+  // the others (in table order on every rank).
+  for (ParamState &ps : step->params) {
+    if (!ps.ownsAny || ps.nsReplica < 0)
+      continue;
+    if (auto s = step->comm(b.broadcast(Group::Replicate, ps.master, ps.localCount,
+                                        ps.nsReplica),
+                            ("broadcast of the updated '" + ps.name +
+                             "' over replicas").c_str()))
+      return s;
+    ++(step->stepsHere(ps) ? step->work.nsSplitSends : step->work.nsSplitReceives);
   }
   // Gathered copies are stale now: ZeRO-1/2 keep parameters whole, so
   // gather the updated ones; ZeRO-3 gathers at the next use.
@@ -664,7 +989,10 @@ mfsdp_status mfsdp_store_state(mfsdp_step *step, int32_t param, int32_t which,
   float *state = nullptr;
   if (auto s = stateOf(step, param, which, state))
     return s;
-  return step->storeWhole(step->params[param], state, full);
+  // Under ns_split the momentum is current only on the replica that steps
+  // the matrix (the others keep the buffer but never update it).
+  const ParamState &ps = step->params[param];
+  return step->storeWhole(ps, state, full, ps.nsReplica);
 }
 
 mfsdp_status mfsdp_step_count(mfsdp_step *step, int64_t *count) {
@@ -685,3 +1013,7 @@ mfsdp_status mfsdp_set_step_count(mfsdp_step *step, int64_t count) {
 }
 
 } // extern "C"
+
+mfsdp::rt::WorkCounters mfsdp::rt::workCounters(const mfsdp_step *step) {
+  return step ? step->work : WorkCounters{};
+}

@@ -109,6 +109,20 @@ public:
     return 0;
   }
 
+  int allocateAt(int64_t offset, int64_t count, float *&out) override {
+    out = nullptr;
+    if (count <= 0)
+      return 0;
+    const int64_t bytes = count * static_cast<int64_t>(sizeof(float));
+    out = static_cast<float *>(arena_.allocateAt(offset, bytes));
+    if (!out)
+      return fail("bytes [" + std::to_string(offset) + ", " +
+                  std::to_string(offset + bytes) + ") of the device arena (" +
+                  std::to_string(arena_.capacity()) +
+                  " bytes) are not free or not aligned");
+    return 0;
+  }
+
   void release(float *buf) override {
     if (buf)
       arena_.release(buf);
@@ -166,12 +180,26 @@ public:
     return collective(
         [&] { return comm(g).reduceScatterV(send, recv, counts, comm_); });
   }
+  int broadcast(Group g, float *buf, int64_t count, int root) override {
+    if (count <= 0)
+      return 0; // the same count on every rank: no call anywhere
+    return collective([&] { return comm(g).broadcast(buf, count, root, comm_); });
+  }
 
   int roundToBF16(float *buf, int64_t count) override {
     return kernel(cuda::roundToBF16(buf, count, compute_));
   }
   int scale(float *buf, int64_t count, float factor) override {
     return kernel(cuda::scale(buf, count, factor, compute_));
+  }
+  int packBlocks(const float *whole, float *packed, const BlockGrid &grid,
+                 int64_t firstBlock, int64_t numBlocks) override {
+    return kernel(cuda::packBlocks(whole, packed, grid, firstBlock, numBlocks, compute_));
+  }
+  int unpackBlocks(const float *packed, float *whole, const BlockGrid &grid,
+                   int64_t firstBlock, int64_t numBlocks) override {
+    return kernel(
+        cuda::unpackBlocks(packed, whole, grid, firstBlock, numBlocks, compute_));
   }
   int adamwStep(float *param, const float *grad, float *m, float *v,
                 int64_t count, const AdamWHyper &h, int64_t step) override {

@@ -144,6 +144,31 @@ __global__ void scaleKernel(float *buf, int64_t n, float factor) {
     buf[i] *= factor;
 }
 
+/// Element i of the packed blocks from (toPacked) or to its place in the
+/// whole tensor.
+__global__ void moveBlocksKernel(const float *src, float *dst, BlockGrid g,
+                                 int64_t firstBlock, int64_t n, bool toPacked) {
+  const int64_t elems = g.blockElems();
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t w = g.wholeOffset(g.blockAt(firstBlock + i / elems), i % elems);
+    if (toPacked)
+      dst[i] = src[w];
+    else
+      dst[w] = src[i];
+  }
+}
+
+int moveBlocks(const float *src, float *dst, const BlockGrid &g,
+               int64_t firstBlock, int64_t numBlocks, bool toPacked,
+               cudaStream_t stream) {
+  const int64_t n = numBlocks * g.blockElems();
+  if (n <= 0)
+    return 0;
+  moveBlocksKernel<<<blocks(n), 256, 0, stream>>>(src, dst, g, firstBlock, n, toPacked);
+  return check(cudaGetLastError(), "moveBlocksKernel");
+}
+
 /// Row-major C (m x n) = alpha A (m x k) op B + beta C on bf16 data with
 /// fp32 accumulation; cuBLAS is column-major, so compute C^T = B^T A^T.
 int gemm(cublasHandle_t blas, bool transB, int m, int n, int k, float alpha,
@@ -260,6 +285,16 @@ int scale(float *buf, int64_t n, float factor, cudaStream_t stream) {
     return 0;
   scaleKernel<<<blocks(n), 256, 0, stream>>>(buf, n, factor);
   return check(cudaGetLastError(), "scaleKernel");
+}
+
+int packBlocks(const float *whole, float *packed, const BlockGrid &grid,
+               int64_t firstBlock, int64_t numBlocks, cudaStream_t stream) {
+  return moveBlocks(whole, packed, grid, firstBlock, numBlocks, true, stream);
+}
+
+int unpackBlocks(const float *packed, float *whole, const BlockGrid &grid,
+                 int64_t firstBlock, int64_t numBlocks, cudaStream_t stream) {
+  return moveBlocks(packed, whole, grid, firstBlock, numBlocks, false, stream);
 }
 
 } // namespace mfsdp::rt::cuda

@@ -164,6 +164,12 @@ int NcclComm::allReduce(float *buf, int64_t count, void *stream) {
                    "ncclAllReduce");
 }
 
+int NcclComm::broadcast(float *buf, int64_t count, int root, void *stream) {
+  return checkNccl(ncclBroadcast(buf, buf, static_cast<size_t>(count), ncclFloat, root,
+                                 handle(comm_), streamOf(stream)),
+                   "ncclBroadcast");
+}
+
 /// One NCCL call per rank with a non-empty segment, inside one group.
 /// `call(r, offset)` enqueues rank r's segment at element `offset`.
 template <typename Call>

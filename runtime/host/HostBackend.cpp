@@ -63,6 +63,21 @@ public:
     return 0;
   }
 
+  int allocateAt(int64_t offset, int64_t count, float *&out) override {
+    out = nullptr;
+    if (count <= 0)
+      return 0;
+    const int64_t bytes = count * static_cast<int64_t>(sizeof(float));
+    out = static_cast<float *>(arena_.allocateAt(offset, bytes));
+    if (!out)
+      return fail("bytes [" + std::to_string(offset) + ", " +
+                  std::to_string(offset + bytes) + ") of the arena (" +
+                  std::to_string(arena_.capacity()) +
+                  " bytes) are not free or not aligned");
+    ASAN_UNPOISON_MEMORY_REGION(out, static_cast<size_t>(bytes));
+    return 0;
+  }
+
   void release(float *buf) override {
     if (!buf)
       return;
@@ -105,6 +120,9 @@ public:
                      const std::vector<int64_t> &counts) override {
     return check(comm(g).reduceScatterV(send, recv, counts));
   }
+  int broadcast(Group g, float *buf, int64_t count, int root) override {
+    return check(comm(g).broadcast(buf, count, root));
+  }
 
   int roundToBF16(float *buf, int64_t count) override {
     for (int64_t i = 0; i < count; ++i)
@@ -114,6 +132,16 @@ public:
   int scale(float *buf, int64_t count, float factor) override {
     for (int64_t i = 0; i < count; ++i)
       buf[i] *= factor;
+    return 0;
+  }
+  int packBlocks(const float *whole, float *packed, const BlockGrid &grid,
+                 int64_t firstBlock, int64_t numBlocks) override {
+    host::packBlocks(whole, packed, grid, firstBlock, numBlocks);
+    return 0;
+  }
+  int unpackBlocks(const float *packed, float *whole, const BlockGrid &grid,
+                   int64_t firstBlock, int64_t numBlocks) override {
+    host::unpackBlocks(packed, whole, grid, firstBlock, numBlocks);
     return 0;
   }
   int adamwStep(float *param, const float *grad, float *m, float *v,

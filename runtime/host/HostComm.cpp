@@ -133,6 +133,18 @@ int HostComm::reduceScatterV(const float *send, float *recv,
                "MPI_Reduce_scatter");
 }
 
+int HostComm::broadcast(float *buf, int64_t count, int root) {
+  if (count > INT_MAX)
+    return tooLarge("broadcast");
+  if (root < 0 || root >= size_) {
+    std::snprintf(lastMessage, sizeof(lastMessage),
+                  "broadcast: root %d out of range for %d ranks", root, size_);
+    return MPI_ERR_ROOT;
+  }
+  return check(MPI_Bcast(buf, static_cast<int>(count), MPI_FLOAT, root, handle(comm_)),
+               "MPI_Bcast");
+}
+
 int HostComm::barrier() { return check(MPI_Barrier(handle(comm_)), "MPI_Barrier"); }
 
 } // namespace mfsdp::rt

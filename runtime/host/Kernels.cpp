@@ -175,6 +175,38 @@ void muonStep(float *p, const float *g, float *buf, int64_t rows, int64_t cols,
   muonApply(p, update, rows, cols, h);
 }
 
+namespace {
+/// Copies each block row (blockCols contiguous floats of the whole tensor)
+/// of the blocks at packed positions [first, first + n) between `whole`
+/// and `packed`, in the direction `toPacked` says.
+void moveBlocks(const float *src, float *dst, const BlockGrid &g, int64_t first,
+                int64_t n, bool toPacked) {
+  const int64_t elems = g.blockElems();
+  const size_t rowBytes = sizeof(float) * static_cast<size_t>(g.blockCols);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t k = g.blockAt(first + i);
+    for (int64_t r = 0; r < g.blockRows; ++r) {
+      const int64_t w = g.wholeOffset(k, r * g.blockCols);
+      const int64_t p = i * elems + r * g.blockCols;
+      if (toPacked)
+        std::memcpy(dst + p, src + w, rowBytes);
+      else
+        std::memcpy(dst + w, src + p, rowBytes);
+    }
+  }
+}
+} // namespace
+
+void packBlocks(const float *whole, float *packed, const BlockGrid &g,
+                int64_t firstBlock, int64_t numBlocks) {
+  moveBlocks(whole, packed, g, firstBlock, numBlocks, true);
+}
+
+void unpackBlocks(const float *packed, float *whole, const BlockGrid &g,
+                  int64_t firstBlock, int64_t numBlocks) {
+  moveBlocks(packed, whole, g, firstBlock, numBlocks, false);
+}
+
 uint16_t toBF16(float x) {
   uint32_t bits;
   std::memcpy(&bits, &x, sizeof(bits));

@@ -6,16 +6,22 @@
 // RUN: mfsdp-translate --emit-step-c %s | FileCheck %s
 // RUN: mfsdp-translate --emit-step-c %s -o %t.c
 // RUN: cc -std=c11 -Wall -Wextra -Werror -fsyntax-only -I%mfsdp_src/include %t.c
+// The HSDP Newton-Schulz split is a plan flag (the runtime derives which
+// replica steps each owned Muon matrix), and it changes the hash.
+// RUN: sed 's/zero 2$/zero 2 ns_split/' %s | mfsdp-translate --emit-step-c | FileCheck %s --check-prefix=SPLIT
+// RUN: mfsdp-translate --emit-step-c %s | grep '\.hash' > %t.hash
+// RUN: sed 's/zero 2$/zero 2 ns_split/' %s | mfsdp-translate --emit-step-c | grep '\.hash' >> %t.hash
+// RUN: sort -u %t.hash | wc -l | grep -x 2
 
 // CHECK-LABEL: The step library of plan.graph @g
 // CHECK: mesh dp_replicate=2,dp_shard=2 (world 4), policy mixed_muon_adamw, ZeRO-2, 4 parameters in 2 units.
 // CHECK: #include <mfsdp/runtime.h>
 // CHECK-LABEL: static const mfsdp_param_desc mfsdp_params[4] = {
-// CHECK-NEXT: /* name, rows, cols, unit, placement, owner, optimizer, compute dtype */
-// CHECK-NEXT: {"emb", 16, 8, 0, MFSDP_ROW_SHARD, 0, MFSDP_OPT_ADAMW, MFSDP_COMPUTE_BF16},
-// CHECK-NEXT: {"a.w", 8, 8, 1, MFSDP_OWNER, 1, MFSDP_OPT_MUON, MFSDP_COMPUTE_BF16},
-// CHECK-NEXT: {"a.conv", 4, 24, 1, MFSDP_REPLICATE, 0, MFSDP_OPT_ADAMW, MFSDP_COMPUTE_BF16},
-// CHECK-NEXT: {"a.norm", 8, 1, 1, MFSDP_ROW_SHARD, 0, MFSDP_OPT_NONE, MFSDP_COMPUTE_F32},
+// CHECK-NEXT: /* name, rows, cols, unit, placement, owner, optimizer, compute dtype, block rows, block cols */
+// CHECK-NEXT: {"emb", 16, 8, 0, MFSDP_ROW_SHARD, 0, MFSDP_OPT_ADAMW, MFSDP_COMPUTE_BF16, 0, 0},
+// CHECK-NEXT: {"a.w", 8, 8, 1, MFSDP_OWNER, 1, MFSDP_OPT_MUON, MFSDP_COMPUTE_BF16, 0, 0},
+// CHECK-NEXT: {"a.conv", 4, 24, 1, MFSDP_REPLICATE, 0, MFSDP_OPT_ADAMW, MFSDP_COMPUTE_BF16, 0, 0},
+// CHECK-NEXT: {"a.norm", 8, 1, 1, MFSDP_ROW_SHARD, 0, MFSDP_OPT_NONE, MFSDP_COMPUTE_F32, 0, 0},
 // CHECK-NEXT: };
 // CHECK-LABEL: static const mfsdp_plan mfsdp_the_plan = {
 // CHECK-NEXT: .hash = UINT64_C(0x{{[0-9a-f]+}}),
@@ -37,6 +43,10 @@
 // CHECK-NEXT: .muon_nesterov = 0,
 // CHECK-NEXT: .muon_ns_steps = 6,
 // CHECK-NEXT: .muon_scale = 1,
+// CHECK-NEXT: .ns_split = 0,
+// SPLIT-LABEL: static const mfsdp_plan mfsdp_the_plan = {
+// SPLIT: .muon_scale = 1,
+// SPLIT-NEXT: .ns_split = 1,
 // CHECK: const mfsdp_plan *mfsdp_step_plan(void) { return &mfsdp_the_plan; }
 // CHECK: mfsdp_status mfsdp_step_create(mfsdp_step **out) {
 // CHECK-NEXT: return mfsdp_create(&mfsdp_the_plan, out);

@@ -88,6 +88,52 @@ int main(int argc, char **argv) {
          std::string("corrupt plan: ") + mfsdp_last_error(s));
   mfsdp_destroy(s);
   s = nullptr;
+  // The Newton-Schulz split is in the hash: a library whose flag was
+  // edited is refused, and a flag other than 0 or 1 is named.
+  mfsdp_plan split = plan;
+  split.ns_split = 1;
+  st = mfsdp_create(&split, &s);
+  expect(st == MFSDP_ERROR_PLAN && says(s, "hash"),
+         std::string("ns_split edited: ") + mfsdp_last_error(s));
+  mfsdp_destroy(s);
+  s = nullptr;
+  split.ns_split = 2;
+  split.hash = mfsdp_plan_hash(&split);
+  st = mfsdp_create(&split, &s);
+  expect(st == MFSDP_ERROR_PLAN && says(s, "ns_split is 2; expected 0 or 1"),
+         std::string("ns_split 2: ") + mfsdp_last_error(s));
+  mfsdp_destroy(s);
+  s = nullptr;
+  // Block shards: extents that do not tile the tensor, Muon on blocks and
+  // extents on another placement are named.
+  struct BadBlocks {
+    int32_t placement, optimizer;
+    int64_t blockRows, blockCols;
+    const char *says;
+  } badBlocks[] = {
+      {MFSDP_BLOCK_SHARD, MFSDP_OPT_ADAMW, 3, 3,
+       "'w': blocks of 3x3 do not tile the 4x3 tensor"},
+      {MFSDP_BLOCK_SHARD, MFSDP_OPT_ADAMW, 0, 3, "'w': blocks of 0x3 do not tile"},
+      {MFSDP_BLOCK_SHARD, MFSDP_OPT_MUON, 2, 3,
+       "'w': Muon needs the whole matrix, but MFSDP_BLOCK_SHARD splits it"},
+      {MFSDP_ROW_SHARD, MFSDP_OPT_ADAMW, 2, 3,
+       "'w': block extents 2x3 on a placement other than MFSDP_BLOCK_SHARD"},
+  };
+  for (const BadBlocks &bad : badBlocks) {
+    mfsdp_param_desc blockParams[2] = {params[0], params[1]};
+    blockParams[0].placement = bad.placement;
+    blockParams[0].optimizer = bad.optimizer;
+    blockParams[0].block_rows = bad.blockRows;
+    blockParams[0].block_cols = bad.blockCols;
+    mfsdp_plan blocks = plan;
+    blocks.params = blockParams;
+    blocks.hash = mfsdp_plan_hash(&blocks);
+    st = mfsdp_create(&blocks, &s);
+    expect(st == MFSDP_ERROR_PLAN && says(s, bad.says),
+           std::string("bad block entry: ") + mfsdp_last_error(s));
+    mfsdp_destroy(s);
+    s = nullptr;
+  }
 
   // A backend that does not exist is refused.
   mfsdp_config config{};
@@ -143,6 +189,76 @@ int main(int argc, char **argv) {
   // Rank 0 is now in the gather of unit 1, waiting for rank 1.
   expect(mfsdp_pre_forward(s, 1) == MFSDP_OK, "pre_forward 1");
   expect(mfsdp_post_forward(s, 1) == MFSDP_OK, "post_forward 1");
+  mfsdp_destroy(s);
+  s = nullptr;
+
+  // A static memory plan, written by hand like the compiler's: every
+  // buffer fits 256 bytes; w's (unit 0) and v's (unit 1) gathered copies,
+  // and their gradients, share space; the staging buffer shares it too.
+  const int64_t K = 256;
+  int64_t arena[64];
+  for (int64_t &a : arena)
+    a = 9 * K;
+  mfsdp_param_offsets offsets[2] = {
+      {0, K, 2 * K, 3 * K, 4 * K, 4 * K, 5 * K},
+      {6 * K, 7 * K, -1, 8 * K, 4 * K, 4 * K, 5 * K},
+  };
+  mfsdp_memory_plan memory{};
+  memory.num_shard_ranks = world;
+  memory.arena_bytes = arena;
+  memory.params = offsets;
+  memory.staging = 4 * K;
+  memory.keep_grads = 0;
+  mfsdp_plan planned = plan;
+  planned.memory = &memory;
+  planned.hash = mfsdp_plan_hash(&planned);
+  expect(planned.hash != plan.hash, "the memory plan is part of the hash");
+  expect(mfsdp_create(&planned, &s) == MFSDP_OK,
+         std::string("create with a memory plan: ") + mfsdp_last_error(s));
+  expect(mfsdp_pre_forward(s, 0) == MFSDP_OK, "planned: pre_forward 0");
+  // Unit 1 would be gathered where unit 0 still is.
+  fails(s, mfsdp_pre_forward(s, 1), MFSDP_ERROR_ORDER,
+        "which the gathered 'w' (unit 0) still holds");
+  expect(mfsdp_post_forward(s, 0) == MFSDP_OK, "planned: post_forward 0");
+  expect(mfsdp_pre_forward(s, 1) == MFSDP_OK && mfsdp_post_forward(s, 1) == MFSDP_OK,
+         "planned: unit 1 forward once unit 0 is done");
+  // Gradients live only during a unit's backward: no accumulation.
+  fails(s, mfsdp_set_no_sync(s, 1), MFSDP_ERROR_ORDER,
+        "no-sync needs the gradients kept between microbatches");
+  expect(mfsdp_pre_backward(s, 1) == MFSDP_OK && mfsdp_grad_view(s, 1, &t) == MFSDP_OK,
+         "planned: a gradient view in backward");
+  expect(mfsdp_post_backward(s, 1) == MFSDP_OK, "planned: post_backward 1");
+  fails(s, mfsdp_grad_view(s, 1, &t), MFSDP_ERROR_ORDER, "call pre_backward of unit 1 first");
+  expect(mfsdp_pre_backward(s, 0) == MFSDP_OK && mfsdp_post_backward(s, 0) == MFSDP_OK,
+         "planned: backward of unit 0");
+  expect(mfsdp_optimizer_step(s) == MFSDP_OK,
+         std::string("planned: optimizer step: ") + mfsdp_last_error(s));
+  std::vector<float> whole(12);
+  expect(mfsdp_store_param(s, 0, whole.data()) == MFSDP_OK,
+         std::string("planned: store through the staging buffer: ") + mfsdp_last_error(s));
+  mfsdp_destroy(s);
+  s = nullptr;
+  // A memory plan for another mesh, or one too small for the buffers.
+  mfsdp_plan wrong = planned;
+  mfsdp_memory_plan otherMesh = memory;
+  otherMesh.num_shard_ranks = world + 1;
+  wrong.memory = &otherMesh;
+  wrong.hash = mfsdp_plan_hash(&wrong);
+  fails(s, mfsdp_create(&wrong, &s), MFSDP_ERROR_PLAN, "invalid memory plan");
+  mfsdp_destroy(s);
+  s = nullptr;
+  int64_t small[64];
+  for (int64_t &a : small)
+    a = 4 * K; // w's buffers fit, v's (at 6K on its owner) do not
+  mfsdp_memory_plan tooSmall = memory;
+  tooSmall.arena_bytes = small;
+  wrong.memory = &tooSmall;
+  wrong.hash = mfsdp_plan_hash(&wrong);
+  // Only the owner of v (dp_shard rank 1) runs out of room; the others
+  // fail with it rather than go on alone.
+  fails(s, mfsdp_create(&wrong, &s), MFSDP_ERROR_PLAN,
+        rank == 1 ? "the library's memory plan does not fit this runtime"
+                  : "another rank could not create its runtime");
   mfsdp_destroy(s);
 
   int counts[2] = {passed, failed}, totals[2] = {0, 0};

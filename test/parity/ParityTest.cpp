@@ -1,6 +1,6 @@
 //===- ParityTest.cpp - Sharded training equals single-device training ----===//
 //
-//   mpirun -np N mfsdp-parity MESH POLICY ZERO MICROBATCHES [recompute|restart|bf16]
+//   mpirun -np N mfsdp-parity MESH POLICY ZERO MICROBATCHES [recompute|restart|bf16|dynamic|ns_split|blocks=RxC]
 //
 // Plans the example model with the layout planner (policy, ZeRO level,
 // mesh), trains it for 5 steps through the runtime's C ABI on N ranks (each
@@ -10,7 +10,17 @@
 // steps, the parameters, optimizer state and step count are stored, a fresh
 // runtime loads them and trains the last 2 steps: a checkpoint round trip
 // must not change the result. With `bf16`, the compute copies and the
-// gradients are bf16 (the masters fp32) and the tolerance is 2e-2. fp32
+// gradients are bf16 (the masters fp32) and the tolerance is 2e-2. The
+// runtime places its buffers by the static memory plan the compiler emits
+// (planRuntimeMemory; gradients kept when microbatches accumulate); with
+// `dynamic` it sizes its arena itself, as for a plan built by hand. With
+// `ns_split` (HSDP), the plan splits the owners' Newton-Schulz work across
+// the dp_replicate replicas. With `blocks=RxC`, the planner block-shards
+// the AdamW / SGD matrices that RxC blocks tile (block-shard=R,C).
+// Every case also checks, with the engine's work counters, how many
+// Muon steps each rank ran: each owned matrix on one replica under
+// ns_split (and the split must divide some owner's work), on
+// every replica otherwise. fp32
 // tolerance: 1e-5 of each tensor's largest magnitude. Prints "N passed, N failed" on rank 0.
 //
 //===----------------------------------------------------------------------===//
@@ -19,9 +29,12 @@
 
 #include "mfsdp/planner/Layout.h"
 #include "mfsdp/runtime.h"
+#include "mfsdp/runtime/Counters.h"
+#include "mfsdp/step/RuntimeMemory.h"
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -59,7 +72,8 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   if (argc < 5) {
     if (rank == 0)
-      std::fprintf(stderr, "usage: mfsdp-parity MESH POLICY ZERO MICROBATCHES [recompute|restart|bf16]\n");
+      std::fprintf(stderr, "usage: mfsdp-parity MESH POLICY ZERO MICROBATCHES "
+                           "[recompute|restart|bf16|dynamic|ns_split|blocks=RxC]\n");
     MPI_Finalize();
     return 2;
   }
@@ -67,8 +81,20 @@ int main(int argc, char **argv) {
   std::string policy = argv[2];
   int zero = std::atoi(argv[3]);
   int64_t micro = std::atoll(argv[4]);
-  bool recompute = false, restart = false, bf16 = false;
+  bool recompute = false, restart = false, bf16 = false, dynamic = false;
+  bool nsSplit = false;
+  std::vector<int64_t> blockShape; // blocks=RxC: block-shard the matrices
   for (int i = 5; i < argc; ++i) {
+    if (std::strncmp(argv[i], "blocks=", 7) == 0) {
+      long long r = 0, c = 0;
+      if (std::sscanf(argv[i] + 7, "%lldx%lld", &r, &c) != 2) {
+        std::fprintf(stderr, "blocks=ROWSxCOLS expected, got %s\n", argv[i]);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+      }
+      blockShape = {r, c};
+    }
+    dynamic |= std::strcmp(argv[i], "dynamic") == 0;
+    nsSplit |= std::strcmp(argv[i], "ns_split") == 0;
     recompute |= std::strcmp(argv[i], "recompute") == 0;
     restart |= std::strcmp(argv[i], "restart") == 0;
     bf16 |= std::strcmp(argv[i], "bf16") == 0;
@@ -110,6 +136,8 @@ int main(int argc, char **argv) {
   opts.shard = mesh.shard;
   opts.replicate = mesh.replicate;
   opts.sgdMomentum = 0.9;
+  opts.blockShape = blockShape;
+  opts.nsSplit = nsSplit ? planner::Options::Split::On : planner::Options::Split::Off;
   opts.hw = *planner::findHardwareProfile("a100");
   planner::Decisions decisions;
   planner::PlanError perr;
@@ -127,7 +155,13 @@ int main(int argc, char **argv) {
     d.unit = static_cast<int32_t>(p.unit);
     d.placement = p.placement == planner::PlacementKind::Owner       ? MFSDP_OWNER
                   : p.placement == planner::PlacementKind::Replicate ? MFSDP_REPLICATE
-                                                                     : MFSDP_ROW_SHARD;
+                  : p.placement == planner::PlacementKind::BlockShard
+                      ? MFSDP_BLOCK_SHARD
+                      : MFSDP_ROW_SHARD;
+    if (d.placement == MFSDP_BLOCK_SHARD) {
+      d.block_rows = p.block.at(0);
+      d.block_cols = p.block.at(1);
+    }
     d.owner = static_cast<int32_t>(p.ownerRank);
     d.optimizer = p.optim == planner::Optim::Muon  ? MFSDP_OPT_MUON
                   : p.optim == planner::Optim::SGD ? MFSDP_OPT_SGD
@@ -160,6 +194,20 @@ int main(int argc, char **argv) {
   plan.muon_ns_steps = ref.muon.nsSteps = 5;
   plan.muon_scale = 0;
   ref.muon.matchRmsAdamW = true;
+  plan.ns_split = decisions.nsSplit ? 1 : 0;
+  step::RuntimeMemoryPlan memory = step::planRuntimeMemory(plan, micro > 1);
+  if (!memory.error.empty()) {
+    std::fprintf(stderr, "memory planning failed: %s\n", memory.error.c_str());
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  mfsdp_memory_plan memoryPlan{};
+  memoryPlan.num_shard_ranks = plan.dp_shard;
+  memoryPlan.arena_bytes = memory.arenaBytes.data();
+  memoryPlan.params = memory.params.data();
+  memoryPlan.staging = memory.staging;
+  memoryPlan.keep_grads = memory.keepGrads ? 1 : 0;
+  if (!dynamic)
+    plan.memory = &memoryPlan;
   plan.hash = mfsdp_plan_hash(&plan);
 
   int failures = 0, passes = 0;
@@ -167,6 +215,75 @@ int main(int argc, char **argv) {
     (ok ? passes : failures)++;
     if (!ok)
       std::fprintf(stderr, "rank %d: FAILED: %s\n", rank, what.c_str());
+  };
+
+  if (!blockShape.empty()) {
+    // The case must exercise block shards.
+    int64_t blocked = 0;
+    for (const mfsdp_param_desc &d : descs)
+      blocked += d.placement == MFSDP_BLOCK_SHARD;
+    expect(blocked > 0, "blocks=" + std::to_string(blockShape[0]) + "x" +
+                            std::to_string(blockShape[1]) +
+                            " block-shards some parameter");
+  }
+
+  if (nsSplit)
+    expect(decisions.nsSplit && mesh.replicate > 1,
+           "ns_split asks for HSDP and a plan that splits: " + decisions.nsSplitReason);
+
+  // The Muon steps this rank must run per optimizer step (runtime.h,
+  // ns_split): an owner's Muon matrices, by unit then table order, the i-th
+  // on replica i % R; every replica runs them all without the split, and
+  // every rank runs the replicated Muon matrices. Ranks are row-major
+  // (dp_replicate, dp_shard).
+  const int64_t shardRank = rank % mesh.shard;
+  const int64_t replicaRank = (rank / mesh.shard) % mesh.replicate;
+  int64_t mineSplit = 0, mineAll = 0, replicatedMuon = 0, ownedMuon = 0;
+  std::vector<int64_t> heldBy(mesh.shard, 0);
+  for (int32_t u = 0; u < plan.num_units; ++u)
+    for (const mfsdp_param_desc &d : descs) {
+      if (d.unit != u || d.optimizer != MFSDP_OPT_MUON)
+        continue;
+      if (d.placement == MFSDP_REPLICATE) {
+        ++replicatedMuon;
+        continue;
+      }
+      ++ownedMuon;
+      int64_t i = heldBy[d.owner]++;
+      if (d.owner == shardRank) {
+        ++mineAll;
+        mineSplit += i % mesh.replicate == replicaRank;
+      }
+    }
+  // The split must be observable: some owner with two matrices or more,
+  // so that its replicas each step fewer than all of them.
+  if (nsSplit)
+    expect(*std::max_element(heldBy.begin(), heldBy.end()) >= 2,
+           "the plan gives some owner two Muon matrices or more");
+  auto checkWork = [&](mfsdp_step *s, int64_t stepsRun, const std::string &when) {
+    mfsdp::rt::WorkCounters w = mfsdp::rt::workCounters(s);
+    const int64_t stepped = plan.ns_split ? mineSplit : mineAll;
+    const int64_t want = stepsRun * (stepped + replicatedMuon);
+    expect(w.muonSteps == want, "Muon steps on rank " + std::to_string(rank) + " " +
+                                    when + ": " + std::to_string(w.muonSteps) +
+                                    ", expected " + std::to_string(want));
+    const int64_t sends = plan.ns_split ? stepsRun * mineSplit : 0;
+    const int64_t receives = plan.ns_split ? stepsRun * (mineAll - mineSplit) : 0;
+    expect(w.nsSplitSends == sends && w.nsSplitReceives == receives,
+           "updates sent / received over replicas on rank " + std::to_string(rank) +
+               " " + when + ": " + std::to_string(w.nsSplitSends) + " / " +
+               std::to_string(w.nsSplitReceives) + ", expected " +
+               std::to_string(sends) + " / " + std::to_string(receives));
+    // Over the world: each owned matrix once per step under the split, on
+    // every replica without it.
+    long long mine = w.muonSteps, total = 0;
+    MPI_Allreduce(&mine, &total, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    const int64_t copies = plan.ns_split ? 1 : mesh.replicate;
+    const int64_t wantTotal =
+        stepsRun * (ownedMuon * copies + replicatedMuon * mesh.shard * mesh.replicate);
+    expect(total == wantTotal, "Muon steps over all ranks " + when + ": " +
+                                   std::to_string(total) + ", expected " +
+                                   std::to_string(wantTotal));
   };
 
   mfsdp_step *step = nullptr;
@@ -215,7 +332,23 @@ int main(int argc, char **argv) {
                std::string("exp_avg_sq of a non-AdamW parameter must be refused: ") +
                    mfsdp_last_error(step));
       }
+      // A store gives every rank the same whole tensor (under ns_split the
+      // momentum of the replica that steps the matrix). Every rank restarts
+      // from rank 0's copy, as from a checkpoint rank 0 wrote.
+      for (std::vector<float> *stored : {&params[i], &m[i], &v[i]}) {
+        std::vector<float> first = *stored;
+        MPI_Bcast(first.data(), static_cast<int>(first.size()), MPI_FLOAT, 0,
+                  MPI_COMM_WORLD);
+        if (stored != &v[i] || descs[i].optimizer == MFSDP_OPT_ADAMW)
+          expect(first == *stored, "rank " + std::to_string(rank) + " stored " +
+                                       (stored == &m[i]   ? "the exp_avg of "
+                                        : stored == &v[i] ? "the exp_avg_sq of "
+                                                          : "") +
+                                       infos[i].name + " as rank 0 did");
+        *stored = std::move(first);
+      }
     }
+    checkWork(step, 3, "before the checkpoint");
     mfsdp_destroy(step);
     step = nullptr;
     expect(mfsdp_create(&plan, &step) == MFSDP_OK, "create again");
@@ -233,9 +366,11 @@ int main(int argc, char **argv) {
     to.steps = 2;
     std::vector<double> more;
     expect(example::train(step, model, to, more, error), "train after restart: " + error);
+    checkWork(step, 2, "after the restart");
     to.steps = 5;
   } else {
     expect(example::train(step, model, to, losses, error), "train: " + error);
+    checkWork(step, to.steps, "after " + std::to_string(to.steps) + " steps");
   }
 
   // The reference: one process, the whole global batch, double precision.
@@ -294,8 +429,12 @@ int main(int argc, char **argv) {
     for (int64_t k = 0; k < example::numel(infos[1]); ++k)
       allBF16 &= isBF16(view[k]);
     expect(allBF16, "the compute copy of " + infos[1].name + " holds bf16 values");
+    // Stores go through the staging buffer, outside a unit's hooks (the
+    // memory plan shares its space with the gathered copies).
+    expect(mfsdp_post_forward(step, 0) == MFSDP_OK, "post_forward after the view check");
     std::vector<float> master(example::numel(infos[1]));
-    expect(mfsdp_store_param(step, 1, master.data()) == MFSDP_OK, "store master");
+    expect(mfsdp_store_param(step, 1, master.data()) == MFSDP_OK,
+           std::string("store master: ") + mfsdp_last_error(step));
     bool anyFP32 = false;
     for (float x : master)
       anyFP32 |= !isBF16(x);
@@ -311,7 +450,11 @@ int main(int argc, char **argv) {
                 "difference %.3g; %d passed, %d failed\n",
                 argv[1], policy.c_str(), zero, static_cast<long long>(micro),
                 (std::string(recompute ? " recompute" : "") + (restart ? " restart" : "") +
-                 (bf16 ? " bf16" : "")).c_str(), worstAll, totals[0], totals[1]);
+                 (bf16 ? " bf16" : "") + (nsSplit ? " ns_split" : "") +
+                 (blockShape.empty() ? "" : " blocks=" + std::to_string(blockShape[0]) +
+                                                "x" + std::to_string(blockShape[1])))
+                    .c_str(),
+                worstAll, totals[0], totals[1]);
   int any = 0;
   MPI_Allreduce(&failures, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   MPI_Finalize();

@@ -64,4 +64,27 @@ TEST_F(ArenaTest, ExhaustedAndForeign) {
   EXPECT_FALSE(arena.release(a)); // twice
 }
 
+// A static plan's pieces at fixed offsets: placed anywhere free, refused
+// where any part is live, unaligned or outside; released like any piece.
+TEST_F(ArenaTest, AllocateAtFixedOffsets) {
+  void *mid = arena.allocateAt(3 * A, 2 * A);
+  ASSERT_NE(mid, nullptr);
+  EXPECT_EQ(offset(mid), 3 * A);
+  EXPECT_EQ(arena.used(), 2 * A);
+  EXPECT_EQ(arena.allocateAt(4 * A, A), nullptr);     // inside mid
+  EXPECT_EQ(arena.allocateAt(2 * A, 2 * A), nullptr); // overlaps its start
+  EXPECT_EQ(arena.allocateAt(A + 1, A), nullptr);     // unaligned
+  EXPECT_EQ(arena.allocateAt(7 * A, 2 * A), nullptr); // past the end
+  EXPECT_EQ(arena.allocateAt(-A, A), nullptr);
+  void *head = arena.allocateAt(0, 3 * A), *tail = arena.allocateAt(5 * A, 3 * A);
+  EXPECT_EQ(offset(head), 0);
+  EXPECT_EQ(offset(tail), 5 * A);
+  EXPECT_EQ(arena.largestFree(), 0);
+  EXPECT_EQ(arena.allocate(1), nullptr);
+  EXPECT_TRUE(arena.release(mid));
+  EXPECT_EQ(arena.largestFree(), 2 * A);
+  EXPECT_EQ(offset(arena.allocateAt(3 * A, 1)), 3 * A); // rounded up to A
+  EXPECT_EQ(offset(arena.allocate(A)), 4 * A);          // first fit after it
+}
+
 } // namespace

@@ -59,6 +59,10 @@ static cl::opt<std::string> emitC("emit-c", cl::desc("Also write the generated C
 static cl::opt<std::string> emitMlir("emit-mlir",
                                      cl::desc("Also write the planned IR here"),
                                      cl::value_desc("file"));
+static cl::opt<bool> accumulateGrads(
+    "accumulate",
+    cl::desc("Plan memory for gradient accumulation: keep the gradients "
+             "between microbatches (the runtime refuses no-sync otherwise)"));
 static cl::opt<std::string> cc("cc", cl::desc("The C compiler (default: $CC, else cc)"));
 static cl::opt<std::string> runtimeInclude("runtime-include",
                                            cl::desc("The runtime's include directory"),
@@ -138,7 +142,9 @@ int main(int argc, char **argv) {
 
   std::string source;
   raw_string_ostream os(source);
-  if (failed(mfsdp::emitStepLibrarySource(*module, os)))
+  mfsdp::EmitStepOptions emitOptions;
+  emitOptions.accumulate = accumulateGrads;
+  if (failed(mfsdp::emitStepLibrarySource(*module, os, emitOptions)))
     return 1;
   if (!emitC.empty() && !writeFile(emitC, source))
     return 1;

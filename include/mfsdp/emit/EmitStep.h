@@ -3,7 +3,8 @@
 // Lowers a planned plan.graph (layouts assigned) to the C source of a step
 // library: the plan's constants (every parameter's shape, unit, placement,
 // owner rank and optimizer; the mesh; the ZeRO level; the optimizer
-// hyperparameters) and the plan hash, compiled against the runtime's C ABI
+// hyperparameters; the static memory plan of the runtime's buffers) and the
+// plan hash, compiled against the runtime's C ABI
 // (include/mfsdp/runtime.h). See docs/runtime.md.
 //
 //===----------------------------------------------------------------------===//
@@ -19,10 +20,18 @@ namespace mfsdp {
 /// Writes the C source of the step library for the single plan.graph of
 /// `module`. Fails, with an error on the offending op, when the graph is not
 /// planned or uses what the step runtime does not run yet (parameters owned
-/// by TP/EP, block shards, mesh dims other than dp_shard and dp_replicate,
+/// by TP/EP, mesh dims other than dp_shard and dp_replicate,
 /// per-parameter hyperparameters that differ).
+struct EmitStepOptions {
+  /// Keep gradient buffers between microbatches (no-sync accumulation);
+  /// otherwise the memory plan gives each unit's gradients space only
+  /// during its backward and the runtime refuses no-sync.
+  bool accumulate = false;
+};
+
 mlir::LogicalResult emitStepLibrarySource(mlir::ModuleOp module,
-                                          llvm::raw_ostream &os);
+                                          llvm::raw_ostream &os,
+                                          const EmitStepOptions &options = {});
 
 /// Registers --emit-step-c for mfsdp-translate.
 void registerEmitTranslations();

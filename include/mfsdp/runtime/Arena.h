@@ -29,6 +29,10 @@ public:
   /// A piece of at least `bytes` (> 0) bytes, or null when no free block
   /// is that large.
   void *allocate(int64_t bytes);
+  /// The piece at exactly [offset, offset + bytes rounded up), for a
+  /// static memory plan; null when `offset` is not aligned or part of the
+  /// range is live or outside the arena.
+  void *allocateAt(int64_t offset, int64_t bytes);
   /// Returns a piece; false when `p` is not a live piece of this arena.
   bool release(void *p);
   /// Bytes of the live piece at `p` (rounded up), 0 when there is none.

@@ -64,6 +64,10 @@ public:
   /// `count` floats from the arena (uninitialised), or null when `count`
   /// is 0. Fails when the arena has no free block that large.
   virtual int allocate(int64_t count, float *&out) = 0;
+  /// `count` floats at byte `offset` of the arena (a static memory plan's
+  /// place). Fails when the offset is unaligned or part of the range is in
+  /// use or outside the arena.
+  virtual int allocateAt(int64_t offset, int64_t count, float *&out) = 0;
   /// Returns a buffer to the arena; null is ignored. Work already issued
   /// on it completes first (the backend orders it).
   virtual void release(float *buf) = 0;
@@ -92,6 +96,9 @@ public:
   /// rank's send (sum of counts floats); recv may be null where it is 0.
   virtual int reduceScatterV(Group group, const float *send, float *recv,
                              const std::vector<int64_t> &counts) = 0;
+  /// buf (count floats, the same count on every rank) = root's buf, in
+  /// place.
+  virtual int broadcast(Group group, float *buf, int64_t count, int root) = 0;
 
   // Kernels: the semantics of Kernels.h. ---------------------------------------
 
@@ -99,6 +106,13 @@ public:
   virtual int roundToBF16(float *buf, int64_t count) = 0;
   /// buf *= factor.
   virtual int scale(float *buf, int64_t count, float factor) = 0;
+  /// Block shards (BlockGrid): `packed` (numBlocks blocks) = the blocks of
+  /// the whole tensor `whole` at packed positions [firstBlock, firstBlock +
+  /// numBlocks); unpackBlocks puts them back in place.
+  virtual int packBlocks(const float *whole, float *packed, const BlockGrid &grid,
+                         int64_t firstBlock, int64_t numBlocks) = 0;
+  virtual int unpackBlocks(const float *packed, float *whole, const BlockGrid &grid,
+                           int64_t firstBlock, int64_t numBlocks) = 0;
   virtual int adamwStep(float *param, const float *grad, float *m, float *v,
                         int64_t count, const AdamWHyper &h, int64_t step) = 0;
   virtual int sgdStep(float *param, const float *grad, float *buf,

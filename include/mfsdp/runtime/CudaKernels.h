@@ -40,6 +40,11 @@ int castBF16ToF32(const uint16_t *in, float *out, int64_t n, cudaStream_t stream
 int roundToBF16(float *buf, int64_t n, cudaStream_t stream);
 /// buf *= factor.
 int scale(float *buf, int64_t n, float factor, cudaStream_t stream);
+/// Block shards: host::packBlocks / host::unpackBlocks.
+int packBlocks(const float *whole, float *packed, const BlockGrid &grid,
+               int64_t firstBlock, int64_t numBlocks, cudaStream_t stream);
+int unpackBlocks(const float *packed, float *whole, const BlockGrid &grid,
+                 int64_t firstBlock, int64_t numBlocks, cudaStream_t stream);
 const char *lastError();
 
 } // namespace mfsdp::rt::cuda

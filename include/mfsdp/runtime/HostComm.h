@@ -48,6 +48,8 @@ public:
   /// rank's send (sum of counts floats).
   int reduceScatterV(const float *send, float *recv,
                      const std::vector<int64_t> &counts);
+  /// buf (count floats on every rank) = rank root's buf, in place.
+  int broadcast(float *buf, int64_t count, int root);
   int barrier();
 
   static const char *lastError();

@@ -37,6 +37,57 @@ struct MuonHyper {
 /// Quintic Newton-Schulz coefficients (a, b, c), as in Muon.
 inline constexpr float kNsA = 3.4445f, kNsB = -4.7750f, kNsC = 2.0315f;
 
+#if defined(__CUDACC__)
+#define MFSDP_HOST_DEVICE __host__ __device__
+#else
+#define MFSDP_HOST_DEVICE
+#endif
+
+/// A rows x cols tensor tiled by blockRows x blockCols blocks (a block
+/// shard, MFSDP_BLOCK_SHARD; the extents divide the tensor's). The blocks,
+/// numbered row-major, are dealt round-robin to `ranks` ranks (block k to
+/// rank k % ranks), and each rank keeps its blocks packed one after the
+/// other, each block row-major. The *packed order* of the blocks is rank
+/// 0's, then rank 1's, ...: what an all-gather-v of every rank's packed
+/// blocks concatenates, and what a reduce-scatter-v deals back.
+struct BlockGrid {
+  int64_t rows = 0, cols = 0, blockRows = 1, blockCols = 1, ranks = 1;
+
+  MFSDP_HOST_DEVICE int64_t blockElems() const { return blockRows * blockCols; }
+  MFSDP_HOST_DEVICE int64_t gridCols() const { return cols / blockCols; }
+  MFSDP_HOST_DEVICE int64_t blocks() const { return rows / blockRows * gridCols(); }
+  /// How many blocks rank r keeps.
+  MFSDP_HOST_DEVICE int64_t blocksOf(int64_t r) const {
+    return blocks() / ranks + (r < blocks() % ranks ? 1 : 0);
+  }
+  /// The packed position of rank r's first block.
+  MFSDP_HOST_DEVICE int64_t firstBlockOf(int64_t r) const {
+    const int64_t extra = blocks() % ranks;
+    return r * (blocks() / ranks) + (r < extra ? r : extra);
+  }
+  /// The row-major index of the block at packed position t.
+  MFSDP_HOST_DEVICE int64_t blockAt(int64_t t) const {
+    const int64_t base = blocks() / ranks, extra = blocks() % ranks;
+    // The first `extra` ranks keep base + 1 blocks, the others base.
+    int64_t r, j;
+    if (t < (base + 1) * extra) {
+      r = t / (base + 1);
+      j = t % (base + 1);
+    } else {
+      r = extra + (t - (base + 1) * extra) / base;
+      j = (t - (base + 1) * extra) % base;
+    }
+    return j * ranks + r;
+  }
+  /// The offset in the whole (row-major) tensor of element e (row-major
+  /// within the block) of block k.
+  MFSDP_HOST_DEVICE int64_t wholeOffset(int64_t k, int64_t e) const {
+    const int64_t row = k / gridCols() * blockRows + e / blockCols;
+    const int64_t col = k % gridCols() * blockCols + e % blockCols;
+    return row * cols + col;
+  }
+};
+
 namespace host {
 
 /// AdamW with decoupled weight decay and bias correction (torch.optim.AdamW):
@@ -75,6 +126,15 @@ void muonApply(float *param, const float *ortho, int64_t rows, int64_t cols,
 /// update. `scratch` holds rows*cols floats plus newtonSchulzWorkspace().
 void muonStep(float *param, const float *grad, float *buf, int64_t rows,
               int64_t cols, const MuonHyper &h, float *scratch);
+
+/// Block shards: `packed` (numBlocks blocks) = the blocks of `whole` at
+/// packed positions [firstBlock, firstBlock + numBlocks) of `g`.
+void packBlocks(const float *whole, float *packed, const BlockGrid &g,
+                int64_t firstBlock, int64_t numBlocks);
+/// The inverse: those blocks of `whole` from `packed`; the rest of `whole`
+/// is left as it is.
+void unpackBlocks(const float *packed, float *whole, const BlockGrid &g,
+                  int64_t firstBlock, int64_t numBlocks);
 
 /// fp32 <-> bf16, round to nearest even; NaN stays NaN.
 void castF32ToBF16(const float *in, uint16_t *out, int64_t n);

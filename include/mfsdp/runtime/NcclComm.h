@@ -54,6 +54,7 @@ public:
                  void *stream);
   int reduceScatterV(const float *send, float *recv,
                      const std::vector<int64_t> &counts, void *stream);
+  int broadcast(float *buf, int64_t count, int root, void *stream);
 
   static const char *lastError();
 

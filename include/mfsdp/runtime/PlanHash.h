@@ -51,6 +51,12 @@ inline uint64_t planHash(const mfsdp_plan &p) {
     h = hashMix(h, d.owner);
     h = hashMix(h, d.optimizer);
     h = hashMix(h, d.compute_dtype);
+    // Block extents: mixed in only when set, so a plan without block
+    // shards keeps the hash it had before the fields existed.
+    if (d.block_rows || d.block_cols) {
+      h = hashMix(h, d.block_rows);
+      h = hashMix(h, d.block_cols);
+    }
   }
   for (float f : {p.adamw_lr, p.adamw_beta1, p.adamw_beta2, p.adamw_eps,
                   p.adamw_weight_decay, p.sgd_lr, p.sgd_momentum,
@@ -61,6 +67,23 @@ inline uint64_t planHash(const mfsdp_plan &p) {
   h = hashMix(h, p.muon_nesterov);
   h = hashMix(h, p.muon_ns_steps);
   h = hashMix(h, p.muon_scale);
+  // Mixed only when set, so a plan without the split keeps the hash it had
+  // before the field existed.
+  if (p.ns_split)
+    h = hashMix(h, p.ns_split);
+  if (const mfsdp_memory_plan *m = p.memory) {
+    h = hashMix(h, m->num_shard_ranks);
+    for (int32_t r = 0; r < m->num_shard_ranks && m->arena_bytes; ++r)
+      h = hashMix(h, m->arena_bytes[r]);
+    for (int32_t i = 0; i < p.num_params && m->params; ++i) {
+      const mfsdp_param_offsets &o = m->params[i];
+      for (int64_t v : {o.master, o.exp_avg, o.exp_avg_sq, o.grad_shard, o.full,
+                        o.full_backward, o.grad})
+        h = hashMix(h, v);
+    }
+    h = hashMix(h, m->staging);
+    h = hashMix(h, m->keep_grads);
+  }
   return h;
 }
 

@@ -1,0 +1,32 @@
+//===- Counters.h - What the step engine did on this rank -----------*- C++ -*-===//
+//
+// Counts of the optimizer work one rank's engine ran since mfsdp_create, so
+// tests can check where work happens (the HSDP Newton-Schulz split runs each
+// owned Muon matrix on one replica only). Not part of the C ABI: a C++ call
+// of libmfsdp_rt for its tests.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MFSDP_RUNTIME_COUNTERS_H
+#define MFSDP_RUNTIME_COUNTERS_H
+
+#include "mfsdp/runtime.h"
+
+#include <cstdint>
+
+namespace mfsdp::rt {
+
+struct WorkCounters {
+  /// Muon steps (momentum, Newton-Schulz, update) of a whole matrix.
+  int64_t muonSteps = 0;
+  /// Updated masters this rank sent to the other replicas under ns_split.
+  int64_t nsSplitSends = 0;
+  /// Updated masters this rank received from another replica under ns_split.
+  int64_t nsSplitReceives = 0;
+};
+
+/// The counters of `step` on this rank (zeros for null).
+WorkCounters workCounters(const mfsdp_step *step);
+
+} // namespace mfsdp::rt
+
+#endif // MFSDP_RUNTIME_COUNTERS_H

@@ -1,0 +1,52 @@
+// The step library carries the runtime's static memory plan: per dp_shard
+// rank the arena, per parameter the byte offset of each buffer. Worked by
+// hand: two units of one 4x64 f32 AdamW row shard on 2 ranks, ZeRO-3. Each
+// rank keeps 2 rows (512 B) of master, exp_avg, exp_avg_sq and reduced
+// gradient; a gathered copy or a gradient is 1024 B. Placed largest first,
+// then by first use: every gathered copy (forward and backward) and the
+// staging buffer at 0, both gradients at 1024 (a unit's backward copy and
+// its gradient live together), the eight 512 B state buffers from 2048:
+// 6144 B per rank against 2 x 4096 + 1024 = 9216 B with nothing shared.
+// RUN: mfsdp-translate --emit-step-c %s | FileCheck %s
+// RUN: mfsdp-translate --emit-step-c %s -o %t.c
+// RUN: cc -std=c11 -Wall -Wextra -Werror -fsyntax-only -I%mfsdp_src/include %t.c
+// With gradient accumulation the gradients are kept (1024 and 2048) and
+// the state moves up: 7168 B. The memory plan is part of the hash.
+// RUN: mfsdp-translate --emit-step-c --emit-step-accumulate %s | FileCheck %s --check-prefix=ACC
+// RUN: mfsdp-translate --emit-step-c %s | grep '\.hash' > %t.hash
+// RUN: mfsdp-translate --emit-step-c --emit-step-accumulate %s | grep '\.hash' >> %t.hash
+// RUN: sort -u %t.hash | wc -l | grep -x 2
+
+// CHECK-LABEL: The static memory plan: per dp_shard rank the arena bytes (with nothing
+// CHECK-NEXT: * shared: 9216, 9216), per parameter the byte offsets of
+// CHECK-NEXT: * its buffers (-1: none); gradients live during backward only. */
+// CHECK-NEXT: static const int64_t mfsdp_arena_bytes[2] = {6144, 6144};
+// CHECK-LABEL: static const mfsdp_param_offsets mfsdp_offsets[2] = {
+// CHECK-NEXT: /* master, exp_avg, exp_avg_sq, grad_shard, full, full_backward, grad */
+// CHECK-NEXT: {2048, 2560, 3072, 3584, 0, 0, 1024},
+// CHECK-NEXT: {4096, 4608, 5120, 5632, 0, 0, 1024},
+// CHECK-NEXT: };
+// CHECK-LABEL: static const mfsdp_memory_plan mfsdp_the_memory = {
+// CHECK-NEXT: .num_shard_ranks = 2,
+// CHECK-NEXT: .arena_bytes = mfsdp_arena_bytes,
+// CHECK-NEXT: .params = mfsdp_offsets,
+// CHECK-NEXT: .staging = 0,
+// CHECK-NEXT: .keep_grads = 0,
+// CHECK-NEXT: };
+// CHECK-LABEL: static const mfsdp_plan mfsdp_the_plan = {
+// CHECK: .memory = &mfsdp_the_memory,
+
+// ACC: gradients kept for accumulation. */
+// ACC-NEXT: static const int64_t mfsdp_arena_bytes[2] = {7168, 7168};
+// ACC: {3072, 3584, 4096, 4608, 0, 0, 1024},
+// ACC-NEXT: {5120, 5632, 6144, 6656, 0, 0, 2048},
+// ACC: .keep_grads = 1,
+
+plan.graph @two {
+  plan.mesh @mesh ["dp_shard" = 2]
+  plan.policy adamw zero 3
+  plan.param @a : tensor<4x64xf32> linear module "a" placement #plan.row_shard<dim = 0, axes = ["dp_shard"]> optimizer #plan.adamw<lr = 1.0e-03, beta1 = 0.9, beta2 = 0.95, eps = 1.0e-08, weight_decay = 0.1>
+  plan.param @b : tensor<4x64xf32> linear module "b" placement #plan.row_shard<dim = 0, axes = ["dp_shard"]> optimizer #plan.adamw<lr = 1.0e-03, beta1 = 0.9, beta2 = 0.95, eps = 1.0e-08, weight_decay = 0.1>
+  plan.unit @ua index 0 params [@a] cost <fwd_flops = 1, bwd_flops = 2, act_bytes = 0, recompute = false>
+  plan.unit @ub index 1 params [@b] cost <fwd_flops = 1, bwd_flops = 2, act_bytes = 0, recompute = false>
+}
