@@ -86,12 +86,15 @@ typedef struct mfsdp_param_offsets {
 /* The static memory plan the compiler computed: one arena per rank, every
  * buffer at a fixed offset, buffers whose lifetimes cannot overlap sharing
  * space. The lifetimes assume the hook protocol of a training step: units
- * one at a time, forward in order, backward in reverse (a recomputation's
- * pre_forward right before the unit's pre_backward); under ZeRO-3 a unit's
- * gathered copy lives from pre_forward to post_forward and from the
- * backward gather to post_backward; gradients from pre_backward to
- * post_backward unless keep_grads. A trainer that holds two units whose
- * space is shared gets MFSDP_ERROR_ORDER naming both, never corrupt data. */
+ * one at a time (a unit that encloses others, like FSDP2's root, does not
+ * fit), forward in order, backward in reverse (a recomputation's
+ * pre_forward after the unit's pre_backward reuses its backward gather);
+ * under ZeRO-3 a unit's gathered copy lives from pre_forward to
+ * post_forward and from pre_backward to post_backward; gradients from
+ * pre_backward to post_backward unless keep_grads, and then a unit's
+ * gradients are reduced once per step (zero_grad before the next
+ * backward). A trainer that holds two units whose space is shared gets
+ * MFSDP_ERROR_ORDER naming both, never corrupt data. */
 typedef struct mfsdp_memory_plan {
   int32_t num_shard_ranks;           /* = dp_shard */
   const int64_t *arena_bytes;        /* per dp_shard rank */
@@ -158,6 +161,12 @@ typedef enum mfsdp_backend {
  * is the host backend. */
 typedef struct mfsdp_config {
   int32_t backend; /* mfsdp_backend */
+  /* CUDA backend: the trainer's stream (a cudaStream_t). Every call that
+   * touches buffers the trainer may still be reading or writing (the hooks,
+   * the optimizer step, zero_grad, load and store) first makes the
+   * runtime's streams wait for the work issued on it so far. NULL: the
+   * legacy default stream. Ignored by the host backend. */
+  void *cuda_stream;
 } mfsdp_config;
 
 /* mfsdp_create on a chosen backend (collective). When the CUDA backend

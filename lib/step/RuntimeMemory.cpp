@@ -79,7 +79,8 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
     const int64_t floats[NumKinds] = {f.master,    f.expAvg, f.expAvgSq,
                                       f.gradShard, f.full,   zero3 ? f.full : 0,
                                       f.grad};
-    largestWhole = std::max(largestWhole, d.rows * d.cols);
+    // The staging buffer holds a whole (padded) tensor.
+    largestWhole = std::max(largestWhole, f.full);
     for (int k = 0; k < NumKinds; ++k) {
       if (floats[k] <= 0)
         continue;
@@ -102,12 +103,6 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
     // Block shards reorder their packed blocks through it in every gather
     // and reduction, inside the hooks: then it is kept all run.
     b.persistent = blockShards;
-    // Block shards reorder their blocks through it in their gathers and
-    // reductions, during the hooks: then it has space of its own.
-    b.persistent = std::any_of(plan.params, plan.params + plan.num_params,
-                               [](const mfsdp_param_desc &d) {
-                                 return d.placement == MFSDP_BLOCK_SHARD;
-                               });
     staging = static_cast<int64_t>(s.buffers.size());
     s.buffers.push_back(std::move(b));
     secondCopy.push_back(false);

@@ -208,6 +208,15 @@ struct mfsdp_step {
                     "and gradients live at a time, forward in unit order and "
                     "backward in reverse (finish that unit's hooks first)");
   }
+  /// The start of a call that touches buffers the trainer may still be
+  /// using: the runtime's work goes after the trainer's.
+  mfsdp_status enter() {
+    if (!backend || (params.size() != static_cast<size_t>(plan.num_params)))
+      return fail(MFSDP_ERROR_INVALID,
+                  "this runtime was not created (mfsdp_create failed: " + error + ")");
+    return device(backend->afterTrainer(), "ordering after the trainer's stream");
+  }
+
   /// The end of a call that hands buffers to the trainer or reads its
   /// writes: everything issued is done.
   mfsdp_status finish() { return device(backend->synchronize(), "synchronize"); }
@@ -400,9 +409,12 @@ struct mfsdp_step {
         break;
       }
       default:
-        if (auto s = comm(backend->allReduce(Group::Shard, ps.grad, n), "all-reduce"))
-          return s;
+        // Reduced in the shard buffer, so the trainer's gradient (kept for
+        // accumulation) is never summed twice.
         if (auto s = device(backend->copy(ps.gradShard, ps.grad, n), "copy"))
+          return s;
+        if (auto s = comm(backend->allReduce(Group::Shard, ps.gradShard, n),
+                          "all-reduce"))
           return s;
       }
       if (R > 1) {
@@ -493,6 +505,17 @@ struct mfsdp_step {
   mfsdp_status placeGrads(int32_t unit) {
     if (gradsKept())
       return MFSDP_OK;
+    for (int32_t p : unitParams[unit])
+      if (params[p].gradReduced)
+        // The freed gradient cannot be added to: a second backward would
+        // replace the reduced gradient instead of adding to it.
+        return fail(MFSDP_ERROR_ORDER,
+                    "the gradients of unit " + std::to_string(unit) +
+                        " were already reduced in this step, and this "
+                        "library's memory plan frees them after the "
+                        "reduction: call zero_grad (after optimizer_step) "
+                        "before the next backward, or accumulate microbatches "
+                        "with no-sync in a library built with --accumulate");
     for (int32_t p : unitParams[unit]) {
       ParamState &ps = params[p];
       if (ps.grad)
@@ -500,8 +523,11 @@ struct mfsdp_step {
       if (auto s = place(ps.at.grad, ps.fullSize, ps.grad,
                          "the gradient of '" + ps.name + "'"))
         return s;
-      if (auto s = device(backend->zero(ps.grad, ps.fullSize), "zero-fill"))
+      if (auto s = device(backend->zero(ps.grad, ps.fullSize), "zero-fill")) {
+        backend->release(ps.grad);
+        ps.grad = nullptr;
         return s;
+      }
     }
     return MFSDP_OK;
   }
@@ -574,37 +600,68 @@ mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
     return s;
   };
   const int32_t choice = config ? config->backend : MFSDP_BACKEND_HOST;
-  if (choice != MFSDP_BACKEND_HOST && choice != MFSDP_BACKEND_CUDA)
-    return failed(MFSDP_ERROR_INVALID,
-                  "unknown backend " + std::to_string(choice) +
-                      " in mfsdp_config: expected MFSDP_BACKEND_HOST (0) or "
-                      "MFSDP_BACKEND_CUDA (1)");
-  if (mfsdp_plan_hash(plan) != plan->hash)
-    return failed(MFSDP_ERROR_PLAN,
-                  "the plan's hash does not match its contents: the plan is "
-                  "corrupt or was written by another compiler version");
   int initialized = 0, world = 1;
   MPI_Initialized(&initialized);
   if (!initialized)
     return failed(MFSDP_ERROR_INVALID,
                   "MPI is not initialized: call MPI_Init before mfsdp_create");
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  if (world != plan->world)
-    return failed(MFSDP_ERROR_PLAN, "this library was built for a plan of " +
-                                        std::to_string(plan->world) +
-                                        " ranks, but MPI runs " +
-                                        std::to_string(world));
-  if (plan->zero < 1 || plan->zero > 3 || plan->dp_shard < 1 ||
-      plan->dp_replicate < 1 || plan->num_params < 0 || plan->num_units < 0 ||
-      world % (plan->dp_shard * plan->dp_replicate) != 0)
-    return failed(MFSDP_ERROR_PLAN,
-                  "invalid plan: zero, dp_shard, dp_replicate or counts out of range");
+  // The checks that need no communicator, then the ranks agree: every rank
+  // goes on with the same plan and backend, or none does (a rank left
+  // alone would wait in the first collective).
+  mfsdp_status local = MFSDP_OK;
+  if (choice != MFSDP_BACKEND_HOST && choice != MFSDP_BACKEND_CUDA)
+    local = step->fail(MFSDP_ERROR_INVALID,
+                       "unknown backend " + std::to_string(choice) +
+                           " in mfsdp_config: expected MFSDP_BACKEND_HOST (0) or "
+                           "MFSDP_BACKEND_CUDA (1)");
+  else if (mfsdp_plan_hash(plan) != plan->hash)
+    local = step->fail(MFSDP_ERROR_PLAN,
+                       "the plan's hash does not match its contents: the plan is "
+                       "corrupt or was written by another compiler version");
+  else if (world != plan->world)
+    local = step->fail(MFSDP_ERROR_PLAN, "this library was built for a plan of " +
+                                             std::to_string(plan->world) +
+                                             " ranks, but MPI runs " +
+                                             std::to_string(world));
+  else if (plan->zero < 1 || plan->zero > 3 || plan->dp_shard < 1 ||
+           plan->dp_replicate < 1 || plan->num_params < 0 || plan->num_units < 0 ||
+           world % (plan->dp_shard * plan->dp_replicate) != 0)
+    local = step->fail(MFSDP_ERROR_PLAN, "invalid plan: zero, dp_shard, "
+                                         "dp_replicate or counts out of range");
+  {
+    // Status (max), and the plan hash and backend, which must be equal
+    // everywhere (min = max).
+    const uint64_t h = plan->hash;
+    long long mine[4] = {static_cast<long long>(local),
+                         static_cast<long long>(h >> 32),
+                         static_cast<long long>(h & 0xffffffffu), choice};
+    long long lo[4], hi[4];
+    if (MPI_Allreduce(mine, lo, 4, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS ||
+        MPI_Allreduce(mine, hi, 4, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS)
+      return failed(MFSDP_ERROR_COMM, "MPI_Allreduce failed while the ranks "
+                                      "compared their plans");
+    if (local != MFSDP_OK)
+      return failed(local, step->error);
+    if (hi[0] != MFSDP_OK)
+      return failed(static_cast<mfsdp_status>(hi[0]),
+                    "another rank refused the plan or its config (its "
+                    "mfsdp_last_error says why)");
+    if (lo[1] != hi[1] || lo[2] != hi[2])
+      return failed(MFSDP_ERROR_PLAN, "the ranks passed different plans (their "
+                                      "hashes differ): every rank must load the "
+                                      "same step library");
+    if (lo[3] != hi[3])
+      return failed(MFSDP_ERROR_INVALID, "the ranks asked for different backends "
+                                         "in mfsdp_config");
+  }
   // The mesh as the runtime sees it: [other dims], dp_replicate, dp_shard;
   // the rest of the world (tensor/expert parallel) is outermost.
   BackendOptions options;
   options.mesh = {{"other", world / (plan->dp_shard * plan->dp_replicate)},
                   {"dp_replicate", plan->dp_replicate},
                   {"dp_shard", plan->dp_shard}};
+  options.trainerStream = config ? config->cuda_stream : nullptr;
   std::string error;
   if (choice == MFSDP_BACKEND_CUDA) {
     step->backend.reset(loadCudaBackend(options, error));
@@ -615,54 +672,60 @@ mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
     if (!step->backend)
       return failed(MFSDP_ERROR_COMM, "cannot create communicators: " + error);
   }
-  step->S = plan->dp_shard;
-  step->R = plan->dp_replicate;
-  step->shardRank = step->backend->rank(Group::Shard);
-  if (const mfsdp_memory_plan *m = plan->memory) {
-    if (m->num_shard_ranks != plan->dp_shard || !m->arena_bytes ||
-        (plan->num_params > 0 && !m->params) ||
-        (m->keep_grads != 0 && m->keep_grads != 1) ||
-        m->arena_bytes[step->shardRank] < 0)
-      return failed(MFSDP_ERROR_PLAN,
-                    "invalid memory plan: it must have one arena size per "
-                    "dp_shard rank (" + std::to_string(plan->dp_shard) +
-                        "), one entry per parameter and keep_grads 0 or 1");
-    step->memory = m;
-  }
-  step->unitParams.resize(plan->num_units);
-  step->state.assign(plan->num_units, UnitState::Idle);
-  step->reduced.assign(plan->num_units, false);
-  for (int32_t i = 0; i < plan->num_params; ++i) {
-    ParamState ps;
-    ps.desc = plan->params[i];
-    ps.name = ps.desc.name ? ps.desc.name : ("param " + std::to_string(i));
-    if (!step->layOut(ps)) {
-      const std::string why = blockProblem(ps.desc);
-      return failed(MFSDP_ERROR_PLAN, "invalid plan entry for parameter '" +
-                                          ps.name + "'" + (why.empty() ? "" : ": ") +
-                                          why);
+  // Rank-dependent checks and the buffers: failures are collected, so the
+  // ranks still agree below.
+  auto layOutAll = [&]() -> mfsdp_status {
+    step->S = plan->dp_shard;
+    step->R = plan->dp_replicate;
+    step->shardRank = step->backend->rank(Group::Shard);
+    if (const mfsdp_memory_plan *m = plan->memory) {
+      if (m->num_shard_ranks != plan->dp_shard || !m->arena_bytes ||
+          (plan->num_params > 0 && !m->params) ||
+          (m->keep_grads != 0 && m->keep_grads != 1) ||
+          m->arena_bytes[step->shardRank] < 0)
+        return step->fail(MFSDP_ERROR_PLAN,
+                      "invalid memory plan: it must have one arena size per "
+                      "dp_shard rank (" + std::to_string(plan->dp_shard) +
+                          "), one entry per parameter and keep_grads 0 or 1");
+      step->memory = m;
     }
-    if (step->memory) {
-      // The compiler sized the plan's buffers with BufferSizes.h; this
-      // runtime's layout must agree, or offsets would overlap.
-      const BufferFloats want = bufferFloats(ps.desc, plan->dp_shard, step->shardRank);
-      if (want.master != ps.localSize || want.full != ps.fullSize)
-        return failed(MFSDP_ERROR_PLAN,
-                      "the library's memory plan sizes '" + ps.name + "' as " +
-                          std::to_string(want.master) + " local and " +
-                          std::to_string(want.full) + " whole floats, this "
-                          "runtime as " + std::to_string(ps.localSize) + " and " +
-                          std::to_string(ps.fullSize));
-      ps.at = step->memory->params[i];
+    step->unitParams.resize(plan->num_units);
+    step->state.assign(plan->num_units, UnitState::Idle);
+    step->reduced.assign(plan->num_units, false);
+    for (int32_t i = 0; i < plan->num_params; ++i) {
+      ParamState ps;
+      ps.desc = plan->params[i];
+      ps.name = ps.desc.name ? ps.desc.name : ("param " + std::to_string(i));
+      if (!step->layOut(ps)) {
+        const std::string why = blockProblem(ps.desc);
+        return step->fail(MFSDP_ERROR_PLAN, "invalid plan entry for parameter '" +
+                                            ps.name + "'" + (why.empty() ? "" : ": ") +
+                                            why);
+      }
+      if (step->memory) {
+        // The compiler sized the plan's buffers with BufferSizes.h; this
+        // runtime's layout must agree, or offsets would overlap.
+        const BufferFloats want = bufferFloats(ps.desc, plan->dp_shard, step->shardRank);
+        if (want.master != ps.localSize || want.full != ps.fullSize)
+          return step->fail(MFSDP_ERROR_PLAN,
+                        "the library's memory plan sizes '" + ps.name + "' as " +
+                            std::to_string(want.master) + " local and " +
+                            std::to_string(want.full) + " whole floats, this "
+                            "runtime as " + std::to_string(ps.localSize) + " and " +
+                            std::to_string(ps.fullSize));
+        ps.at = step->memory->params[i];
+      }
+      step->unitParams[ps.desc.unit].push_back(i);
+      step->params.push_back(std::move(ps));
     }
-    step->unitParams[ps.desc.unit].push_back(i);
-    step->params.push_back(std::move(ps));
-  }
-  step->replicaRank = step->backend->rank(Group::Replicate);
-  if (!step->assignNsReplicas())
-    return failed(MFSDP_ERROR_PLAN, "invalid plan: ns_split is " +
-                                        std::to_string(plan->ns_split) +
-                                        "; expected 0 or 1");
+    step->replicaRank = step->backend->rank(Group::Replicate);
+    if (!step->assignNsReplicas())
+      return step->fail(MFSDP_ERROR_PLAN, "invalid plan: ns_split is " +
+                                          std::to_string(plan->ns_split) +
+                                          "; expected 0 or 1");
+    return MFSDP_OK;
+  };
+  mfsdp_status s = layOutAll();
   int64_t scratch = 0;
   for (ParamState &ps : step->params)
     if (ps.ownsAny && ps.desc.optimizer == MFSDP_OPT_MUON)
@@ -675,8 +738,7 @@ mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
       step->memory
           ? planned + Arena::roundUp(scratch * static_cast<int64_t>(sizeof(float)))
           : step->arenaBytes();
-  mfsdp_status s = MFSDP_OK;
-  if (step->backend->reserve(bytes))
+  if (!s && step->backend->reserve(bytes))
     s = step->fail(MFSDP_ERROR_BACKEND,
                    "cannot reserve the arena of " + std::to_string(bytes) +
                        " bytes on the " + step->backend->name() +
@@ -722,6 +784,8 @@ const char *mfsdp_last_error(mfsdp_step *step) {
 
 mfsdp_status mfsdp_pre_forward(mfsdp_step *step, int32_t unit) {
   CHECK_UNIT(step, unit);
+  if (auto st = step->enter())
+    return st;
   UnitState &s = step->state[unit];
   if (s == UnitState::Forward || s == UnitState::ForwardDone)
     return step->fail(MFSDP_ERROR_ORDER,
@@ -737,6 +801,8 @@ mfsdp_status mfsdp_pre_forward(mfsdp_step *step, int32_t unit) {
 
 mfsdp_status mfsdp_post_forward(mfsdp_step *step, int32_t unit) {
   CHECK_UNIT(step, unit);
+  if (auto st = step->enter())
+    return st;
   UnitState &s = step->state[unit];
   if (s == UnitState::Backward)
     return MFSDP_OK; // end of a recomputation: keep the gathered parameters
@@ -751,6 +817,8 @@ mfsdp_status mfsdp_post_forward(mfsdp_step *step, int32_t unit) {
 
 mfsdp_status mfsdp_pre_backward(mfsdp_step *step, int32_t unit) {
   CHECK_UNIT(step, unit);
+  if (auto st = step->enter())
+    return st;
   UnitState &s = step->state[unit];
   if (s != UnitState::ForwardDone)
     return step->fail(MFSDP_ERROR_ORDER,
@@ -771,6 +839,8 @@ mfsdp_status mfsdp_pre_backward(mfsdp_step *step, int32_t unit) {
 
 mfsdp_status mfsdp_post_backward(mfsdp_step *step, int32_t unit) {
   CHECK_UNIT(step, unit);
+  if (auto st = step->enter())
+    return st;
   UnitState &s = step->state[unit];
   if (s != UnitState::Backward)
     return step->fail(MFSDP_ERROR_ORDER, "post_backward of unit " +
@@ -805,6 +875,8 @@ mfsdp_status mfsdp_set_no_sync(mfsdp_step *step, int32_t noSync) {
 mfsdp_status mfsdp_zero_grad(mfsdp_step *step) {
   if (!step)
     return MFSDP_ERROR_INVALID;
+  if (auto st = step->enter())
+    return st;
   for (ParamState &ps : step->params) {
     if (ps.gradLive)
       if (auto s = step->device(step->backend->zero(ps.grad, ps.fullSize), "zero-fill"))
@@ -818,6 +890,8 @@ mfsdp_status mfsdp_zero_grad(mfsdp_step *step) {
 mfsdp_status mfsdp_optimizer_step(mfsdp_step *step) {
   if (!step)
     return MFSDP_ERROR_INVALID;
+  if (auto st = step->enter())
+    return st;
   for (int32_t u = 0; u < step->plan.num_units; ++u)
     if (!step->unitParams[u].empty() &&
         (step->state[u] != UnitState::Idle || !step->reduced[u]))
@@ -928,6 +1002,8 @@ mfsdp_status mfsdp_grad_view(mfsdp_step *step, int32_t param, DLTensor *out) {
 mfsdp_status mfsdp_load_param(mfsdp_step *step, int32_t param, const float *full) {
   if (!step || !full)
     return MFSDP_ERROR_INVALID;
+  if (auto st = step->enter())
+    return st;
   if (auto st = step->checkParam(param))
     return st;
   ParamState &ps = step->params[param];
@@ -943,6 +1019,8 @@ mfsdp_status mfsdp_load_param(mfsdp_step *step, int32_t param, const float *full
 mfsdp_status mfsdp_store_param(mfsdp_step *step, int32_t param, float *full) {
   if (!step || !full)
     return MFSDP_ERROR_INVALID;
+  if (auto st = step->enter())
+    return st;
   if (auto st = step->checkParam(param))
     return st;
   // The fp32 masters, whole (not the compute copy, which may be bf16).
@@ -976,6 +1054,8 @@ mfsdp_status mfsdp_load_state(mfsdp_step *step, int32_t param, int32_t which,
                               const float *full) {
   if (!step || !full)
     return MFSDP_ERROR_INVALID;
+  if (auto st = step->enter())
+    return st;
   float *state = nullptr;
   if (auto s = stateOf(step, param, which, state))
     return s;
@@ -986,6 +1066,8 @@ mfsdp_status mfsdp_store_state(mfsdp_step *step, int32_t param, int32_t which,
                                float *full) {
   if (!step || !full)
     return MFSDP_ERROR_INVALID;
+  if (auto st = step->enter())
+    return st;
   float *state = nullptr;
   if (auto s = stateOf(step, param, which, state))
     return s;

@@ -47,6 +47,8 @@ public:
       cudaEventDestroy(computeDone_);
     if (commDone_)
       cudaEventDestroy(commDone_);
+    if (trainerDone_)
+      cudaEventDestroy(trainerDone_);
     if (compute_)
       cudaStreamDestroy(compute_);
     if (comm_)
@@ -56,6 +58,7 @@ public:
   /// Communicators, streams, events and the cuBLAS handle; false with
   /// `error` when one cannot be created.
   bool init(const BackendOptions &options, std::string &error) {
+    trainer_ = static_cast<cudaStream_t>(options.trainerStream);
     shard_.reset(NcclComm::createFromMpi(options.mesh, "dp_shard", error));
     if (!shard_)
       return false;
@@ -70,6 +73,8 @@ public:
         checkCuda(cudaEventCreateWithFlags(&computeDone_, cudaEventDisableTiming),
              "cudaEventCreate") ||
         checkCuda(cudaEventCreateWithFlags(&commDone_, cudaEventDisableTiming),
+             "cudaEventCreate") ||
+        checkCuda(cudaEventCreateWithFlags(&trainerDone_, cudaEventDisableTiming),
              "cudaEventCreate") ||
         blasCheck(cublasCreate(&blas_), "cublasCreate") ||
         blasCheck(cublasSetStream(blas_, compute_), "cublasSetStream")) {
@@ -232,6 +237,19 @@ public:
     return kernel(cuda::muonApply(param, update, rows, cols, h, compute_));
   }
 
+  int afterTrainer() override {
+    // The trainer's stream may be the legacy default stream (null); ours
+    // are non-blocking, so only an event orders them after it.
+    if (int rc = checkCuda(cudaEventRecord(trainerDone_, trainer_),
+                           "cudaEventRecord (trainer stream)"))
+      return rc;
+    if (int rc = checkCuda(cudaStreamWaitEvent(compute_, trainerDone_, 0),
+                           "cudaStreamWaitEvent (compute)"))
+      return rc;
+    return checkCuda(cudaStreamWaitEvent(comm_, trainerDone_, 0),
+                     "cudaStreamWaitEvent (communication)");
+  }
+
   int synchronize() override {
     return checkCuda(cudaStreamSynchronize(compute_), "cudaStreamSynchronize");
   }
@@ -289,7 +307,8 @@ private:
   std::unique_ptr<NcclComm> shard_, replicate_;
   int device_ = 0;
   cudaStream_t compute_ = nullptr, comm_ = nullptr;
-  cudaEvent_t computeDone_ = nullptr, commDone_ = nullptr;
+  cudaStream_t trainer_ = nullptr; // the trainer's (null: legacy default)
+  cudaEvent_t computeDone_ = nullptr, commDone_ = nullptr, trainerDone_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   void *block_ = nullptr;
   Arena arena_;

@@ -236,8 +236,31 @@ int main(int argc, char **argv) {
   std::vector<float> whole(12);
   expect(mfsdp_store_param(s, 0, whole.data()) == MFSDP_OK,
          std::string("planned: store through the staging buffer: ") + mfsdp_last_error(s));
+  // The freed gradients cannot be added to: a second backward before
+  // zero_grad would replace the reduced gradient, so it is refused.
+  expect(mfsdp_pre_forward(s, 0) == MFSDP_OK && mfsdp_post_forward(s, 0) == MFSDP_OK &&
+             mfsdp_pre_forward(s, 1) == MFSDP_OK && mfsdp_post_forward(s, 1) == MFSDP_OK,
+         "planned: the next forward");
+  fails(s, mfsdp_pre_backward(s, 1), MFSDP_ERROR_ORDER,
+        "the gradients of unit 1 were already reduced in this step");
+  expect(mfsdp_zero_grad(s) == MFSDP_OK && mfsdp_pre_backward(s, 1) == MFSDP_OK,
+         std::string("planned: backward after zero_grad: ") + mfsdp_last_error(s));
   mfsdp_destroy(s);
   s = nullptr;
+  // Ranks that load different plans (each consistent with its hash) are
+  // refused together, before any collective of the plan.
+  if (world > 1) {
+    mfsdp_plan mine = plan;
+    if (rank == 1)
+      mine.adamw_lr = 2e-3f;
+    mine.hash = mfsdp_plan_hash(&mine);
+    fails(s, mfsdp_create(&mine, &s), MFSDP_ERROR_PLAN,
+          "the ranks passed different plans");
+    // A runtime that failed to be created refuses every call.
+    fails(s, mfsdp_pre_forward(s, 0), MFSDP_ERROR_INVALID, "this runtime was not created");
+    mfsdp_destroy(s);
+    s = nullptr;
+  }
   // A memory plan for another mesh, or one too small for the buffers.
   mfsdp_plan wrong = planned;
   mfsdp_memory_plan otherMesh = memory;

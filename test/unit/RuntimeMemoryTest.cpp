@@ -117,9 +117,14 @@ std::string replay(const mfsdp_plan &plan, const step::RuntimeMemoryPlan &m,
     unit(u, false);
   for (int32_t u = plan.num_units; u-- > 0;)
     unit(u, true);
+  // A store stages a whole tensor, padded as the runtime gathers it.
   int64_t largest = 0;
   for (int32_t i = 0; i < plan.num_params; ++i)
-    largest = std::max(largest, plan.params[i].rows * plan.params[i].cols);
+    largest = std::max(largest, plan.params[i].placement == MFSDP_ROW_SHARD
+                                    ? (plan.params[i].rows + plan.dp_shard - 1) /
+                                          plan.dp_shard * plan.dp_shard *
+                                          plan.params[i].cols
+                                    : plan.params[i].rows * plan.params[i].cols);
   add(m.staging, largest, "staging");
   return clash;
 }
@@ -198,6 +203,21 @@ TEST(RuntimeMemory, OwnersAndMixedUnits) {
   }
   EXPECT_EQ(m.params[1].exp_avg_sq, -1); // Muon keeps no second moment
   EXPECT_EQ(m.params[4].exp_avg_sq, -1); // nor does SGD
+}
+
+// The largest tensor an uneven row shard: 5 rows on 2 ranks are gathered
+// as 6 (3 per rank), so the staging buffer holds 6 x 64 floats (1536 B),
+// not 5 x 64. ZeRO-2 with kept gradients: the staging buffer is the only
+// transient one, at the end of the arena.
+TEST(RuntimeMemory, StagingHoldsThePaddedTensor) {
+  std::vector<mfsdp_param_desc> ps = {param("v", 5, 64, 0)};
+  mfsdp_plan plan = planOf(ps, 2, 2, 1);
+  step::RuntimeMemoryPlan m = step::planRuntimeMemory(plan, true);
+  ASSERT_TRUE(m.error.empty()) << m.error;
+  EXPECT_GE(m.arenaBytes[0] - m.staging, 1536);
+  int64_t highest = 0;
+  EXPECT_EQ(replay(plan, m, 1, highest), "");
+  EXPECT_LE(highest, m.arenaBytes[1]);
 }
 
 TEST(RuntimeMemory, InvalidPlans) {

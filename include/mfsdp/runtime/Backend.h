@@ -43,6 +43,8 @@ struct BackendOptions {
   /// The mesh, row-major, with dims named "dp_shard" and "dp_replicate";
   /// its product is the MPI world size.
   std::vector<MeshDimSpec> mesh;
+  /// CUDA: the trainer's stream (mfsdp_config::cuda_stream).
+  void *trainerStream = nullptr;
 };
 
 class Backend {
@@ -124,6 +126,10 @@ public:
                        int64_t rows, int64_t cols, const MuonHyper &h,
                        float *scratch) = 0;
 
+  /// Orders the work issued from now on after the work the trainer has
+  /// issued so far on its own stream (which may still read or write the
+  /// buffers it was handed). The host backend has nothing to order.
+  virtual int afterTrainer() { return 0; }
   /// Waits until everything issued is done.
   virtual int synchronize() = 0;
   virtual const char *lastError() const = 0;

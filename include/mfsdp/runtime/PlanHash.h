@@ -73,7 +73,9 @@ inline uint64_t planHash(const mfsdp_plan &p) {
     h = hashMix(h, p.ns_split);
   if (const mfsdp_memory_plan *m = p.memory) {
     h = hashMix(h, m->num_shard_ranks);
-    for (int32_t r = 0; r < m->num_shard_ranks && m->arena_bytes; ++r)
+    // At most dp_shard entries are read, whatever num_shard_ranks says (a
+    // corrupt count is refused by mfsdp_create, after hashing).
+    for (int32_t r = 0; r < m->num_shard_ranks && r < p.dp_shard && m->arena_bytes; ++r)
       h = hashMix(h, m->arena_bytes[r]);
     for (int32_t i = 0; i < p.num_params && m->params; ++i) {
       const mfsdp_param_offsets &o = m->params[i];
