@@ -33,11 +33,16 @@ struct BuildStepPass : public mfsdp::impl::BuildStepBase<BuildStepPass> {
     if (microbatches < 1)
       return graph.emitError("microbatches must be at least 1, got ")
              << microbatches.getValue();
-    bool dtensor = baseline == "fsdp2-dtensor";
+    // fsdp2-dtensor replays torch.optim.Muon's addmm form of Newton-Schulz
+    // (torch 2.9; use_addmm=True later), fsdp2-dtensor-mm the mm form
+    // (use_addmm=False, the default of later releases).
+    bool dtensorMm = baseline == "fsdp2-dtensor-mm";
+    bool dtensor = baseline == "fsdp2-dtensor" || dtensorMm;
     bool fsdp2 = baseline == "fsdp2" || dtensor;
     if (!baseline.empty() && !fsdp2)
       return graph.emitError("unknown baseline '")
-             << baseline.getValue() << "'; expected fsdp2 or fsdp2-dtensor";
+             << baseline.getValue()
+             << "'; expected fsdp2, fsdp2-dtensor or fsdp2-dtensor-mm";
     int64_t tok = tokens > 0 ? static_cast<int64_t>(tokens)
                              : static_cast<int64_t>(graph.getSeqLen());
     if (tok <= 0)
@@ -57,9 +62,10 @@ struct BuildStepPass : public mfsdp::impl::BuildStepBase<BuildStepPass> {
     if (nsSteps > 0)
       opts.nsSteps = nsSteps;
     if (dtensor && opts.replicate > 1)
-      return graph.emitError("baseline=fsdp2-dtensor models DTensor on a 1-D "
-                             "dp_shard mesh; dp_replicate > 1 is not "
-                             "supported");
+      return graph.emitError("baseline=")
+             << baseline.getValue()
+             << " models DTensor on a 1-D dp_shard mesh; dp_replicate > 1 is "
+                "not supported";
     planner::Decisions d;
     PolicyOp policy = graph.getPolicy();
     d.nsSplit = policy && policy.getNsSplit();
@@ -76,6 +82,8 @@ struct BuildStepPass : public mfsdp::impl::BuildStepBase<BuildStepPass> {
     if (fsdp2) {
       bo.gatheredMuon = true;
       bo.dtensorMuon = dtensor;
+      bo.dtensorForm =
+          dtensorMm ? step::DTensorForm::Mm : step::DTensorForm::Addmm;
       for (const planner::Param &p : b.problem.params)
         if (p.placement == planner::PlacementKind::RowShard && p.rank() == 2 &&
             (p.role == planner::Role::HiddenMatrix ||

@@ -148,7 +148,10 @@ def BuildStep : Pass<"mfsdp-build-step", "::mlir::ModuleOp"> {
     DTensor shards: each Newton-Schulz matmul takes the strategy DTensor's
     sharding propagation picks, its redistributions (all-to-all, all-gather,
     reduce-scatter, all-reduce) issued synchronously around it
-    (docs/benchmarks.md).
+    (docs/benchmarks.md). That replays Newton-Schulz in its `addmm` form
+    (torch 2.9; `use_addmm=True` later); `baseline=fsdp2-dtensor-mm` replays
+    the `use_addmm=False` form of later releases (`mm` plus pointwise ops,
+    placed by DTensor's pointwise rules).
   }];
   let options = [
     Option<"tokens", "tokens", "int64_t", /*default=*/"0",
@@ -156,8 +159,9 @@ def BuildStep : Pass<"mfsdp-build-step", "::mlir::ModuleOp"> {
     Option<"microbatches", "microbatches", "int64_t", /*default=*/"1",
            "Gradient-accumulation microbatches per step">,
     Option<"baseline", "baseline", "std::string", /*default=*/"\"\"",
-           "Build a baseline instead: fsdp2 (gathered Muon) or "
-           "fsdp2-dtensor (Muon on DTensor shards)">,
+           "Build a baseline instead: fsdp2 (gathered Muon), "
+           "fsdp2-dtensor (Muon on DTensor shards, addmm form) or "
+           "fsdp2-dtensor-mm (the same, use_addmm=False form)">,
     Option<"nsSteps", "ns-steps", "int64_t", /*default=*/"0",
            "Newton-Schulz steps (0: the graph's Muon settings, else 5)">,
   ];

@@ -43,7 +43,7 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
   Option<int64_t> microbatches{*this, "microbatches", llvm::cl::desc("microbatches"),
                                llvm::cl::init(1)};
   Option<std::string> baseline{*this, "baseline",
-                               llvm::cl::desc("fsdp2: the gathered-Muon baseline"),
+                               llvm::cl::desc("fsdp2: the gathered-Muon baseline; fsdp2-dtensor, fsdp2-dtensor-mm: Muon on DTensor shards, addmm / mm form"),
                                llvm::cl::init("")};
   Option<int64_t> bucketMB{*this, "bucket-mb", llvm::cl::desc("bucket size (0: no limit)"),
                            llvm::cl::init(0)};

@@ -8,13 +8,17 @@ measurement: no GPU is involved.
    ZeRO-3, 5 Newton-Schulz steps, fp32 masters: the owner-Muon optimizer
    phase against its floor (at datasheet peak and at the profile's
    sustained rates), forward+backward exposed communication as a share of
-   compute, and the FSDP2-style, FSDP2-DTensor and MatrixFSDP-style
-   baselines beside it.
+   compute, and the FSDP2-style, FSDP2-DTensor (addmm form),
+   FSDP2-DTensor-mm (use_addmm=False form) and MatrixFSDP-style baselines
+   beside it.
 2. The MatrixFSDP seed's settings (2 Newton-Schulz steps, bf16 parameters
    without fp32 masters), its sequence sweep: the simulated FSDP2-style
-   (gathered Muon), FSDP2-DTensor (torch.optim.Muon's matmuls split by
-   DTensor) and MatrixFSDP-style step totals against the seed's measured
-   table (the seed's FSDP2 column for both FSDP2 models).
+   (gathered Muon), FSDP2-DTensor and FSDP2-DTensor-mm (torch.optim.Muon's
+   matmuls split by DTensor; Newton-Schulz in its addmm and its
+   use_addmm=False form) and MatrixFSDP-style step totals against the
+   seed's measured table (the seed's FSDP2 column for the three FSDP2
+   models), and the DTensor models' optimizer phases against the seed's
+   measured FSDP2 optimizer step.
 
 Usage: bench-sim.py [BIN_DIR]
 """
@@ -84,7 +88,7 @@ def main():
               f"at datasheet peak ({'met' if ours['peak'] <= 1.10 else 'not met'})")
         print(f"   target: exposed communication under 5% of compute: "
               f"{ours['exppct']:.2f}% ({'met' if ours['exppct'] < 5 else 'MISSED'})")
-        for base in ("FSDP2-style", "FSDP2-DTensor"):
+        for base in ("FSDP2-style", "FSDP2-DTensor", "FSDP2-DTensor-mm"):
             print(f"   {base} optimizer / ours: {rows[base]['opt'] / ours['opt']:.2f}x; "
                   f"step: {rows[base]['total'] / ours['total']:.2f}x")
         # The optimizer order: first units first (the default) against the
@@ -106,32 +110,46 @@ def main():
         print()
         print("2. MatrixFSDP seed settings: 2 Newton-Schulz steps, bf16 parameters without")
         print("   fp32 masters; simulated totals (predicted) against the seed's measured table")
-        print(f"   {'seq':>6s} {'FSDP2 sim':>10s} {'DTensor sim':>11s} {'seed':>6s} "
-              f"{'error':>7s} {'error':>7s}   {'MatrixFSDP sim':>14s} {'seed':>6s} "
-              f"{'error':>7s}   {'ours (owners)':>13s}")
-        print(f"   {'':6s} {'':10s} {'':11s} {'':6s} {'FSDP2':>7s} {'DTensor':>7s}")
-        worst = {"FSDP2-style": 0.0, "FSDP2-DTensor": 0.0, "MatrixFSDP-style": 0.0}
+        print(f"   {'seq':>6s} {'FSDP2 sim':>10s} {'DTensor sim':>11s} {'DT-mm sim':>10s} "
+              f"{'seed':>6s} {'error':>7s} {'error':>7s} {'error':>7s}   "
+              f"{'MatrixFSDP sim':>14s} {'seed':>6s} {'error':>7s}   {'ours (owners)':>13s}")
+        print(f"   {'':6s} {'':10s} {'':11s} {'':10s} {'':6s} {'FSDP2':>7s} {'DTensor':>7s} "
+              f"{'DT-mm':>7s}")
+        dtensor = ("FSDP2-DTensor", "FSDP2-DTensor-mm")
+        worst = {"FSDP2-style": 0.0, "FSDP2-DTensor": 0.0, "FSDP2-DTensor-mm": 0.0,
+                 "MatrixFSDP-style": 0.0}
+        worst_opt = dict.fromkeys(dtensor, 0.0)
         for seq, (fsdp2, mfsdp) in SEED.items():
             rows = simulate(model(tmp, seq),
                             "policy=mixed_muon_adamw ns-steps=2 fp32-master=false")
             f = rows["FSDP2-style"]["total"]
             t = rows["FSDP2-DTensor"]["total"]
+            tm = rows["FSDP2-DTensor-mm"]["total"]
             m = rows["MatrixFSDP-style"]["total"]
-            ef, et = (f - fsdp2) / fsdp2 * 100, (t - fsdp2) / fsdp2 * 100
-            em = (m - mfsdp) / mfsdp * 100
-            worst["FSDP2-style"] = max(worst["FSDP2-style"], abs(ef))
-            worst["FSDP2-DTensor"] = max(worst["FSDP2-DTensor"], abs(et))
-            worst["MatrixFSDP-style"] = max(worst["MatrixFSDP-style"], abs(em))
-            print(f"   {seq:6d} {f:10.1f} {t:11.1f} {fsdp2:6d} {ef:+6.1f}% {et:+6.1f}%   "
-                  f"{m:14.1f} {mfsdp:6d} {em:+6.1f}%   "
+            err = lambda sim, seed: (sim - seed) / seed * 100
+            ef, et, etm = err(f, fsdp2), err(t, fsdp2), err(tm, fsdp2)
+            em = err(m, mfsdp)
+            for k, e in (("FSDP2-style", ef), ("FSDP2-DTensor", et),
+                         ("FSDP2-DTensor-mm", etm), ("MatrixFSDP-style", em)):
+                worst[k] = max(worst[k], abs(e))
+            print(f"   {seq:6d} {f:10.1f} {t:11.1f} {tm:10.1f} {fsdp2:6d} {ef:+6.1f}% "
+                  f"{et:+6.1f}% {etm:+6.1f}%   {m:14.1f} {mfsdp:6d} {em:+6.1f}%   "
                   f"{rows['mfsdp (owners)']['total']:13.1f}")
+            opt = {k: rows[k]["opt"] for k in dtensor}
+            for k in dtensor:
+                worst_opt[k] = max(worst_opt[k], abs(err(opt[k], SEED_OPT[seq])))
             print(f"   {'':6s} optimizer phase (predicted): FSDP2-style "
                   f"{rows['FSDP2-style']['opt']:.1f} ms, FSDP2-DTensor "
-                  f"{rows['FSDP2-DTensor']['opt']:.1f} ms (seed measured "
-                  f"{SEED_OPT[seq]} ms)")
+                  f"{opt['FSDP2-DTensor']:.1f} ms "
+                  f"({err(opt['FSDP2-DTensor'], SEED_OPT[seq]):+.1f}%), FSDP2-DTensor-mm "
+                  f"{opt['FSDP2-DTensor-mm']:.1f} ms "
+                  f"({err(opt['FSDP2-DTensor-mm'], SEED_OPT[seq]):+.1f}%); "
+                  f"seed measured {SEED_OPT[seq]} ms")
         for k, v in worst.items():
             print(f"   worst |error| {k}: {v:.1f}% (target 20%: "
                   f"{'met' if v <= 20 else 'MISSED'})")
+        for k, v in worst_opt.items():
+            print(f"   worst |error| {k} optimizer phase against the seed's: {v:.1f}%")
 
 
 if __name__ == "__main__":

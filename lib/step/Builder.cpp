@@ -17,7 +17,8 @@ using planner::Param;
 using planner::PlacementKind;
 
 //===----------------------------------------------------------------------===//
-// torch.optim.Muon's Newton-Schulz on a DTensor (baseline=fsdp2-dtensor)
+// torch.optim.Muon's Newton-Schulz on a DTensor (baseline=fsdp2-dtensor,
+// fsdp2-dtensor-mm)
 //===----------------------------------------------------------------------===//
 
 std::string_view dplacementName(DPlacement p) {
@@ -196,11 +197,49 @@ DTensorNsOp matmul(std::string name, int64_t iteration,
   return op;
 }
 
+/// A pointwise op on a 1-D mesh (pointwise_strategy and
+/// common_pointwise_strategy of torch/distributed/tensor/_ops/
+/// _pointwise_ops.py): one candidate, no cost comparison. The output follows
+/// the tensor operand with the most shards (a Shard has W, Partial and
+/// Replicate one; ties go to the first); a followed Partial stays Partial
+/// for the linear ops used here (mul by a scalar, linearity 2; add.Tensor of
+/// two tensors, linearity 1), and every operand is redistributed to the
+/// output's placement: Partial + Partial needs nothing, Shard + Partial
+/// reduce-scatters the Partial operand to the Shard. (The single-dim
+/// strategies of newer versions enumerate Shard(0), Shard(1), the Partial
+/// rules and Replicate and take the cheapest; for the operands of
+/// Newton-Schulz that is the same placement.) `bytes` counts every operand
+/// read and the output written on one rank, in the local sizes.
+DTensorNsOp pointwise(std::string name, int64_t iteration,
+                      const std::vector<DOperand> &args, std::string result,
+                      int64_t w, double elem) {
+  size_t followed = 0;
+  for (size_t i = 1; i < args.size(); ++i)
+    if (isShard(args[i].placement) && !isShard(args[followed].placement))
+      followed = i;
+  const DOperand &f = args[followed];
+  DTensorNsOp op;
+  op.op = std::move(name);
+  op.iteration = iteration;
+  op.out = f.placement;
+  op.result = std::move(result);
+  for (const DOperand &a : args) {
+    op.args.push_back(a.name);
+    op.inputs.push_back(op.out);
+    if (auto r = redistribute(a, op.out, w, elem))
+      op.redistributes.push_back(*r);
+    op.bytes += localBytes(op.out, a.rows, a.cols, w, elem);
+  }
+  op.outBytes = localBytes(op.out, f.rows, f.cols, w, elem);
+  op.bytes += op.outBytes;
+  return op;
+}
+
 } // namespace
 
 std::vector<DTensorNsOp> dtensorNewtonSchulz(int64_t rows, int64_t cols,
                                              int64_t world, int64_t nsSteps,
-                                             bool intraNode) {
+                                             bool intraNode, DTensorForm form) {
   const int64_t w = std::max<int64_t>(world, 1);
   const double elem = 2; // torch.optim.Muon runs Newton-Schulz in bf16
   DTensorTopo topo;
@@ -242,6 +281,41 @@ std::vector<DTensorNsOp> dtensorNewtonSchulz(int64_t rows, int64_t cols,
     DOperand xt{"X^T", transposed(x.placement), x.cols, x.rows};
     DTensorNsOp a = matmul("X @ X^T", it, std::nullopt, x, xt, topo, w, elem);
     DOperand A{"A", a.out, s, s};
+    if (form == DTensorForm::Mm) {
+      a.args = {"X", "X^T"};
+      a.result = "A";
+      out.push_back(std::move(a));
+      // gram_update = b * gram_matrix + c * gram_matrix @ gram_matrix:
+      // `*` and `@` bind equally, left to right, so Python runs b * A,
+      // then (c * A) @ A, then the sum.
+      DTensorNsOp bA = pointwise("b * A", it, {A}, "bA", w, elem);
+      DOperand BA{"bA", bA.out, s, s};
+      out.push_back(std::move(bA));
+      DTensorNsOp cA = pointwise("c * A", it, {A}, "cA", w, elem);
+      DOperand CA{"cA", cA.out, s, s};
+      out.push_back(std::move(cA));
+      DTensorNsOp cAA = matmul("cA @ A", it, std::nullopt, CA, A, topo, w, elem);
+      cAA.args = {"cA", "A"};
+      cAA.result = "cAA";
+      DOperand CAA{"cAA", cAA.out, s, s};
+      out.push_back(std::move(cAA));
+      DTensorNsOp b = pointwise("bA + cAA", it, {BA, CAA}, "B", w, elem);
+      DOperand B{"B", b.out, s, s};
+      out.push_back(std::move(b));
+      // ortho_grad = a * ortho_grad + gram_update @ ortho_grad
+      DTensorNsOp aX = pointwise("a * X", it, {x}, "aX", w, elem);
+      DOperand AX{"aX", aX.out, x.rows, x.cols};
+      out.push_back(std::move(aX));
+      DTensorNsOp bx = matmul("B @ X", it, std::nullopt, B, x, topo, w, elem);
+      bx.args = {"B", "X"};
+      bx.result = "BX";
+      DOperand BX{"BX", bx.out, x.rows, x.cols};
+      out.push_back(std::move(bx));
+      DTensorNsOp nx = pointwise("aX + BX", it, {AX, BX}, "X", w, elem);
+      x.placement = nx.out;
+      out.push_back(std::move(nx));
+      continue;
+    }
     out.push_back(std::move(a));
     // gram_update = torch.addmm(gram_matrix, gram_matrix, gram_matrix, b, c)
     DTensorNsOp b = matmul("addmm(A, A, A)", it, A, A, A, topo, w, elem);
@@ -732,7 +806,8 @@ private:
         nLocal * planner::optimBytesPerElem(whole, o) - momentumBytes;
     const int64_t rows = p.shape[0], cols = p.shape[1];
     std::vector<DTensorNsOp> ns =
-        dtensorNewtonSchulz(rows, cols, S, o.nsSteps, o.shardIntraNode);
+        dtensorNewtonSchulz(rows, cols, S, o.nsSteps, o.shardIntraNode,
+                            b.dtensorForm);
     auto op = [&](std::string name, double flops, double bytes,
                   std::vector<int64_t> reads, std::vector<int64_t> writes) {
       Op k;
@@ -754,12 +829,19 @@ private:
     op(fmt::format("muon momentum {}", p.name), 0, momentumBytes, {g.rowGrad},
        {x});
     int64_t a = -1, bb = -1;
+    // Mm form: the iteration's other temporaries (bA, cA, cAA, aX, BX).
+    std::map<std::string, int64_t> named;
     for (const DTensorNsOp &n : ns) {
       std::string where = n.iteration >= 0
                               ? fmt::format("{} it{}", p.name, n.iteration)
                               : p.name;
       auto source = [&](const std::string &operand) {
-        return operand == "A" ? a : operand == "B" ? bb : x;
+        if (operand == "A")
+          return a;
+        if (operand == "B")
+          return bb;
+        auto i = named.find(operand);
+        return i != named.end() ? i->second : x;
       };
       // Redistributed copies of the operands, in argument order.
       std::vector<int64_t> tmps;
@@ -790,7 +872,50 @@ private:
         return count;
       };
       std::vector<int64_t> reads = tmps;
-      if (n.op == "normalise") {
+      if (!n.result.empty()) {
+        // Mm form: an operand is read directly unless every use of it is
+        // redistributed ("X^T" is a view of X).
+        auto base = [](const std::string &t) {
+          return t == "X^T" ? std::string("X") : t;
+        };
+        std::vector<std::string> bases;
+        for (const std::string &t : n.args)
+          if (std::find(bases.begin(), bases.end(), base(t)) == bases.end())
+            bases.push_back(base(t));
+        for (const std::string &t : bases) {
+          auto uses = std::count_if(n.args.begin(), n.args.end(),
+                                    [&](const std::string &u) { return base(u) == t; });
+          auto moved = std::count_if(
+              n.redistributes.begin(), n.redistributes.end(),
+              [&](const DTensorRedistribute &r) { return base(r.operand) == t; });
+          if (moved < uses)
+            reads.push_back(source(t));
+        }
+        int64_t res = alloc(fmt::format("dtensor {} {}", n.result, where),
+                            n.outBytes, false);
+        op(fmt::format("muon ns {} {}", where, n.op), n.flops, n.bytes, reads,
+           {res});
+        // Each temporary is read once; A, B and the old X go when the
+        // iteration's new X exists.
+        for (const std::string &t : bases)
+          if (auto i = named.find(t); i != named.end()) {
+            free(i->second);
+            named.erase(i);
+          }
+        if (n.result == "A") {
+          a = res;
+        } else if (n.result == "B") {
+          bb = res;
+        } else if (n.result == "X") {
+          free(a);
+          free(bb);
+          free(x);
+          a = bb = -1;
+          x = res;
+        } else {
+          named[n.result] = res;
+        }
+      } else if (n.op == "normalise") {
         reads.push_back(x);
         op(fmt::format("muon ns {} normalise", p.name), 0, 2 * n.outBytes,
            reads, {x});

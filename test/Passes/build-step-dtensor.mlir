@@ -1,4 +1,5 @@
 // RUN: mfsdp-opt %s --mfsdp-assign-layouts=policy=adamw "--mfsdp-build-step=baseline=fsdp2-dtensor ns-steps=1" | FileCheck %s
+// RUN: mfsdp-opt %s --mfsdp-assign-layouts=policy=adamw "--mfsdp-build-step=baseline=fsdp2-dtensor-mm ns-steps=1" | FileCheck %s --check-prefix=MM
 // RUN: not mfsdp-opt %s --mfsdp-assign-layouts=policy=adamw --mfsdp-build-step=baseline=dtensor -o /dev/null 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 // RUN: not mfsdp-opt %s --mfsdp-assign-layouts="policy=adamw mesh=dp_replicate=2,dp_shard=2" --mfsdp-build-step=baseline=fsdp2-dtensor -o /dev/null 2>&1 | FileCheck %s --check-prefix=HSDP
 
@@ -66,6 +67,70 @@ plan.graph @dt seq_len 8 {
 // CHECK-NOT: sched.reduce_
 // CHECK: sched.optimizer muon "muon update big"
 
-// UNKNOWN: error: unknown baseline 'dtensor'; expected fsdp2 or fsdp2-dtensor
+// baseline=fsdp2-dtensor-mm: the use_addmm=False form of newer torch,
+// B = b * A + c * A @ A and X = a * X + B @ X, each op placed by DTensor
+// (mm strategies by cost, pointwise ops following the most-sharded operand).
+// The tiny matrix keeps row shards throughout: the same three all-gathers
+// as the addmm form, and the pointwise ops move nothing.
+// MM-LABEL: sched.step @dt.step world 4
+// MM: sched.optimizer muon "muon momentum small"
+// MM: "dtensor all_reduce norm Partial(sum) -> Replicate() small"
+// MM: sched.all_gather {{.*}}"dtensor all_gather X^T Shard(1) -> Replicate() small it0"
+// MM: sched.optimizer muon "muon ns small it0 X @ X^T"
+// MM-NOT: sched.all_
+// MM: sched.optimizer muon "muon ns small it0 b * A"
+// MM-NOT: sched.all_
+// MM: sched.optimizer muon "muon ns small it0 c * A"
+// MM: sched.all_gather {{.*}} bytes 3.200000e+01 {{.*}}"dtensor all_gather A Shard(0) -> Replicate() small it0"
+// MM: sched.optimizer muon "muon ns small it0 cA @ A"
+// MM-NOT: sched.all_
+// MM: sched.optimizer muon "muon ns small it0 bA + cAA"
+// MM-NOT: sched.all_
+// MM: sched.optimizer muon "muon ns small it0 a * X"
+// MM: sched.all_gather {{.*}} bytes 6.400000e+01 {{.*}}"dtensor all_gather X Shard(0) -> Replicate() small it0"
+// MM: sched.optimizer muon "muon ns small it0 B @ X"
+// MM-NOT: sched.all_
+// MM: sched.optimizer muon "muon ns small it0 aX + BX"
+// MM-NOT: sched.all_
+// MM: sched.optimizer muon "muon update small"
+
+// The 4 MiB matrix: X @ X^T splits the contraction as in the addmm form
+// (two all-to-alls), the scalar multiples keep A Partial with no
+// collective, cA @ A reduce-scatters both operands, Partial + Partial needs
+// nothing. B @ X has no `self` to ban a Partial output, so it too splits
+// the contraction (reduce-scatter B only) and leaves BX a full-size partial
+// sum; aX + BX follows aX's Shard(0) and reduce-scatters BX (4 MiB) there,
+// where the addmm form all-gathered X (MLIR prints the 4 MiB,
+// 4194304.0, as the hex double 0x4150000000000000).
+// MM: sched.optimizer muon "muon momentum big"
+// MM: "dtensor all_reduce norm Partial(sum) -> Replicate() big"
+// MM: sched.all_gather {{.*}}"dtensor all_to_all X Shard(0) -> Shard(1) big it0"
+// MM: sched.all_gather {{.*}}"dtensor all_to_all X^T Shard(1) -> Shard(0) big it0"
+// MM: sched.optimizer muon "muon ns big it0 X @ X^T"
+// MM-NOT: sched.all_
+// MM-NOT: sched.reduce_
+// MM: sched.optimizer muon "muon ns big it0 b * A"
+// MM-NOT: sched.all_
+// MM-NOT: sched.reduce_
+// MM: sched.optimizer muon "muon ns big it0 c * A"
+// MM: sched.reduce_scatter {{.*}}"dtensor reduce_scatter cA Partial(sum) -> Shard(1) big it0"
+// MM: sched.reduce_scatter {{.*}}"dtensor reduce_scatter A Partial(sum) -> Shard(0) big it0"
+// MM: sched.optimizer muon "muon ns big it0 cA @ A"
+// MM-NOT: sched.all_
+// MM-NOT: sched.reduce_
+// MM: sched.optimizer muon "muon ns big it0 bA + cAA"
+// MM-NOT: sched.all_
+// MM-NOT: sched.reduce_
+// MM: sched.optimizer muon "muon ns big it0 a * X"
+// MM: sched.reduce_scatter {{.*}}"dtensor reduce_scatter B Partial(sum) -> Shard(1) big it0"
+// MM-NOT: sched.all_
+// MM: sched.optimizer muon "muon ns big it0 B @ X"
+// MM: sched.reduce_scatter {{.*}} bytes 0x4150000000000000 {{.*}}"dtensor reduce_scatter BX Partial(sum) -> Shard(0) big it0"
+// MM: sched.optimizer muon "muon ns big it0 aX + BX"
+// MM-NOT: sched.all_
+// MM-NOT: sched.reduce_
+// MM: sched.optimizer muon "muon update big"
+
+// UNKNOWN: error: unknown baseline 'dtensor'; expected fsdp2, fsdp2-dtensor or fsdp2-dtensor-mm
 // The derivation is for a 1-D mesh; HSDP's 2-D DTensor is refused.
 // HSDP: error: baseline=fsdp2-dtensor models DTensor on a 1-D dp_shard mesh; dp_replicate > 1 is not supported

@@ -9,8 +9,9 @@
 // communication, peak memory and the floors. --compare also builds the
 // FSDP2-style (row shards everywhere, Muon gathering every matrix on every
 // rank), FSDP2-DTensor (row shards, torch.optim.Muon's matmuls split by
-// DTensor) and MatrixFSDP-style (owners balanced per unit by element count)
-// baselines from the same graph. Every time is a prediction.
+// DTensor; FSDP2-DTensor-mm the same with Newton-Schulz in its
+// use_addmm=False form) and MatrixFSDP-style (owners balanced per unit by
+// element count) baselines from the same graph. Every time is a prediction.
 //
 //===----------------------------------------------------------------------===//
 #include "dialects/plan/PlanDialect.h"
@@ -45,8 +46,9 @@ static cl::opt<std::string> pipeline(
     cl::init(""));
 static cl::opt<bool> compare("compare",
                              cl::desc("also simulate the FSDP2-style, "
-                                      "FSDP2-DTensor and MatrixFSDP-style "
-                                      "baselines (needs --pipeline)"),
+                                      "FSDP2-DTensor (addmm and mm forms) "
+                                      "and MatrixFSDP-style baselines "
+                                      "(needs --pipeline)"),
                              cl::init(false));
 static cl::opt<std::string> tracePath("trace",
                                       cl::desc("write a Chrome trace (JSON) of "
@@ -154,6 +156,9 @@ int main(int argc, char **argv) {
       variants.push_back(
           {"FSDP2-DTensor",
            " policy=adamw baseline=fsdp2-dtensor row-layout=per_param"});
+      variants.push_back(
+          {"FSDP2-DTensor-mm",
+           " policy=adamw baseline=fsdp2-dtensor-mm row-layout=per_param"});
     }
   }
   std::vector<Outcome> outcomes;

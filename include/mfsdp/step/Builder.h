@@ -27,6 +27,14 @@ struct UnitCost {
   bool recompute = false;
 };
 
+/// The two forms of `_zeropower_via_newtonschulz` in torch/optim/_muon.py:
+/// Addmm, the only one of torch 2.9 and `use_addmm=True` later
+/// (`B = addmm(A, A, A, beta=b, alpha=c)`, `X = addmm(X, B, X, beta=a)`);
+/// Mm, the `use_addmm=False` default of later releases
+/// (`B = b * A + c * A @ A`, `X = a * X + B @ X`: two mm and five pointwise
+/// ops per iteration).
+enum class DTensorForm { Addmm, Mm };
+
 struct BuildOptions {
   int64_t tokens = 4096;     // tokens per rank per microbatch
   int64_t microbatches = 1;
@@ -43,6 +51,9 @@ struct BuildOptions {
   /// redistributions that dtensorNewtonSchulz() derives, serialised with
   /// the compute.
   bool dtensorMuon = false;
+  /// Which form of torch.optim.Muon's Newton-Schulz the DTensor baseline
+  /// replays (DTensorForm); "fsdp2-dtensor-mm" selects Mm.
+  DTensorForm dtensorForm = DTensorForm::Addmm;
 };
 
 /// DTensor placements of a 2-D tensor on a 1-D mesh.
@@ -54,7 +65,8 @@ std::string_view dplacementName(DPlacement p);
 /// Partial->Replicate all-reduce, Partial->Shard reduce-scatter;
 /// Replicate->anything is a local slice and is not listed).
 struct DTensorRedistribute {
-  std::string operand; // "X", "X^T", "A", "B", "update", "norm"
+  std::string operand; // "X", "X^T", "A", "B", "update", "norm"; in the
+                       // Mm form also "cA" and "BX" (see DTensorNsOp)
   DPlacement from = DPlacement::Replicate, to = DPlacement::Replicate;
   CollKind coll = CollKind::AllGather;
   bool allToAll = false; // Shard(i) -> Shard(j); coll = AllGather of the
@@ -67,8 +79,11 @@ struct DTensorRedistribute {
 };
 
 /// One op of torch.optim.Muon's Newton-Schulz under DTensor, in program
-/// order: the norm, then per iteration "X @ X^T", "addmm(A, A, A)",
-/// "addmm(X, B, X)", and "update" (param.add_ of the result).
+/// order: the norm, then per iteration the form's ops, then "update"
+/// (param.add_ of the result). Addmm form: "X @ X^T", "addmm(A, A, A)",
+/// "addmm(X, B, X)". Mm form: "X @ X^T" (result A), "b * A" (bA),
+/// "c * A" (cA), "cA @ A" (cAA), "bA + cAA" (B), "a * X" (aX), "B @ X"
+/// (BX), "aX + BX" (the next X).
 struct DTensorNsOp {
   std::string op;
   int64_t iteration = -1;  // -1: before / after the iterations
@@ -78,6 +93,12 @@ struct DTensorNsOp {
   std::vector<DPlacement> inputs;
   double flops = 0;      // GEMM FLOPs on the busiest rank
   double outBytes = 0;   // the output's bytes on one rank
+  /// Mm form: the tensors read (in argument order; "X^T" is a view of X)
+  /// and the one written; pointwise ops' bytes read and written on one
+  /// rank (0 for matmuls).
+  std::vector<std::string> args;
+  std::string result;
+  double bytes = 0;
 };
 
 /// torch.optim.Muon's Newton-Schulz (addmm form) on a bf16 DTensor of shape
@@ -88,9 +109,16 @@ struct DTensorNsOp {
 /// redistribute_cost of _collective_utils.py with its own topology
 /// constants, ties to the first strategy). docs/benchmarks.md has the
 /// derivation.
+/// `form` Mm replays the `use_addmm=False` form: the matmuls as above
+/// (mm strategies), the pointwise ops by pointwise_strategy of
+/// torch/distributed/tensor/_ops/_pointwise_ops.py: the output follows the
+/// operand with the most shards; a scalar multiple of a Partial stays
+/// Partial, Partial + Partial stays Partial, and Shard + Partial
+/// reduce-scatters the Partial operand to the Shard.
 std::vector<DTensorNsOp> dtensorNewtonSchulz(int64_t rows, int64_t cols,
                                              int64_t world, int64_t nsSteps,
-                                             bool intraNode = true);
+                                             bool intraNode = true,
+                                             DTensorForm form = DTensorForm::Addmm);
 
 /// Builds the step. `units` parallels problem.units.
 Step buildStep(const planner::Problem &problem, const planner::Options &options,
