@@ -310,12 +310,7 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
   if (!memory.error.empty())
     return graph.emitOpError() << "cannot plan the runtime's memory: "
                                << memory.error;
-  mfsdp_memory_plan memoryPlan{};
-  memoryPlan.num_shard_ranks = plan.dp_shard;
-  memoryPlan.arena_bytes = memory.arenaBytes.data();
-  memoryPlan.params = memory.params.data();
-  memoryPlan.staging = memory.staging;
-  memoryPlan.keep_grads = memory.keepGrads ? 1 : 0;
+  const mfsdp_memory_plan memoryPlan = memory.view();
   plan.memory = &memoryPlan;
   plan.hash = runtime::planHash(plan);
 

@@ -200,12 +200,7 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "memory planning failed: %s\n", memory.error.c_str());
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
-  mfsdp_memory_plan memoryPlan{};
-  memoryPlan.num_shard_ranks = plan.dp_shard;
-  memoryPlan.arena_bytes = memory.arenaBytes.data();
-  memoryPlan.params = memory.params.data();
-  memoryPlan.staging = memory.staging;
-  memoryPlan.keep_grads = memory.keepGrads ? 1 : 0;
+  const mfsdp_memory_plan memoryPlan = memory.view();
   if (!dynamic)
     plan.memory = &memoryPlan;
   plan.hash = mfsdp_plan_hash(&plan);

@@ -13,6 +13,8 @@
 #include "mfsdp/step/Builder.h"
 #include "mfsdp/step/Schedule.h"
 
+#include "RoundProfile.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -323,25 +325,9 @@ TEST(DTensorNewtonSchulzMm, TinyMatrixKeepsRowShardsAndGathers) {
   EXPECT_EQ(ops[5].bytes, 24);
 }
 
-// Round numbers, as in SimulatorTest: 1 TFLOP/s, 100 GB/s HBM, 10 GB/s in
-// a node, no launch, latency or small-kernel costs.
-cost::SimProfile round() {
-  cost::SimProfile p;
-  p.name = "round";
-  p.gemmFlops = 1e12;
-  p.gemmEfficiency = 1;
-  p.smallGemmFlops = 0;
-  p.hbmBytes = 1e11;
-  p.hbmEfficiency = 1;
-  p.launchSeconds = 0;
-  p.intraBusBytes = 1e10;
-  p.interBusBytes = 1e9;
-  p.intraHopSeconds = 0;
-  p.interHopSeconds = 0;
-  p.collBaseSeconds = 0;
-  p.gpusPerNode = 8;
-  return p;
-}
+// Round numbers (RoundProfile.h): 1 TFLOP/s, 100 GB/s HBM, 10 GB/s in a
+// node, no launch, latency or small-kernel costs.
+cost::SimProfile round() { return test::roundProfile(); }
 
 TEST(DTensorBaseline, OptimizerPhaseByHand) {
   // One f32 8 x 4 matrix row-sharded over 2 ranks, one Newton-Schulz step.

@@ -7,6 +7,8 @@
 #include "mfsdp/cost/OptimizerOrder.h"
 #include "mfsdp/step/Schedule.h"
 
+#include "RoundProfile.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -19,16 +21,7 @@ namespace {
 
 constexpr double kTol = 1e-12;
 
-cost::SimProfile round() {
-  cost::SimProfile p;
-  p.name = "round";
-  p.gemmFlops = 1e12;
-  p.hbmBytes = 1e11;
-  p.intraBusBytes = 1e10;
-  p.interBusBytes = 1e9;
-  p.gpusPerNode = 8;
-  return p;
-}
+cost::SimProfile round() { return test::roundProfile(); }
 
 Buffer buffer(std::string name, bool persistent) {
   Buffer b;

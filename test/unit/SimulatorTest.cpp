@@ -6,6 +6,8 @@
 //===----------------------------------------------------------------------===//
 #include "mfsdp/cost/Simulator.h"
 
+#include "RoundProfile.h"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -24,25 +26,9 @@ using step::Step;
 
 namespace {
 
-// Round numbers: 1 TFLOP/s, 100 GB/s HBM, 10 GB/s inside a node, 1 GB/s
-// between nodes, perfect efficiencies, no launch or latency costs.
-SimProfile P() {
-  SimProfile p;
-  p.name = "round";
-  p.gemmFlops = 1e12;
-  p.gemmEfficiency = 1;
-  p.smallGemmFlops = 0;
-  p.hbmBytes = 1e11;
-  p.hbmEfficiency = 1;
-  p.launchSeconds = 0;
-  p.intraBusBytes = 1e10;
-  p.interBusBytes = 1e9;
-  p.intraHopSeconds = 0;
-  p.interHopSeconds = 0;
-  p.collBaseSeconds = 0;
-  p.gpusPerNode = 8;
-  return p;
-}
+// Round numbers (RoundProfile.h): 1 TFLOP/s, 100 GB/s HBM, 10 GB/s inside
+// a node, 1 GB/s between nodes, no launch or latency costs.
+SimProfile P() { return test::roundProfile(); }
 
 constexpr double kTol = 1e-12;
 

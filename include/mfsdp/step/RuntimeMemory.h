@@ -30,6 +30,18 @@ struct RuntimeMemoryPlan {
   /// shared (every unit gathered once, every gradient kept, the staging
   /// buffer apart), for reports.
   std::vector<int64_t> unsharedBytes;
+
+  /// The C view the runtime takes (mfsdp_plan::memory); it points into
+  /// this object, which must outlive it.
+  mfsdp_memory_plan view() const {
+    mfsdp_memory_plan m{};
+    m.num_shard_ranks = static_cast<int32_t>(arenaBytes.size());
+    m.arena_bytes = arenaBytes.data();
+    m.params = params.data();
+    m.staging = staging;
+    m.keep_grads = keepGrads ? 1 : 0;
+    return m;
+  }
 };
 
 /// The plan for `plan` (its params, units, dp_shard and ZeRO level). With
