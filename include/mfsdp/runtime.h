@@ -146,7 +146,8 @@ uint64_t mfsdp_plan_hash(const mfsdp_plan *plan);
 
 /* Creates the runtime on every rank (MPI must be initialised). Fails with
  * MFSDP_ERROR_PLAN when the plan was built for another world size. Runs
- * the host backend: mfsdp_create_with_config(plan, NULL, out). */
+ * the host backend with ranks from MPI: mfsdp_create_with_config(plan,
+ * NULL, out). */
 mfsdp_status mfsdp_create(const mfsdp_plan *plan, mfsdp_step **out);
 
 /* Where the runtime keeps its buffers and runs its collectives and
@@ -157,8 +158,26 @@ typedef enum mfsdp_backend {
                              libmfsdp_rt_cuda.so; device = rank on the node */
 } mfsdp_backend;
 
+/* Where the ranks, the world size and the device come from, and how the
+ * ranks agree while mfsdp_create runs. */
+typedef enum mfsdp_bootstrap {
+  /* mpirun: MPI must be initialised; the world is MPI_COMM_WORLD and the
+   * CUDA device the rank's index on its node. */
+  MFSDP_BOOTSTRAP_MPI = 0,
+  /* torchrun (or any launcher following its convention): RANK,
+   * WORLD_SIZE, LOCAL_RANK (default RANK; the CUDA device), MASTER_ADDR
+   * and MASTER_PORT. No MPI call is made: rank 0 listens on MASTER_PORT
+   * during mfsdp_create (the port must be free: not the one a
+   * torch.distributed store listens on) and the ranks agree, and the CUDA
+   * backend's NCCL communicators get their unique id, over TCP through it.
+   * Each wait is bounded by bootstrap_timeout_ms, so a rank that is
+   * missing or dies is an error on every rank, not a hang. CUDA backend
+   * only: the host backend's collectives need MPI. */
+  MFSDP_BOOTSTRAP_TORCHRUN = 1,
+} mfsdp_bootstrap;
+
 /* Options of mfsdp_create_with_config; a zero-initialised config (or NULL)
- * is the host backend. */
+ * is the host backend with ranks from MPI. */
 typedef struct mfsdp_config {
   int32_t backend; /* mfsdp_backend */
   /* CUDA backend: the trainer's stream (a cudaStream_t). Every call that
@@ -167,12 +186,24 @@ typedef struct mfsdp_config {
    * runtime's streams wait for the work issued on it so far. NULL: the
    * legacy default stream. Ignored by the host backend. */
   void *cuda_stream;
+  int32_t bootstrap; /* mfsdp_bootstrap */
+  /* MFSDP_BOOTSTRAP_TORCHRUN: how long rank 0 waits for the other ranks
+   * at each step of mfsdp_create (they wait twice as long for its answer),
+   * in milliseconds; 0 is MFSDP_BOOTSTRAP_TIMEOUT_MS_DEFAULT. Ignored
+   * under MPI. */
+  int32_t bootstrap_timeout_ms;
 } mfsdp_config;
 
-/* mfsdp_create on a chosen backend (collective). When the CUDA backend
- * cannot run here (no driver, libmfsdp_rt_cuda.so missing, no device for a
- * rank), every rank fails with MFSDP_ERROR_BACKEND and an error starting
- * "the CUDA backend is not available: ". */
+#define MFSDP_BOOTSTRAP_TIMEOUT_MS_DEFAULT 300000 /* 5 minutes */
+
+/* mfsdp_create on a chosen backend and bootstrap (collective). When the
+ * CUDA backend cannot run here (no driver, libmfsdp_rt_cuda.so missing, no
+ * device for a rank), every rank fails with MFSDP_ERROR_BACKEND and an
+ * error starting "the CUDA backend is not available: ". The torchrun
+ * bootstrap fails with MFSDP_ERROR_INVALID when a variable is missing or
+ * bad (the error names it and what was expected) or the host backend is
+ * asked for, and with MFSDP_ERROR_COMM when the ranks cannot reach each
+ * other in time. */
 mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
                                       const mfsdp_config *config,
                                       mfsdp_step **out);

@@ -8,9 +8,11 @@
 //
 //===----------------------------------------------------------------------===//
 #include "mfsdp/runtime/Backend.h"
+#include "mfsdp/runtime/ControlPlane.h"
 
 #include <dlfcn.h>
-#include <mpi.h>
+
+#include <memory>
 
 namespace mfsdp::rt {
 
@@ -72,13 +74,24 @@ Backend *loadCudaBackend(const BackendOptions &options, std::string &error) {
   CreateBackendFn create = findFactory(why);
   // Every rank goes on, or none does: a rank left alone would wait in the
   // factory's collectives forever.
-  int found = create ? 1 : 0, everywhere = 0, rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (MPI_Allreduce(&found, &everywhere, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) !=
-      MPI_SUCCESS) {
-    error = prefix + "MPI_Allreduce failed while the ranks agreed on it";
+  std::unique_ptr<ControlPlane> mpi;
+  ControlPlane *control = options.control;
+  if (!control) {
+    mpi.reset(createMpiControlPlane());
+    if (!mpi) {
+      error = prefix + "MPI is not initialized (and no other bootstrap was given)";
+      return nullptr;
+    }
+    control = mpi.get();
+  }
+  const int found = create ? 1 : 0, rank = control->rank();
+  std::vector<int64_t> lo, hi;
+  std::string agreeing;
+  if (!control->minMax({found}, lo, hi, agreeing)) {
+    error = prefix + agreeing + " while the ranks agreed on it";
     return nullptr;
   }
+  const bool everywhere = lo[0] == 1;
   if (!everywhere) {
     error = prefix + "rank " + std::to_string(rank) + ": " +
             (found ? "another rank cannot load it (see that rank's error)" : why);

@@ -21,11 +21,10 @@
 #include "mfsdp/runtime.h"
 #include "mfsdp/runtime/Arena.h"
 #include "mfsdp/runtime/Backend.h"
+#include "mfsdp/runtime/ControlPlane.h"
 #include "mfsdp/runtime/Counters.h"
 #include "mfsdp/runtime/BufferSizes.h"
 #include "mfsdp/runtime/PlanHash.h"
-
-#include <mpi.h>
 
 #include <algorithm>
 #include <cstring>
@@ -600,12 +599,42 @@ mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
     return s;
   };
   const int32_t choice = config ? config->backend : MFSDP_BACKEND_HOST;
-  int initialized = 0, world = 1;
-  MPI_Initialized(&initialized);
-  if (!initialized)
+  const int32_t bootstrap = config ? config->bootstrap : MFSDP_BOOTSTRAP_MPI;
+  // The world and the agreements below: MPI, or the torchrun variables
+  // and TCP through rank 0 (ControlPlane.h).
+  std::unique_ptr<ControlPlane> control;
+  if (bootstrap == MFSDP_BOOTSTRAP_MPI) {
+    control.reset(createMpiControlPlane());
+    if (!control)
+      return failed(MFSDP_ERROR_INVALID,
+                    "MPI is not initialized: call MPI_Init before mfsdp_create "
+                    "(or, under torchrun, set mfsdp_config.bootstrap to "
+                    "MFSDP_BOOTSTRAP_TORCHRUN)");
+  } else if (bootstrap == MFSDP_BOOTSTRAP_TORCHRUN) {
+    if (config->bootstrap_timeout_ms < 0)
+      return failed(MFSDP_ERROR_INVALID,
+                    "bootstrap_timeout_ms is " +
+                        std::to_string(config->bootstrap_timeout_ms) +
+                        " in mfsdp_config; expected milliseconds > 0, or 0 for "
+                        "the default");
+    const int timeoutMs = config->bootstrap_timeout_ms
+                              ? config->bootstrap_timeout_ms
+                              : MFSDP_BOOTSTRAP_TIMEOUT_MS_DEFAULT;
+    RankEnv env;
+    std::string error;
+    if (!readRankEnv(processEnvironment(), env, error))
+      return failed(MFSDP_ERROR_INVALID, "the torchrun bootstrap: " + error);
+    control.reset(createTorchrunControlPlane(env, timeoutMs, error));
+    if (!control)
+      return failed(MFSDP_ERROR_COMM, "the torchrun bootstrap: " + error);
+  } else {
     return failed(MFSDP_ERROR_INVALID,
-                  "MPI is not initialized: call MPI_Init before mfsdp_create");
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
+                  "unknown bootstrap " + std::to_string(bootstrap) +
+                      " in mfsdp_config: expected MFSDP_BOOTSTRAP_MPI (0) or "
+                      "MFSDP_BOOTSTRAP_TORCHRUN (1)");
+  }
+  const bool torchrun = bootstrap == MFSDP_BOOTSTRAP_TORCHRUN;
+  const int world = control->world();
   // The checks that need no communicator, then the ranks agree: every rank
   // goes on with the same plan and backend, or none does (a rank left
   // alone would wait in the first collective).
@@ -615,6 +644,12 @@ mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
                        "unknown backend " + std::to_string(choice) +
                            " in mfsdp_config: expected MFSDP_BACKEND_HOST (0) or "
                            "MFSDP_BACKEND_CUDA (1)");
+  else if (torchrun && choice == MFSDP_BACKEND_HOST)
+    local = step->fail(MFSDP_ERROR_INVALID,
+                       "the host backend takes its ranks from MPI; with the "
+                       "torchrun bootstrap (MFSDP_BOOTSTRAP_TORCHRUN) ask for "
+                       "the CUDA backend (MFSDP_BACKEND_CUDA), or start the "
+                       "job with mpirun and the MPI bootstrap");
   else if (mfsdp_plan_hash(plan) != plan->hash)
     local = step->fail(MFSDP_ERROR_PLAN,
                        "the plan's hash does not match its contents: the plan is "
@@ -622,7 +657,9 @@ mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
   else if (world != plan->world)
     local = step->fail(MFSDP_ERROR_PLAN, "this library was built for a plan of " +
                                              std::to_string(plan->world) +
-                                             " ranks, but MPI runs " +
+                                             " ranks, but " +
+                                             (torchrun ? "WORLD_SIZE is "
+                                                       : "MPI runs ") +
                                              std::to_string(world));
   else if (plan->zero < 1 || plan->zero > 3 || plan->dp_shard < 1 ||
            plan->dp_replicate < 1 || plan->num_params < 0 || plan->num_units < 0 ||
@@ -633,14 +670,13 @@ mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
     // Status (max), and the plan hash and backend, which must be equal
     // everywhere (min = max).
     const uint64_t h = plan->hash;
-    long long mine[4] = {static_cast<long long>(local),
-                         static_cast<long long>(h >> 32),
-                         static_cast<long long>(h & 0xffffffffu), choice};
-    long long lo[4], hi[4];
-    if (MPI_Allreduce(mine, lo, 4, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS ||
-        MPI_Allreduce(mine, hi, 4, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS)
-      return failed(MFSDP_ERROR_COMM, "MPI_Allreduce failed while the ranks "
-                                      "compared their plans");
+    const std::vector<int64_t> mine = {static_cast<int64_t>(local),
+                                       static_cast<int64_t>(h >> 32),
+                                       static_cast<int64_t>(h & 0xffffffffu), choice};
+    std::vector<int64_t> lo, hi;
+    std::string error;
+    if (!control->minMax(mine, lo, hi, error))
+      return failed(MFSDP_ERROR_COMM, error + " while the ranks compared their plans");
     if (local != MFSDP_OK)
       return failed(local, step->error);
     if (hi[0] != MFSDP_OK)
@@ -662,15 +698,17 @@ mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
                   {"dp_replicate", plan->dp_replicate},
                   {"dp_shard", plan->dp_shard}};
   options.trainerStream = config ? config->cuda_stream : nullptr;
+  options.control = control.get();
   std::string error;
+  mfsdp_status s = MFSDP_OK;
   if (choice == MFSDP_BACKEND_CUDA) {
     step->backend.reset(loadCudaBackend(options, error));
     if (!step->backend)
-      return failed(MFSDP_ERROR_BACKEND, error);
+      s = step->fail(MFSDP_ERROR_BACKEND, error);
   } else {
     step->backend.reset(createHostBackend(options, error));
     if (!step->backend)
-      return failed(MFSDP_ERROR_COMM, "cannot create communicators: " + error);
+      s = step->fail(MFSDP_ERROR_COMM, "cannot create communicators: " + error);
   }
   // Rank-dependent checks and the buffers: failures are collected, so the
   // ranks still agree below.
@@ -725,7 +763,9 @@ mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
                                           "; expected 0 or 1");
     return MFSDP_OK;
   };
-  mfsdp_status s = layOutAll();
+  // A rank without a backend still joins the agreement at the end.
+  if (!s)
+    s = layOutAll();
   int64_t scratch = 0;
   for (ParamState &ps : step->params)
     if (ps.ownsAny && ps.desc.optimizer == MFSDP_OPT_MUON)
@@ -754,12 +794,12 @@ mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
     s = step->finish();
   // Every rank goes on or none does: a rank whose buffers did not fit
   // would leave the others waiting in their first collective.
-  int mine = static_cast<int>(s), worst = 0;
-  if (MPI_Allreduce(&mine, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS)
-    s = step->fail(MFSDP_ERROR_COMM, "MPI_Allreduce failed while the ranks agreed "
-                                     "that mfsdp_create succeeded");
-  else if (!s && worst != MFSDP_OK)
-    s = step->fail(static_cast<mfsdp_status>(worst),
+  std::vector<int64_t> lo, hi;
+  if (!control->minMax({static_cast<int64_t>(s)}, lo, hi, error))
+    s = step->fail(MFSDP_ERROR_COMM,
+                   error + " while the ranks agreed that mfsdp_create succeeded");
+  else if (!s && hi[0] != MFSDP_OK)
+    s = step->fail(static_cast<mfsdp_status>(hi[0]),
                    "another rank could not create its runtime (its "
                    "mfsdp_last_error says why)");
   *out = step.release();

@@ -12,19 +12,21 @@
 // prefetches itself.
 //
 // libmfsdp_rt opens this library with dlopen and calls
-// mfsdp_rt_create_cuda_backend (Backend.h). Ranks come from MPI; the device
-// is the rank's index on its node. Compiled and linked for sm_80 and sm_90;
+// mfsdp_rt_create_cuda_backend (Backend.h). Ranks come from MPI, the device
+// being the rank's index on its node, or from the torchrun environment
+// through mfsdp_create's control plane (ControlPlane.h), the device being
+// LOCAL_RANK. Compiled and linked for sm_80 and sm_90;
 // never run on machines without a GPU.
 //
 //===----------------------------------------------------------------------===//
 #include "mfsdp/runtime/Arena.h"
 #include "mfsdp/runtime/Backend.h"
+#include "mfsdp/runtime/ControlPlane.h"
 #include "mfsdp/runtime/CudaKernels.h"
 #include "mfsdp/runtime/NcclComm.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
-#include <mpi.h>
 
 #include <memory>
 
@@ -59,10 +61,18 @@ public:
   /// `error` when one cannot be created.
   bool init(const BackendOptions &options, std::string &error) {
     trainer_ = static_cast<cudaStream_t>(options.trainerStream);
-    shard_.reset(NcclComm::createFromMpi(options.mesh, "dp_shard", error));
+    // Under torchrun the communicators are bootstrapped through
+    // mfsdp_create's control plane (device LOCAL_RANK); else from MPI.
+    ControlPlane *torchrun =
+        options.control && options.control->rankEnv() ? options.control : nullptr;
+    auto create = [&](const char *dim) {
+      return torchrun ? NcclComm::createFromControl(*torchrun, options.mesh, dim, error)
+                      : NcclComm::createFromMpi(options.mesh, dim, error);
+    };
+    shard_.reset(create("dp_shard"));
     if (!shard_)
       return false;
-    replicate_.reset(NcclComm::createFromMpi(options.mesh, "dp_replicate", error));
+    replicate_.reset(create("dp_replicate"));
     if (!replicate_)
       return false;
     if (checkCuda(cudaGetDevice(&device_), "cudaGetDevice") ||
@@ -315,32 +325,32 @@ private:
   std::string error_;
 };
 
-/// Whether every rank of the world says `ok` (false when MPI fails).
-bool everyRank(bool ok) {
-  int mine = ok ? 1 : 0, all = 0;
-  return MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) ==
-             MPI_SUCCESS &&
-         all == 1;
+/// Whether every rank of the world says `ok`; false with `why` also when
+/// the ranks cannot agree.
+bool everyRank(ControlPlane &control, bool ok, std::string &why) {
+  std::vector<int64_t> lo, hi;
+  std::string error;
+  if (!control.minMax({ok ? 1 : 0}, lo, hi, error)) {
+    why = error + " while the ranks agreed on their devices";
+    return false;
+  }
+  return lo[0] == 1;
 }
 
 /// This rank's device (its index on the node) exists; `why` when not.
-bool haveDevice(std::string &why) {
+bool haveDevice(const ControlPlane &control, std::string &why) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
     why = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorString(e);
     return false;
   }
-  int rank = 0, localRank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-  MPI_Comm_rank(node, &localRank);
-  MPI_Comm_free(&node);
+  const int rank = control.rank(), localRank = control.localRank();
   if (localRank >= count) {
     why = "rank " + std::to_string(rank) + " is rank " + std::to_string(localRank) +
-          " on its node, which has " + std::to_string(count) + " CUDA device" +
-          (count == 1 ? "" : "s") + " (one device per rank)";
+          " on its node" + (control.rankEnv() ? " (LOCAL_RANK)" : "") + ", which has " +
+          std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s") +
+          " (one device per rank)";
     return false;
   }
   return true;
@@ -353,20 +363,33 @@ bool haveDevice(std::string &why) {
 using namespace mfsdp::rt;
 
 /// The factory libmfsdp_rt looks up (MFSDP_CUDA_BACKEND_SYMBOL). Collective
-/// over the MPI world, like mfsdp_create: every rank returns a backend or
-/// every rank returns null.
+/// over the world of options->control (MPI when null), like mfsdp_create:
+/// every rank returns a backend or every rank returns null.
 extern "C" __attribute__((visibility("default"))) Backend *
 mfsdp_rt_create_cuda_backend(const BackendOptions *options, std::string *error) {
+  std::unique_ptr<ControlPlane> mpi;
+  ControlPlane *control = options->control;
+  if (!control) {
+    mpi.reset(createMpiControlPlane());
+    if (!mpi) {
+      *error = "MPI is not initialized (and no other bootstrap was given)";
+      return nullptr;
+    }
+    control = mpi.get();
+  }
   std::string why;
-  if (!everyRank(haveDevice(why))) {
+  if (!everyRank(*control, haveDevice(*control, why), why)) {
     *error = why.empty() ? "another rank has no CUDA device (see its error)" : why;
     return nullptr;
   }
   auto backend = std::make_unique<CudaBackend>();
   bool ok = backend->init(*options, why);
-  if (!everyRank(ok)) {
-    *error = ok ? "another rank could not set up its device (see its error)"
-                : "cannot set up the device: " + why;
+  std::string agreeing;
+  if (!everyRank(*control, ok, agreeing)) {
+    *error = !ok ? "cannot set up the device: " + why
+                 : !agreeing.empty() ? agreeing
+                                     : "another rank could not set up its device (see "
+                                       "its error)";
     return nullptr;
   }
   return backend.release();

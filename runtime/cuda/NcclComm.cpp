@@ -1,5 +1,6 @@
 //===- NcclComm.cpp - Collectives of the CUDA backend (NCCL) --------------===//
 #include "mfsdp/runtime/NcclComm.h"
+#include "mfsdp/runtime/ControlPlane.h"
 
 #include <cuda_runtime.h>
 #include <mpi.h>
@@ -7,6 +8,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <memory>
 
 namespace mfsdp::rt {
 
@@ -112,32 +114,52 @@ NcclComm *NcclComm::createFromEnv(const RankEnv &env,
                                   const std::vector<MeshDimSpec> &mesh,
                                   const std::string &dim, int timeoutMs,
                                   std::string &error) {
-  if (!checkCuda(cudaSetDevice(env.localRank), "cudaSetDevice(LOCAL_RANK)", error))
-    return nullptr;
+  std::unique_ptr<ControlPlane> control(createTorchrunControlPlane(env, timeoutMs, error));
+  return control ? createFromControl(*control, mesh, dim, error) : nullptr;
+}
+
+NcclComm *NcclComm::createFromControl(ControlPlane &control,
+                                      const std::vector<MeshDimSpec> &mesh,
+                                      const std::string &dim, std::string &error) {
+  const int rank = control.rank(), world = control.world();
+  const int device = control.localRank();
+  const std::string me = "rank " + std::to_string(rank) + ": ";
+  // This rank's device, and rank 0's unique id; then every rank agrees,
+  // so none is left waiting in ncclCommInitRank for a rank that failed.
+  std::string mine;
+  if (!checkCuda(cudaSetDevice(device),
+                 ("cudaSetDevice(" + std::to_string(device) + ", the local rank)").c_str(),
+                 mine))
+    mine = me + mine;
   ncclUniqueId id;
   std::memset(&id, 0, sizeof(id));
-  if (env.rank == 0 && checkNccl(ncclGetUniqueId(&id), "ncclGetUniqueId")) {
-    error = lastMessage;
+  if (mine.empty() && rank == 0 && checkNccl(ncclGetUniqueId(&id), "ncclGetUniqueId"))
+    mine = me + lastMessage;
+  std::vector<int64_t> lo, hi;
+  if (!control.minMax({mine.empty() ? 1 : 0}, lo, hi, error))
+    return nullptr;
+  if (!mine.empty() || lo[0] == 0) {
+    error = mine.empty() ? me + "another rank has no device or NCCL unique id (see "
+                                "its error)"
+                         : mine;
     return nullptr;
   }
   std::vector<uint8_t> blob(reinterpret_cast<uint8_t *>(&id),
                             reinterpret_cast<uint8_t *>(&id) + sizeof(id));
-  if (!broadcastBlob(env, blob, timeoutMs, error))
+  if (!control.broadcast(blob, error))
     return nullptr;
   if (blob.size() != sizeof(id)) {
-    error = "rank " + std::to_string(env.rank) + ": received " +
-            std::to_string(blob.size()) + " bytes from rank 0; expected an NCCL "
-            "unique id of " + std::to_string(sizeof(id));
+    error = me + "received " + std::to_string(blob.size()) + " bytes from rank 0; "
+            "expected an NCCL unique id of " + std::to_string(sizeof(id));
     return nullptr;
   }
   std::memcpy(&id, blob.data(), sizeof(id));
   ncclComm_t worldComm = nullptr;
-  if (checkNccl(ncclCommInitRank(&worldComm, env.world, id, env.rank),
-                "ncclCommInitRank")) {
+  if (checkNccl(ncclCommInitRank(&worldComm, world, id, rank), "ncclCommInitRank")) {
     error = lastMessage;
     return nullptr;
   }
-  return fromWorld(worldComm, env.rank, env.world, mesh, dim, error);
+  return fromWorld(worldComm, rank, world, mesh, dim, error);
 }
 
 NcclComm::~NcclComm() {

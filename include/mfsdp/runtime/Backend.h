@@ -39,12 +39,19 @@ namespace mfsdp::rt {
 /// The data-parallel groups the engine communicates in.
 enum class Group { Shard, Replicate };
 
+class ControlPlane;
+
 struct BackendOptions {
   /// The mesh, row-major, with dims named "dp_shard" and "dp_replicate";
-  /// its product is the MPI world size.
+  /// its product is the world size.
   std::vector<MeshDimSpec> mesh;
   /// CUDA: the trainer's stream (mfsdp_config::cuda_stream).
   void *trainerStream = nullptr;
+  /// Where the ranks come from and how they agree (ControlPlane.h), alive
+  /// while the backend is created; null is MPI. Under torchrun
+  /// (control->rankEnv() set) the CUDA backend bootstraps NCCL through it
+  /// and uses device LOCAL_RANK; the host backend needs MPI.
+  ControlPlane *control = nullptr;
 };
 
 class Backend {
@@ -140,8 +147,9 @@ public:
 Backend *createHostBackend(const BackendOptions &options, std::string &error);
 
 /// The CUDA backend from libmfsdp_rt_cuda.so, looked for next to
-/// libmfsdp_rt.so, then on the library path. Collective over the MPI world:
-/// every rank gets a backend or every rank gets null, with `error` starting
+/// libmfsdp_rt.so, then on the library path. Collective over the world of
+/// options.control (MPI when null): every rank gets a backend or every
+/// rank gets null, with `error` starting
 /// "the CUDA backend is not available: " and saying why (no CUDA driver,
 /// the library missing, no device for this rank, ...).
 Backend *loadCudaBackend(const BackendOptions &options, std::string &error);

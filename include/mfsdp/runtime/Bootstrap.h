@@ -5,8 +5,9 @@
 // MASTER_ADDR and MASTER_PORT. This is what the runtime needs of that
 // convention: reading and checking the variables, and broadcasting a small
 // blob from rank 0 to every rank over TCP (the NCCL unique id a
-// communicator is created from). Under mpirun the same blob goes through
-// MPI_Bcast instead.
+// communicator is created from), and a star of TCP connections through
+// rank 0 for the small agreements of mfsdp_create (ControlPlane.h). Under
+// mpirun the same go through MPI instead.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MFSDP_RUNTIME_BOOTSTRAP_H
@@ -14,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -57,6 +59,49 @@ bool readRankEnv(const EnvLookup &env, RankEnv &out, std::string &error);
 /// hanging past the timeout.
 bool broadcastBlob(const RankEnv &env, std::vector<uint8_t> &blob,
                    int timeoutMs, std::string &error);
+
+/// Every rank of a torchrun world connected to rank 0 over TCP, the
+/// connections kept for a sequence of small exchanges (each blob at most
+/// 1 MiB). Rank 0 listens on MASTER_PORT until the WORLD_SIZE - 1 other
+/// ranks have connected and announced their RANK and WORLD_SIZE, then
+/// closes the port (so a star created right after this one cannot meet a
+/// stale listener); the others connect to MASTER_ADDR:MASTER_PORT,
+/// retrying. Rank 0 waits at most `timeoutMs` for each step; the others
+/// wait twice as long for its answers, so that rank 0, which knows which
+/// rank is missing or broke, tells every other rank before they give up.
+/// A failure is an error on every rank (the rank, the address, what was
+/// expected), never a hang past the timeouts.
+class TcpStar {
+public:
+  /// Every rank must call it. Null with `error` when a rank does not
+  /// arrive in time, two ranks claim the same RANK, the ranks disagree on
+  /// WORLD_SIZE, or something else answers on the port.
+  static std::unique_ptr<TcpStar> connect(const RankEnv &env, int timeoutMs,
+                                          std::string &error);
+  ~TcpStar();
+  TcpStar(const TcpStar &) = delete;
+  TcpStar &operator=(const TcpStar &) = delete;
+
+  /// `all` = every rank's `mine`, indexed by rank, on every rank (gathered
+  /// by rank 0, which sends the result back). Every rank must call it, in
+  /// the same order. After a failure every later call fails too.
+  bool allGather(const std::vector<uint8_t> &mine,
+                 std::vector<std::vector<uint8_t>> &all, std::string &error);
+
+  const RankEnv &env() const { return env_; }
+  int timeoutMs() const { return timeoutMs_; }
+
+private:
+  TcpStar(const RankEnv &env, int timeoutMs) : env_(env), timeoutMs_(timeoutMs) {}
+  /// Rank 0: tells every connected rank `message`, then drops them all.
+  void abort(const std::string &message);
+  void closeAll();
+  RankEnv env_;
+  int timeoutMs_;
+  std::vector<int> peers_; ///< rank 0: a socket per rank (-1 for itself)
+  int root_ = -1;          ///< the other ranks: the socket to rank 0
+  bool broken_ = false;
+};
 
 } // namespace mfsdp::rt
 

@@ -4,9 +4,9 @@
 // device buffers, enqueued on a CUDA stream. A communicator spans this
 // rank's group along one mesh dim (row-major ranks, as HostComm). It is
 // bootstrapped either under mpirun (the NCCL unique id goes through
-// MPI_Bcast) or from the torchrun environment (Bootstrap.h: the id goes
-// over TCP from rank 0), and the group's communicator is split from the
-// world's with ncclCommSplit.
+// MPI_Bcast) or from the torchrun environment (Bootstrap.h, ControlPlane.h:
+// the id goes over TCP from rank 0), and the group's communicator is split
+// from the world's with ncclCommSplit.
 //
 // The owner variants: all-gather-v is one ncclBroadcast per rank with a
 // non-empty segment, reduce-scatter-v one ncclReduce to each such rank,
@@ -27,17 +27,28 @@
 
 namespace mfsdp::rt {
 
+class ControlPlane;
+
 class NcclComm {
 public:
   /// Under mpirun: MPI must be initialised; selects the device LOCAL_RANK
   /// of the node (from MPI's shared-memory split).
   static NcclComm *createFromMpi(const std::vector<MeshDimSpec> &mesh,
                                  const std::string &dim, std::string &error);
-  /// From the torchrun environment; selects device env.localRank.
+  /// From the torchrun environment; selects device env.localRank. Every
+  /// wait is bounded by `timeoutMs` (a torchrun ControlPlane of its own).
   static NcclComm *createFromEnv(const RankEnv &env,
                                  const std::vector<MeshDimSpec> &mesh,
                                  const std::string &dim, int timeoutMs,
                                  std::string &error);
+  /// Through a control plane (ControlPlane.h; mfsdp_create's under
+  /// torchrun): selects device control.localRank(), the ranks agree that
+  /// every one has it and rank 0 an NCCL unique id (so all fail together
+  /// before NCCL is initialised), then the id goes out by
+  /// control.broadcast.
+  static NcclComm *createFromControl(ControlPlane &control,
+                                     const std::vector<MeshDimSpec> &mesh,
+                                     const std::string &dim, std::string &error);
   ~NcclComm();
   NcclComm(const NcclComm &) = delete;
   NcclComm &operator=(const NcclComm &) = delete;

@@ -1,0 +1,401 @@
+//===- TorchrunTest.cpp - mfsdp_create under the torchrun bootstrap -------===//
+//
+// Real processes (fork) on localhost, each with the torchrun variables set
+// in its environment, and no MPI: the control plane's agreements, a rank
+// that is missing or dies (an error on every rank within a bound, never a
+// hang), and mfsdp_create_with_config with MFSDP_BOOTSTRAP_TORCHRUN: the
+// CUDA backend without a driver, the host backend refused, and bad
+// variables named through mfsdp_last_error. A process that called MPI
+// without MPI_Init would abort and give no answer, failing the test.
+//
+//===----------------------------------------------------------------------===//
+#include "mfsdp/runtime.h"
+#include "mfsdp/runtime/ControlPlane.h"
+
+#include <gtest/gtest.h>
+
+#include <dlfcn.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <memory>
+
+using namespace mfsdp::rt;
+
+namespace {
+
+using Vars = std::map<std::string, std::string>;
+using Clock = std::chrono::steady_clock;
+
+/// A port that was free a moment ago (bound to 0, then closed).
+int freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+Vars torchrunVars(int rank, int world, int port) {
+  return {{"RANK", std::to_string(rank)},
+          {"WORLD_SIZE", std::to_string(world)},
+          {"LOCAL_RANK", std::to_string(rank)},
+          {"MASTER_ADDR", "127.0.0.1"},
+          {"MASTER_PORT", std::to_string(port)}};
+}
+
+struct Outcome {
+  std::vector<std::string> answers; ///< per process; "" when it gave none
+  std::vector<bool> answered;
+  long long elapsedMs = 0;
+};
+
+/// Forks one process per entry of `vars`, with exactly those torchrun
+/// variables in its environment; each runs `body(i)` and reports the
+/// string it returns. Processes that have not answered within `limitMs`
+/// are killed (a hang is a failure, not a stuck test).
+Outcome runProcesses(const std::vector<Vars> &vars,
+                 const std::function<std::string(size_t)> &body, int limitMs) {
+  const Clock::time_point start = Clock::now();
+  std::vector<pid_t> pids;
+  std::vector<int> pipes;
+  for (size_t i = 0; i < vars.size(); ++i) {
+    int fds[2];
+    if (pipe(fds) != 0)
+      std::abort();
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[0]);
+      for (const char *name :
+           {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"})
+        unsetenv(name);
+      for (const auto &[name, value] : vars[i])
+        setenv(name.c_str(), value.c_str(), 1);
+      std::string answer = "answered: " + body(i);
+      const char *p = answer.data();
+      size_t n = answer.size();
+      while (n > 0) {
+        ssize_t k = write(fds[1], p, n);
+        if (k <= 0)
+          break;
+        p += k;
+        n -= static_cast<size_t>(k);
+      }
+      _exit(0);
+    }
+    close(fds[1]);
+    pids.push_back(pid);
+    pipes.push_back(fds[0]);
+  }
+  Outcome run;
+  run.answers.assign(vars.size(), "");
+  run.answered.assign(vars.size(), false);
+  std::vector<bool> open(vars.size(), true);
+  const Clock::time_point deadline = start + std::chrono::milliseconds(limitMs);
+  while (true) {
+    std::vector<pollfd> fds;
+    std::vector<size_t> which;
+    for (size_t i = 0; i < pipes.size(); ++i)
+      if (open[i]) {
+        fds.push_back({pipes[i], POLLIN, 0});
+        which.push_back(i);
+      }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now())
+                    .count();
+    if (fds.empty() || left <= 0 || poll(fds.data(), fds.size(), static_cast<int>(left)) <= 0)
+      break;
+    for (size_t k = 0; k < fds.size(); ++k) {
+      if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR)))
+        continue;
+      char buf[4096];
+      ssize_t n = read(fds[k].fd, buf, sizeof(buf));
+      if (n > 0)
+        run.answers[which[k]].append(buf, static_cast<size_t>(n));
+      else
+        open[which[k]] = false;
+    }
+  }
+  run.elapsedMs =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+  for (size_t i = 0; i < pids.size(); ++i) {
+    const bool killed = open[i];
+    if (killed)
+      kill(pids[i], SIGKILL);
+    int status = 0;
+    waitpid(pids[i], &status, 0);
+    close(pipes[i]);
+    const std::string prefix = "answered: ";
+    run.answered[i] = !open[i] && run.answers[i].compare(0, prefix.size(), prefix) == 0;
+    if (run.answered[i])
+      run.answers[i].erase(0, prefix.size());
+    else
+      run.answers[i] = "(process " + std::to_string(i) +
+                       (killed ? " gave no answer within " + std::to_string(limitMs) +
+                                     " ms and was killed)"
+                               : " ended without an answer: wait status " +
+                                     std::to_string(status) + ")");
+  }
+  return run;
+}
+
+std::vector<Vars> world(int n, int port) {
+  std::vector<Vars> vars;
+  for (int r = 0; r < n; ++r)
+    vars.push_back(torchrunVars(r, n, port));
+  return vars;
+}
+
+/// The control plane of this process's environment, or null with `error`.
+std::unique_ptr<ControlPlane> controlFromEnvironment(int timeoutMs, std::string &error) {
+  RankEnv env;
+  if (!readRankEnv(processEnvironment(), env, error))
+    return nullptr;
+  return std::unique_ptr<ControlPlane>(createTorchrunControlPlane(env, timeoutMs, error));
+}
+
+bool contains(const std::string &text, const std::string &part) {
+  return text.find(part) != std::string::npos;
+}
+
+/// A plan for `n` ranks, all in dp_shard (as test/parity/ErrorsTest.cpp).
+struct Plan {
+  mfsdp_param_desc params[2] = {
+      {"w", 4, 3, 0, MFSDP_ROW_SHARD, 0, MFSDP_OPT_ADAMW, MFSDP_COMPUTE_F32, 0, 0},
+      {"v", 3, 3, 1, MFSDP_OWNER, 0, MFSDP_OPT_MUON, MFSDP_COMPUTE_F32, 0, 0},
+  };
+  mfsdp_plan plan{};
+  explicit Plan(int n) {
+    plan.zero = 3;
+    plan.dp_replicate = 1;
+    plan.dp_shard = n;
+    plan.world = n;
+    plan.num_units = 2;
+    plan.num_params = 2;
+    plan.params = params;
+    plan.adamw_lr = 1e-3f;
+    plan.muon_lr = 0.02f;
+    plan.muon_ns_steps = 5;
+    plan.hash = mfsdp_plan_hash(&plan);
+  }
+};
+
+/// mfsdp_create_with_config under torchrun: "<status>: <last error>".
+std::string createUnderTorchrun(int planWorld, int32_t backend, int timeoutMs) {
+  Plan p(planWorld);
+  mfsdp_config config{};
+  config.backend = backend;
+  config.bootstrap = MFSDP_BOOTSTRAP_TORCHRUN;
+  config.bootstrap_timeout_ms = timeoutMs;
+  mfsdp_step *step = nullptr;
+  mfsdp_status st = mfsdp_create_with_config(&p.plan, &config, &step);
+  std::string out = std::to_string(st) + ": " + mfsdp_last_error(step);
+  mfsdp_destroy(step);
+  return out;
+}
+
+} // namespace
+
+TEST(Torchrun, TheRanksAgreeOverTcp) {
+  const int n = 4, port = freePort();
+  Outcome run = runProcesses(
+      world(n, port),
+      [](size_t) -> std::string {
+        std::string error;
+        // Two control planes in a row on the same port (as NCCL's two
+        // communicators of the CUDA backend), several exchanges each.
+        for (int round = 0; round < 2; ++round) {
+          auto control = controlFromEnvironment(10000, error);
+          if (!control)
+            return "create: " + error;
+          const int r = control->rank();
+          std::vector<int64_t> lo, hi;
+          if (!control->minMax({r, -r, 7, int64_t(1) << 40}, lo, hi, error))
+            return "minMax: " + error;
+          if (lo != std::vector<int64_t>{0, -(n - 1), 7, int64_t(1) << 40} ||
+              hi != std::vector<int64_t>{n - 1, 0, 7, int64_t(1) << 40})
+            return "minMax gave wrong values";
+          std::vector<uint8_t> blob;
+          if (r == 0)
+            for (int i = 0; i < 300; ++i)
+              blob.push_back(static_cast<uint8_t>(i * 7 + round));
+          if (!control->broadcast(blob, error))
+            return "broadcast: " + error;
+          if (blob.size() != 300 || blob[299] != static_cast<uint8_t>(299 * 7 + round))
+            return "broadcast gave a wrong blob";
+          if (control->world() != n || control->localRank() != r ||
+              std::string(control->name()) != "torchrun" || !control->rankEnv())
+            return "wrong world, local rank or name";
+        }
+        return "ok";
+      },
+      30000);
+  for (int r = 0; r < n; ++r)
+    EXPECT_EQ(run.answers[r], "ok") << "rank " << r;
+}
+
+TEST(Torchrun, AMissingRankIsAnErrorOnEveryRank) {
+  const int port = freePort();
+  // WORLD_SIZE=3, but rank 2 never starts.
+  std::vector<Vars> vars = world(3, port);
+  vars.pop_back();
+  Outcome run = runProcesses(
+      vars,
+      [](size_t) -> std::string {
+        std::string error;
+        auto control = controlFromEnvironment(500, error);
+        return control ? "connected" : error;
+      },
+      20000);
+  ASSERT_TRUE(run.answered[0] && run.answered[1]) << run.answers[0] << run.answers[1];
+  EXPECT_TRUE(contains(run.answers[0], "rank 0: only 1 of 2 ranks connected to port " +
+                                           std::to_string(port) +
+                                           " within 500 ms (missing: rank 2)"))
+      << run.answers[0];
+  // Rank 1 hears it from rank 0.
+  EXPECT_TRUE(contains(run.answers[1], "rank 1: rank 0 reports: rank 0: only 1 of 2"))
+      << run.answers[1];
+  EXPECT_LT(run.elapsedMs, 10000);
+}
+
+TEST(Torchrun, ADeadRankIsAnErrorNotATimeout) {
+  const int port = freePort();
+  // Rank 2 connects, then exits before the agreement.
+  Outcome run = runProcesses(
+      world(3, port),
+      [](size_t i) -> std::string {
+        std::string error;
+        auto control = controlFromEnvironment(20000, error);
+        if (!control)
+          return "create: " + error;
+        if (i == 2)
+          _exit(3);
+        std::vector<int64_t> lo, hi;
+        return control->minMax({1}, lo, hi, error) ? "agreed" : error;
+      },
+      30000);
+  EXPECT_TRUE(contains(run.answers[0], "rank 0: rank 2 closed its connection"))
+      << run.answers[0];
+  EXPECT_TRUE(contains(run.answers[1], "rank 1: rank 0 reports: rank 0: rank 2 closed"))
+      << run.answers[1];
+  EXPECT_FALSE(run.answered[2]);
+  // Long before the 20 s timeout: the closed connection is seen at once.
+  EXPECT_LT(run.elapsedMs, 10000);
+}
+
+TEST(Torchrun, CudaWithoutADriverFailsOnEveryRank) {
+  if (void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
+    dlclose(driver);
+    GTEST_SKIP() << "this machine has a CUDA driver";
+  }
+  const int n = 3, port = freePort();
+  Outcome run = runProcesses(
+      world(n, port),
+      [](size_t) { return createUnderTorchrun(n, MFSDP_BACKEND_CUDA, 5000); }, 30000);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_TRUE(contains(run.answers[r], std::to_string(MFSDP_ERROR_BACKEND) +
+                                             ": the CUDA backend is not available: rank " +
+                                             std::to_string(r) +
+                                             ": no CUDA driver on this machine"))
+        << run.answers[r];
+  }
+  EXPECT_LT(run.elapsedMs, 10000);
+}
+
+TEST(Torchrun, TheHostBackendIsRefusedOnEveryRank) {
+  const int n = 3, port = freePort();
+  // Every rank asks for the host backend.
+  Outcome run = runProcesses(
+      world(n, port),
+      [](size_t) { return createUnderTorchrun(n, MFSDP_BACKEND_HOST, 5000); }, 30000);
+  for (int r = 0; r < n; ++r)
+    EXPECT_TRUE(contains(run.answers[r], std::to_string(MFSDP_ERROR_INVALID) +
+                                             ": the host backend takes its ranks from "
+                                             "MPI; with the torchrun bootstrap"))
+        << run.answers[r];
+  // Only rank 1 does: it says why, the others that it refused.
+  const int port2 = freePort();
+  run = runProcesses(
+      world(n, port2),
+      [](size_t i) {
+        return createUnderTorchrun(n, i == 1 ? MFSDP_BACKEND_HOST : MFSDP_BACKEND_CUDA,
+                                   5000);
+      },
+      30000);
+  EXPECT_TRUE(contains(run.answers[1], "the host backend takes its ranks from MPI"))
+      << run.answers[1];
+  for (int r : {0, 2})
+    EXPECT_TRUE(contains(run.answers[r], std::to_string(MFSDP_ERROR_INVALID) +
+                                             ": another rank refused the plan or its "
+                                             "config"))
+        << run.answers[r];
+}
+
+TEST(Torchrun, BadVariablesAreNamedByMfsdpCreate) {
+  const int port = freePort();
+  struct Case {
+    Vars vars;
+    std::string want;
+  };
+  Vars badRank = torchrunVars(0, 2, port), badWorld = badRank, badPort = badRank,
+       noAddr = badRank;
+  badRank["RANK"] = "5";
+  badWorld["WORLD_SIZE"] = "two";
+  badPort["MASTER_PORT"] = "70000";
+  noAddr.erase("MASTER_ADDR");
+  const std::string invalid = std::to_string(MFSDP_ERROR_INVALID) + ": the torchrun bootstrap: ";
+  const std::vector<Case> cases = {
+      {badRank, invalid + "RANK=5 is out of range; expected 0..1"},
+      {badWorld, invalid + "WORLD_SIZE='two' is not an integer"},
+      {badPort, invalid + "MASTER_PORT=70000 is out of range; expected 1..65535"},
+      {noAddr, invalid + "MASTER_ADDR is not set (or empty)"},
+  };
+  std::vector<Vars> vars;
+  for (const Case &c : cases)
+    vars.push_back(c.vars);
+  Outcome run = runProcesses(
+      vars, [](size_t) { return createUnderTorchrun(2, MFSDP_BACKEND_CUDA, 5000); },
+      30000);
+  for (size_t i = 0; i < cases.size(); ++i)
+    EXPECT_TRUE(contains(run.answers[i], cases[i].want))
+        << "want '" << cases[i].want << "', got '" << run.answers[i] << "'";
+  // A plan for another world size.
+  run = runProcesses(
+      world(2, freePort()),
+      [](size_t) { return createUnderTorchrun(4, MFSDP_BACKEND_CUDA, 5000); }, 30000);
+  for (int r = 0; r < 2; ++r)
+    EXPECT_TRUE(contains(run.answers[r], std::to_string(MFSDP_ERROR_PLAN) +
+                                             ": this library was built for a plan of 4 "
+                                             "ranks, but WORLD_SIZE is 2"))
+        << run.answers[r];
+}
+
+TEST(Torchrun, BadConfigIsNamed) {
+  Plan p(1);
+  mfsdp_config config{};
+  config.bootstrap = 7;
+  mfsdp_step *step = nullptr;
+  mfsdp_status st = mfsdp_create_with_config(&p.plan, &config, &step);
+  EXPECT_EQ(st, MFSDP_ERROR_INVALID);
+  EXPECT_TRUE(contains(mfsdp_last_error(step), "unknown bootstrap 7 in mfsdp_config"))
+      << mfsdp_last_error(step);
+  mfsdp_destroy(step);
+  config.bootstrap = MFSDP_BOOTSTRAP_TORCHRUN;
+  config.bootstrap_timeout_ms = -5;
+  st = mfsdp_create_with_config(&p.plan, &config, &step);
+  EXPECT_EQ(st, MFSDP_ERROR_INVALID);
+  EXPECT_TRUE(contains(mfsdp_last_error(step), "bootstrap_timeout_ms is -5"))
+      << mfsdp_last_error(step);
+  mfsdp_destroy(step);
+}
