@@ -130,6 +130,12 @@ bool readRankEnv(const EnvLookup &env, RankEnv &out, std::string &error) {
       !readInt(env, "LOCAL_RANK", false, 0, world - 1, local, error) ||
       !readInt(env, "MASTER_PORT", true, 1, 65535, port, error))
     return false;
+  // MFSDP_MASTER_PORT, when set, is the port mfsdp uses instead: torchrun
+  // and torch.distributed keep a store listening on MASTER_PORT.
+  std::string own;
+  if (env("MFSDP_MASTER_PORT", own) &&
+      !readInt(env, "MFSDP_MASTER_PORT", true, 1, 65535, port, error))
+    return false;
   std::string addr;
   if (!env("MASTER_ADDR", addr) || addr.empty()) {
     error = "MASTER_ADDR is not set (or empty); expected the host name or "

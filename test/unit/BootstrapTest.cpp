@@ -67,6 +67,14 @@ TEST(Bootstrap, ReadsTheTorchrunVariables) {
   EXPECT_EQ(env.localRank, 1);
   EXPECT_EQ(env.masterAddr, "node0");
   EXPECT_EQ(env.masterPort, 29500);
+  // MFSDP_MASTER_PORT, when set, replaces MASTER_PORT (which a
+  // torch.distributed store may hold), and is checked like it.
+  auto own = good();
+  own["MFSDP_MASTER_PORT"] = "29611";
+  ASSERT_TRUE(readRankEnv(fromMap(own), env, error)) << error;
+  EXPECT_EQ(env.masterPort, 29611);
+  own["MFSDP_MASTER_PORT"] = "0";
+  EXPECT_EQ(readError(own), "MFSDP_MASTER_PORT=0 is out of range; expected 1..65535");
   // LOCAL_RANK is optional: it defaults to RANK.
   auto vars = good();
   vars.erase("LOCAL_RANK");

@@ -46,9 +46,11 @@ using EnvLookup = std::function<bool(const char *name, std::string &value)>;
 EnvLookup processEnvironment();
 
 /// Reads RANK, WORLD_SIZE, LOCAL_RANK (optional, default RANK), MASTER_ADDR
-/// and MASTER_PORT. Returns false with `error` naming the variable, its
-/// value and what was expected (an integer, 0 <= RANK < WORLD_SIZE, a port
-/// in 1..65535, ...).
+/// and MASTER_PORT; MFSDP_MASTER_PORT (optional) replaces MASTER_PORT as
+/// the port mfsdp listens on, for a job whose torch.distributed store holds
+/// MASTER_PORT. Returns false with `error` naming the variable, its value
+/// and what was expected (an integer, 0 <= RANK < WORLD_SIZE, a port in
+/// 1..65535, ...).
 bool readRankEnv(const EnvLookup &env, RankEnv &out, std::string &error);
 
 /// Rank 0 listens on MASTER_PORT and sends `blob` to every other rank;
