@@ -812,7 +812,9 @@ const char *mfsdp_last_error(mfsdp_step *step) {
   return step ? step->error.c_str() : "no runtime (mfsdp_create failed to allocate)";
 }
 
-#define CHECK_UNIT(step, unit)                                                  \
+/// The start of a hook: a runtime, a unit in range, and the runtime's work
+/// ordered after the trainer's.
+#define ENTER_UNIT(step, unit)                                                  \
   do {                                                                          \
     if (!(step))                                                                \
       return MFSDP_ERROR_INVALID;                                               \
@@ -820,12 +822,12 @@ const char *mfsdp_last_error(mfsdp_step *step) {
       return (step)->fail(MFSDP_ERROR_INVALID,                                  \
                           "unit " + std::to_string(unit) + " is out of range [0, " + \
                               std::to_string((step)->plan.num_units) + ")");    \
+    if (auto entered = (step)->enter())                                         \
+      return entered;                                                           \
   } while (0)
 
 mfsdp_status mfsdp_pre_forward(mfsdp_step *step, int32_t unit) {
-  CHECK_UNIT(step, unit);
-  if (auto st = step->enter())
-    return st;
+  ENTER_UNIT(step, unit);
   UnitState &s = step->state[unit];
   if (s == UnitState::Forward || s == UnitState::ForwardDone)
     return step->fail(MFSDP_ERROR_ORDER,
@@ -840,9 +842,7 @@ mfsdp_status mfsdp_pre_forward(mfsdp_step *step, int32_t unit) {
 }
 
 mfsdp_status mfsdp_post_forward(mfsdp_step *step, int32_t unit) {
-  CHECK_UNIT(step, unit);
-  if (auto st = step->enter())
-    return st;
+  ENTER_UNIT(step, unit);
   UnitState &s = step->state[unit];
   if (s == UnitState::Backward)
     return MFSDP_OK; // end of a recomputation: keep the gathered parameters
@@ -856,9 +856,7 @@ mfsdp_status mfsdp_post_forward(mfsdp_step *step, int32_t unit) {
 }
 
 mfsdp_status mfsdp_pre_backward(mfsdp_step *step, int32_t unit) {
-  CHECK_UNIT(step, unit);
-  if (auto st = step->enter())
-    return st;
+  ENTER_UNIT(step, unit);
   UnitState &s = step->state[unit];
   if (s != UnitState::ForwardDone)
     return step->fail(MFSDP_ERROR_ORDER,
@@ -878,9 +876,7 @@ mfsdp_status mfsdp_pre_backward(mfsdp_step *step, int32_t unit) {
 }
 
 mfsdp_status mfsdp_post_backward(mfsdp_step *step, int32_t unit) {
-  CHECK_UNIT(step, unit);
-  if (auto st = step->enter())
-    return st;
+  ENTER_UNIT(step, unit);
   UnitState &s = step->state[unit];
   if (s != UnitState::Backward)
     return step->fail(MFSDP_ERROR_ORDER, "post_backward of unit " +
