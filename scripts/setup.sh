@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what the build and the tests need, and nothing when it is all there.
 # Idempotent; runs `apt-get update` at most once per call, and only when a
-# package is missing.
+# package is missing; installs PyTorch (for the exporter in tools/export/ and
+# its tests only) only when `python3 -c "import torch"` fails.
 set -euo pipefail
 
 packages=(
-  cmake ninja-build g++ python3 make
+  cmake ninja-build g++ python3 python3-pip make
   libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools
   nlohmann-json3-dev libfmt-dev libgtest-dev
   openmpi-bin libopenmpi-dev libopenblas-dev libdlpack-dev
@@ -18,13 +19,33 @@ for p in "${packages[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+if [ ${#missing[@]} -ne 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-echo "setup: installing ${missing[*]}"
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+# PyTorch, for the exporter (tools/export/mfsdp_export.py) and its tests; the
+# compiler and the runtime never use it. It goes to the `python3` on PATH,
+# the interpreter the tests run: into it directly when it is a virtualenv or
+# a Python of its own (pyenv, conda), per user when Debian manages it
+# (PEP 668). The CPU-only wheel first; PyPI's (with its CUDA libraries, much
+# larger) when that index cannot be reached.
+if ! python3 -c "import torch" >/dev/null 2>&1; then
+  pip_args=(-m pip install --disable-pip-version-check -q)
+  if python3 -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then
+    :  # a virtualenv
+  elif [ -e "$(python3 -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ]; then
+    pip_args+=(--user --break-system-packages)
+  fi
+  echo "setup: installing torch for $(command -v python3)"
+  if ! python3 "${pip_args[@]}" --retries 1 --timeout 30 \
+      --index-url https://download.pytorch.org/whl/cpu torch numpy; then
+    echo "setup: the CPU-only index failed; installing torch from PyPI"
+    python3 "${pip_args[@]}" torch numpy
+  fi
+  python3 -c "import torch" || { echo "setup: torch does not import after installing it" >&2; exit 1; }
+fi

@@ -1,5 +1,7 @@
 # -*- Python -*-
 import os
+import shutil
+import subprocess
 import sys
 
 import lit.formats
@@ -23,6 +25,23 @@ config.substitutions.append(("%mfsdp_src", config.mfsdp_src_root))
 config.substitutions.append(
     ("%exit1", "%s %s 1" % (sys.executable, os.path.join(config.test_source_root, "expect_exit.py"))))
 config.substitutions.append(("%mfsdp_bin", config.mfsdp_tools_dir))
+
+
+# %torch_python: the `python3` on PATH, which scripts/setup.sh installs
+# PyTorch for (lit's own interpreter may be another one); resolved to the
+# interpreter itself, so wrappers such as pyenv's shims need no environment.
+def torch_python():
+    exe = shutil.which("python3")
+    if exe:
+        try:
+            return subprocess.check_output(
+                [exe, "-c", "import sys; print(sys.executable)"], text=True).strip()
+        except (OSError, subprocess.CalledProcessError):
+            pass
+    return sys.executable
+
+
+config.substitutions.append(("%torch_python", torch_python()))
 config.substitutions.append(("%examples", os.path.join(config.mfsdp_src_root, "examples")))
 
 llvm_config.use_default_substitutions()
