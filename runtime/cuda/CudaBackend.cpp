@@ -248,6 +248,10 @@ public:
   }
 
   int afterTrainer() override {
+    // Every runtime call starts here: the calling thread may have another
+    // device current (a trainer thread, or a library that switched it).
+    if (int rc = checkCuda(cudaSetDevice(device_), "cudaSetDevice"))
+      return rc;
     // The trainer's stream may be the legacy default stream (null); ours
     // are non-blocking, so only an event orders them after it.
     if (int rc = checkCuda(cudaEventRecord(trainerDone_, trainer_),

@@ -133,9 +133,11 @@ public:
                        int64_t rows, int64_t cols, const MuonHyper &h,
                        float *scratch) = 0;
 
-  /// Orders the work issued from now on after the work the trainer has
-  /// issued so far on its own stream (which may still read or write the
-  /// buffers it was handed). The host backend has nothing to order.
+  /// Called at the start of every runtime call that issues work: makes the
+  /// backend's device current for the calling thread and orders the work
+  /// issued from now on after the work the trainer has issued so far on its
+  /// own stream (which may still read or write the buffers it was handed).
+  /// The host backend has nothing to do.
   virtual int afterTrainer() { return 0; }
   /// Waits until everything issued is done.
   virtual int synchronize() = 0;
