@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -66,18 +67,37 @@ using Clock = std::chrono::steady_clock;
 
 int remainingMs(Clock::time_point deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  return left.count() > 0 ? static_cast<int>(left.count()) : 0;
+  if (left.count() <= 0)
+    return 0;
+  return static_cast<int>(std::min<long long>(left.count(), 1 << 30));
+}
+
+/// Waits until `fd` is ready for `events` or the deadline passes: true when
+/// ready. A signal (EINTR) does not end the wait early.
+bool readyBefore(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    pollfd pfd{fd, events, 0};
+    int ms = remainingMs(deadline);
+    if (ms == 0)
+      return false;
+    int rc = poll(&pfd, 1, ms);
+    if (rc > 0)
+      return true;
+    if (rc == 0 || errno != EINTR)
+      return false;
+  }
 }
 
 /// Sends or receives exactly n bytes before the deadline.
 bool transfer(int fd, void *data, size_t n, bool sending, Clock::time_point deadline) {
   auto *p = static_cast<uint8_t *>(data);
   while (n > 0) {
-    pollfd pfd{fd, static_cast<short>(sending ? POLLOUT : POLLIN), 0};
-    int ms = remainingMs(deadline);
-    if (ms == 0 || poll(&pfd, 1, ms) <= 0)
+    if (!readyBefore(fd, sending ? POLLOUT : POLLIN, deadline))
       return false;
-    ssize_t k = sending ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
+    // Never block in the call itself: a peer that stops reading fills the
+    // socket buffer, and a blocking send would wait past the deadline.
+    ssize_t k = sending ? send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT)
+                        : recv(fd, p, n, MSG_DONTWAIT);
     if (k <= 0) {
       if (k < 0 && (errno == EINTR || errno == EAGAIN))
         continue;
@@ -207,9 +227,7 @@ bool connectBefore(int fd, const addrinfo *a, Clock::time_point deadline,
   fcntl(fd, F_SETFL, flags | O_NONBLOCK);
   int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
   if (rc != 0 && errno == EINPROGRESS) {
-    pollfd pfd{fd, POLLOUT, 0};
-    int ms = remainingMs(deadline);
-    if (ms == 0 || poll(&pfd, 1, ms) <= 0) {
+    if (!readyBefore(fd, POLLOUT, deadline)) {
       why = "timed out";
       return false;
     }
@@ -293,9 +311,7 @@ bool broadcastBlob(const RankEnv &env, std::vector<uint8_t> &blob, int timeoutMs
     int arrived = 0;
     bool ok = true;
     while (ok && arrived < env.world - 1) {
-      pollfd pfd{listener, POLLIN, 0};
-      int ms = remainingMs(deadline);
-      if (ms == 0 || poll(&pfd, 1, ms) <= 0) {
+      if (!readyBefore(listener, POLLIN, deadline)) {
         error = "rank 0: only " + std::to_string(arrived) + " of " +
                 std::to_string(env.world - 1) + " ranks connected to port " + port +
                 " within " + std::to_string(timeoutMs) + " ms";
@@ -489,9 +505,7 @@ std::unique_ptr<TcpStar> TcpStar::connect(const RankEnv &env, int timeoutMs,
   int arrived = 0;
   std::string failure;
   while (failure.empty() && arrived < env.world - 1) {
-    pollfd pfd{listener, POLLIN, 0};
-    int ms = remainingMs(deadline);
-    if (ms == 0 || poll(&pfd, 1, ms) <= 0) {
+    if (!readyBefore(listener, POLLIN, deadline)) {
       std::vector<int> missing;
       for (int r = 1; r < env.world; ++r)
         if (star->peers_[r] < 0)

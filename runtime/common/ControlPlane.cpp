@@ -17,19 +17,20 @@ public:
   MpiControlPlane() {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &world_);
+    // The rank on this node, found here, by every rank at the same point:
+    // MPI_Comm_split_type is collective, so asking for it later, on some
+    // ranks only (those with a device to choose), would deadlock.
+    MPI_Comm node;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_,
+                            MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+      MPI_Comm_rank(node, &local_);
+      MPI_Comm_free(&node);
+    }
   }
   const char *name() const override { return "MPI"; }
   int rank() const override { return rank_; }
   int world() const override { return world_; }
-  int localRank() const override {
-    MPI_Comm node;
-    int local = 0;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL,
-                        &node);
-    MPI_Comm_rank(node, &local);
-    MPI_Comm_free(&node);
-    return local;
-  }
+  int localRank() const override { return local_; }
   bool minMax(const std::vector<int64_t> &mine, std::vector<int64_t> &lo,
               std::vector<int64_t> &hi, std::string &error) override {
     std::vector<long long> in(mine.begin(), mine.end()), a(mine.size()), b(mine.size());
@@ -61,7 +62,7 @@ public:
   }
 
 private:
-  int rank_ = 0, world_ = 1;
+  int rank_ = 0, world_ = 1, local_ = 0;
 };
 
 class TorchrunControlPlane final : public ControlPlane {

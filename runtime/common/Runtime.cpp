@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,8 @@ struct mfsdp_step {
   WorkCounters work;       // for tests (Counters.h)
   bool noSync = false;
   std::string error;
+  bool created = false;    // mfsdp_create succeeded on every rank
+  std::string createError; // why it did not
 
   ~mfsdp_step() {
     if (backend)
@@ -113,7 +116,9 @@ struct mfsdp_step {
   }
   /// MFSDP_ERROR_INVALID with a message unless `param` indexes the plan.
   mfsdp_status checkParam(int32_t param) {
-    if (param < 0 || param >= plan.num_params)
+    if (auto s = usable())
+      return s;
+    if (param < 0 || static_cast<size_t>(param) >= params.size())
       return fail(MFSDP_ERROR_INVALID,
                   "parameter " + std::to_string(param) + " is out of range");
     return MFSDP_OK;
@@ -210,10 +215,17 @@ struct mfsdp_step {
   /// The start of a call that touches buffers the trainer may still be
   /// using: the runtime's work goes after the trainer's.
   mfsdp_status enter() {
-    if (!backend || (params.size() != static_cast<size_t>(plan.num_params)))
-      return fail(MFSDP_ERROR_INVALID,
-                  "this runtime was not created (mfsdp_create failed: " + error + ")");
+    if (auto s = usable())
+      return s;
     return device(backend->afterTrainer(), "ordering after the trainer's stream");
+  }
+  /// MFSDP_ERROR_INVALID unless mfsdp_create succeeded on this runtime.
+  mfsdp_status usable() {
+    if (!created)
+      return fail(MFSDP_ERROR_INVALID,
+                  "this runtime was not created (mfsdp_create failed: " +
+                      createError + ")");
+    return MFSDP_OK;
   }
 
   /// The end of a call that hands buffers to the trainer or reads its
@@ -584,9 +596,9 @@ mfsdp_status mfsdp_create(const mfsdp_plan *plan, mfsdp_step **out) {
   return mfsdp_create_with_config(plan, nullptr, out);
 }
 
-mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
-                                      const mfsdp_config *config,
-                                      mfsdp_step **out) {
+static mfsdp_status createRuntime(const mfsdp_plan *plan,
+                                  const mfsdp_config *config,
+                                  mfsdp_step **out) {
   if (!plan || !out)
     return MFSDP_ERROR_INVALID;
   *out = nullptr;
@@ -595,6 +607,7 @@ mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
   // Every failure below is returned with the runtime, for its message.
   auto failed = [&](mfsdp_status s, std::string message) {
     step->error = std::move(message);
+    step->createError = step->error;
     *out = step.release();
     return s;
   };
@@ -802,8 +815,31 @@ mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
     s = step->fail(static_cast<mfsdp_status>(hi[0]),
                    "another rank could not create its runtime (its "
                    "mfsdp_last_error says why)");
+  step->created = s == MFSDP_OK;
+  if (!step->created)
+    step->createError = step->error;
   *out = step.release();
   return s;
+}
+
+mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
+                                      const mfsdp_config *config,
+                                      mfsdp_step **out) {
+  // Nothing may escape the C ABI: an exception (a plan too large for host
+  // memory, say) becomes a status and a message.
+  try {
+    return createRuntime(plan, config, out);
+  } catch (const std::exception &e) {
+    if (!out)
+      return MFSDP_ERROR_BACKEND;
+    auto *failed = new (std::nothrow) mfsdp_step();
+    if (failed) {
+      failed->error = failed->createError =
+          std::string("mfsdp_create failed: ") + e.what();
+    }
+    *out = failed;
+    return MFSDP_ERROR_BACKEND;
+  }
 }
 
 void mfsdp_destroy(mfsdp_step *step) { delete step; }
@@ -898,6 +934,8 @@ mfsdp_status mfsdp_post_backward(mfsdp_step *step, int32_t unit) {
 mfsdp_status mfsdp_set_no_sync(mfsdp_step *step, int32_t noSync) {
   if (!step)
     return MFSDP_ERROR_INVALID;
+  if (auto st = step->usable())
+    return st;
   if (noSync && !step->gradsKept())
     return step->fail(MFSDP_ERROR_ORDER,
                       "no-sync needs the gradients kept between microbatches, "

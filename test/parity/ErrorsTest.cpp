@@ -258,6 +258,7 @@ int main(int argc, char **argv) {
           "the ranks passed different plans");
     // A runtime that failed to be created refuses every call.
     fails(s, mfsdp_pre_forward(s, 0), MFSDP_ERROR_INVALID, "this runtime was not created");
+    fails(s, mfsdp_param_view(s, 0, &t), MFSDP_ERROR_INVALID, "this runtime was not created");
     mfsdp_destroy(s);
     s = nullptr;
   }
@@ -282,6 +283,11 @@ int main(int argc, char **argv) {
   fails(s, mfsdp_create(&wrong, &s), MFSDP_ERROR_PLAN,
         rank == 1 ? "the library's memory plan does not fit this runtime"
                   : "another rank could not create its runtime");
+  // Its buffers were partly placed: every call is still refused.
+  fails(s, mfsdp_pre_forward(s, 0), MFSDP_ERROR_INVALID, "this runtime was not created");
+  fails(s, mfsdp_set_no_sync(s, 0), MFSDP_ERROR_INVALID, "this runtime was not created");
+  fails(s, mfsdp_store_param(s, 0, whole.data()), MFSDP_ERROR_INVALID,
+        "this runtime was not created");
   mfsdp_destroy(s);
 
   int counts[2] = {passed, failed}, totals[2] = {0, 0};
