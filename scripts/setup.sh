@@ -28,14 +28,15 @@ if [ ${#missing[@]} -ne 0 ]; then
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# PyTorch, for the exporter (tools/export/mfsdp_export.py) and its tests; the
-# compiler and the runtime never use it. It goes to the `python3` on PATH,
-# the interpreter the tests run: into it directly when it is a virtualenv or
-# a Python of its own (pyenv, conda), per user when Debian manages it
-# (PEP 668). The CPU-only wheel first; PyPI's (with its CUDA libraries, much
+# PyTorch 2.4 or newer, for the exporter (tools/export/mfsdp_export.py) and
+# its tests; the compiler and the runtime never use it. It goes to the
+# `python3` on PATH, the interpreter the tests run: into it directly when it
+# is a virtualenv or a Python of its own (pyenv, conda), per user when
+# Debian manages it (PEP 668). The CPU-only wheel first; PyPI's (with its CUDA libraries, much
 # larger) when that index cannot be reached.
-if ! python3 -c "import torch" >/dev/null 2>&1; then
-  pip_args=(-m pip install --disable-pip-version-check -q)
+torch_ok='import sys, torch; sys.exit(tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) < (2, 4))'
+if ! python3 -c "$torch_ok" >/dev/null 2>&1; then
+  pip_args=(-m pip install --upgrade --disable-pip-version-check -q)
   if python3 -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then
     :  # a virtualenv
   elif [ -e "$(python3 -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ]; then
@@ -47,5 +48,5 @@ if ! python3 -c "import torch" >/dev/null 2>&1; then
     echo "setup: the CPU-only index failed; installing torch from PyPI"
     python3 "${pip_args[@]}" torch numpy
   fi
-  python3 -c "import torch" || { echo "setup: torch does not import after installing it" >&2; exit 1; }
+  python3 -c "$torch_ok" || { echo "setup: torch 2.4 or newer does not import after installing it" >&2; exit 1; }
 fi

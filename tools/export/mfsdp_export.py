@@ -671,6 +671,10 @@ def export_graph(model, units, example_inputs, name, seq_len=None, mesh=None, re
         saved_grads = [(p, p.grad) for p in model.parameters()]
         for p, _ in saved_grads:
             p.grad = None
+        # Running the live model must leave it as it was: its buffers
+        # (BatchNorm statistics, counters) and the random number generator.
+        saved_buffers = [(b, b.detach().clone()) for b in model.buffers()]
+        saved_rng = torch.random.get_rng_state()
     else:
         raise ExportError(f"device: expected 'meta' or None, got {device!r}")
 
@@ -717,6 +721,10 @@ def export_graph(model, units, example_inputs, name, seq_len=None, mesh=None, re
         if saved_grads is not None:
             for p, g in saved_grads:
                 p.grad = g
+            with torch.no_grad():
+                for b, copy in saved_buffers:
+                    b.copy_(copy)
+            torch.random.set_rng_state(saved_rng)
 
     fwd = _resolve(rec.segments["fwd"], forward=True)
     bwd = _resolve(rec.segments["bwd"], forward=False)
@@ -945,6 +953,10 @@ def main(argv=None):
                 f.write(text)
     except ExportError as e:
         sys.stderr.write(f"mfsdp_export: error: {e}\n")
+        return 1
+    except (KeyError, TypeError, ValueError, OSError) as e:
+        # A factory or option of the wrong shape: a message, not a traceback.
+        sys.stderr.write(f"mfsdp_export: error: {type(e).__name__}: {e}\n")
         return 1
     return 0
 
