@@ -108,12 +108,18 @@ typedef struct mfsdp_memory_plan {
                          to post_backward and no-sync is refused */
 } mfsdp_memory_plan;
 
+/* One dim of the device mesh (the plan's mesh_dims). */
+typedef struct mfsdp_mesh_dim {
+  const char *name; /* "dp_shard", "dp_replicate", or an outer dim ("tp", ...) */
+  int32_t size;
+} mfsdp_mesh_dim;
+
 /* The plan: what the compiler decided, as constants. */
 typedef struct mfsdp_plan {
   uint64_t hash; /* mfsdp_plan_hash() of the rest */
   int32_t zero;  /* 1, 2 or 3 */
   int32_t dp_replicate, dp_shard;
-  int32_t world; /* all ranks (other mesh dims included) */
+  int32_t world; /* all ranks (outer mesh dims included) */
   int32_t num_units, num_params;
   const mfsdp_param_desc *params;
   float adamw_lr, adamw_beta1, adamw_beta2, adamw_eps, adamw_weight_decay;
@@ -137,6 +143,17 @@ typedef struct mfsdp_plan {
   /* NULL: the engine sizes its arena itself, for every unit gathered at
    * once (plans built by hand). */
   const mfsdp_memory_plan *memory;
+  /* The whole device mesh, row-major (the last dim varies fastest), its
+   * product the world: dp_shard and dp_replicate (their sizes those above,
+   * a dim of size 1 may be left out) and the dims of an outer stack (tp,
+   * ep, ...) in any position. The runtime forms its dp_shard and
+   * dp_replicate groups by this layout; ranks that differ only in an outer
+   * coordinate are the outer stack's concern (mfsdp neither averages nor
+   * communicates over them). 0 / NULL (a plan written before these
+   * fields): [outer, dp_replicate, dp_shard], the rest of the world
+   * outermost. Last, so an older plan reads them as zeros. */
+  int32_t num_mesh_dims;
+  const mfsdp_mesh_dim *mesh_dims;
 } mfsdp_plan;
 
 typedef struct mfsdp_step mfsdp_step;

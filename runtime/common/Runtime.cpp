@@ -586,6 +586,88 @@ struct mfsdp_step {
 };
 
 
+namespace {
+
+/// The mesh the runtime forms its groups on: the plan's (a missing
+/// dp_shard or dp_replicate dim added with size 1), or without one
+/// [other, dp_replicate, dp_shard], the rest of the world outermost.
+/// Empty with `error` when the plan's mesh is malformed or its product is
+/// not `world`.
+std::vector<MeshDimSpec> planMesh(const mfsdp_plan &plan, int world,
+                                  std::string &error) {
+  std::vector<MeshDimSpec> mesh;
+  const int64_t dp = static_cast<int64_t>(plan.dp_shard) * plan.dp_replicate;
+  if (plan.num_mesh_dims == 0 && !plan.mesh_dims) {
+    if (dp < 1 || world % dp != 0) {
+      error = "invalid plan: dp_shard x dp_replicate (" + std::to_string(dp) +
+              ") does not divide the world (" + std::to_string(world) + ")";
+      return {};
+    }
+    return {{"other", world / dp},
+            {"dp_replicate", plan.dp_replicate},
+            {"dp_shard", plan.dp_shard}};
+  }
+  if (plan.num_mesh_dims < 1 || plan.num_mesh_dims > 64 || !plan.mesh_dims) {
+    error = "invalid plan: " + std::to_string(plan.num_mesh_dims) +
+            " mesh dims" + (plan.mesh_dims ? "" : " and no mesh_dims table") +
+            "; expected 1 to 64 dims in mesh_dims, or 0 and NULL";
+    return {};
+  }
+  int64_t product = 1;
+  bool haveShard = false, haveReplicate = false;
+  std::string text;
+  for (int32_t i = 0; i < plan.num_mesh_dims; ++i) {
+    const mfsdp_mesh_dim &d = plan.mesh_dims[i];
+    const std::string name = d.name ? d.name : "";
+    text += (i ? "," : "") + name + "=" + std::to_string(d.size);
+    if (name.empty() || d.size < 1) {
+      error = "invalid plan: mesh dim " + std::to_string(i) +
+              " has no name or a size below 1";
+      return {};
+    }
+    for (const MeshDimSpec &seen : mesh)
+      if (seen.name == name) {
+        error = "invalid plan: the mesh names dim '" + name + "' twice";
+        return {};
+      }
+    const int32_t want = name == "dp_shard"       ? plan.dp_shard
+                         : name == "dp_replicate" ? plan.dp_replicate
+                                                  : d.size;
+    if (d.size != want) {
+      error = "invalid plan: the mesh's '" + name + "' has size " +
+              std::to_string(d.size) + " but the plan's " + name + " is " +
+              std::to_string(want);
+      return {};
+    }
+    haveShard |= name == "dp_shard";
+    haveReplicate |= name == "dp_replicate";
+    product *= d.size;
+    if (product > world)
+      break;
+    mesh.push_back({name, d.size});
+  }
+  if (product != world) {
+    error = "invalid plan: the mesh " + text + " has " +
+            (product > world ? "more than " + std::to_string(world)
+                             : std::to_string(product)) +
+            " ranks, but the world is " + std::to_string(world);
+    return {};
+  }
+  if ((!haveShard && plan.dp_shard != 1) || (!haveReplicate && plan.dp_replicate != 1)) {
+    error = "invalid plan: the mesh " + text + " has no dp_shard or "
+            "dp_replicate dim, but the plan's is larger than 1";
+    return {};
+  }
+  // Size-1 dims change no rank's coordinates; the groups need both names.
+  if (!haveReplicate)
+    mesh.push_back({"dp_replicate", 1});
+  if (!haveShard)
+    mesh.push_back({"dp_shard", 1});
+  return mesh;
+}
+
+} // namespace
+
 extern "C" {
 
 uint64_t mfsdp_plan_hash(const mfsdp_plan *p) {
@@ -675,10 +757,18 @@ static mfsdp_status createRuntime(const mfsdp_plan *plan,
                                                        : "MPI runs ") +
                                              std::to_string(world));
   else if (plan->zero < 1 || plan->zero > 3 || plan->dp_shard < 1 ||
-           plan->dp_replicate < 1 || plan->num_params < 0 || plan->num_units < 0 ||
-           world % (plan->dp_shard * plan->dp_replicate) != 0)
+           plan->dp_replicate < 1 || plan->num_params < 0 || plan->num_units < 0)
     local = step->fail(MFSDP_ERROR_PLAN, "invalid plan: zero, dp_shard, "
                                          "dp_replicate or counts out of range");
+  // The mesh as the runtime sees it (the plan's, or the rest of the world
+  // outermost); the dp_shard and dp_replicate groups follow its layout.
+  std::vector<MeshDimSpec> mesh;
+  if (local == MFSDP_OK) {
+    std::string error;
+    mesh = planMesh(*plan, world, error);
+    if (mesh.empty())
+      local = step->fail(MFSDP_ERROR_PLAN, error);
+  }
   {
     // Status (max), and the plan hash and backend, which must be equal
     // everywhere (min = max).
@@ -704,12 +794,8 @@ static mfsdp_status createRuntime(const mfsdp_plan *plan,
       return failed(MFSDP_ERROR_INVALID, "the ranks asked for different backends "
                                          "in mfsdp_config");
   }
-  // The mesh as the runtime sees it: [other dims], dp_replicate, dp_shard;
-  // the rest of the world (tensor/expert parallel) is outermost.
   BackendOptions options;
-  options.mesh = {{"other", world / (plan->dp_shard * plan->dp_replicate)},
-                  {"dp_replicate", plan->dp_replicate},
-                  {"dp_shard", plan->dp_shard}};
+  options.mesh = std::move(mesh);
   options.trainerStream = config ? config->cuda_stream : nullptr;
   options.control = control.get();
   std::string error;
@@ -1171,5 +1257,10 @@ mfsdp_status mfsdp_set_step_count(mfsdp_step *step, int64_t count) {
 } // extern "C"
 
 mfsdp::rt::WorkCounters mfsdp::rt::workCounters(const mfsdp_step *step) {
-  return step ? step->work : WorkCounters{};
+  if (!step)
+    return WorkCounters{};
+  WorkCounters w = step->work;
+  w.shardRank = step->shardRank;
+  w.replicaRank = step->replicaRank;
+  return w;
 }

@@ -22,28 +22,6 @@ plan.graph @g {
 
 // -----
 
-// Mesh dims of an outer stack are not run by the step runtime yet.
-plan.graph @g {
-  // expected-error @+1 {{'plan.mesh' op has dim 'tp' of size 2; the step runtime runs data-parallel meshes only (dp_shard, dp_replicate)}}
-  plan.mesh @mesh ["dp_shard" = 2, "tp" = 2]
-  plan.policy adamw zero 3
-  plan.param @w : tensor<4x4xf32> linear module "w" placement #plan.row_shard<dim = 0, axes = ["dp_shard"]> optimizer #plan.adamw<lr = 1.0e-03, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-08, weight_decay = 0.01>
-  plan.unit @u index 0 params [@w] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false>
-}
-
-// -----
-
-// A parameter owned by expert parallelism.
-plan.graph @g {
-  plan.mesh @mesh ["dp_shard" = 2, "ep" = 1]
-  plan.policy adamw zero 3
-  // expected-error @+1 {{'plan.param' op is owned by a tensor/expert-parallel dim (#plan.external<axes = ["ep"]>); the step runtime does not run TP/EP-owned parameters yet}}
-  plan.param @x : tensor<4x4xf32> expert module "x" placement #plan.external<axes = ["ep"]>
-  plan.unit @u index 0 params [@x] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false>
-}
-
-// -----
-
 // Block shards run with elementwise optimizers only: Muon on blocks is
 // refused (by the op's verifier, before the lowering sees it).
 plan.graph @g {

@@ -16,6 +16,7 @@
 // CHECK-LABEL: The step library of plan.graph @g
 // CHECK: mesh dp_replicate=2,dp_shard=2 (world 4), policy mixed_muon_adamw, ZeRO-2, 4 parameters in 2 units.
 // CHECK: #include <mfsdp/runtime.h>
+// CHECK: static const mfsdp_mesh_dim mfsdp_mesh[2] = {{[{][{]}}"dp_replicate", 2}, {"dp_shard", 2{{[}][}]}};
 // CHECK-LABEL: static const mfsdp_param_desc mfsdp_params[4] = {
 // CHECK-NEXT: /* name, rows, cols, unit, placement, owner, optimizer, compute dtype, block rows, block cols */
 // CHECK-NEXT: {"emb", 16, 8, 0, MFSDP_ROW_SHARD, 0, MFSDP_OPT_ADAMW, MFSDP_COMPUTE_BF16, 0, 0},
@@ -44,6 +45,9 @@
 // CHECK-NEXT: .muon_ns_steps = 6,
 // CHECK-NEXT: .muon_scale = 1,
 // CHECK-NEXT: .ns_split = 0,
+// CHECK-NEXT: .memory = &mfsdp_the_memory,
+// CHECK-NEXT: .num_mesh_dims = 2,
+// CHECK-NEXT: .mesh_dims = mfsdp_mesh,
 // SPLIT-LABEL: static const mfsdp_plan mfsdp_the_plan = {
 // SPLIT: .muon_scale = 1,
 // SPLIT-NEXT: .ns_split = 1,

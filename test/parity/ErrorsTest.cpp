@@ -104,6 +104,43 @@ int main(int argc, char **argv) {
          std::string("ns_split 2: ") + mfsdp_last_error(s));
   mfsdp_destroy(s);
   s = nullptr;
+  // The plan's mesh: its product must be the world, its dp dims the plan's,
+  // each dim named once; the mesh is in the hash.
+  {
+    const int32_t S = plan.dp_shard;
+    struct BadMesh {
+      std::vector<mfsdp_mesh_dim> dims;
+      const char *says;
+    } badMeshes[] = {
+        {{{"dp_shard", S}, {"tp", 2}}, "ranks, but the world is"},
+        {{{"dp_shard", S + 1}}, "the mesh's 'dp_shard' has size"},
+        {{{"tp", 1}, {"dp_shard", S}, {"tp", 1}}, "names dim 'tp' twice"},
+        {{{"tp", S}}, "has no dp_shard or dp_replicate dim"},
+    };
+    for (BadMesh &bad : badMeshes) {
+      if (S == 1 && std::strstr(bad.says, "no dp_shard"))
+        continue; // a mesh without dp_shard is right for dp_shard = 1
+      mfsdp_plan meshed = plan;
+      meshed.num_mesh_dims = static_cast<int32_t>(bad.dims.size());
+      meshed.mesh_dims = bad.dims.data();
+      meshed.hash = mfsdp_plan_hash(&meshed);
+      st = mfsdp_create(&meshed, &s);
+      expect(st == MFSDP_ERROR_PLAN && says(s, bad.says),
+             std::string("bad mesh: ") + mfsdp_last_error(s));
+      mfsdp_destroy(s);
+      s = nullptr;
+    }
+    // The mesh is hashed: one given (or edited) without a new hash is refused.
+    mfsdp_mesh_dim dims[2] = {{"tp", 1}, {"dp_shard", S}};
+    mfsdp_plan meshed = plan;
+    meshed.num_mesh_dims = 2;
+    meshed.mesh_dims = dims;
+    st = mfsdp_create(&meshed, &s);
+    expect(st == MFSDP_ERROR_PLAN && says(s, "hash"),
+           std::string("mesh added without a new hash: ") + mfsdp_last_error(s));
+    mfsdp_destroy(s);
+    s = nullptr;
+  }
   // Block shards: extents that do not tile the tensor, Muon on blocks and
   // extents on another placement are named.
   struct BadBlocks {

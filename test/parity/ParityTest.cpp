@@ -17,6 +17,11 @@
 // `ns_split` (HSDP), the plan splits the owners' Newton-Schulz work across
 // the dp_replicate replicas. With `blocks=RxC`, the planner block-shards
 // the AdamW / SGD matrices that RxC blocks tile (block-shard=R,C).
+// MESH may have outer dims (tp=2, in any position): they go into the plan's
+// mesh; each rank's data depends on its data-parallel coordinates only
+// (ranks that differ in the outer coordinate see the same data, as TP
+// ranks do), and every rank checks that the runtime's dp_shard and
+// dp_replicate ranks are its coordinates in the mesh's row-major order.
 // Every case also checks, with the engine's work counters, how many
 // Muon steps each rank ran: each owned matrix on one replica under
 // ns_split (and the split must divide some owner's work), on
@@ -29,6 +34,7 @@
 
 #include "mfsdp/planner/Layout.h"
 #include "mfsdp/runtime.h"
+#include "mfsdp/runtime/Bootstrap.h"
 #include "mfsdp/runtime/Counters.h"
 #include "mfsdp/step/RuntimeMemory.h"
 
@@ -46,6 +52,21 @@ namespace {
 
 struct Mesh {
   int64_t replicate = 1, shard = 1;
+  std::vector<std::string> names; ///< every dim, in row-major order
+  std::vector<int64_t> sizes;
+  bool outer = false; ///< some dim other than dp_shard / dp_replicate
+
+  /// This rank's coordinate along `dim` (0 when the mesh has no such dim):
+  /// row-major, the last dim varies fastest.
+  int64_t coord(int64_t rank, const std::string &dim) const {
+    int64_t stride = 1;
+    for (size_t i = names.size(); i-- > 0;) {
+      if (names[i] == dim)
+        return (rank / stride) % sizes[i];
+      stride *= sizes[i];
+    }
+    return 0;
+  }
 };
 
 Mesh parseMesh(const std::string &spec) {
@@ -55,10 +76,15 @@ Mesh parseMesh(const std::string &spec) {
   while (std::getline(ss, item, ',')) {
     auto eq = item.find('=');
     int64_t v = std::stoll(item.substr(eq + 1));
-    if (item.substr(0, eq) == "dp_shard")
+    std::string name = item.substr(0, eq);
+    m.names.push_back(name);
+    m.sizes.push_back(v);
+    if (name == "dp_shard")
       m.shard = v;
-    else if (item.substr(0, eq) == "dp_replicate")
+    else if (name == "dp_replicate")
       m.replicate = v;
+    else
+      m.outer = true;
   }
   return m;
 }
@@ -195,6 +221,15 @@ int main(int argc, char **argv) {
   plan.muon_scale = 0;
   ref.muon.matchRmsAdamW = true;
   plan.ns_split = decisions.nsSplit ? 1 : 0;
+  // A mesh with an outer dim (tp, ...) goes into the plan, in its order;
+  // a data-parallel mesh is left out (the runtime's default layout).
+  std::vector<mfsdp_mesh_dim> meshDims;
+  for (size_t i = 0; i < mesh.names.size(); ++i)
+    meshDims.push_back({mesh.names[i].c_str(), static_cast<int32_t>(mesh.sizes[i])});
+  if (mesh.outer) {
+    plan.num_mesh_dims = static_cast<int32_t>(meshDims.size());
+    plan.mesh_dims = meshDims.data();
+  }
   step::RuntimeMemoryPlan memory = step::planRuntimeMemory(plan, micro > 1);
   if (!memory.error.empty()) {
     std::fprintf(stderr, "memory planning failed: %s\n", memory.error.c_str());
@@ -229,10 +264,11 @@ int main(int argc, char **argv) {
   // The Muon steps this rank must run per optimizer step (runtime.h,
   // ns_split): an owner's Muon matrices, by unit then table order, the i-th
   // on replica i % R; every replica runs them all without the split, and
-  // every rank runs the replicated Muon matrices. Ranks are row-major
-  // (dp_replicate, dp_shard).
-  const int64_t shardRank = rank % mesh.shard;
-  const int64_t replicaRank = (rank / mesh.shard) % mesh.replicate;
+  // every rank runs the replicated Muon matrices. Ranks are row-major in
+  // the mesh's order, outer dims (tp, ...) wherever the mesh puts them.
+  const int64_t shardRank = mesh.coord(rank, "dp_shard");
+  const int64_t replicaRank = mesh.coord(rank, "dp_replicate");
+  const int64_t outerCopies = world / (mesh.shard * mesh.replicate);
   int64_t mineSplit = 0, mineAll = 0, replicatedMuon = 0, ownedMuon = 0;
   std::vector<int64_t> heldBy(mesh.shard, 0);
   for (int32_t u = 0; u < plan.num_units; ++u)
@@ -274,8 +310,10 @@ int main(int argc, char **argv) {
     long long mine = w.muonSteps, total = 0;
     MPI_Allreduce(&mine, &total, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
     const int64_t copies = plan.ns_split ? 1 : mesh.replicate;
+    // Every outer coordinate (a TP rank) runs its own copy of the work.
     const int64_t wantTotal =
-        stepsRun * (ownedMuon * copies + replicatedMuon * mesh.shard * mesh.replicate);
+        stepsRun * outerCopies *
+        (ownedMuon * copies + replicatedMuon * mesh.shard * mesh.replicate);
     expect(total == wantTotal, "Muon steps over all ranks " + when + ": " +
                                    std::to_string(total) + ", expected " +
                                    std::to_string(wantTotal));
@@ -286,6 +324,34 @@ int main(int argc, char **argv) {
   expect(st == MFSDP_OK, std::string("create: ") + mfsdp_last_error(step));
   if (st != MFSDP_OK)
     MPI_Abort(MPI_COMM_WORLD, 1);
+  // The runtime's data-parallel groups follow the mesh order: its dp_shard
+  // rank (whose shards and owned matrices this rank stores) and replica
+  // are this rank's coordinates, as computed here and by meshGroup.
+  {
+    std::vector<mfsdp::rt::MeshDimSpec> spec;
+    for (size_t i = 0; i < mesh.names.size(); ++i)
+      spec.push_back({mesh.names[i], mesh.sizes[i]});
+    // A dim the mesh leaves out has size 1: coordinate 0.
+    int colour = 0, shardCoord = 0, replicaCoord = 0;
+    for (const std::string &n : mesh.names) {
+      if (n != "dp_shard" && n != "dp_replicate")
+        continue;
+      std::string groupError;
+      expect(mfsdp::rt::meshGroup(spec, n, rank, world, colour,
+                                  n == "dp_shard" ? shardCoord : replicaCoord,
+                                  groupError),
+             "meshGroup " + n + ": " + groupError);
+    }
+    mfsdp::rt::WorkCounters w = mfsdp::rt::workCounters(step);
+    expect(w.shardRank == shardRank && shardCoord == shardRank &&
+               w.replicaRank == replicaRank && replicaCoord == replicaRank,
+           "rank " + std::to_string(rank) + " of mesh " + argv[1] +
+               ": the runtime's dp_shard / dp_replicate ranks are " +
+               std::to_string(w.shardRank) + " / " + std::to_string(w.replicaRank) +
+               ", meshGroup's " + std::to_string(shardCoord) + " / " +
+               std::to_string(replicaCoord) + ", expected " +
+               std::to_string(shardRank) + " / " + std::to_string(replicaRank));
+  }
   for (size_t i = 0; i < infos.size(); ++i) {
     std::vector<float> init(example::numel(infos[i]));
     example::initParam(infos[i], init.data());
@@ -296,7 +362,9 @@ int main(int argc, char **argv) {
   to.steps = 5;
   to.microbatches = micro;
   to.seed = 7;
-  to.dataRank = rank; // one data-parallel rank per process (no TP here)
+  // Data follows the data-parallel coordinates only: ranks that differ in
+  // an outer coordinate (TP ranks) see the same data.
+  to.dataRank = replicaRank * mesh.shard + shardRank;
   to.recompute = recompute;
   std::vector<double> losses;
   std::string error;
@@ -371,7 +439,7 @@ int main(int argc, char **argv) {
   // The reference: one process, the whole global batch, double precision.
   ref.model = model;
   ref.seed = to.seed;
-  ref.ranks = world;
+  ref.ranks = mesh.shard * mesh.replicate;
   ref.steps = to.steps;
   ref.microbatches = micro;
   std::vector<planner::Optim> optimOf;

@@ -2,7 +2,8 @@
 //
 // Counts of the optimizer work one rank's engine ran since mfsdp_create, so
 // tests can check where work happens (the HSDP Newton-Schulz split runs each
-// owned Muon matrix on one replica only). Not part of the C ABI: a C++ call
+// owned Muon matrix on one replica only), and where the rank sits in its
+// data-parallel groups (which follow the plan's mesh). Not part of the C ABI: a C++ call
 // of libmfsdp_rt for its tests.
 //
 //===----------------------------------------------------------------------===//
@@ -22,6 +23,11 @@ struct WorkCounters {
   int64_t nsSplitSends = 0;
   /// Updated masters this rank received from another replica under ns_split.
   int64_t nsSplitReceives = 0;
+  /// This rank's position in its dp_shard group (the dp_shard rank whose
+  /// shards and owned matrices it stores) and in its dp_replicate group,
+  /// as the backend formed them from the plan's mesh.
+  int64_t shardRank = 0;
+  int64_t replicaRank = 0;
 };
 
 /// The counters of `step` on this rank (zeros for null).

@@ -86,6 +86,18 @@ inline uint64_t planHash(const mfsdp_plan &p) {
     h = hashMix(h, m->staging);
     h = hashMix(h, m->keep_grads);
   }
+  // The mesh: mixed only when given, so a plan without it keeps the hash
+  // it had before the fields existed. At most 64 dims are read (a larger
+  // count is refused by mfsdp_create, after hashing).
+  if (p.num_mesh_dims > 0 && p.mesh_dims) {
+    h = hashMix(h, p.num_mesh_dims);
+    for (int32_t i = 0; i < p.num_mesh_dims && i < 64; ++i) {
+      const mfsdp_mesh_dim &d = p.mesh_dims[i];
+      if (d.name)
+        h = fnv1a(h, d.name, std::strlen(d.name) + 1);
+      h = hashMix(h, d.size);
+    }
+  }
   return h;
 }
 
