@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 #include "mfsdp/runtime/Bootstrap.h"
 
+#include "FreePort.h"
+
 #include <gtest/gtest.h>
 
 #include <netinet/in.h>
@@ -43,18 +45,7 @@ std::string readError(std::map<std::string, std::string> vars) {
   return error;
 }
 
-/// A port that was free a moment ago (bound to 0, then closed).
-int freePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
+using mfsdp::test::freePort;
 
 } // namespace
 

@@ -12,6 +12,8 @@
 #include "mfsdp/runtime.h"
 #include "mfsdp/runtime/ControlPlane.h"
 
+#include "FreePort.h"
+
 #include <gtest/gtest.h>
 
 #include <dlfcn.h>
@@ -35,18 +37,7 @@ namespace {
 using Vars = std::map<std::string, std::string>;
 using Clock = std::chrono::steady_clock;
 
-/// A port that was free a moment ago (bound to 0, then closed).
-int freePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
+using mfsdp::test::freePort;
 
 Vars torchrunVars(int rank, int world, int port) {
   return {{"RANK", std::to_string(rank)},
