@@ -106,6 +106,14 @@ typedef struct mfsdp_memory_plan {
   int32_t keep_grads; /* 1: gradients kept across steps, so no-sync
                          accumulation works; 0: they live from pre_backward
                          to post_backward and no-sync is refused */
+  int32_t prefetch;   /* gather prefetch depth, 0 or 1 (ZeRO-3 only; what a
+                         zero-initialised plan holds is 0, no prefetch).
+                         1: pre_forward(u) starts the all-gather of unit
+                         u + 1 and pre_backward(u) the backward gather of
+                         unit u - 1, which then run while the trainer
+                         computes unit u; the lifetimes above change so
+                         that the prefetched unit's gathered copy is live
+                         from that hook on (two units' copies at once) */
 } mfsdp_memory_plan;
 
 /* One dim of the device mesh (the plan's mesh_dims). */

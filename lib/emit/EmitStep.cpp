@@ -316,7 +316,7 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
   plan.ns_split = policy.getNsSplit() ? 1 : 0;
   // The static memory plan: every buffer of the runtime at its offset.
   step::RuntimeMemoryPlan memory =
-      step::planRuntimeMemory(plan, options.accumulate);
+      step::planRuntimeMemory(plan, options.accumulate, 256, options.prefetch);
   if (!memory.error.empty())
     return graph.emitOpError() << "cannot plan the runtime's memory: "
                                << memory.error;
@@ -397,8 +397,11 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
      << "  .arena_bytes = mfsdp_arena_bytes,\n"
      << "  .params = mfsdp_offsets,\n"
      << "  .staging = " << memory.staging << ",\n"
-     << "  .keep_grads = " << memoryPlan.keep_grads << ",\n"
-     << "};\n\n";
+     << "  .keep_grads = " << memoryPlan.keep_grads << ",\n";
+  // Only when set: a library without prefetch reads as before.
+  if (memoryPlan.prefetch)
+    os << "  .prefetch = " << memoryPlan.prefetch << ",\n";
+  os << "};\n\n";
   os << "static const mfsdp_plan mfsdp_the_plan = {\n"
      << "  .hash = UINT64_C(" << llvm::format_hex(plan.hash, 18) << "),\n"
      << "  .zero = " << plan.zero << ",\n"
@@ -441,6 +444,13 @@ void mfsdp::registerEmitTranslations() {
       llvm::cl::desc("--emit-step-c: keep gradients between microbatches "
                      "(no-sync accumulation) in the memory plan"),
       llvm::cl::init(false));
+  static llvm::cl::opt<int> prefetch(
+      "emit-step-prefetch",
+      llvm::cl::desc("--emit-step-c: gather prefetch depth (0 or 1): under "
+                     "ZeRO-3 the runtime gathers the next unit while the "
+                     "trainer computes the current one (two units' copies "
+                     "in the memory plan)"),
+      llvm::cl::init(0));
   static TranslateFromMLIRRegistration emitReg(
       "emit-step-c",
       "Emit the C source of the step library of a planned plan.graph",
@@ -450,6 +460,7 @@ void mfsdp::registerEmitTranslations() {
           return op->emitError("expected a builtin.module");
         EmitStepOptions options;
         options.accumulate = accumulate;
+        options.prefetch = prefetch;
         return emitStepLibrarySource(module, os, options);
       },
       [](DialectRegistry &registry) { registry.insert<PlanDialect>(); });

@@ -40,9 +40,14 @@ int64_t &field(mfsdp_param_offsets &o, int k) {
 } // namespace
 
 RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
-                                    int64_t alignment) {
+                                    int64_t alignment, int32_t prefetch) {
   RuntimeMemoryPlan out;
   out.keepGrads = keepGrads;
+  out.prefetch = prefetch;
+  if (prefetch != 0 && prefetch != 1) {
+    out.error = "prefetch depth " + std::to_string(prefetch) + " (expected 0 or 1)";
+    return out;
+  }
   const int64_t S = plan.dp_shard;
   if (S < 1 || plan.num_params < 0 || plan.num_units < 0 ||
       (plan.num_params > 0 && !plan.params) || alignment < 1) {
@@ -118,18 +123,31 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
   };
   // Forward, units in order; backward in reverse, a unit's gathered copy
   // (the recomputation's or the backward gather's) and its gradients
-  // together; then a load or store outside the hooks.
-  for (int32_t u = 0; u < plan.num_units; ++u) {
-    for (int32_t p : unitParams[u])
-      op(OpKind::Alloc, index[p][Full]);
+  // together; then a load or store outside the hooks. With prefetch (ZeRO-3)
+  // the next unit's copy is allocated in the current unit's pre-hook:
+  // forward unit u + 1's at pre_forward(u), backward unit u - 1's at
+  // pre_backward(u).
+  const bool ahead = prefetch == 1 && zero3;
+  const int32_t N = plan.num_units;
+  for (int32_t u = 0; u < N; ++u) {
+    if (!ahead || u == 0)
+      for (int32_t p : unitParams[u])
+        op(OpKind::Alloc, index[p][Full]);
+    if (ahead && u + 1 < N)
+      for (int32_t p : unitParams[u + 1])
+        op(OpKind::Alloc, index[p][Full]);
     for (int32_t p : unitParams[u])
       op(OpKind::Free, index[p][Full]);
   }
-  for (int32_t u = plan.num_units; u-- > 0;) {
+  for (int32_t u = N; u-- > 0;) {
     for (int32_t p : unitParams[u]) {
-      op(OpKind::Alloc, index[p][FullBackward]);
+      if (!ahead || u == N - 1)
+        op(OpKind::Alloc, index[p][FullBackward]);
       op(OpKind::Alloc, index[p][Grad]);
     }
+    if (ahead && u > 0)
+      for (int32_t p : unitParams[u - 1])
+        op(OpKind::Alloc, index[p][FullBackward]);
     for (int32_t p : unitParams[u]) {
       op(OpKind::Free, index[p][FullBackward]);
       op(OpKind::Free, index[p][Grad]);

@@ -101,13 +101,103 @@ struct mfsdp_step {
   int64_t replicaRank = 0; // this rank's dp_replicate replica
   WorkCounters work;       // for tests (Counters.h)
   bool noSync = false;
+  /// Gather prefetch in flight: the unit whose gathered copies are being
+  /// gathered ahead of its hook (-1: none), and each parameter's started
+  /// collective. Completed (completePrefetch) at the start of the next call
+  /// that touches buffers, so no collective is ever left unwaited and every
+  /// rank waits in the same order.
+  int32_t prefetchUnit = -1;
+  std::vector<std::pair<int32_t, CommHandle>> prefetchStarted;
   std::string error;
   bool created = false;    // mfsdp_create succeeded on every rank
   std::string createError; // why it did not
 
   ~mfsdp_step() {
-    if (backend)
+    if (backend) {
+      completePrefetch();
       backend->synchronize();
+    }
+  }
+
+  /// Whether this runtime prefetches gathers: a static memory plan that
+  /// made room for it, under ZeRO-3 (ZeRO-1/2 keep the copies all step).
+  bool prefetching() const {
+    return memory && memory->prefetch == 1 && plan.zero >= 3;
+  }
+  bool prefetchPending(int32_t param) const {
+    for (const auto &started : prefetchStarted)
+      if (started.first == param)
+        return true;
+    return false;
+  }
+
+  /// Starts gathering `unit` (for its backward: at the memory plan's
+  /// backward place) without waiting, where that needs no work after the
+  /// collective but bf16 rounding: row shards and owned matrices not yet
+  /// gathered. Block shards (reordered after the collective) and
+  /// replicated tensors (a copy) are gathered at the unit's own hook.
+  mfsdp_status startPrefetch(int32_t unit, bool forBackward) {
+    if (!prefetching() || unit < 0 || unit >= plan.num_units ||
+        !prefetchStarted.empty())
+      return MFSDP_OK;
+    for (int32_t p : unitParams[unit]) {
+      ParamState &ps = params[p];
+      if (ps.full || (ps.desc.placement != MFSDP_ROW_SHARD &&
+                      ps.desc.placement != MFSDP_OWNER))
+        continue;
+      ps.fullAt = forBackward ? ps.at.full_backward : ps.at.full;
+      if (auto s = place(ps.fullAt, ps.fullSize, ps.full,
+                         "the prefetched '" + ps.name + "'" +
+                             (forBackward ? " for backward" : "")))
+        return s;
+      CommHandle handle = 0;
+      int rc = 0;
+      if (ps.desc.placement == MFSDP_ROW_SHARD) {
+        rc = backend->startAllGather(Group::Shard, ps.master, ps.full, ps.localSize,
+                                     handle);
+      } else {
+        std::vector<int64_t> counts(S, 0);
+        counts[ps.desc.owner] = ps.elements();
+        rc = backend->startAllGatherV(Group::Shard, ps.ownsAny ? ps.master : nullptr,
+                                      ps.full, counts, handle);
+      }
+      if (rc) {
+        releaseFull(ps);
+        return comm(rc, "starting the prefetch all-gather");
+      }
+      prefetchUnit = unit;
+      prefetchStarted.emplace_back(p, handle);
+      ++work.prefetchStarts;
+    }
+    return MFSDP_OK;
+  }
+
+  /// Waits for the prefetch in flight, if any (then bf16 rounding). Every
+  /// started collective is waited for, even after a failure.
+  mfsdp_status completePrefetch() {
+    std::vector<std::pair<int32_t, CommHandle>> started;
+    started.swap(prefetchStarted);
+    prefetchUnit = -1;
+    mfsdp_status first = MFSDP_OK;
+    std::string firstError;
+    for (const auto &[p, handle] : started) {
+      ParamState &ps = params[p];
+      mfsdp_status s = comm(backend->wait(handle),
+                            ("the prefetched all-gather of '" + ps.name + "'").c_str());
+      ++work.prefetchWaits;
+      if (!s && ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
+        s = device(backend->roundToBF16(ps.full, ps.elements()), "bf16 rounding");
+      if (s) {
+        releaseFull(ps);
+        if (!first) {
+          first = s;
+          firstError = error;
+        }
+      }
+    }
+    if (first)
+      error = firstError;
+    return first;
   }
 
   mfsdp_status fail(mfsdp_status s, std::string message) {
@@ -209,7 +299,11 @@ struct mfsdp_step {
                     std::to_string(offset) + ", " + std::to_string(offset + bytes) +
                     "), which " + who +
                     " still holds: the plan has one unit's gathered parameters "
-                    "and gradients live at a time, forward in unit order and "
+                    "and gradients live at a time" +
+                    (prefetching() ? std::string(" (and the next unit's gathered "
+                                                 "copy, prefetched)")
+                                   : std::string()) +
+                    ", forward in unit order and "
                     "backward in reverse (finish that unit's hooks first)");
   }
   /// The start of a call that touches buffers the trainer may still be
@@ -217,7 +311,11 @@ struct mfsdp_step {
   mfsdp_status enter() {
     if (auto s = usable())
       return s;
-    return device(backend->afterTrainer(), "ordering after the trainer's stream");
+    if (auto s = device(backend->afterTrainer(), "ordering after the trainer's stream"))
+      return s;
+    // A gather prefetched by the last hook is complete before anything
+    // else runs (the collectives of every rank stay in one order).
+    return completePrefetch();
   }
   /// MFSDP_ERROR_INVALID unless mfsdp_create succeeded on this runtime.
   mfsdp_status usable() {
@@ -819,11 +917,13 @@ static mfsdp_status createRuntime(const mfsdp_plan *plan,
       if (m->num_shard_ranks != plan->dp_shard || !m->arena_bytes ||
           (plan->num_params > 0 && !m->params) ||
           (m->keep_grads != 0 && m->keep_grads != 1) ||
+          (m->prefetch != 0 && m->prefetch != 1) ||
           m->arena_bytes[step->shardRank] < 0)
         return step->fail(MFSDP_ERROR_PLAN,
                       "invalid memory plan: it must have one arena size per "
                       "dp_shard rank (" + std::to_string(plan->dp_shard) +
-                          "), one entry per parameter and keep_grads 0 or 1");
+                          "), one entry per parameter, keep_grads 0 or 1 and "
+                          "prefetch 0 or 1");
       step->memory = m;
     }
     step->unitParams.resize(plan->num_units);
@@ -955,11 +1055,19 @@ mfsdp_status mfsdp_pre_forward(mfsdp_step *step, int32_t unit) {
     return step->fail(MFSDP_ERROR_ORDER,
                       "pre_forward of unit " + std::to_string(unit) +
                           " called again before its backward");
-  // During backward this is activation-checkpoint recomputation.
-  if (auto st = step->gather(unit, s == UnitState::Backward))
+  // During backward this is activation-checkpoint recomputation (unit
+  // already gathered, by pre_backward).
+  const bool recomputing = s == UnitState::Backward;
+  if (auto st = step->gather(unit, recomputing))
     return st;
-  s = s == UnitState::Backward ? UnitState::Backward : UnitState::Forward;
+  s = recomputing ? UnitState::Backward : UnitState::Forward;
   step->reduced[unit] = false;
+  // Prefetch: the next unit's gather runs while the trainer computes this
+  // one (waited for by the next call).
+  if (!recomputing && unit + 1 < step->plan.num_units &&
+      step->state[unit + 1] == UnitState::Idle)
+    if (auto st = step->startPrefetch(unit + 1, false))
+      return st;
   return step->finish();
 }
 
@@ -994,6 +1102,11 @@ mfsdp_status mfsdp_pre_backward(mfsdp_step *step, int32_t unit) {
   for (int32_t p : step->unitParams[unit])
     step->params[p].gradLive = true;
   s = UnitState::Backward;
+  // Prefetch: the backward gather of the unit before runs while the
+  // trainer computes this one's backward.
+  if (unit > 0 && step->state[unit - 1] == UnitState::ForwardDone)
+    if (auto st = step->startPrefetch(unit - 1, true))
+      return st;
   return step->finish();
 }
 
@@ -1130,6 +1243,13 @@ static mfsdp_status view(mfsdp_step *step, int32_t param, DLTensor *out,
     return MFSDP_ERROR_INVALID;
   if (auto st = step->checkParam(param))
     return st;
+  // A parameter still being prefetched: its gather completes first.
+  if (!grad && step->prefetchPending(param)) {
+    if (auto st = step->enter())
+      return st;
+    if (auto st = step->finish())
+      return st;
+  }
   ParamState &ps = step->params[param];
   float *buf = grad ? (ps.gradLive ? ps.grad : nullptr) : ps.full;
   if (!buf)

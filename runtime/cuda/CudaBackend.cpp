@@ -7,9 +7,11 @@
 // recorded on the compute stream), and the compute work issued after it
 // waits for the collective (an event recorded on the communication
 // stream), so the engine sees one order: a buffer released and handed out
-// again is never touched by work issued before the release. Overlap of
-// collectives with compute comes with the scheduled step, which issues the
-// prefetches itself.
+// again is never touched by work issued before the release. Gather
+// prefetch (startAllGather / startAllGatherV) is the exception: the
+// collective still waits for the compute work before it, but the compute
+// stream waits for it (an event of its own) only at wait(handle), so the
+// engine's and the trainer's compute run meanwhile.
 //
 // libmfsdp_rt opens this library with dlopen and calls
 // mfsdp_rt_create_cuda_backend (Backend.h). Ranks come from MPI, the device
@@ -28,6 +30,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <map>
 #include <memory>
 
 namespace mfsdp::rt {
@@ -37,6 +40,8 @@ namespace {
 class CudaBackend final : public Backend {
 public:
   ~CudaBackend() override {
+    for (auto &started : pending_)
+      cudaEventDestroy(started.second);
     if (compute_)
       cudaStreamSynchronize(compute_);
     if (comm_)
@@ -190,6 +195,29 @@ public:
                  const std::vector<int64_t> &counts) override {
     return collective([&] { return comm(g).allGatherV(send, recv, counts, comm_); });
   }
+  int startAllGather(Group g, const float *send, float *recv, int64_t count,
+                     CommHandle &handle) override {
+    return started(handle,
+                   [&] { return comm(g).allGather(send, recv, count, comm_); });
+  }
+  int startAllGatherV(Group g, const float *send, float *recv,
+                      const std::vector<int64_t> &counts,
+                      CommHandle &handle) override {
+    return started(handle,
+                   [&] { return comm(g).allGatherV(send, recv, counts, comm_); });
+  }
+  /// The compute work issued from now on waits for the started collective
+  /// (an event recorded after it on the communication stream).
+  int wait(CommHandle handle) override {
+    auto it = pending_.find(handle);
+    if (it == pending_.end())
+      return fail("wait: no started collective " + std::to_string(handle));
+    const int rc = checkCuda(cudaStreamWaitEvent(compute_, it->second, 0),
+                             "cudaStreamWaitEvent (prefetch)");
+    cudaEventDestroy(it->second); // released once the stream has passed it
+    pending_.erase(it);
+    return rc;
+  }
   int reduceScatterV(Group g, const float *send, float *recv,
                      const std::vector<int64_t> &counts) override {
     return collective(
@@ -318,7 +346,35 @@ private:
     return checkCuda(cudaStreamWaitEvent(compute_, commDone_, 0), "cudaStreamWaitEvent");
   }
 
+  /// A collective on the communication stream after the compute work
+  /// issued so far, which the compute stream does not wait for until
+  /// wait(handle): its own event, recorded after it.
+  template <typename Call> int started(CommHandle &handle, Call call) {
+    if (int rc = checkCuda(cudaEventRecord(computeDone_, compute_), "cudaEventRecord"))
+      return rc;
+    if (int rc = checkCuda(cudaStreamWaitEvent(comm_, computeDone_, 0),
+                           "cudaStreamWaitEvent"))
+      return rc;
+    if (int rc = call()) {
+      error_ = NcclComm::lastError();
+      return rc;
+    }
+    cudaEvent_t done = nullptr;
+    if (int rc = checkCuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
+                           "cudaEventCreate"))
+      return rc;
+    if (int rc = checkCuda(cudaEventRecord(done, comm_), "cudaEventRecord")) {
+      cudaEventDestroy(done);
+      return rc;
+    }
+    handle = nextHandle_++;
+    pending_.emplace(handle, done);
+    return 0;
+  }
+
   std::unique_ptr<NcclComm> shard_, replicate_;
+  std::map<CommHandle, cudaEvent_t> pending_; // started, not yet waited for
+  CommHandle nextHandle_ = 1;
   int device_ = 0;
   cudaStream_t compute_ = nullptr, comm_ = nullptr;
   cudaStream_t trainer_ = nullptr; // the trainer's (null: legacy default)

@@ -14,6 +14,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 
 namespace mfsdp::rt {
@@ -25,6 +26,7 @@ public:
   HostBackend(std::unique_ptr<HostComm> shard, std::unique_ptr<HostComm> replicate)
       : shard_(std::move(shard)), replicate_(std::move(replicate)) {}
   ~HostBackend() override {
+    pending_.clear(); // waits for any started collective writing the arena
     if (block_)
       ASAN_UNPOISON_MEMORY_REGION(block_, static_cast<size_t>(arena_.capacity()));
     std::free(block_);
@@ -164,6 +166,37 @@ public:
     return 0;
   }
 
+  int startAllGather(Group g, const float *send, float *recv, int64_t count,
+                     CommHandle &handle) override {
+    HostRequestPtr r;
+    if (int rc = check(comm(g).startAllGather(send, recv, count, r)))
+      return rc;
+    handle = nextHandle_++;
+    pending_.emplace(handle, std::move(r));
+    return 0;
+  }
+  int startAllGatherV(Group g, const float *send, float *recv,
+                      const std::vector<int64_t> &counts,
+                      CommHandle &handle) override {
+    HostRequestPtr r;
+    if (int rc = check(comm(g).startAllGatherV(send, recv, counts, r)))
+      return rc;
+    handle = nextHandle_++;
+    pending_.emplace(handle, std::move(r));
+    return 0;
+  }
+  int wait(CommHandle handle) override {
+    auto it = pending_.find(handle);
+    if (it == pending_.end())
+      return fail("wait: no started collective " + std::to_string(handle));
+    const int rc = check(HostComm::wait(*it->second));
+    pending_.erase(it);
+    return rc;
+  }
+
+  // Started collectives are completed before anything else can observe the
+  // buffers (the engine waits for each one; pending_ waits for the rest
+  // when destroyed, before the communicators are freed).
   int synchronize() override { return 0; }
   const char *lastError() const override { return error_.c_str(); }
 
@@ -182,6 +215,9 @@ private:
   }
 
   std::unique_ptr<HostComm> shard_, replicate_;
+  // Declared after the communicators: destroyed (waited for) first.
+  std::map<CommHandle, HostRequestPtr> pending_;
+  CommHandle nextHandle_ = 1;
   void *block_ = nullptr;
   Arena arena_;
   std::string error_;

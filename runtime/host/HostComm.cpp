@@ -148,3 +148,67 @@ int HostComm::broadcast(float *buf, int64_t count, int root) {
 int HostComm::barrier() { return check(MPI_Barrier(handle(comm_)), "MPI_Barrier"); }
 
 } // namespace mfsdp::rt
+
+namespace mfsdp::rt {
+
+struct HostRequest {
+  MPI_Request request = MPI_REQUEST_NULL;
+  std::vector<int> counts, displs; // read by MPI until the request completes
+};
+
+void HostRequestDeleter::operator()(HostRequest *r) const {
+  // Never leave a collective unwaited: its buffers may be reused next.
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && r->request != MPI_REQUEST_NULL)
+    MPI_Wait(&r->request, MPI_STATUS_IGNORE);
+  delete r;
+}
+
+int HostComm::startAllGather(const float *send, float *recv, int64_t count,
+                             HostRequestPtr &out) {
+  if (count > INT_MAX)
+    return tooLarge("startAllGather");
+  HostRequestPtr r(new HostRequest());
+  if (int rc = check(MPI_Iallgather(send, static_cast<int>(count), MPI_FLOAT, recv,
+                                    static_cast<int>(count), MPI_FLOAT,
+                                    handle(comm_), &r->request),
+                     "MPI_Iallgather"))
+    return rc;
+  out = std::move(r);
+  return 0;
+}
+
+int HostComm::startAllGatherV(const float *send, float *recv,
+                              const std::vector<int64_t> &counts,
+                              HostRequestPtr &out) {
+  if (static_cast<int>(counts.size()) != size_) {
+    std::snprintf(lastMessage, sizeof(lastMessage),
+                  "startAllGatherV: %zu counts for %d ranks", counts.size(), size_);
+    return MPI_ERR_COUNT;
+  }
+  HostRequestPtr r(new HostRequest());
+  r->counts.resize(size_);
+  r->displs.resize(size_);
+  int64_t offset = 0;
+  for (int i = 0; i < size_; ++i) {
+    if (counts[i] > INT_MAX || offset > INT_MAX)
+      return tooLarge("startAllGatherV");
+    r->counts[i] = static_cast<int>(counts[i]);
+    r->displs[i] = static_cast<int>(offset);
+    offset += counts[i];
+  }
+  if (int rc = check(MPI_Iallgatherv(send, r->counts[rank_], MPI_FLOAT, recv,
+                                     r->counts.data(), r->displs.data(), MPI_FLOAT,
+                                     handle(comm_), &r->request),
+                     "MPI_Iallgatherv"))
+    return rc;
+  out = std::move(r);
+  return 0;
+}
+
+int HostComm::wait(HostRequest &request) {
+  return check(MPI_Wait(&request.request, MPI_STATUS_IGNORE), "MPI_Wait");
+}
+
+} // namespace mfsdp::rt

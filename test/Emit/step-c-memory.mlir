@@ -15,7 +15,18 @@
 // RUN: mfsdp-translate --emit-step-c --emit-step-accumulate %s | FileCheck %s --check-prefix=ACC
 // RUN: mfsdp-translate --emit-step-c %s | grep '\.hash' > %t.hash
 // RUN: mfsdp-translate --emit-step-c --emit-step-accumulate %s | grep '\.hash' >> %t.hash
-// RUN: sort -u %t.hash | wc -l | grep -x 2
+// With gather prefetch (--emit-step-prefetch=1) two units' gathered copies
+// are live at once: forward a's at 0 and b's (prefetched at pre_forward of
+// a) at 1024; backward b's copy at 0, its gradient at 1024 and a's copy
+// (prefetched at pre_backward of b) at 2048, where it stays for a's
+// backward while a's gradient takes 0. 3072 B shared, the state from 3072:
+// 7168 B. The field is emitted (and hashed) only when set.
+// RUN: mfsdp-translate --emit-step-c --emit-step-prefetch=1 %s | FileCheck %s --check-prefix=PF
+// RUN: mfsdp-translate --emit-step-c --emit-step-prefetch=1 %s -o %t.pf.c
+// RUN: cc -std=c11 -Wall -Wextra -Werror -fsyntax-only -I%mfsdp_src/include %t.pf.c
+// RUN: mfsdp-translate --emit-step-c --emit-step-prefetch=1 %s | grep '\.hash' >> %t.hash
+// RUN: sort -u %t.hash | wc -l | grep -x 3
+// RUN: mfsdp-translate --emit-step-c --emit-step-prefetch=0 %s | FileCheck %s --check-prefix=NOPF
 
 // CHECK-LABEL: The static memory plan: per dp_shard rank the arena bytes (with nothing
 // CHECK-NEXT: * shared: 9216, 9216), per parameter the byte offsets of
@@ -34,6 +45,8 @@
 // CHECK-NEXT: .keep_grads = 0,
 // CHECK-NEXT: };
 // CHECK-LABEL: static const mfsdp_plan mfsdp_the_plan = {
+// NOPF: .keep_grads = 0,
+// NOPF-NEXT: };
 // CHECK: .memory = &mfsdp_the_memory,
 
 // ACC: gradients kept for accumulation. */
@@ -41,6 +54,16 @@
 // ACC: {3072, 3584, 4096, 4608, 0, 0, 1024},
 // ACC-NEXT: {5120, 5632, 6144, 6656, 0, 0, 2048},
 // ACC: .keep_grads = 1,
+// ACC-NEXT: };
+
+// PF: static const int64_t mfsdp_arena_bytes[2] = {7168, 7168};
+// PF: /* master, exp_avg, exp_avg_sq, grad_shard, full, full_backward, grad */
+// PF-NEXT: {3072, 3584, 4096, 4608, 0, 2048, 0},
+// PF-NEXT: {5120, 5632, 6144, 6656, 1024, 0, 1024},
+// PF-LABEL: static const mfsdp_memory_plan mfsdp_the_memory = {
+// PF: .keep_grads = 0,
+// PF-NEXT: .prefetch = 1,
+// PF-NEXT: };
 
 plan.graph @two {
   plan.mesh @mesh ["dp_shard" = 2]

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "mfsdp/runtime.h"
+#include "mfsdp/runtime/Counters.h"
 
 #include <mpi.h>
 
@@ -284,6 +285,62 @@ int main(int argc, char **argv) {
          std::string("planned: backward after zero_grad: ") + mfsdp_last_error(s));
   mfsdp_destroy(s);
   s = nullptr;
+  // Gather prefetch (prefetch 1): pre_forward(0) starts gathering v (unit
+  // 1), so the plan gives v's forward copy its own place (9K); in backward
+  // pre_backward(1) starts w's backward gather while v's copy and gradient
+  // are live (w's at 4K, v's at 9K, the gradients at 5K).
+  {
+    int64_t wider[64];
+    for (int64_t &a : wider)
+      a = 10 * K;
+    mfsdp_param_offsets ahead[2] = {
+        {0, K, 2 * K, 3 * K, 4 * K, 4 * K, 5 * K},
+        {6 * K, 7 * K, -1, 8 * K, 9 * K, 9 * K, 5 * K},
+    };
+    mfsdp_memory_plan prefetching = memory;
+    prefetching.arena_bytes = wider;
+    prefetching.params = ahead;
+    prefetching.prefetch = 1;
+    mfsdp_plan pf = plan;
+    pf.memory = &prefetching;
+    pf.hash = mfsdp_plan_hash(&pf);
+    expect(mfsdp_create(&pf, &s) == MFSDP_OK,
+           std::string("create with prefetch: ") + mfsdp_last_error(s));
+    expect(mfsdp_pre_forward(s, 0) == MFSDP_OK, "prefetch: pre_forward 0");
+    // v is being gathered: its view waits for the gather.
+    expect(mfsdp_param_view(s, 1, &t) == MFSDP_OK && t.data != nullptr,
+           std::string("prefetch: the prefetched view: ") + mfsdp_last_error(s));
+    expect(mfsdp_post_forward(s, 0) == MFSDP_OK && mfsdp_pre_forward(s, 1) == MFSDP_OK &&
+               mfsdp_post_forward(s, 1) == MFSDP_OK && mfsdp_pre_backward(s, 1) == MFSDP_OK &&
+               mfsdp_post_backward(s, 1) == MFSDP_OK && mfsdp_pre_backward(s, 0) == MFSDP_OK &&
+               mfsdp_post_backward(s, 0) == MFSDP_OK && mfsdp_optimizer_step(s) == MFSDP_OK,
+           std::string("prefetch: a whole step: ") + mfsdp_last_error(s));
+    mfsdp::rt::WorkCounters w = mfsdp::rt::workCounters(s);
+    expect(w.prefetchStarts == 2 && w.prefetchWaits == 2,
+           "prefetch: v in forward and w in backward, both waited for (" +
+               std::to_string(w.prefetchStarts) + " / " +
+               std::to_string(w.prefetchWaits) + ")");
+    // Started and left in flight at destroy: waited for there.
+    expect(mfsdp_zero_grad(s) == MFSDP_OK && mfsdp_pre_forward(s, 0) == MFSDP_OK,
+           "prefetch: the next forward");
+    mfsdp_destroy(s);
+    s = nullptr;
+    // A plan that claims prefetch but gives v's copy w's place: the
+    // prefetch is refused rather than overlap w.
+    prefetching.params = offsets;
+    prefetching.arena_bytes = arena;
+    pf.hash = mfsdp_plan_hash(&pf);
+    expect(mfsdp_create(&pf, &s) == MFSDP_OK, "create with a plan too tight to prefetch");
+    fails(s, mfsdp_pre_forward(s, 0), MFSDP_ERROR_ORDER,
+          "which the gathered 'w' (unit 0) still holds");
+    mfsdp_destroy(s);
+    s = nullptr;
+    prefetching.prefetch = 2;
+    pf.hash = mfsdp_plan_hash(&pf);
+    fails(s, mfsdp_create(&pf, &s), MFSDP_ERROR_PLAN, "prefetch 0 or 1");
+    mfsdp_destroy(s);
+    s = nullptr;
+  }
   // Ranks that load different plans (each consistent with its hash) are
   // refused together, before any collective of the plan.
   if (world > 1) {

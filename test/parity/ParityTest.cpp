@@ -1,6 +1,6 @@
 //===- ParityTest.cpp - Sharded training equals single-device training ----===//
 //
-//   mpirun -np N mfsdp-parity MESH POLICY ZERO MICROBATCHES [recompute|restart|bf16|dynamic|ns_split|blocks=RxC]
+//   mpirun -np N mfsdp-parity MESH POLICY ZERO MICROBATCHES [recompute|restart|bf16|dynamic|ns_split|prefetch|blocks=RxC]
 //
 // Plans the example model with the layout planner (policy, ZeRO level,
 // mesh), trains it for 5 steps through the runtime's C ABI on N ranks (each
@@ -16,7 +16,12 @@
 // `dynamic` it sizes its arena itself, as for a plan built by hand. With
 // `ns_split` (HSDP), the plan splits the owners' Newton-Schulz work across
 // the dp_replicate replicas. With `blocks=RxC`, the planner block-shards
-// the AdamW / SGD matrices that RxC blocks tile (block-shard=R,C).
+// the AdamW / SGD matrices that RxC blocks tile (block-shard=R,C). With
+// `prefetch`, the memory plan has prefetch depth 1: under ZeRO-3 the
+// runtime starts each next unit's all-gather in the current unit's
+// pre-hook, and the work counters must show exactly the gathers expected
+// started asynchronously (every row-sharded or owned parameter of units
+// 1.. in forward and ..N-2 in backward, per microbatch) and all waited for.
 // MESH may have outer dims (tp=2, in any position): they go into the plan's
 // mesh; each rank's data depends on its data-parallel coordinates only
 // (ranks that differ in the outer coordinate see the same data, as TP
@@ -99,7 +104,8 @@ int main(int argc, char **argv) {
   if (argc < 5) {
     if (rank == 0)
       std::fprintf(stderr, "usage: mfsdp-parity MESH POLICY ZERO MICROBATCHES "
-                           "[recompute|restart|bf16|dynamic|ns_split|blocks=RxC]\n");
+                           "[recompute|restart|bf16|dynamic|ns_split|prefetch|"
+                           "blocks=RxC]\n");
     MPI_Finalize();
     return 2;
   }
@@ -108,7 +114,7 @@ int main(int argc, char **argv) {
   int zero = std::atoi(argv[3]);
   int64_t micro = std::atoll(argv[4]);
   bool recompute = false, restart = false, bf16 = false, dynamic = false;
-  bool nsSplit = false;
+  bool nsSplit = false, prefetch = false;
   std::vector<int64_t> blockShape; // blocks=RxC: block-shard the matrices
   for (int i = 5; i < argc; ++i) {
     if (std::strncmp(argv[i], "blocks=", 7) == 0) {
@@ -121,6 +127,7 @@ int main(int argc, char **argv) {
     }
     dynamic |= std::strcmp(argv[i], "dynamic") == 0;
     nsSplit |= std::strcmp(argv[i], "ns_split") == 0;
+    prefetch |= std::strcmp(argv[i], "prefetch") == 0;
     recompute |= std::strcmp(argv[i], "recompute") == 0;
     restart |= std::strcmp(argv[i], "restart") == 0;
     bf16 |= std::strcmp(argv[i], "bf16") == 0;
@@ -230,7 +237,8 @@ int main(int argc, char **argv) {
     plan.num_mesh_dims = static_cast<int32_t>(meshDims.size());
     plan.mesh_dims = meshDims.data();
   }
-  step::RuntimeMemoryPlan memory = step::planRuntimeMemory(plan, micro > 1);
+  step::RuntimeMemoryPlan memory =
+      step::planRuntimeMemory(plan, micro > 1, 256, prefetch ? 1 : 0);
   if (!memory.error.empty()) {
     std::fprintf(stderr, "memory planning failed: %s\n", memory.error.c_str());
     MPI_Abort(MPI_COMM_WORLD, 2);
@@ -317,6 +325,27 @@ int main(int argc, char **argv) {
     expect(total == wantTotal, "Muon steps over all ranks " + when + ": " +
                                    std::to_string(total) + ", expected " +
                                    std::to_string(wantTotal));
+    // Gather prefetch (ZeRO-3 with a static plan that has room for it):
+    // per microbatch, pre_forward(u) starts unit u + 1's gathers and
+    // pre_backward(u) unit u - 1's, for row shards and owned matrices
+    // (block shards and replicated tensors are gathered at their hook).
+    int64_t perMicro = 0;
+    if (prefetch && zero >= 3 && !dynamic)
+      for (int32_t i = 0; i < plan.num_params; ++i) {
+        const mfsdp_param_desc &d = plan.params[i];
+        if (d.placement != MFSDP_ROW_SHARD && d.placement != MFSDP_OWNER)
+          continue;
+        perMicro += (d.unit >= 1) + (d.unit + 1 < plan.num_units);
+      }
+    const int64_t wantStarts = stepsRun * micro * perMicro;
+    expect(w.prefetchStarts == wantStarts && w.prefetchWaits == wantStarts,
+           "prefetched gathers started / waited for on rank " +
+               std::to_string(rank) + " " + when + ": " +
+               std::to_string(w.prefetchStarts) + " / " +
+               std::to_string(w.prefetchWaits) + ", expected " +
+               std::to_string(wantStarts));
+    if (prefetch && zero >= 3 && !dynamic)
+      expect(wantStarts > 0, "the plan has gathers to prefetch");
   };
 
   mfsdp_step *step = nullptr;
@@ -514,6 +543,7 @@ int main(int argc, char **argv) {
                 argv[1], policy.c_str(), zero, static_cast<long long>(micro),
                 (std::string(recompute ? " recompute" : "") + (restart ? " restart" : "") +
                  (bf16 ? " bf16" : "") + (nsSplit ? " ns_split" : "") +
+                 (prefetch ? " prefetch" : "") +
                  (blockShape.empty() ? "" : " blocks=" + std::to_string(blockShape[0]) +
                                                 "x" + std::to_string(blockShape[1])))
                     .c_str(),

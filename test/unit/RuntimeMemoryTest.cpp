@@ -92,31 +92,61 @@ std::string replay(const mfsdp_plan &plan, const step::RuntimeMemoryPlan &m,
     if (m.keepGrads)
       add(o.grad, f.grad, n + " grad");
   }
-  auto unit = [&](int32_t u, bool backward) {
+  // A unit's gathered copies (ZeRO-3), forward or backward, come and go
+  // separately from its gradients, so prefetch can take them early.
+  auto gathered = [&](int32_t u, bool backward, bool live) {
+    if (!zero3)
+      return;
     for (int32_t i = 0; i < plan.num_params; ++i) {
       if (plan.params[i].unit != u)
         continue;
+      const std::string n = std::string(plan.params[i].name) + " gathered";
+      if (!live) {
+        drop(n);
+        continue;
+      }
       const runtime::BufferFloats f =
           runtime::bufferFloats(plan.params[i], plan.dp_shard, rank);
-      const std::string n = plan.params[i].name;
-      if (zero3)
-        add(backward ? m.params[i].full_backward : m.params[i].full, f.full,
-            n + " gathered");
-      if (backward && !m.keepGrads)
-        add(m.params[i].grad, f.grad, n + " grad");
+      add(backward ? m.params[i].full_backward : m.params[i].full, f.full, n);
     }
+  };
+  auto grads = [&](int32_t u, bool live) {
+    if (m.keepGrads)
+      return;
     for (int32_t i = 0; i < plan.num_params; ++i) {
       if (plan.params[i].unit != u)
         continue;
-      drop(std::string(plan.params[i].name) + " gathered");
-      if (backward && !m.keepGrads)
-        drop(std::string(plan.params[i].name) + " grad");
+      const std::string n = std::string(plan.params[i].name) + " grad";
+      if (live)
+        add(m.params[i].grad,
+            runtime::bufferFloats(plan.params[i], plan.dp_shard, rank).grad, n);
+      else
+        drop(n);
     }
   };
-  for (int32_t u = 0; u < plan.num_units; ++u)
-    unit(u, false);
-  for (int32_t u = plan.num_units; u-- > 0;)
-    unit(u, true);
+  // The runtime with prefetch 1: pre_forward(u) has unit u gathered (by
+  // the prefetch of pre_forward(u - 1), except unit 0) and starts gathering
+  // unit u + 1; pre_backward(u) has unit u's backward copy (prefetched by
+  // pre_backward(u + 1), except the last unit), places its gradients and
+  // starts unit u - 1's backward gather.
+  const bool ahead = m.prefetch == 1;
+  const int32_t n = plan.num_units;
+  for (int32_t u = 0; u < n; ++u) {
+    if (!ahead || u == 0)
+      gathered(u, false, true);
+    if (ahead && u + 1 < n)
+      gathered(u + 1, false, true);
+    gathered(u, false, false); // post_forward
+  }
+  for (int32_t u = n; u-- > 0;) {
+    if (!ahead || u == n - 1)
+      gathered(u, true, true);
+    grads(u, true);
+    if (ahead && u > 0)
+      gathered(u - 1, true, true);
+    gathered(u, true, false); // post_backward
+    grads(u, false);
+  }
   // A store stages a whole tensor, padded as the runtime gathers it.
   int64_t largest = 0;
   for (int32_t i = 0; i < plan.num_params; ++i)
@@ -220,7 +250,80 @@ TEST(RuntimeMemory, StagingHoldsThePaddedTensor) {
   EXPECT_LE(highest, m.arenaBytes[1]);
 }
 
+// Gather prefetch: three units of one 4x64 AdamW row shard on 2 ranks,
+// ZeRO-3. Forward holds two units' copies (2048 B); backward a unit's copy
+// and gradient and the previous unit's prefetched copy (3072 B): 6144 B of
+// state + 3072 = 9216 B, one copy more than without prefetch. The replay
+// with prefetch finds a clash in the plan made without it (the lifetimes
+// really differ), none in the plan made for it.
+TEST(RuntimeMemory, PrefetchHoldsTwoUnitsCopies) {
+  std::vector<mfsdp_param_desc> ps = {param("a", 4, 64, 0), param("b", 4, 64, 1),
+                                      param("c", 4, 64, 2)};
+  mfsdp_plan plan = planOf(ps, 2, 3, 3);
+  step::RuntimeMemoryPlan m = step::planRuntimeMemory(plan, false, 256, 1);
+  ASSERT_TRUE(m.error.empty()) << m.error;
+  EXPECT_EQ(m.prefetch, 1);
+  EXPECT_EQ(m.view().prefetch, 1);
+  EXPECT_EQ(m.arenaBytes[0], 9216);
+  EXPECT_EQ(m.unsharedBytes[0], 13312);
+  for (int64_t r = 0; r < 2; ++r) {
+    int64_t highest = 0;
+    EXPECT_EQ(replay(plan, m, r, highest), "") << "rank " << r;
+    EXPECT_LE(highest, m.arenaBytes[r]);
+  }
+  // Consecutive units' forward copies, and backward copies, apart.
+  for (size_t u = 0; u + 1 < m.params.size(); ++u) {
+    EXPECT_NE(m.params[u].full, m.params[u + 1].full);
+    EXPECT_NE(m.params[u].full_backward, m.params[u + 1].full_backward);
+  }
+
+  step::RuntimeMemoryPlan without = step::planRuntimeMemory(plan, false);
+  ASSERT_TRUE(without.error.empty());
+  EXPECT_EQ(without.prefetch, 0);
+  EXPECT_EQ(without.view().prefetch, 0);
+  without.prefetch = 1; // replayed as if the runtime prefetched
+  int64_t highest = 0;
+  EXPECT_NE(replay(plan, without, 0, highest), "");
+
+  // With kept gradients, and with owners and a replicated tensor.
+  step::RuntimeMemoryPlan kept = step::planRuntimeMemory(plan, true, 256, 1);
+  ASSERT_TRUE(kept.error.empty());
+  EXPECT_EQ(replay(plan, kept, 1, highest), "");
+  std::vector<mfsdp_param_desc> mixed = {
+      param("emb", 16, 32, 0), param("w0", 32, 32, 1, MFSDP_OWNER, 1, MFSDP_OPT_MUON),
+      param("n0", 32, 1, 1, MFSDP_REPLICATE), param("w1", 32, 64, 2, MFSDP_OWNER, 0,
+                                                    MFSDP_OPT_MUON),
+      param("head", 10, 32, 3, MFSDP_ROW_SHARD, 0, MFSDP_OPT_SGD)};
+  mfsdp_plan mixedPlan = planOf(mixed, 2, 3, 4);
+  step::RuntimeMemoryPlan mm = step::planRuntimeMemory(mixedPlan, false, 256, 1);
+  ASSERT_TRUE(mm.error.empty()) << mm.error;
+  for (int64_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(replay(mixedPlan, mm, r, highest), "") << "rank " << r;
+    EXPECT_LE(highest, mm.arenaBytes[r]);
+  }
+}
+
+// ZeRO-1/2 keep the gathered copies all step: prefetch changes no place.
+TEST(RuntimeMemory, PrefetchUnderZeroTwoChangesNothing) {
+  std::vector<mfsdp_param_desc> ps = {param("a", 4, 64, 0), param("b", 4, 64, 1)};
+  mfsdp_plan plan = planOf(ps, 2, 2, 2);
+  step::RuntimeMemoryPlan a = step::planRuntimeMemory(plan, false);
+  step::RuntimeMemoryPlan b = step::planRuntimeMemory(plan, false, 256, 1);
+  ASSERT_TRUE(a.error.empty() && b.error.empty());
+  EXPECT_EQ(a.arenaBytes, b.arenaBytes);
+  for (size_t i = 0; i < ps.size(); ++i) {
+    EXPECT_EQ(a.params[i].full, b.params[i].full);
+    EXPECT_EQ(a.params[i].grad, b.params[i].grad);
+  }
+}
+
 TEST(RuntimeMemory, InvalidPlans) {
+  {
+    std::vector<mfsdp_param_desc> one = {param("a", 4, 64, 0)};
+    mfsdp_plan p = planOf(one, 2, 3, 1);
+    EXPECT_NE(step::planRuntimeMemory(p, false, 256, 2).error.find("prefetch"),
+              std::string::npos);
+  }
   std::vector<mfsdp_param_desc> ps = {param("a", 4, 64, 5)};
   mfsdp_plan plan = planOf(ps, 2, 3, 1);
   EXPECT_NE(step::planRuntimeMemory(plan, false).error, "");

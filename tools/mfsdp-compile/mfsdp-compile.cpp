@@ -2,6 +2,7 @@
 //
 //   mfsdp-compile model.json --mesh=dp_shard=2 --policy=mixed_muon_adamw
 //                 [--zero=3] [--layouts="owner-strategy=..."] [--hf]
+//                 [--accumulate] [--prefetch]
 //                 -o libstep.so [--emit-c=step.c] [--emit-mlir=plan.mlir]
 //
 // Imports the graph (format 1, or a Hugging Face config.json with --hf),
@@ -63,6 +64,12 @@ static cl::opt<bool> accumulateGrads(
     "accumulate",
     cl::desc("Plan memory for gradient accumulation: keep the gradients "
              "between microbatches (the runtime refuses no-sync otherwise)"));
+static cl::opt<bool> prefetchGathers(
+    "prefetch",
+    cl::desc("Gather prefetch (ZeRO-3): the runtime starts the next unit's "
+             "all-gather in the current unit's pre-hook, so it runs while the "
+             "trainer computes; the memory plan holds two units' gathered "
+             "copies at once"));
 static cl::opt<std::string> cc("cc", cl::desc("The C compiler (default: $CC, else cc)"));
 static cl::opt<std::string> runtimeInclude("runtime-include",
                                            cl::desc("The runtime's include directory"),
@@ -144,6 +151,7 @@ int main(int argc, char **argv) {
   raw_string_ostream os(source);
   mfsdp::EmitStepOptions emitOptions;
   emitOptions.accumulate = accumulateGrads;
+  emitOptions.prefetch = prefetchGathers ? 1 : 0;
   if (failed(mfsdp::emitStepLibrarySource(*module, os, emitOptions)))
     return 1;
   if (!emitC.empty() && !writeFile(emitC, source))

@@ -27,6 +27,11 @@ struct EmitStepOptions {
   /// otherwise the memory plan gives each unit's gradients space only
   /// during its backward and the runtime refuses no-sync.
   bool accumulate = false;
+  /// Gather prefetch depth (0 or 1; mfsdp_memory_plan::prefetch): with 1,
+  /// under ZeRO-3, the memory plan gives two units' gathered copies room at
+  /// once so the runtime gathers the next unit while the trainer computes
+  /// the current one.
+  int prefetch = 0;
 };
 
 mlir::LogicalResult emitStepLibrarySource(mlir::ModuleOp module,

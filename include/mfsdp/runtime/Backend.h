@@ -41,6 +41,9 @@ enum class Group { Shard, Replicate };
 
 class ControlPlane;
 
+/// A started asynchronous collective (Backend::startAllGather); > 0.
+using CommHandle = int64_t;
+
 struct BackendOptions {
   /// The mesh, row-major, with dims named "dp_shard" and "dp_replicate";
   /// its product is the world size.
@@ -108,6 +111,21 @@ public:
   /// buf (count floats, the same count on every rank) = root's buf, in
   /// place.
   virtual int broadcast(Group group, float *buf, int64_t count, int root) = 0;
+
+  /// Asynchronous all-gather and all-gather-v (gather prefetch): the same
+  /// result as allGather / allGatherV, started now and completed by
+  /// wait(handle), which every started collective must get exactly once
+  /// before its buffers are read, released or handed to the trainer. Every
+  /// rank of the group starts them, and any other collective, in the same
+  /// order. Host: MPI_Iallgather(v) and MPI_Wait; CUDA: issued on the
+  /// communication stream after the compute work issued so far, and wait
+  /// makes the compute work issued after it wait for the collective.
+  virtual int startAllGather(Group group, const float *send, float *recv,
+                             int64_t count, CommHandle &handle) = 0;
+  virtual int startAllGatherV(Group group, const float *send, float *recv,
+                              const std::vector<int64_t> &counts,
+                              CommHandle &handle) = 0;
+  virtual int wait(CommHandle handle) = 0;
 
   // Kernels: the semantics of Kernels.h. ---------------------------------------
 

@@ -23,6 +23,13 @@ struct WorkCounters {
   int64_t nsSplitSends = 0;
   /// Updated masters this rank received from another replica under ns_split.
   int64_t nsSplitReceives = 0;
+  /// Gather prefetch (mfsdp_memory_plan::prefetch): the asynchronous
+  /// all-gathers this rank started ahead of their unit's hook, and the ones
+  /// it waited for (a started one is waited for by the next runtime call
+  /// that touches buffers, or by mfsdp_destroy: after any call other than
+  /// pre_forward / pre_backward the two are equal).
+  int64_t prefetchStarts = 0;
+  int64_t prefetchWaits = 0;
   /// This rank's position in its dp_shard group (the dp_shard rank whose
   /// shards and owned matrices it stores) and in its dp_replicate group,
   /// as the backend formed them from the plan's mesh.

@@ -14,10 +14,20 @@
 #include "mfsdp/runtime/Bootstrap.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace mfsdp::rt {
+
+/// A started collective (HostComm::startAllGather / startAllGatherV): the
+/// MPI request and the arrays MPI reads until it completes. Destroying one
+/// that was not waited for waits for it first.
+struct HostRequest;
+struct HostRequestDeleter {
+  void operator()(HostRequest *r) const;
+};
+using HostRequestPtr = std::unique_ptr<HostRequest, HostRequestDeleter>;
 
 class HostComm {
 public:
@@ -48,6 +58,14 @@ public:
   /// rank's send (sum of counts floats).
   int reduceScatterV(const float *send, float *recv,
                      const std::vector<int64_t> &counts);
+  /// allGather / allGatherV started (MPI_Iallgather / MPI_Iallgatherv);
+  /// wait() completes them. recv must not be touched before.
+  int startAllGather(const float *send, float *recv, int64_t count,
+                     HostRequestPtr &out);
+  int startAllGatherV(const float *send, float *recv,
+                      const std::vector<int64_t> &counts, HostRequestPtr &out);
+  /// Completes a started collective (MPI_Wait).
+  static int wait(HostRequest &request);
   /// buf (count floats on every rank) = rank root's buf, in place.
   int broadcast(float *buf, int64_t count, int root);
   int barrier();

@@ -85,6 +85,9 @@ inline uint64_t planHash(const mfsdp_plan &p) {
     }
     h = hashMix(h, m->staging);
     h = hashMix(h, m->keep_grads);
+    // Mixed only when set, so a plan without prefetch keeps its hash.
+    if (m->prefetch)
+      h = hashMix(h, m->prefetch);
   }
   // The mesh: mixed only when given, so a plan without it keeps the hash
   // it had before the fields existed. At most 64 dims are read (a larger

@@ -26,6 +26,8 @@ struct RuntimeMemoryPlan {
   std::vector<int64_t> arenaBytes;         // per dp_shard rank
   int64_t staging = -1;
   bool keepGrads = false;
+  /// The gather prefetch depth (0 or 1) the lifetimes were planned for.
+  int32_t prefetch = 0;
   /// Per dp_shard rank: the bytes the same buffers take with nothing
   /// shared (every unit gathered once, every gradient kept, the staging
   /// buffer apart), for reports.
@@ -40,6 +42,7 @@ struct RuntimeMemoryPlan {
     m.params = params.data();
     m.staging = staging;
     m.keep_grads = keepGrads ? 1 : 0;
+    m.prefetch = prefetch;
     return m;
   }
 };
@@ -47,9 +50,14 @@ struct RuntimeMemoryPlan {
 /// The plan for `plan` (its params, units, dp_shard and ZeRO level). With
 /// `keepGrads` the gradients stay allocated all run (no-sync gradient
 /// accumulation); without, each unit's gradients share space with the
-/// other units'. Every size is a multiple of `alignment` bytes.
+/// other units'. Every size is a multiple of `alignment` bytes. With
+/// `prefetch` 1 under ZeRO-3, unit u + 1's gathered copy is live from
+/// pre_forward(u) and unit u - 1's backward copy from pre_backward(u), so
+/// the runtime can gather them while the trainer computes unit u (the
+/// plan's prefetch field); 0 is one unit's copy at a time. Under ZeRO-1/2
+/// (gathered copies kept all step) it changes no lifetime.
 RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
-                                    int64_t alignment = 256);
+                                    int64_t alignment = 256, int32_t prefetch = 0);
 
 } // namespace mfsdp::step
 
