@@ -113,7 +113,12 @@ typedef struct mfsdp_memory_plan {
                          unit u - 1, which then run while the trainer
                          computes unit u; the lifetimes above change so
                          that the prefetched unit's gathered copy is live
-                         from that hook on (two units' copies at once) */
+                         from that hook on (two units' copies at once).
+                         The same flag overlaps gradient reductions:
+                         post_backward(u) starts unit u's, waited for by
+                         post_backward(u - 1) (or the next call needing
+                         them), so unit u's backward copy and gradients
+                         live until then */
 } mfsdp_memory_plan;
 
 /* One dim of the device mesh (the plan's mesh_dims). */

@@ -126,7 +126,8 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
   // together; then a load or store outside the hooks. With prefetch (ZeRO-3)
   // the next unit's copy is allocated in the current unit's pre-hook:
   // forward unit u + 1's at pre_forward(u), backward unit u - 1's at
-  // pre_backward(u).
+  // pre_backward(u); and unit u's gradients and backward copy stay live
+  // until post_backward(u - 1), while its reduction overlaps that backward.
   const bool ahead = prefetch == 1 && zero3;
   const int32_t N = plan.num_units;
   for (int32_t u = 0; u < N; ++u) {
@@ -148,11 +149,21 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
     if (ahead && u > 0)
       for (int32_t p : unitParams[u - 1])
         op(OpKind::Alloc, index[p][FullBackward]);
-    for (int32_t p : unitParams[u]) {
+    // With prefetch the reduction of unit u runs until post_backward(u - 1)
+    // (which waits for it before starting its own): unit u's backward copy
+    // and gradients are freed there, unit 0's after the backward.
+    const int32_t freed = ahead ? u + 1 : u;
+    if (freed < N)
+      for (int32_t p : unitParams[freed]) {
+        op(OpKind::Free, index[p][FullBackward]);
+        op(OpKind::Free, index[p][Grad]);
+      }
+  }
+  if (ahead && N > 0)
+    for (int32_t p : unitParams[0]) {
       op(OpKind::Free, index[p][FullBackward]);
       op(OpKind::Free, index[p][Grad]);
     }
-  }
   op(OpKind::Alloc, staging);
   op(OpKind::Free, staging);
 

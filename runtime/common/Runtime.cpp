@@ -108,6 +108,14 @@ struct mfsdp_step {
   /// rank waits in the same order.
   int32_t prefetchUnit = -1;
   std::vector<std::pair<int32_t, CommHandle>> prefetchStarted;
+  /// Gradient reduction in flight (with prefetch 1, overlapped with the
+  /// previous unit's backward): the unit post_backward left it running for
+  /// (-1: none) and each parameter's started collective. Completed
+  /// (completeReduction: wait, scale, then the unit's gathered copy and
+  /// transient gradients released) by the next post_backward before its own
+  /// reduction, or by any call that needs it (enter()).
+  int32_t reduceUnit = -1;
+  std::vector<std::pair<int32_t, CommHandle>> reduceStarted;
   std::string error;
   bool created = false;    // mfsdp_create succeeded on every rank
   std::string createError; // why it did not
@@ -115,6 +123,7 @@ struct mfsdp_step {
   ~mfsdp_step() {
     if (backend) {
       completePrefetch();
+      completeReduction();
       backend->synchronize();
     }
   }
@@ -129,6 +138,56 @@ struct mfsdp_step {
       if (started.first == param)
         return true;
     return false;
+  }
+
+  /// Whether post_backward(u) leaves unit u's reduction running until
+  /// post_backward(u - 1) (or the next call that needs it): the same flag.
+  bool overlapping() const { return prefetching(); }
+  /// Whether a hook of `unit` may leave the reduction in flight running:
+  /// the unit right before it (its backward, or its recomputation, in
+  /// state `during`), whose buffers the memory plan keeps apart from it.
+  bool keepsReductionFor(int32_t unit, UnitState during) const {
+    return reduceUnit >= 0 && unit + 1 == reduceUnit && state[unit] == during;
+  }
+  /// Whether a reduction in flight reads `param`'s buffers.
+  bool reductionPending(int32_t param) const {
+    return reduceUnit >= 0 && params[param].desc.unit == reduceUnit;
+  }
+
+  /// Waits for the reduction in flight, if any: every started collective,
+  /// even after a failure; then the scaling, and the unit's gathered copy
+  /// and transient gradient buffers are released.
+  mfsdp_status completeReduction() {
+    std::vector<std::pair<int32_t, CommHandle>> started;
+    started.swap(reduceStarted);
+    const int32_t unit = reduceUnit;
+    reduceUnit = -1;
+    const float scale = 1.f / static_cast<float>(S * R);
+    mfsdp_status first = MFSDP_OK;
+    std::string firstError;
+    for (const auto &[p, handle] : started) {
+      ParamState &ps = params[p];
+      mfsdp_status s = comm(backend->wait(handle),
+                            ("the reduction of '" + ps.name + "'").c_str());
+      ++work.reduceWaits;
+      if (!s)
+        s = device(backend->scale(ps.gradShard, ps.localCount, scale), "scaling");
+      if (!s)
+        ps.gradReduced = true;
+      if (s && !first) {
+        first = s;
+        firstError = error;
+      }
+    }
+    if (unit >= 0) {
+      if (!first)
+        reduced[unit] = true;
+      release(unit);
+      releaseGrads(unit);
+    }
+    if (first)
+      error = firstError;
+    return first;
   }
 
   /// Starts gathering `unit` (for its backward: at the memory plan's
@@ -308,14 +367,22 @@ struct mfsdp_step {
   }
   /// The start of a call that touches buffers the trainer may still be
   /// using: the runtime's work goes after the trainer's.
-  mfsdp_status enter() {
+  /// With `keepReduction` a reduction in flight stays so (the hooks of the
+  /// unit before it, whose buffers the memory plan keeps apart from it).
+  mfsdp_status enter(bool keepReduction = false) {
     if (auto s = usable())
       return s;
     if (auto s = device(backend->afterTrainer(), "ordering after the trainer's stream"))
       return s;
     // A gather prefetched by the last hook is complete before anything
     // else runs (the collectives of every rank stay in one order).
-    return completePrefetch();
+    mfsdp_status s = completePrefetch();
+    if (!keepReduction) {
+      mfsdp_status r = completeReduction();
+      if (!s)
+        s = r;
+    }
+    return s;
   }
   /// MFSDP_ERROR_INVALID unless mfsdp_create succeeded on this runtime.
   mfsdp_status usable() {
@@ -472,7 +539,12 @@ struct mfsdp_step {
       releaseFull(params[p]);
   }
 
-  mfsdp_status reduce(int32_t unit) {
+  /// Reduces a unit's gradients into the shards. With `async`, row shards,
+  /// owned matrices and replicated tensors of a plan without dp_replicate
+  /// (one collective, then only the scaling) are started and left to
+  /// completeReduction (recorded in reduceStarted); block shards and HSDP
+  /// (work between two collectives) are reduced here.
+  mfsdp_status reduce(int32_t unit, bool async = false) {
     const float scale = 1.f / static_cast<float>(S * R);
     for (int32_t p : unitParams[unit]) {
       ParamState &ps = params[p];
@@ -480,6 +552,29 @@ struct mfsdp_step {
       if (ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
         if (auto s = device(backend->roundToBF16(ps.grad, n), "bf16 rounding"))
           return s;
+      if (async && R == 1 && ps.desc.placement != MFSDP_BLOCK_SHARD) {
+        CommHandle handle = 0;
+        int rc = 0;
+        if (ps.desc.placement == MFSDP_ROW_SHARD) {
+          rc = backend->startReduceScatter(Group::Shard, ps.grad, ps.gradShard,
+                                           ps.localSize, handle);
+        } else if (ps.desc.placement == MFSDP_OWNER) {
+          std::vector<int64_t> counts(S, 0);
+          counts[ps.desc.owner] = n;
+          rc = backend->startReduceScatterV(Group::Shard, ps.grad,
+                                            ps.ownsAny ? ps.gradShard : nullptr,
+                                            counts, handle);
+        } else {
+          if (auto s = device(backend->copy(ps.gradShard, ps.grad, n), "copy"))
+            return s;
+          rc = backend->startAllReduce(Group::Shard, ps.gradShard, n, handle);
+        }
+        if (auto s = comm(rc, "starting the reduction"))
+          return s;
+        reduceStarted.emplace_back(p, handle);
+        ++work.reduceStarts;
+        continue;
+      }
       switch (ps.desc.placement) {
       case MFSDP_ROW_SHARD:
         // grad is padded with zeros to S whole chunks.
@@ -1036,7 +1131,8 @@ const char *mfsdp_last_error(mfsdp_step *step) {
 
 /// The start of a hook: a runtime, a unit in range, and the runtime's work
 /// ordered after the trainer's.
-#define ENTER_UNIT(step, unit)                                                  \
+// `keep`: a reduction in flight stays so (see mfsdp_step::enter).
+#define ENTER_UNIT(step, unit, keep)                                            \
   do {                                                                          \
     if (!(step))                                                                \
       return MFSDP_ERROR_INVALID;                                               \
@@ -1044,12 +1140,12 @@ const char *mfsdp_last_error(mfsdp_step *step) {
       return (step)->fail(MFSDP_ERROR_INVALID,                                  \
                           "unit " + std::to_string(unit) + " is out of range [0, " + \
                               std::to_string((step)->plan.num_units) + ")");    \
-    if (auto entered = (step)->enter())                                         \
+    if (auto entered = (step)->enter(keep))                                     \
       return entered;                                                           \
   } while (0)
 
 mfsdp_status mfsdp_pre_forward(mfsdp_step *step, int32_t unit) {
-  ENTER_UNIT(step, unit);
+  ENTER_UNIT(step, unit, step->keepsReductionFor(unit, UnitState::Backward));
   UnitState &s = step->state[unit];
   if (s == UnitState::Forward || s == UnitState::ForwardDone)
     return step->fail(MFSDP_ERROR_ORDER,
@@ -1072,7 +1168,7 @@ mfsdp_status mfsdp_pre_forward(mfsdp_step *step, int32_t unit) {
 }
 
 mfsdp_status mfsdp_post_forward(mfsdp_step *step, int32_t unit) {
-  ENTER_UNIT(step, unit);
+  ENTER_UNIT(step, unit, step->keepsReductionFor(unit, UnitState::Backward));
   UnitState &s = step->state[unit];
   if (s == UnitState::Backward)
     return MFSDP_OK; // end of a recomputation: keep the gathered parameters
@@ -1086,7 +1182,7 @@ mfsdp_status mfsdp_post_forward(mfsdp_step *step, int32_t unit) {
 }
 
 mfsdp_status mfsdp_pre_backward(mfsdp_step *step, int32_t unit) {
-  ENTER_UNIT(step, unit);
+  ENTER_UNIT(step, unit, step->keepsReductionFor(unit, UnitState::ForwardDone));
   UnitState &s = step->state[unit];
   if (s != UnitState::ForwardDone)
     return step->fail(MFSDP_ERROR_ORDER,
@@ -1111,15 +1207,28 @@ mfsdp_status mfsdp_pre_backward(mfsdp_step *step, int32_t unit) {
 }
 
 mfsdp_status mfsdp_post_backward(mfsdp_step *step, int32_t unit) {
-  ENTER_UNIT(step, unit);
+  ENTER_UNIT(step, unit, false);
   UnitState &s = step->state[unit];
   if (s != UnitState::Backward)
     return step->fail(MFSDP_ERROR_ORDER, "post_backward of unit " +
                                              std::to_string(unit) +
                                              " without its pre_backward");
   if (!step->noSync) {
-    if (auto st = step->reduce(unit))
+    // Overlap: this unit's reductions run during the previous unit's
+    // backward; its gathered copy and gradients are released when they
+    // are waited for (completeReduction).
+    const bool overlap = step->overlapping();
+    if (auto st = step->reduce(unit, overlap)) {
+      const std::string why = step->error;
+      step->completeReduction(); // waits for what was started (reduceUnit -1)
+      step->error = why;
       return st;
+    }
+    if (overlap) {
+      step->reduceUnit = unit;
+      s = UnitState::Idle;
+      return step->finish();
+    }
     step->reduced[unit] = true;
   }
   step->release(unit);
@@ -1243,8 +1352,10 @@ static mfsdp_status view(mfsdp_step *step, int32_t param, DLTensor *out,
     return MFSDP_ERROR_INVALID;
   if (auto st = step->checkParam(param))
     return st;
-  // A parameter still being prefetched: its gather completes first.
-  if (!grad && step->prefetchPending(param)) {
+  // A parameter still being prefetched: its gather completes first; one of
+  // a unit whose reduction is in flight: the reduction completes first (a
+  // plan that frees gradients has then released them).
+  if ((!grad && step->prefetchPending(param)) || step->reductionPending(param)) {
     if (auto st = step->enter())
       return st;
     if (auto st = step->finish())

@@ -206,6 +206,20 @@ public:
     return started(handle,
                    [&] { return comm(g).allGatherV(send, recv, counts, comm_); });
   }
+  int startReduceScatter(Group g, const float *send, float *recv, int64_t count,
+                         CommHandle &handle) override {
+    return started(handle,
+                   [&] { return comm(g).reduceScatter(send, recv, count, comm_); });
+  }
+  int startReduceScatterV(Group g, const float *send, float *recv,
+                          const std::vector<int64_t> &counts,
+                          CommHandle &handle) override {
+    return started(
+        handle, [&] { return comm(g).reduceScatterV(send, recv, counts, comm_); });
+  }
+  int startAllReduce(Group g, float *buf, int64_t count, CommHandle &handle) override {
+    return started(handle, [&] { return comm(g).allReduce(buf, count, comm_); });
+  }
   /// The compute work issued from now on waits for the started collective
   /// (an event recorded after it on the communication stream).
   int wait(CommHandle handle) override {

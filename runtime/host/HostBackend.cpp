@@ -185,6 +185,32 @@ public:
     pending_.emplace(handle, std::move(r));
     return 0;
   }
+  int startReduceScatter(Group g, const float *send, float *recv, int64_t count,
+                         CommHandle &handle) override {
+    HostRequestPtr r;
+    if (int rc = check(comm(g).startReduceScatter(send, recv, count, r)))
+      return rc;
+    return keep(std::move(r), handle);
+  }
+  int startReduceScatterV(Group g, const float *send, float *recv,
+                          const std::vector<int64_t> &counts,
+                          CommHandle &handle) override {
+    HostRequestPtr r;
+    if (int rc = check(comm(g).startReduceScatterV(send, recv, counts, r)))
+      return rc;
+    return keep(std::move(r), handle);
+  }
+  int startAllReduce(Group g, float *buf, int64_t count, CommHandle &handle) override {
+    HostRequestPtr r;
+    if (int rc = check(comm(g).startAllReduce(buf, count, r)))
+      return rc;
+    return keep(std::move(r), handle);
+  }
+  int keep(HostRequestPtr r, CommHandle &handle) {
+    handle = nextHandle_++;
+    pending_.emplace(handle, std::move(r));
+    return 0;
+  }
   int wait(CommHandle handle) override {
     auto it = pending_.find(handle);
     if (it == pending_.end())

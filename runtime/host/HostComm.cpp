@@ -207,6 +207,56 @@ int HostComm::startAllGatherV(const float *send, float *recv,
   return 0;
 }
 
+int HostComm::startReduceScatter(const float *send, float *recv, int64_t count,
+                                 HostRequestPtr &out) {
+  if (count > INT_MAX)
+    return tooLarge("startReduceScatter");
+  HostRequestPtr r(new HostRequest());
+  if (int rc = check(MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count),
+                                               MPI_FLOAT, MPI_SUM, handle(comm_),
+                                               &r->request),
+                     "MPI_Ireduce_scatter_block"))
+    return rc;
+  out = std::move(r);
+  return 0;
+}
+
+int HostComm::startReduceScatterV(const float *send, float *recv,
+                                  const std::vector<int64_t> &counts,
+                                  HostRequestPtr &out) {
+  if (static_cast<int>(counts.size()) != size_) {
+    std::snprintf(lastMessage, sizeof(lastMessage),
+                  "startReduceScatterV: %zu counts for %d ranks", counts.size(),
+                  size_);
+    return MPI_ERR_COUNT;
+  }
+  HostRequestPtr r(new HostRequest());
+  r->counts.resize(size_);
+  for (int i = 0; i < size_; ++i) {
+    if (counts[i] > INT_MAX)
+      return tooLarge("startReduceScatterV");
+    r->counts[i] = static_cast<int>(counts[i]);
+  }
+  if (int rc = check(MPI_Ireduce_scatter(send, recv, r->counts.data(), MPI_FLOAT,
+                                         MPI_SUM, handle(comm_), &r->request),
+                     "MPI_Ireduce_scatter"))
+    return rc;
+  out = std::move(r);
+  return 0;
+}
+
+int HostComm::startAllReduce(float *buf, int64_t count, HostRequestPtr &out) {
+  if (count > INT_MAX)
+    return tooLarge("startAllReduce");
+  HostRequestPtr r(new HostRequest());
+  if (int rc = check(MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(count),
+                                    MPI_FLOAT, MPI_SUM, handle(comm_), &r->request),
+                     "MPI_Iallreduce"))
+    return rc;
+  out = std::move(r);
+  return 0;
+}
+
 int HostComm::wait(HostRequest &request) {
   return check(MPI_Wait(&request.request, MPI_STATUS_IGNORE), "MPI_Wait");
 }

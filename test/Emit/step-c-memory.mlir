@@ -19,8 +19,9 @@
 // are live at once: forward a's at 0 and b's (prefetched at pre_forward of
 // a) at 1024; backward b's copy at 0, its gradient at 1024 and a's copy
 // (prefetched at pre_backward of b) at 2048, where it stays for a's
-// backward while a's gradient takes 0. 3072 B shared, the state from 3072:
-// 7168 B. The field is emitted (and hashed) only when set.
+// backward; b's reduction overlaps a's backward, so b's copy and gradient
+// stay until post_backward of a and a's gradient takes 3072. 4096 B
+// shared, the state from 4096: 8192 B. The field is emitted (and hashed) only when set.
 // RUN: mfsdp-translate --emit-step-c --emit-step-prefetch=1 %s | FileCheck %s --check-prefix=PF
 // RUN: mfsdp-translate --emit-step-c --emit-step-prefetch=1 %s -o %t.pf.c
 // RUN: cc -std=c11 -Wall -Wextra -Werror -fsyntax-only -I%mfsdp_src/include %t.pf.c
@@ -56,10 +57,10 @@
 // ACC: .keep_grads = 1,
 // ACC-NEXT: };
 
-// PF: static const int64_t mfsdp_arena_bytes[2] = {7168, 7168};
+// PF: static const int64_t mfsdp_arena_bytes[2] = {8192, 8192};
 // PF: /* master, exp_avg, exp_avg_sq, grad_shard, full, full_backward, grad */
-// PF-NEXT: {3072, 3584, 4096, 4608, 0, 2048, 0},
-// PF-NEXT: {5120, 5632, 6144, 6656, 1024, 0, 1024},
+// PF-NEXT: {4096, 4608, 5120, 5632, 0, 2048, 3072},
+// PF-NEXT: {6144, 6656, 7168, 7680, 1024, 0, 1024},
 // PF-LABEL: static const mfsdp_memory_plan mfsdp_the_memory = {
 // PF: .keep_grads = 0,
 // PF-NEXT: .prefetch = 1,

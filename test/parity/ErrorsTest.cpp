@@ -288,14 +288,16 @@ int main(int argc, char **argv) {
   // Gather prefetch (prefetch 1): pre_forward(0) starts gathering v (unit
   // 1), so the plan gives v's forward copy its own place (9K); in backward
   // pre_backward(1) starts w's backward gather while v's copy and gradient
-  // are live (w's at 4K, v's at 9K, the gradients at 5K).
+  // are live (w's at 4K, v's at 9K), and v's reduction, overlapped with
+  // w's backward, keeps v's gradient (10K) apart from w's (5K) until
+  // post_backward(0).
   {
     int64_t wider[64];
     for (int64_t &a : wider)
-      a = 10 * K;
+      a = 11 * K;
     mfsdp_param_offsets ahead[2] = {
         {0, K, 2 * K, 3 * K, 4 * K, 4 * K, 5 * K},
-        {6 * K, 7 * K, -1, 8 * K, 9 * K, 9 * K, 5 * K},
+        {6 * K, 7 * K, -1, 8 * K, 9 * K, 9 * K, 10 * K},
     };
     mfsdp_memory_plan prefetching = memory;
     prefetching.arena_bytes = wider;
@@ -320,6 +322,41 @@ int main(int argc, char **argv) {
            "prefetch: v in forward and w in backward, both waited for (" +
                std::to_string(w.prefetchStarts) + " / " +
                std::to_string(w.prefetchWaits) + ")");
+    // v's reduction ran during w's backward (waited for by post_backward
+    // 0), w's was still in flight at optimizer_step, which waited for it.
+    expect(w.reduceStarts == 2 && w.reduceWaits == 2,
+           "prefetch: v's and w's reductions started and waited for (" +
+               std::to_string(w.reduceStarts) + " / " +
+               std::to_string(w.reduceWaits) + ")");
+    // A reduction in flight and a far hook (unit 1 again, not the unit
+    // before): the reduction completes first, and the step is correct.
+    expect(mfsdp_zero_grad(s) == MFSDP_OK && mfsdp_pre_forward(s, 0) == MFSDP_OK &&
+               mfsdp_post_forward(s, 0) == MFSDP_OK &&
+               mfsdp_pre_forward(s, 1) == MFSDP_OK &&
+               mfsdp_post_forward(s, 1) == MFSDP_OK &&
+               mfsdp_pre_backward(s, 1) == MFSDP_OK &&
+               mfsdp_post_backward(s, 1) == MFSDP_OK,
+           std::string("prefetch: the second backward of v: ") + mfsdp_last_error(s));
+    w = mfsdp::rt::workCounters(s);
+    expect(w.reduceStarts == 3 && w.reduceWaits == 2,
+           "prefetch: v's reduction in flight after post_backward 1 (" +
+               std::to_string(w.reduceStarts) + " / " +
+               std::to_string(w.reduceWaits) + ")");
+    // v's gradient is still held for the reduction; pre_backward of v again
+    // waits for it and then refuses (v was reduced, its gradient freed).
+    fails(s, mfsdp_pre_backward(s, 1), MFSDP_ERROR_ORDER,
+          "pre_backward of unit 1 before its forward finished");
+    w = mfsdp::rt::workCounters(s);
+    expect(w.reduceWaits == 3, "prefetch: the far hook waited for the reduction (" +
+                                   std::to_string(w.reduceWaits) + ")");
+    expect(mfsdp_pre_backward(s, 0) == MFSDP_OK && mfsdp_post_backward(s, 0) == MFSDP_OK,
+           std::string("prefetch: w's backward: ") + mfsdp_last_error(s));
+    // Destroyed with w's reduction in flight: waited for there (no hang,
+    // nothing left unwaited; the other rank does the same).
+    mfsdp_destroy(s);
+    s = nullptr;
+    expect(mfsdp_create(&pf, &s) == MFSDP_OK,
+           std::string("create with prefetch again: ") + mfsdp_last_error(s));
     // Started and left in flight at destroy: waited for there.
     expect(mfsdp_zero_grad(s) == MFSDP_OK && mfsdp_pre_forward(s, 0) == MFSDP_OK,
            "prefetch: the next forward");

@@ -346,6 +346,24 @@ int main(int argc, char **argv) {
                std::to_string(wantStarts));
     if (prefetch && zero >= 3 && !dynamic)
       expect(wantStarts > 0, "the plan has gathers to prefetch");
+    // Reductions overlapped with the previous unit's backward (the same
+    // flag): one asynchronous collective per parameter in the last
+    // microbatch's backward (the others run under no-sync), except block
+    // shards and HSDP (dp_replicate > 1), which reduce synchronously; all
+    // waited for (the last by optimizer_step).
+    int64_t perStep = 0;
+    if (prefetch && zero >= 3 && !dynamic && mesh.replicate == 1)
+      for (int32_t i = 0; i < plan.num_params; ++i)
+        perStep += plan.params[i].placement != MFSDP_BLOCK_SHARD;
+    const int64_t wantReduces = stepsRun * perStep;
+    if (prefetch && zero >= 3 && !dynamic && mesh.replicate == 1)
+      expect(perStep > 0, "the plan has reductions to overlap");
+    expect(w.reduceStarts == wantReduces && w.reduceWaits == wantReduces,
+           "overlapped reductions started / waited for on rank " +
+               std::to_string(rank) + " " + when + ": " +
+               std::to_string(w.reduceStarts) + " / " +
+               std::to_string(w.reduceWaits) + ", expected " +
+               std::to_string(wantReduces));
   };
 
   mfsdp_step *step = nullptr;

@@ -144,8 +144,18 @@ std::string replay(const mfsdp_plan &plan, const step::RuntimeMemoryPlan &m,
     grads(u, true);
     if (ahead && u > 0)
       gathered(u - 1, true, true);
-    gathered(u, true, false); // post_backward
-    grads(u, false);
+    // post_backward(u). With prefetch 1 it first waits for unit u + 1's
+    // reduction (overlapped with this backward), which releases unit
+    // u + 1's backward copy and gradients, then leaves unit u's running.
+    const int32_t done = ahead ? u + 1 : u;
+    if (done < n) {
+      gathered(done, true, false);
+      grads(done, false);
+    }
+  }
+  if (ahead && n > 0) { // unit 0's reduction, waited for by the next call
+    gathered(0, true, false);
+    grads(0, false);
   }
   // A store stages a whole tensor, padded as the runtime gathers it.
   int64_t largest = 0;
@@ -251,9 +261,13 @@ TEST(RuntimeMemory, StagingHoldsThePaddedTensor) {
 }
 
 // Gather prefetch: three units of one 4x64 AdamW row shard on 2 ranks,
-// ZeRO-3. Forward holds two units' copies (2048 B); backward a unit's copy
-// and gradient and the previous unit's prefetched copy (3072 B): 6144 B of
-// state + 3072 = 9216 B, one copy more than without prefetch. The replay
+// ZeRO-3. Forward holds two units' copies (2048 B). Backward, with the
+// reductions overlapped: pre_backward(2) holds c's backward copy and
+// gradient and b's prefetched copy (3072 B); pre_backward(1) adds b's
+// gradient and a's prefetched copy while c's copy and gradient stay for
+// c's reduction in flight (5 x 1024 = 5120 B, the peak); post_backward(1)
+// waits for c's, leaving 3072 B, and pre_backward(0) adds a's gradient
+// (4096 B). 6144 B of state + 5120 = 11264 B. The replay
 // with prefetch finds a clash in the plan made without it (the lifetimes
 // really differ), none in the plan made for it.
 TEST(RuntimeMemory, PrefetchHoldsTwoUnitsCopies) {
@@ -264,7 +278,8 @@ TEST(RuntimeMemory, PrefetchHoldsTwoUnitsCopies) {
   ASSERT_TRUE(m.error.empty()) << m.error;
   EXPECT_EQ(m.prefetch, 1);
   EXPECT_EQ(m.view().prefetch, 1);
-  EXPECT_EQ(m.arenaBytes[0], 9216);
+  EXPECT_EQ(m.arenaBytes[0], 11264);
+  EXPECT_EQ(m.arenaBytes[1], 11264);
   EXPECT_EQ(m.unsharedBytes[0], 13312);
   for (int64_t r = 0; r < 2; ++r) {
     int64_t highest = 0;

@@ -126,6 +126,18 @@ public:
                               const std::vector<int64_t> &counts,
                               CommHandle &handle) = 0;
   virtual int wait(CommHandle handle) = 0;
+  /// Asynchronous reduce-scatter, reduce-scatter-v and in-place all-reduce
+  /// (gradient reduction overlapped with the previous unit's backward): the
+  /// same results as reduceScatter / reduceScatterV / allReduce, completed
+  /// by wait(handle) like the gathers above; send (and buf) must not be
+  /// written, and recv not read, before then.
+  virtual int startReduceScatter(Group group, const float *send, float *recv,
+                                 int64_t count, CommHandle &handle) = 0;
+  virtual int startReduceScatterV(Group group, const float *send, float *recv,
+                                  const std::vector<int64_t> &counts,
+                                  CommHandle &handle) = 0;
+  virtual int startAllReduce(Group group, float *buf, int64_t count,
+                             CommHandle &handle) = 0;
 
   // Kernels: the semantics of Kernels.h. ---------------------------------------
 

@@ -30,6 +30,14 @@ struct WorkCounters {
   /// pre_forward / pre_backward the two are equal).
   int64_t prefetchStarts = 0;
   int64_t prefetchWaits = 0;
+  /// Reductions overlapped with the previous unit's backward (prefetch 1,
+  /// ZeRO-3): the asynchronous reduce-scatter(-v) / all-reduce collectives
+  /// this rank started in post_backward (one per row shard, owned matrix or
+  /// replicated tensor when dp_replicate is 1; block shards and HSDP reduce
+  /// synchronously), and the ones it waited for (by the next post_backward,
+  /// or the next call that needs them, or mfsdp_destroy).
+  int64_t reduceStarts = 0;
+  int64_t reduceWaits = 0;
   /// This rank's position in its dp_shard group (the dp_shard rank whose
   /// shards and owned matrices it stores) and in its dp_replicate group,
   /// as the backend formed them from the plan's mesh.

@@ -64,6 +64,14 @@ public:
                      HostRequestPtr &out);
   int startAllGatherV(const float *send, float *recv,
                       const std::vector<int64_t> &counts, HostRequestPtr &out);
+  /// reduceScatter / reduceScatterV / allReduce started
+  /// (MPI_Ireduce_scatter_block / MPI_Ireduce_scatter / MPI_Iallreduce);
+  /// wait() completes them.
+  int startReduceScatter(const float *send, float *recv, int64_t count,
+                         HostRequestPtr &out);
+  int startReduceScatterV(const float *send, float *recv,
+                          const std::vector<int64_t> &counts, HostRequestPtr &out);
+  int startAllReduce(float *buf, int64_t count, HostRequestPtr &out);
   /// Completes a started collective (MPI_Wait).
   static int wait(HostRequest &request);
   /// buf (count floats on every rank) = rank root's buf, in place.
