@@ -171,9 +171,7 @@ public:
     HostRequestPtr r;
     if (int rc = check(comm(g).startAllGather(send, recv, count, r)))
       return rc;
-    handle = nextHandle_++;
-    pending_.emplace(handle, std::move(r));
-    return 0;
+    return keep(std::move(r), handle);
   }
   int startAllGatherV(Group g, const float *send, float *recv,
                       const std::vector<int64_t> &counts,
@@ -181,9 +179,7 @@ public:
     HostRequestPtr r;
     if (int rc = check(comm(g).startAllGatherV(send, recv, counts, r)))
       return rc;
-    handle = nextHandle_++;
-    pending_.emplace(handle, std::move(r));
-    return 0;
+    return keep(std::move(r), handle);
   }
   int startReduceScatter(Group g, const float *send, float *recv, int64_t count,
                          CommHandle &handle) override {
@@ -206,6 +202,7 @@ public:
       return rc;
     return keep(std::move(r), handle);
   }
+  /// A started request, under a new handle until its wait.
   int keep(HostRequestPtr r, CommHandle &handle) {
     handle = nextHandle_++;
     pending_.emplace(handle, std::move(r));
