@@ -329,8 +329,9 @@ TEST(DTensorNewtonSchulzMm, TinyMatrixKeepsRowShardsAndGathers) {
 // node, no launch, latency or small-kernel costs.
 cost::SimProfile round() { return test::roundProfile(); }
 
-TEST(DTensorBaseline, OptimizerPhaseByHand) {
-  // One f32 8 x 4 matrix row-sharded over 2 ranks, one Newton-Schulz step.
+/// One f32 8 x 4 matrix row-sharded over 2 ranks, one Newton-Schulz step,
+/// in the DTensor baseline of the given form; checked by the verifier.
+Step oneMatrixDTensorStep(DTensorForm form) {
   planner::Problem pr;
   pr.units = {{"u0"}};
   planner::Param w;
@@ -352,14 +353,26 @@ TEST(DTensorBaseline, OptimizerPhaseByHand) {
   BuildOptions b;
   b.gatheredMuon = true;
   b.dtensorMuon = true;
+  b.dtensorForm = form;
   b.gatheredMuonParams = {"w"};
   Step s = buildStep(pr, o, d, costs, b, "t");
   EXPECT_TRUE(verifySchedule(s, 0).empty());
+  return s;
+}
 
+/// The kinds of the optimizer phase's collectives, in order.
+std::vector<std::string> optimizerCollectives(const Step &s) {
   std::vector<std::string> kinds;
   for (const Op &op : s.ops)
     if (op.phase == Phase::Optimizer && op.kind == OpKind::Collective)
       kinds.push_back(std::string(collKindName(op.coll)));
+  return kinds;
+}
+
+TEST(DTensorBaseline, OptimizerPhaseByHand) {
+  // One f32 8 x 4 matrix row-sharded over 2 ranks, one Newton-Schulz step.
+  Step s = oneMatrixDTensorStep(DTensorForm::Addmm);
+  std::vector<std::string> kinds = optimizerCollectives(s);
   // The norm's all-reduce; A Partial -> Shard(1), Shard(0); B Partial ->
   // Replicate. X = w^T is 4 x 8 Shard(1): X @ X^T needs nothing.
   EXPECT_EQ(kinds, (std::vector<std::string>{"all_reduce", "reduce_scatter",
@@ -383,36 +396,8 @@ TEST(DTensorBaseline, OptimizerPhaseByHand) {
 
 TEST(DTensorBaseline, OptimizerPhaseByHandMm) {
   // The same matrix and step in the use_addmm=False form.
-  planner::Problem pr;
-  pr.units = {{"u0"}};
-  planner::Param w;
-  w.name = "w";
-  w.shape = {8, 4};
-  w.kind = "linear";
-  w.unit = 0;
-  w.elemBytes = 4;
-  w.placement = planner::PlacementKind::RowShard;
-  w.optim = planner::Optim::AdamW;
-  pr.params = {w};
-  planner::Options o;
-  o.shard = 2;
-  o.zero = 3;
-  o.nsSteps = 1;
-  o.hw = *planner::findHardwareProfile("a100");
-  planner::Decisions d;
-  std::vector<UnitCost> costs = {{10, 20, 4, false}};
-  BuildOptions b;
-  b.gatheredMuon = true;
-  b.dtensorMuon = true;
-  b.dtensorForm = DTensorForm::Mm;
-  b.gatheredMuonParams = {"w"};
-  Step s = buildStep(pr, o, d, costs, b, "t");
-  EXPECT_TRUE(verifySchedule(s, 0).empty());
-
-  std::vector<std::string> kinds;
-  for (const Op &op : s.ops)
-    if (op.phase == Phase::Optimizer && op.kind == OpKind::Collective)
-      kinds.push_back(std::string(collKindName(op.coll)));
+  Step s = oneMatrixDTensorStep(DTensorForm::Mm);
+  std::vector<std::string> kinds = optimizerCollectives(s);
   // W = 2, DTensor's estimates (all latency: all-gather and reduce-scatter
   // 7.2 us, all-reduce 7.8, all-to-all 8.2). X = w^T, 4 x 8 Shard(1):
   // X @ X^T [P] for free. cA @ A, both Partial 4 x 4: [P] 2 x 7.2 against
