@@ -83,6 +83,17 @@ typedef struct mfsdp_param_offsets {
   int64_t master, exp_avg, exp_avg_sq, grad_shard, full, full_backward, grad;
 } mfsdp_param_offsets;
 
+/* A bucket's staging buffers (byte offsets like mfsdp_param_offsets):
+ * row-shard buckets gather every rank's chunk into `gather` (forward, and
+ * all step's one gather under ZeRO-1/2) or `gather_backward` (ZeRO-3's
+ * backward gather) and unpack it into each parameter's `full`; they pack
+ * the gradients by rank into `reduce` before the reduce-scatter. Each
+ * holds dp_shard chunks; a chunk is the bucket's members' `master`
+ * buffers as they lie in the arena (see mfsdp_bucket). */
+typedef struct mfsdp_bucket_offsets {
+  int64_t gather, gather_backward, reduce;
+} mfsdp_bucket_offsets;
+
 /* The static memory plan the compiler computed: one arena per rank, every
  * buffer at a fixed offset, buffers whose lifetimes cannot overlap sharing
  * space. The lifetimes assume the hook protocol of a training step: units
@@ -119,7 +130,39 @@ typedef struct mfsdp_memory_plan {
                          post_backward(u - 1) (or the next call needing
                          them), so unit u's backward copy and gradients
                          live until then */
+  /* With plan.num_buckets > 0: one entry per bucket (staging buffers of
+   * row-shard buckets; -1 where a bucket needs none). Last, so an older
+   * plan reads it as NULL. */
+  const mfsdp_bucket_offsets *buckets;
 } mfsdp_memory_plan;
+
+
+/* Collectives the compiler bucketed (mfsdp-bucket-collectives): the
+ * parameters of one unit and one placement gathered with one all-gather
+ * and reduced with one reduce-scatter, instead of one collective each.
+ *  - MFSDP_ROW_SHARD: the members' `master` buffers lie in the arena in
+ *    the order of `params`, the gap between two (alignment) the same on
+ *    every rank, and so do their `grad_shard` buffers, at the same
+ *    distances; one rank's chunk is that span. The all-gather fills a
+ *    staging buffer (mfsdp_bucket_offsets) with every rank's chunk, which
+ *    is unpacked into each `full`; gradients are packed by rank into the
+ *    reduce staging buffer, and one reduce-scatter leaves this rank's
+ *    chunk in the `grad_shard` span.
+ *  - MFSDP_OWNER: `params` ordered by owner. The members' `full` buffers
+ *    lie in that order, and so do their `grad` buffers at the same
+ *    distances; each owner's `master` buffers (and `grad_shard`) lie as
+ *    its members do in `full`. One all-gather-v with each rank's span
+ *    fills every `full` in place (no unpack), one reduce-scatter-v leaves
+ *    each owner's gradients in its `grad_shard` span.
+ * Buckets need the static memory plan, which lays them out so; mfsdp_create
+ * checks it. A parameter is in at most one bucket; the others (block
+ * shards, replicated tensors, any left out) get one collective each. */
+typedef struct mfsdp_bucket {
+  int32_t unit;
+  int32_t placement;    /* MFSDP_ROW_SHARD or MFSDP_OWNER */
+  int32_t num_params;
+  const int32_t *params; /* indices in mfsdp_plan.params */
+} mfsdp_bucket;
 
 /* One dim of the device mesh (the plan's mesh_dims). */
 typedef struct mfsdp_mesh_dim {
@@ -167,6 +210,10 @@ typedef struct mfsdp_plan {
    * outermost. Last, so an older plan reads them as zeros. */
   int32_t num_mesh_dims;
   const mfsdp_mesh_dim *mesh_dims;
+  /* The bucketed collectives (mfsdp_bucket); 0 / NULL: one collective per
+   * parameter. Last, so an older plan reads them as zeros. */
+  int32_t num_buckets;
+  const mfsdp_bucket *buckets;
 } mfsdp_plan;
 
 typedef struct mfsdp_step mfsdp_step;

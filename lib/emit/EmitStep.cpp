@@ -15,6 +15,9 @@
 #include "mfsdp/emit/EmitStep.h"
 
 #include "dialects/plan/PlanOps.h"
+#include "dialects/sched/SchedDialect.h"
+#include "dialects/sched/SchedOps.h"
+#include "passes/StepBridge.h"
 #include "mfsdp/import/PlanImport.h"
 #include "mfsdp/runtime/PlanHash.h"
 #include "mfsdp/step/RuntimeMemory.h"
@@ -314,6 +317,28 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
   // HSDP Newton-Schulz split: the runtime derives which replica steps each
   // owned Muon matrix with the rule of plan.policy (runtime.h: ns_split).
   plan.ns_split = policy.getNsSplit() ? 1 : 0;
+  // Buckets: from the step program, when the module has one (after
+  // mfsdp-build-step and mfsdp-bucket-collectives), its bucketed gradient
+  // reductions; the runtime gathers and reduces each with one collective.
+  std::vector<step::RuntimeBucket> buckets;
+  {
+    sched::StepOp stepOp;
+    for (sched::StepOp s : module.getOps<sched::StepOp>()) {
+      if (stepOp)
+        return s.emitOpError() << "is a second sched.step; the step library "
+                                  "lowers one";
+      stepOp = s;
+    }
+    if (stepOp) {
+      step::Step program;
+      if (failed(readStep(stepOp, program)))
+        return failure();
+      buckets = step::runtimeBuckets(program, plan);
+    }
+  }
+  std::vector<mfsdp_bucket> bucketViews = step::bucketViews(buckets);
+  plan.num_buckets = static_cast<int32_t>(bucketViews.size());
+  plan.buckets = bucketViews.empty() ? nullptr : bucketViews.data();
   // The static memory plan: every buffer of the runtime at its offset.
   step::RuntimeMemoryPlan memory =
       step::planRuntimeMemory(plan, options.accumulate, 256, options.prefetch);
@@ -392,6 +417,38 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
   if (memory.params.empty())
     os << "  {-1, -1, -1, -1, -1, -1, -1},\n";
   os << "};\n\n";
+  if (!buckets.empty()) {
+    os << "/* The bucketed collectives (mfsdp-bucket-collectives): per bucket its unit,\n"
+          " * placement and members (indices in mfsdp_params), gathered and reduced\n"
+          " * with one collective each; and the byte offsets of each bucket's staging\n"
+          " * buffers (gather, backward gather, reduce; -1: none). */\n";
+    size_t total = 0;
+    for (const step::RuntimeBucket &b : buckets)
+      total += b.params.size();
+    os << "static const int32_t mfsdp_bucket_members[" << total << "] = {";
+    size_t k = 0;
+    for (const step::RuntimeBucket &b : buckets)
+      for (int32_t p : b.params)
+        os << (k++ ? ", " : "") << p;
+    os << "};\n\n";
+    os << "static const mfsdp_bucket mfsdp_buckets[" << buckets.size() << "] = {\n"
+       << "  /* unit, placement, members */\n";
+    k = 0;
+    for (const step::RuntimeBucket &b : buckets) {
+      os << "  {" << b.unit << ", " << placementName(b.placement) << ", "
+         << b.params.size() << ", mfsdp_bucket_members + " << k << "}, /*";
+      for (int32_t p : b.params)
+        os << " " << descs[p].name;
+      os << " */\n";
+      k += b.params.size();
+    }
+    os << "};\n\n";
+    os << "static const mfsdp_bucket_offsets mfsdp_bucket_staging[" << buckets.size()
+       << "] = {\n";
+    for (const mfsdp_bucket_offsets &o : memory.buckets)
+      os << "  {" << o.gather << ", " << o.gather_backward << ", " << o.reduce << "},\n";
+    os << "};\n\n";
+  }
   os << "static const mfsdp_memory_plan mfsdp_the_memory = {\n"
      << "  .num_shard_ranks = " << plan.dp_shard << ",\n"
      << "  .arena_bytes = mfsdp_arena_bytes,\n"
@@ -401,6 +458,8 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
   // Only when set: a library without prefetch reads as before.
   if (memoryPlan.prefetch)
     os << "  .prefetch = " << memoryPlan.prefetch << ",\n";
+  if (!buckets.empty())
+    os << "  .buckets = mfsdp_bucket_staging,\n";
   os << "};\n\n";
   os << "static const mfsdp_plan mfsdp_the_plan = {\n"
      << "  .hash = UINT64_C(" << llvm::format_hex(plan.hash, 18) << "),\n"
@@ -429,8 +488,11 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
      << "  .ns_split = " << plan.ns_split << ",\n"
      << "  .memory = &mfsdp_the_memory,\n"
      << "  .num_mesh_dims = " << plan.num_mesh_dims << ",\n"
-     << "  .mesh_dims = " << (meshDims.empty() ? "0" : "mfsdp_mesh") << ",\n"
-     << "};\n\n";
+     << "  .mesh_dims = " << (meshDims.empty() ? "0" : "mfsdp_mesh") << ",\n";
+  if (!buckets.empty())
+    os << "  .num_buckets = " << buckets.size() << ",\n"
+       << "  .buckets = mfsdp_buckets,\n";
+  os << "};\n\n";
   os << "const mfsdp_plan *mfsdp_step_plan(void) { return &mfsdp_the_plan; }\n\n"
      << "mfsdp_status mfsdp_step_create(mfsdp_step **out) {\n"
      << "  return mfsdp_create(&mfsdp_the_plan, out);\n"
@@ -463,5 +525,7 @@ void mfsdp::registerEmitTranslations() {
         options.prefetch = prefetch;
         return emitStepLibrarySource(module, os, options);
       },
-      [](DialectRegistry &registry) { registry.insert<PlanDialect>(); });
+      [](DialectRegistry &registry) {
+        registry.insert<PlanDialect, sched::SchedDialect>();
+      });
 }

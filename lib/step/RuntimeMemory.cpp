@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 
 namespace mfsdp::step {
 
@@ -58,15 +59,33 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
   Step s;
   s.name = "runtime memory";
   s.world = S;
-  // buffer index per parameter and kind (-1: none).
+  auto rounded = [&](int64_t bytes) {
+    return (bytes + alignment - 1) / alignment * alignment;
+  };
+  // Buffer index per parameter and kind (-1: none) and the parameter's byte
+  // offset in it (members of a bucket share one buffer per kind).
   std::vector<std::array<int64_t, NumKinds>> index(plan.num_params);
+  std::vector<std::array<int64_t, NumKinds>> within(plan.num_params);
   std::vector<std::vector<int32_t>> unitParams(plan.num_units);
   int64_t largestWhole = 0;
   bool blockShards = false;
   std::vector<bool> secondCopy; // per buffer: ZeRO-3's backward gather
+  auto addBuffer = [&](std::string name, int64_t bytes, bool persistent,
+                       int64_t onlyRank, bool second) {
+    Buffer b;
+    b.name = std::move(name);
+    b.bytes = static_cast<double>(bytes);
+    b.persistent = persistent;
+    b.onlyRank = onlyRank;
+    s.buffers.push_back(std::move(b));
+    secondCopy.push_back(second);
+    return static_cast<int64_t>(s.buffers.size()) - 1;
+  };
+  std::vector<runtime::BufferFloats> sizes(plan.num_params);
   for (int32_t i = 0; i < plan.num_params; ++i) {
     const mfsdp_param_desc &d = plan.params[i];
     index[i].fill(-1);
+    within[i].fill(0);
     if (d.unit < 0 || d.unit >= plan.num_units || d.rows < 1 || d.cols < 1 ||
         (d.placement == MFSDP_OWNER && (d.owner < 0 || d.owner >= S))) {
       out.error = fmt::format("invalid plan entry for parameter {} ('{}')", i,
@@ -78,48 +97,135 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
     // shards: rank 0, which keeps the most blocks).
     const int64_t holder = d.placement == MFSDP_OWNER ? d.owner : 0;
     blockShards |= d.placement == MFSDP_BLOCK_SHARD;
-    const runtime::BufferFloats f = runtime::bufferFloats(d, S, holder);
+    sizes[i] = runtime::bufferFloats(d, S, holder);
+    // The staging buffer holds a whole (padded) tensor.
+    largestWhole = std::max(largestWhole, sizes[i].full);
+  }
+  auto kindFloats = [&](int32_t i, int k) {
+    const runtime::BufferFloats &f = sizes[i];
     // ZeRO-1/2 keep one gathered copy all step; ZeRO-3 gathers one for
     // forward and one for backward, each with its own lifetime.
     const int64_t floats[NumKinds] = {f.master,    f.expAvg, f.expAvgSq,
                                       f.gradShard, f.full,   zero3 ? f.full : 0,
                                       f.grad};
-    // The staging buffer holds a whole (padded) tensor.
-    largestWhole = std::max(largestWhole, f.full);
+    return floats[k];
+  };
+  auto persistentKind = [&](int k) {
+    return k < Full || (k == Full && !zero3) || (k == Grad && keepGrads);
+  };
+
+  // Buckets: each member's buffers of the kinds the bucket's collectives
+  // read or write in one piece lie in one buffer, in bucket order (row
+  // shards: master and grad_shard; owners: full, full_backward and grad,
+  // and each owner's master and grad_shard), every member at an aligned
+  // offset, so that the gaps are the same wherever the layout repeats.
+  // Row-shard buckets get staging buffers for every rank's chunk.
+  const int32_t B = plan.num_buckets > 0 && plan.buckets ? plan.num_buckets : 0;
+  std::vector<int32_t> bucketOf(plan.num_params, -1);
+  std::vector<std::array<int64_t, 3>> staged(B, {-1, -1, -1});
+  for (int32_t b = 0; b < B; ++b) {
+    const mfsdp_bucket &k = plan.buckets[b];
+    if (k.num_params < 1 || !k.params ||
+        (k.placement != MFSDP_ROW_SHARD && k.placement != MFSDP_OWNER)) {
+      out.error = fmt::format("invalid bucket {}: expected members and a "
+                              "placement MFSDP_ROW_SHARD or MFSDP_OWNER", b);
+      return out;
+    }
+    for (int32_t j = 0; j < k.num_params; ++j) {
+      const int32_t i = k.params[j];
+      if (i < 0 || i >= plan.num_params || bucketOf[i] >= 0 ||
+          plan.params[i].unit != k.unit || plan.params[i].placement != k.placement ||
+          (k.placement == MFSDP_OWNER && j > 0 &&
+           plan.params[k.params[j - 1]].owner > plan.params[i].owner)) {
+        out.error = fmt::format(
+            "invalid bucket {}: member {} (parameter {}) is out of range, in "
+            "another bucket, of another unit or placement, or out of owner order",
+            b, j, i);
+        return out;
+      }
+      bucketOf[i] = b;
+    }
+    const bool rows = k.placement == MFSDP_ROW_SHARD;
+    auto group = [&](int kind, int64_t onlyRank) {
+      int64_t bytes = 0;
+      for (int32_t j = 0; j < k.num_params; ++j) {
+        const int32_t i = k.params[j];
+        if (onlyRank >= 0 && plan.params[i].owner != onlyRank)
+          continue;
+        within[i][kind] = bytes;
+        bytes += rounded(kindFloats(i, kind) * static_cast<int64_t>(sizeof(float)));
+      }
+      if (bytes == 0)
+        return;
+      const int64_t buffer =
+          addBuffer(fmt::format("bucket {} {}", b, kKindNames[kind]), bytes,
+                    persistentKind(kind), onlyRank, kind == FullBackward);
+      for (int32_t j = 0; j < k.num_params; ++j) {
+        const int32_t i = k.params[j];
+        if (onlyRank < 0 || plan.params[i].owner == onlyRank)
+          index[i][kind] = buffer;
+      }
+    };
+    if (rows) {
+      group(Master, -1);
+      group(GradShard, -1);
+      const int64_t chunk = static_cast<int64_t>(s.buffers[index[k.params[0]][Master]].bytes);
+      staged[b][0] = addBuffer(fmt::format("bucket {} gather staging", b), S * chunk,
+                               false, -1, false);
+      if (zero3)
+        staged[b][1] = addBuffer(fmt::format("bucket {} backward gather staging", b),
+                                 S * chunk, false, -1, true);
+      staged[b][2] = addBuffer(fmt::format("bucket {} reduce staging", b), S * chunk,
+                               false, -1, false);
+    } else {
+      for (int64_t r = 0; r < S; ++r) {
+        group(Master, r);
+        group(GradShard, r);
+      }
+      group(Full, -1);
+      group(FullBackward, -1);
+      group(Grad, -1);
+    }
+  }
+  for (int32_t i = 0; i < plan.num_params; ++i) {
+    const mfsdp_param_desc &d = plan.params[i];
     for (int k = 0; k < NumKinds; ++k) {
-      if (floats[k] <= 0)
+      const int64_t floats = kindFloats(i, k);
+      if (floats <= 0 || index[i][k] >= 0)
         continue;
-      Buffer b;
-      b.name = fmt::format("{} {}", d.name ? d.name : "", kKindNames[k]);
-      b.bytes = static_cast<double>(floats[k]) * sizeof(float);
       const bool local = k < Full;
-      b.persistent = local || (k == Full && !zero3) || (k == Grad && keepGrads);
-      b.onlyRank = local && d.placement == MFSDP_OWNER ? d.owner : -1;
-      index[i][k] = static_cast<int64_t>(s.buffers.size());
-      s.buffers.push_back(std::move(b));
-      secondCopy.push_back(k == FullBackward);
+      index[i][k] = addBuffer(fmt::format("{} {}", d.name ? d.name : "", kKindNames[k]),
+                              floats * static_cast<int64_t>(sizeof(float)),
+                              persistentKind(k),
+                              local && d.placement == MFSDP_OWNER ? d.owner : -1,
+                              k == FullBackward);
     }
   }
   int64_t staging = -1;
-  if (largestWhole > 0) {
-    Buffer b;
-    b.name = "staging";
-    b.bytes = static_cast<double>(largestWhole) * sizeof(float);
+  if (largestWhole > 0)
     // Block shards reorder their packed blocks through it in every gather
     // and reduction, inside the hooks: then it is kept all run.
-    b.persistent = blockShards;
-    staging = static_cast<int64_t>(s.buffers.size());
-    s.buffers.push_back(std::move(b));
-    secondCopy.push_back(false);
-  }
+    staging = addBuffer("staging", largestWhole * static_cast<int64_t>(sizeof(float)),
+                        blockShards, -1, false);
+  // Allocated and freed once however many members name a shared buffer.
+  std::vector<bool> live(s.buffers.size(), false);
   auto op = [&](OpKind kind, int64_t buffer) {
-    if (buffer < 0 || s.buffers[buffer].persistent)
+    if (buffer < 0 || s.buffers[buffer].persistent ||
+        live[buffer] == (kind == OpKind::Alloc))
       return;
+    live[buffer] = kind == OpKind::Alloc;
     Op o;
     o.kind = kind;
     o.name = kind == OpKind::Alloc ? "alloc" : "free";
     o.writes = {buffer};
     s.ops.push_back(std::move(o));
+  };
+  // A parameter's gathered copy (kind Full or FullBackward) or gradient,
+  // with its bucket's staging buffer.
+  auto both = [&](OpKind kind, int32_t p, int k) {
+    op(kind, index[p][k]);
+    if (bucketOf[p] >= 0)
+      op(kind, staged[bucketOf[p]][k == Full ? 0 : k == FullBackward ? 1 : 2]);
   };
   // Forward, units in order; backward in reverse, a unit's gathered copy
   // (the recomputation's or the backward gather's) and its gradients
@@ -133,36 +239,36 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
   for (int32_t u = 0; u < N; ++u) {
     if (!ahead || u == 0)
       for (int32_t p : unitParams[u])
-        op(OpKind::Alloc, index[p][Full]);
+        both(OpKind::Alloc, p, Full);
     if (ahead && u + 1 < N)
       for (int32_t p : unitParams[u + 1])
-        op(OpKind::Alloc, index[p][Full]);
+        both(OpKind::Alloc, p, Full);
     for (int32_t p : unitParams[u])
-      op(OpKind::Free, index[p][Full]);
+      both(OpKind::Free, p, Full);
   }
   for (int32_t u = N; u-- > 0;) {
     for (int32_t p : unitParams[u]) {
       if (!ahead || u == N - 1)
-        op(OpKind::Alloc, index[p][FullBackward]);
-      op(OpKind::Alloc, index[p][Grad]);
+        both(OpKind::Alloc, p, FullBackward);
+      both(OpKind::Alloc, p, Grad);
     }
     if (ahead && u > 0)
       for (int32_t p : unitParams[u - 1])
-        op(OpKind::Alloc, index[p][FullBackward]);
+        both(OpKind::Alloc, p, FullBackward);
     // With prefetch the reduction of unit u runs until post_backward(u - 1)
     // (which waits for it before starting its own): unit u's backward copy
     // and gradients are freed there, unit 0's after the backward.
     const int32_t freed = ahead ? u + 1 : u;
     if (freed < N)
       for (int32_t p : unitParams[freed]) {
-        op(OpKind::Free, index[p][FullBackward]);
-        op(OpKind::Free, index[p][Grad]);
+        both(OpKind::Free, p, FullBackward);
+        both(OpKind::Free, p, Grad);
       }
   }
   if (ahead && N > 0)
     for (int32_t p : unitParams[0]) {
-      op(OpKind::Free, index[p][FullBackward]);
-      op(OpKind::Free, index[p][Grad]);
+      both(OpKind::Free, p, FullBackward);
+      both(OpKind::Free, p, Grad);
     }
   op(OpKind::Alloc, staging);
   op(OpKind::Free, staging);
@@ -172,23 +278,88 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
   for (int32_t i = 0; i < plan.num_params; ++i) {
     for (int k = 0; k < NumKinds; ++k)
       field(out.params[i], k) =
-          index[i][k] >= 0 ? s.buffers[index[i][k]].offset : -1;
+          index[i][k] >= 0 ? s.buffers[index[i][k]].offset + within[i][k] : -1;
     if (!zero3) // one gathered copy for the whole step
       out.params[i].full_backward = out.params[i].full;
   }
   out.staging = staging >= 0 ? s.buffers[staging].offset : -1;
-  auto rounded = [&](double bytes) {
-    const int64_t b = static_cast<int64_t>(bytes);
-    return (b + alignment - 1) / alignment * alignment;
-  };
+  for (int32_t b = 0; b < B; ++b) {
+    mfsdp_bucket_offsets o{-1, -1, -1};
+    int64_t *at[3] = {&o.gather, &o.gather_backward, &o.reduce};
+    for (int j = 0; j < 3; ++j)
+      if (staged[b][j] >= 0)
+        *at[j] = s.buffers[staged[b][j]].offset;
+    out.buckets.push_back(o);
+  }
   out.arenaBytes.assign(S, 0);
   out.unsharedBytes.assign(S, 0);
   for (int64_t r = 0; r < S; ++r) {
     out.arenaBytes[r] = static_cast<int64_t>(placed.arenaBytes[r]);
     for (size_t b = 0; b < s.buffers.size(); ++b)
       if (!secondCopy[b] && (s.buffers[b].onlyRank < 0 || s.buffers[b].onlyRank == r))
-        out.unsharedBytes[r] += rounded(s.buffers[b].bytes);
+        out.unsharedBytes[r] += rounded(static_cast<int64_t>(s.buffers[b].bytes));
   }
+  return out;
+}
+
+std::vector<RuntimeBucket> runtimeBuckets(const Step &step, const mfsdp_plan &plan) {
+  std::map<std::string, int32_t> byName;
+  for (int32_t i = 0; i < plan.num_params && plan.params; ++i)
+    if (plan.params[i].name)
+      byName.emplace(plan.params[i].name, i);
+  std::vector<bool> taken(plan.num_params, false);
+  std::vector<RuntimeBucket> out;
+  for (const Op &op : step.ops) {
+    if (op.kind != OpKind::Collective || op.params.size() < 2 ||
+        (op.coll != CollKind::ReduceScatter && op.coll != CollKind::ReduceScatterV &&
+         op.coll != CollKind::AllReduce) ||
+        op.meshAxes != std::vector<std::string>{"dp_shard"})
+      continue;
+    // ZeRO-1 all-reduces the gradients (the runtime reduce-scatters them
+    // all the same): the members' placement says which bucket.
+    int32_t placement =
+        op.coll == CollKind::ReduceScatter ? MFSDP_ROW_SHARD : MFSDP_OWNER;
+    if (op.coll == CollKind::AllReduce) {
+      auto it = byName.find(op.params.front());
+      if (it == byName.end())
+        continue;
+      placement = plan.params[it->second].placement;
+      if (placement != MFSDP_ROW_SHARD && placement != MFSDP_OWNER)
+        continue;
+    }
+    std::map<int32_t, RuntimeBucket> perUnit;
+    for (const std::string &name : op.params) {
+      auto it = byName.find(name);
+      if (it == byName.end() || taken[it->second])
+        continue;
+      const mfsdp_param_desc &d = plan.params[it->second];
+      if (d.placement != placement)
+        continue;
+      RuntimeBucket &b = perUnit[d.unit];
+      b.unit = d.unit;
+      b.placement = placement;
+      b.params.push_back(it->second);
+    }
+    for (auto &[unit, b] : perUnit) {
+      if (b.params.size() < 2)
+        continue;
+      if (placement == MFSDP_OWNER)
+        std::stable_sort(b.params.begin(), b.params.end(), [&](int32_t x, int32_t y) {
+          return plan.params[x].owner < plan.params[y].owner;
+        });
+      for (int32_t p : b.params)
+        taken[p] = true;
+      out.push_back(std::move(b));
+    }
+  }
+  return out;
+}
+
+std::vector<mfsdp_bucket> bucketViews(const std::vector<RuntimeBucket> &buckets) {
+  std::vector<mfsdp_bucket> out;
+  for (const RuntimeBucket &b : buckets)
+    out.push_back({b.unit, b.placement, static_cast<int32_t>(b.params.size()),
+                   b.params.data()});
   return out;
 }
 

@@ -62,6 +62,7 @@ struct ParamState {
   bool gradLive = false;      // grad handed out (pre_backward ran)
   bool gradReduced = false;   // gradShard holds a reduced gradient
   int32_t nsReplica = -1;     // ns_split: the replica that steps it (-1: all)
+  int32_t bucket = -1;        // the plan's bucket it is in (-1: none)
   int64_t elements() const { return desc.rows * desc.cols; }
 };
 
@@ -85,6 +86,33 @@ std::string blockProblem(const mfsdp_param_desc &d) {
   return "";
 }
 
+/// A bucket of the plan (mfsdp_bucket) as this rank runs it.
+struct BucketState {
+  std::vector<int32_t> members;
+  int32_t unit = -1;
+  bool rows = false; // MFSDP_ROW_SHARD; else MFSDP_OWNER
+  // Row shards: one rank's chunk (floats) and each member's place in it.
+  int64_t chunk = 0;
+  std::vector<int64_t> rel;
+  bool gaps = false; // the chunk has alignment gaps between members
+  // Owners: each rank's span (floats) of the gathered buffer, and the
+  // first member this rank owns (-1: none).
+  std::vector<int64_t> counts;
+  int32_t firstMine = -1;
+  int64_t mine = 0;
+  mfsdp_bucket_offsets stagingAt{-1, -1, -1};
+  float *staging = nullptr; // a row-shard gather or reduction in flight
+  int64_t stagingAtNow = -1;
+};
+
+/// A collective started and not yet waited for: one parameter's or one
+/// bucket's.
+struct Started {
+  int32_t param = -1;
+  int32_t bucket = -1;
+  CommHandle handle = 0;
+};
+
 } // namespace
 
 struct mfsdp_step {
@@ -107,7 +135,7 @@ struct mfsdp_step {
   /// that touches buffers, so no collective is ever left unwaited and every
   /// rank waits in the same order.
   int32_t prefetchUnit = -1;
-  std::vector<std::pair<int32_t, CommHandle>> prefetchStarted;
+  std::vector<Started> prefetchStarted;
   /// Gradient reduction in flight (with prefetch 1, overlapped with the
   /// previous unit's backward): the unit post_backward left it running for
   /// (-1: none) and each parameter's started collective. Completed
@@ -115,7 +143,10 @@ struct mfsdp_step {
   /// transient gradients released) by the next post_backward before its own
   /// reduction, or by any call that needs it (enter()).
   int32_t reduceUnit = -1;
-  std::vector<std::pair<int32_t, CommHandle>> reduceStarted;
+  std::vector<Started> reduceStarted;
+  /// The plan's buckets, and each unit's.
+  std::vector<BucketState> buckets;
+  std::vector<std::vector<int32_t>> unitBuckets;
   std::string error;
   bool created = false;    // mfsdp_create succeeded on every rank
   std::string createError; // why it did not
@@ -134,8 +165,9 @@ struct mfsdp_step {
     return memory && memory->prefetch == 1 && plan.zero >= 3;
   }
   bool prefetchPending(int32_t param) const {
-    for (const auto &started : prefetchStarted)
-      if (started.first == param)
+    for (const Started &started : prefetchStarted)
+      if (started.param == param ||
+          (started.bucket >= 0 && started.bucket == params[param].bucket))
         return true;
     return false;
   }
@@ -158,22 +190,29 @@ struct mfsdp_step {
   /// even after a failure; then the scaling, and the unit's gathered copy
   /// and transient gradient buffers are released.
   mfsdp_status completeReduction() {
-    std::vector<std::pair<int32_t, CommHandle>> started;
+    std::vector<Started> started;
     started.swap(reduceStarted);
     const int32_t unit = reduceUnit;
     reduceUnit = -1;
     const float scale = 1.f / static_cast<float>(S * R);
     mfsdp_status first = MFSDP_OK;
     std::string firstError;
-    for (const auto &[p, handle] : started) {
-      ParamState &ps = params[p];
-      mfsdp_status s = comm(backend->wait(handle),
-                            ("the reduction of '" + ps.name + "'").c_str());
+    for (const Started &st : started) {
+      const std::string what =
+          st.bucket >= 0 ? "the reduction of bucket " + std::to_string(st.bucket)
+                         : "the reduction of '" + params[st.param].name + "'";
+      mfsdp_status s = comm(backend->wait(st.handle), what.c_str());
       ++work.reduceWaits;
-      if (!s)
-        s = device(backend->scale(ps.gradShard, ps.localCount, scale), "scaling");
-      if (!s)
-        ps.gradReduced = true;
+      if (st.bucket >= 0)
+        releaseStaging(buckets[st.bucket]);
+      const std::vector<int32_t> one{st.param};
+      for (int32_t p : st.bucket >= 0 ? buckets[st.bucket].members : one) {
+        ParamState &ps = params[p];
+        if (!s)
+          s = device(backend->scale(ps.gradShard, ps.localCount, scale), "scaling");
+        if (!s)
+          ps.gradReduced = true;
+      }
       if (s && !first) {
         first = s;
         firstError = error;
@@ -199,9 +238,19 @@ struct mfsdp_step {
     if (!prefetching() || unit < 0 || unit >= plan.num_units ||
         !prefetchStarted.empty())
       return MFSDP_OK;
+    for (int32_t b : unitBuckets[unit]) {
+      if (bucketGathered(b))
+        continue;
+      CommHandle handle = 0;
+      if (auto s = gatherBucket(b, forBackward, &handle))
+        return s;
+      prefetchUnit = unit;
+      prefetchStarted.push_back({-1, b, handle});
+      ++work.prefetchStarts;
+    }
     for (int32_t p : unitParams[unit]) {
       ParamState &ps = params[p];
-      if (ps.full || (ps.desc.placement != MFSDP_ROW_SHARD &&
+      if (ps.full || ps.bucket >= 0 || (ps.desc.placement != MFSDP_ROW_SHARD &&
                       ps.desc.placement != MFSDP_OWNER))
         continue;
       ps.fullAt = forBackward ? ps.at.full_backward : ps.at.full;
@@ -225,7 +274,7 @@ struct mfsdp_step {
         return comm(rc, "starting the prefetch all-gather");
       }
       prefetchUnit = unit;
-      prefetchStarted.emplace_back(p, handle);
+      prefetchStarted.push_back({p, -1, handle});
       ++work.prefetchStarts;
     }
     return MFSDP_OK;
@@ -234,30 +283,318 @@ struct mfsdp_step {
   /// Waits for the prefetch in flight, if any (then bf16 rounding). Every
   /// started collective is waited for, even after a failure.
   mfsdp_status completePrefetch() {
-    std::vector<std::pair<int32_t, CommHandle>> started;
+    std::vector<Started> started;
     started.swap(prefetchStarted);
     prefetchUnit = -1;
     mfsdp_status first = MFSDP_OK;
     std::string firstError;
-    for (const auto &[p, handle] : started) {
-      ParamState &ps = params[p];
-      mfsdp_status s = comm(backend->wait(handle),
-                            ("the prefetched all-gather of '" + ps.name + "'").c_str());
+    for (const Started &st : started) {
+      mfsdp_status s = MFSDP_OK;
+      if (st.bucket >= 0) {
+        s = comm(backend->wait(st.handle),
+                 ("the prefetched all-gather of bucket " + std::to_string(st.bucket))
+                     .c_str());
+        s = finishBucketGather(st.bucket, s);
+      } else {
+        ParamState &ps = params[st.param];
+        s = comm(backend->wait(st.handle),
+                 ("the prefetched all-gather of '" + ps.name + "'").c_str());
+        if (!s && ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
+          s = device(backend->roundToBF16(ps.full, ps.elements()), "bf16 rounding");
+        if (s)
+          releaseFull(ps);
+      }
       ++work.prefetchWaits;
-      if (!s && ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
-        s = device(backend->roundToBF16(ps.full, ps.elements()), "bf16 rounding");
-      if (s) {
-        releaseFull(ps);
-        if (!first) {
-          first = s;
-          firstError = error;
-        }
+      if (s && !first) {
+        first = s;
+        firstError = error;
       }
     }
     if (first)
       error = firstError;
     return first;
   }
+
+  /// A row-shard bucket's staging buffer for a gather (forward or
+  /// backward) or a reduction: `which` 0, 1 or 2 (mfsdp_bucket_offsets).
+  mfsdp_status placeStaging(BucketState &bs, int which, const std::string &what) {
+    const int64_t at[3] = {bs.stagingAt.gather, bs.stagingAt.gather_backward,
+                           bs.stagingAt.reduce};
+    bs.stagingAtNow = at[which];
+    return place(at[which], S * bs.chunk, bs.staging, what);
+  }
+  void releaseStaging(BucketState &bs) {
+    backend->release(bs.staging);
+    bs.staging = nullptr;
+  }
+
+  /// Whether every member of bucket `b` has its gathered copy (a load
+  /// releases one member's: the whole bucket is gathered again).
+  bool bucketGathered(int32_t b) const {
+    for (int32_t p : buckets[b].members)
+      if (!params[p].full)
+        return false;
+    return true;
+  }
+
+  /// Gathers bucket `b` into its members' gathered copies (for backward:
+  /// the memory plan's backward places): one all-gather of every rank's
+  /// chunk into staging (row shards) or one all-gather-v straight into the
+  /// copies (owners). With `handle` it is only started, and
+  /// finishBucketGather completes it after the wait.
+  mfsdp_status gatherBucket(int32_t b, bool forBackward, CommHandle *handle) {
+    BucketState &bs = buckets[b];
+    const std::string what = "bucket " + std::to_string(b) + " (unit " +
+                             std::to_string(bs.unit) + ")";
+    for (int32_t p : bs.members)
+      releaseFull(params[p]);
+    for (int32_t p : bs.members) {
+      ParamState &ps = params[p];
+      ps.fullAt = forBackward ? ps.at.full_backward : ps.at.full;
+      if (auto s = place(ps.fullAt, ps.fullSize, ps.full,
+                         "the gathered '" + ps.name + "'" +
+                             (forBackward ? " for backward" : ""))) {
+        for (int32_t q : bs.members)
+          releaseFull(params[q]);
+        return s;
+      }
+    }
+    ParamState &first = params[bs.members.front()];
+    int rc = 0;
+    if (bs.rows) {
+      if (auto s = placeStaging(bs, forBackward && plan.zero >= 3 ? 1 : 0,
+                                "the gather staging of " + what)) {
+        for (int32_t q : bs.members)
+          releaseFull(params[q]);
+        return s;
+      }
+      rc = handle ? backend->startAllGather(Group::Shard, first.master, bs.staging,
+                                            bs.chunk, *handle)
+                  : backend->allGather(Group::Shard, first.master, bs.staging, bs.chunk);
+    } else {
+      const float *send = bs.firstMine >= 0 ? params[bs.firstMine].master : nullptr;
+      rc = handle ? backend->startAllGatherV(Group::Shard, send, first.full, bs.counts,
+                                             *handle)
+                  : backend->allGatherV(Group::Shard, send, first.full, bs.counts);
+    }
+    ++work.bucketGathers;
+    mfsdp_status s = comm(rc, ((handle ? "starting the all-gather of "
+                                       : "the all-gather of ") + what).c_str());
+    if (s || !handle)
+      return finishBucketGather(b, s);
+    return MFSDP_OK;
+  }
+
+  /// After a bucket's all-gather (status `s`): row shards unpacked from
+  /// staging, bf16 rounding; on failure the copies are released.
+  mfsdp_status finishBucketGather(int32_t b, mfsdp_status s) {
+    BucketState &bs = buckets[b];
+    for (size_t j = 0; j < bs.members.size(); ++j) {
+      ParamState &ps = params[bs.members[j]];
+      if (!s && bs.rows)
+        s = device(backend->copy2D(ps.full, ps.localSize, bs.staging + bs.rel[j],
+                                   bs.chunk, ps.localSize, S),
+                   "unpacking bucket " + std::to_string(b));
+      if (!s && ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
+        s = device(backend->roundToBF16(ps.full, ps.elements()), "bf16 rounding");
+    }
+    if (bs.rows)
+      releaseStaging(bs);
+    if (s)
+      for (int32_t p : bs.members)
+        releaseFull(params[p]);
+    return s;
+  }
+
+  /// Reduces bucket `b`'s gradients into the members' shards: row shards
+  /// packed by rank into staging, one reduce-scatter into the grad_shard
+  /// span; owners one reduce-scatter-v from the gradient span. With
+  /// `handle` (dp_replicate 1) it is only started; completeReduction
+  /// scales. Otherwise HSDP's all-reduce over replicas and the scaling
+  /// follow here.
+  mfsdp_status reduceBucket(int32_t b, CommHandle *handle) {
+    BucketState &bs = buckets[b];
+    const std::string what = "bucket " + std::to_string(b) + " (unit " +
+                             std::to_string(bs.unit) + ")";
+    for (int32_t p : bs.members) {
+      ParamState &ps = params[p];
+      if (ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
+        if (auto s = device(backend->roundToBF16(ps.grad, ps.elements()), "bf16 rounding"))
+          return s;
+    }
+    ParamState &first = params[bs.members.front()];
+    float *shards = nullptr; // this rank's grad_shard span
+    int64_t count = 0;
+    int rc = 0;
+    if (bs.rows) {
+      if (auto s = placeStaging(bs, 2, "the reduce staging of " + what))
+        return s;
+      mfsdp_status s = MFSDP_OK;
+      if (bs.gaps)
+        s = device(backend->zero(bs.staging, S * bs.chunk), "zero-fill");
+      for (size_t j = 0; !s && j < bs.members.size(); ++j) {
+        ParamState &ps = params[bs.members[j]];
+        s = device(backend->copy2D(bs.staging + bs.rel[j], bs.chunk, ps.grad, ps.localSize,
+                                   ps.localSize, S),
+                   "packing bucket " + std::to_string(b));
+      }
+      if (s) {
+        releaseStaging(bs);
+        return s;
+      }
+      shards = first.gradShard;
+      count = bs.chunk;
+      rc = handle ? backend->startReduceScatter(Group::Shard, bs.staging, shards, count,
+                                                *handle)
+                  : backend->reduceScatter(Group::Shard, bs.staging, shards, count);
+    } else {
+      shards = bs.firstMine >= 0 ? params[bs.firstMine].gradShard : nullptr;
+      count = bs.mine;
+      rc = handle ? backend->startReduceScatterV(Group::Shard, first.grad, shards,
+                                                 bs.counts, *handle)
+                  : backend->reduceScatterV(Group::Shard, first.grad, shards, bs.counts);
+    }
+    ++work.bucketReductions;
+    mfsdp_status s = comm(rc, ((handle ? "starting the reduce-scatter of "
+                                       : "the reduce-scatter of ") + what).c_str());
+    if (handle && !s)
+      return MFSDP_OK; // staging released by completeReduction
+    if (bs.rows)
+      releaseStaging(bs);
+    if (s)
+      return s;
+    if (R > 1)
+      // Every rank calls it, with nothing when it keeps nothing.
+      if (auto st = comm(backend->allReduce(Group::Replicate, shards, count),
+                         ("the all-reduce over replicas of " + what).c_str()))
+        return st;
+    const float scale = 1.f / static_cast<float>(S * R);
+    for (int32_t p : bs.members) {
+      ParamState &ps = params[p];
+      if (auto st = device(backend->scale(ps.gradShard, ps.localCount, scale), "scaling"))
+        return st;
+      ps.gradReduced = true;
+    }
+    return MFSDP_OK;
+  }
+
+  /// Checks the plan's buckets against the parameters and the memory
+  /// plan's offsets (mfsdp_bucket) and lays them out for this rank; a
+  /// message in `error` when they do not fit.
+  mfsdp_status layOutBuckets() {
+    unitBuckets.assign(plan.num_units, {});
+    if (plan.num_buckets == 0 && !plan.buckets)
+      return MFSDP_OK;
+    auto bad = [&](std::string why) {
+      return fail(MFSDP_ERROR_PLAN, "invalid plan: " + why);
+    };
+    if (plan.num_buckets < 0 || (plan.num_buckets > 0 && !plan.buckets))
+      return bad("num_buckets is " + std::to_string(plan.num_buckets) +
+                 " with buckets " + (plan.buckets ? "set" : "NULL"));
+    if (!memory || !memory->buckets)
+      return bad("buckets need the static memory plan, with their staging "
+                 "offsets (mfsdp_memory_plan.buckets), which lays their "
+                 "members out in one piece");
+    auto off = [](int64_t bytes) { return bytes / static_cast<int64_t>(sizeof(float)); };
+    for (int32_t b = 0; b < plan.num_buckets; ++b) {
+      const mfsdp_bucket &k = plan.buckets[b];
+      const std::string name = "bucket " + std::to_string(b);
+      if (k.unit < 0 || k.unit >= plan.num_units || k.num_params < 1 || !k.params ||
+          (k.placement != MFSDP_ROW_SHARD && k.placement != MFSDP_OWNER))
+        return bad(name + " needs a unit in [0, " + std::to_string(plan.num_units) +
+                   "), members, and placement MFSDP_ROW_SHARD or MFSDP_OWNER");
+      BucketState bs;
+      bs.unit = k.unit;
+      bs.rows = k.placement == MFSDP_ROW_SHARD;
+      bs.stagingAt = memory->buckets[b];
+      for (int32_t j = 0; j < k.num_params; ++j) {
+        const int32_t p = k.params[j];
+        if (p < 0 || p >= plan.num_params)
+          return bad(name + " names parameter " + std::to_string(p) + ", out of range");
+        ParamState &ps = params[p];
+        if (ps.bucket >= 0)
+          return bad("'" + ps.name + "' is in bucket " + std::to_string(ps.bucket) +
+                     " and in " + name);
+        if (ps.desc.unit != k.unit || ps.desc.placement != k.placement)
+          return bad("'" + ps.name + "' (unit " + std::to_string(ps.desc.unit) +
+                     ") is in " + name + " of unit " + std::to_string(k.unit) +
+                     " and another placement or unit");
+        if (!bs.rows && j > 0 && params[bs.members.back()].desc.owner > ps.desc.owner)
+          return bad(name + " is not ordered by owner at '" + ps.name + "'");
+        ps.bucket = b;
+        bs.members.push_back(p);
+      }
+      // Offsets relative to the first member, in floats; each kind's must
+      // repeat the reference layout.
+      auto rel = [&](int32_t p, int64_t mfsdp_param_offsets::*f, int32_t base) {
+        return off(params[p].at.*f - params[base].at.*f);
+      };
+      const int32_t m0 = bs.members.front();
+      int64_t end = 0;
+      if (bs.rows) {
+        for (int32_t p : bs.members) {
+          const int64_t r = rel(p, &mfsdp_param_offsets::master, m0);
+          if (r < end || rel(p, &mfsdp_param_offsets::grad_shard, m0) != r)
+            return bad("the memory plan does not lay out " + name +
+                       "'s masters and reduced gradients in one piece, in order, "
+                       "at the same distances ('" + params[p].name + "')");
+          bs.gaps |= r != end;
+          bs.rel.push_back(r);
+          end = r + params[p].localSize;
+        }
+        bs.chunk = end;
+        if (bs.stagingAt.gather < 0 || bs.stagingAt.reduce < 0 ||
+            (plan.zero >= 3 && bs.stagingAt.gather_backward < 0))
+          return bad("the memory plan has no staging buffers for " + name);
+      } else {
+        bs.counts.assign(S, 0);
+        std::vector<int64_t> start(S, -1);
+        for (int32_t p : bs.members) {
+          const ParamState &ps = params[p];
+          const int64_t r = rel(p, &mfsdp_param_offsets::full, m0);
+          const int32_t o = ps.desc.owner;
+          if (start[o] < 0)
+            start[o] = r;
+          if (r < end || rel(p, &mfsdp_param_offsets::grad, m0) != r ||
+              (plan.zero >= 3 && rel(p, &mfsdp_param_offsets::full_backward, m0) != r))
+            return bad("the memory plan does not lay out " + name +
+                       "'s gathered copies and gradients in one piece, in owner "
+                       "order, at the same distances ('" + ps.name + "')");
+          end = r + ps.elements();
+        }
+        // Each owner's span runs from its first member to the next owner's.
+        int64_t next = end;
+        for (int32_t o = static_cast<int32_t>(S) - 1; o >= 0; --o)
+          if (start[o] >= 0) {
+            bs.counts[o] = next - start[o];
+            next = start[o];
+          }
+        for (int32_t p : bs.members) {
+          const ParamState &ps = params[p];
+          const int32_t o = ps.desc.owner;
+          int32_t firstOfOwner = -1;
+          for (int32_t q : bs.members)
+            if (params[q].desc.owner == o) {
+              firstOfOwner = q;
+              break;
+            }
+          const int64_t r = rel(p, &mfsdp_param_offsets::full, m0) - start[o];
+          if (rel(p, &mfsdp_param_offsets::master, firstOfOwner) != r ||
+              rel(p, &mfsdp_param_offsets::grad_shard, firstOfOwner) != r)
+            return bad("the memory plan does not lay out owner " + std::to_string(o) +
+                       "'s masters and reduced gradients of " + name +
+                       " as they lie in its gathered copy ('" + ps.name + "')");
+          if (o == shardRank && bs.firstMine < 0)
+            bs.firstMine = p;
+        }
+        bs.mine = bs.counts[shardRank];
+      }
+      unitBuckets[k.unit].push_back(b);
+      buckets.push_back(std::move(bs));
+    }
+    return MFSDP_OK;
+  }
+
 
   mfsdp_status fail(mfsdp_status s, std::string message) {
     error = std::move(message);
@@ -506,9 +843,13 @@ struct mfsdp_step {
   /// Gathers a unit's parameters (for its backward: where the memory plan
   /// puts the backward gather).
   mfsdp_status gather(int32_t unit, bool forBackward = false) {
+    for (int32_t b : unitBuckets[unit])
+      if (!bucketGathered(b))
+        if (auto s = gatherBucket(b, forBackward, nullptr))
+          return s;
     for (int32_t p : unitParams[unit]) {
       ParamState &ps = params[p];
-      if (ps.full)
+      if (ps.full || ps.bucket >= 0)
         continue;
       ps.fullAt = forBackward ? ps.at.full_backward : ps.at.full;
       if (auto s = place(ps.fullAt, ps.fullSize, ps.full,
@@ -546,8 +887,20 @@ struct mfsdp_step {
   /// (work between two collectives) are reduced here.
   mfsdp_status reduce(int32_t unit, bool async = false) {
     const float scale = 1.f / static_cast<float>(S * R);
+    for (int32_t b : unitBuckets[unit]) {
+      CommHandle handle = 0;
+      const bool start = async && R == 1;
+      if (auto s = reduceBucket(b, start ? &handle : nullptr))
+        return s;
+      if (start) {
+        reduceStarted.push_back({-1, b, handle});
+        ++work.reduceStarts;
+      }
+    }
     for (int32_t p : unitParams[unit]) {
       ParamState &ps = params[p];
+      if (ps.bucket >= 0)
+        continue;
       const int64_t n = ps.elements();
       if (ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
         if (auto s = device(backend->roundToBF16(ps.grad, n), "bf16 rounding"))
@@ -571,7 +924,7 @@ struct mfsdp_step {
         }
         if (auto s = comm(rc, "starting the reduction"))
           return s;
-        reduceStarted.emplace_back(p, handle);
+        reduceStarted.push_back({p, -1, handle});
         ++work.reduceStarts;
         continue;
       }
@@ -1050,6 +1403,8 @@ static mfsdp_status createRuntime(const mfsdp_plan *plan,
       step->unitParams[ps.desc.unit].push_back(i);
       step->params.push_back(std::move(ps));
     }
+    if (auto st = step->layOutBuckets())
+      return st;
     step->replicaRank = step->backend->rank(Group::Replicate);
     if (!step->assignNsReplicas())
       return step->fail(MFSDP_ERROR_PLAN, "invalid plan: ns_split is " +

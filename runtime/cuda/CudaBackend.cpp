@@ -174,6 +174,15 @@ public:
                                 compute_),
                 "cudaMemcpyAsync (device to device)");
   }
+  int copy2D(float *dst, int64_t dstPitch, const float *src, int64_t srcPitch,
+             int64_t width, int64_t height) override {
+    if (width <= 0 || height <= 0)
+      return 0;
+    return checkCuda(cudaMemcpy2DAsync(dst, bytes(dstPitch), src, bytes(srcPitch),
+                                       bytes(width), static_cast<size_t>(height),
+                                       cudaMemcpyDeviceToDevice, compute_),
+                     "cudaMemcpy2DAsync (device to device)");
+  }
   int zero(float *buf, int64_t count) override {
     if (count <= 0)
       return 0;

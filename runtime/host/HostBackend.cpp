@@ -99,6 +99,13 @@ public:
       std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(count));
     return 0;
   }
+  int copy2D(float *dst, int64_t dstPitch, const float *src, int64_t srcPitch,
+             int64_t width, int64_t height) override {
+    for (int64_t i = 0; i < height && width > 0; ++i)
+      std::memcpy(dst + i * dstPitch, src + i * srcPitch,
+                  sizeof(float) * static_cast<size_t>(width));
+    return 0;
+  }
   int zero(float *buf, int64_t count) override {
     if (count > 0)
       std::memset(buf, 0, sizeof(float) * static_cast<size_t>(count));

@@ -41,7 +41,9 @@
 #include "mfsdp/runtime.h"
 #include "mfsdp/runtime/Bootstrap.h"
 #include "mfsdp/runtime/Counters.h"
+#include "mfsdp/step/Builder.h"
 #include "mfsdp/step/RuntimeMemory.h"
+#include "mfsdp/step/Schedule.h"
 
 #include <mpi.h>
 
@@ -105,7 +107,7 @@ int main(int argc, char **argv) {
     if (rank == 0)
       std::fprintf(stderr, "usage: mfsdp-parity MESH POLICY ZERO MICROBATCHES "
                            "[recompute|restart|bf16|dynamic|ns_split|prefetch|"
-                           "blocks=RxC]\n");
+                           "buckets|blocks=RxC]\n");
     MPI_Finalize();
     return 2;
   }
@@ -114,7 +116,7 @@ int main(int argc, char **argv) {
   int zero = std::atoi(argv[3]);
   int64_t micro = std::atoll(argv[4]);
   bool recompute = false, restart = false, bf16 = false, dynamic = false;
-  bool nsSplit = false, prefetch = false;
+  bool nsSplit = false, prefetch = false, bucketed = false;
   std::vector<int64_t> blockShape; // blocks=RxC: block-shard the matrices
   for (int i = 5; i < argc; ++i) {
     if (std::strncmp(argv[i], "blocks=", 7) == 0) {
@@ -128,6 +130,7 @@ int main(int argc, char **argv) {
     dynamic |= std::strcmp(argv[i], "dynamic") == 0;
     nsSplit |= std::strcmp(argv[i], "ns_split") == 0;
     prefetch |= std::strcmp(argv[i], "prefetch") == 0;
+    bucketed |= std::strcmp(argv[i], "buckets") == 0;
     recompute |= std::strcmp(argv[i], "recompute") == 0;
     restart |= std::strcmp(argv[i], "restart") == 0;
     bf16 |= std::strcmp(argv[i], "bf16") == 0;
@@ -237,6 +240,26 @@ int main(int argc, char **argv) {
     plan.num_mesh_dims = static_cast<int32_t>(meshDims.size());
     plan.mesh_dims = meshDims.data();
   }
+  // Buckets as the compiler forms them: the step program of the plan, its
+  // collectives bucketed without a size limit (each unit's row shards in
+  // one bucket, its owned matrices in another).
+  std::vector<step::RuntimeBucket> buckets;
+  if (bucketed) {
+    std::vector<step::UnitCost> costs(pr.units.size());
+    step::BuildOptions build;
+    build.tokens = 1;
+    build.microbatches = micro;
+    step::Step program = step::buildStep(pr, opts, decisions, costs, build, "parity");
+    step::bucketCollectives(program, 0);
+    buckets = step::runtimeBuckets(program, plan);
+  }
+  const std::vector<mfsdp_bucket> bucketViews = step::bucketViews(buckets);
+  plan.num_buckets = static_cast<int32_t>(bucketViews.size());
+  plan.buckets = bucketViews.empty() ? nullptr : bucketViews.data();
+  std::vector<bool> inBucket(plan.num_params, false);
+  for (const step::RuntimeBucket &b : buckets)
+    for (int32_t p : b.params)
+      inBucket[p] = true;
   step::RuntimeMemoryPlan memory =
       step::planRuntimeMemory(plan, micro > 1, 256, prefetch ? 1 : 0);
   if (!memory.error.empty()) {
@@ -329,14 +352,19 @@ int main(int argc, char **argv) {
     // per microbatch, pre_forward(u) starts unit u + 1's gathers and
     // pre_backward(u) unit u - 1's, for row shards and owned matrices
     // (block shards and replicated tensors are gathered at their hook).
+    // A bucket's members share one collective.
     int64_t perMicro = 0;
-    if (prefetch && zero >= 3 && !dynamic)
+    if (prefetch && zero >= 3 && !dynamic) {
       for (int32_t i = 0; i < plan.num_params; ++i) {
         const mfsdp_param_desc &d = plan.params[i];
-        if (d.placement != MFSDP_ROW_SHARD && d.placement != MFSDP_OWNER)
+        if ((d.placement != MFSDP_ROW_SHARD && d.placement != MFSDP_OWNER) ||
+            inBucket[i])
           continue;
         perMicro += (d.unit >= 1) + (d.unit + 1 < plan.num_units);
       }
+      for (const step::RuntimeBucket &b : buckets)
+        perMicro += (b.unit >= 1) + (b.unit + 1 < plan.num_units);
+    }
     const int64_t wantStarts = stepsRun * micro * perMicro;
     expect(w.prefetchStarts == wantStarts && w.prefetchWaits == wantStarts,
            "prefetched gathers started / waited for on rank " +
@@ -352,9 +380,11 @@ int main(int argc, char **argv) {
     // shards and HSDP (dp_replicate > 1), which reduce synchronously; all
     // waited for (the last by optimizer_step).
     int64_t perStep = 0;
-    if (prefetch && zero >= 3 && !dynamic && mesh.replicate == 1)
+    if (prefetch && zero >= 3 && !dynamic && mesh.replicate == 1) {
       for (int32_t i = 0; i < plan.num_params; ++i)
-        perStep += plan.params[i].placement != MFSDP_BLOCK_SHARD;
+        perStep += plan.params[i].placement != MFSDP_BLOCK_SHARD && !inBucket[i];
+      perStep += static_cast<int64_t>(buckets.size());
+    }
     const int64_t wantReduces = stepsRun * perStep;
     if (prefetch && zero >= 3 && !dynamic && mesh.replicate == 1)
       expect(perStep > 0, "the plan has reductions to overlap");
@@ -364,6 +394,22 @@ int main(int argc, char **argv) {
                std::to_string(w.reduceStarts) + " / " +
                std::to_string(w.reduceWaits) + ", expected " +
                std::to_string(wantReduces));
+    // Buckets: one reduce-scatter(-v) per bucket per step; under ZeRO-3 one
+    // all-gather(-v) per bucket for each microbatch's forward and backward
+    // (a recomputation reuses the backward's), under ZeRO-1/2 at least the
+    // one after each optimizer step (loads gather again).
+    const int64_t nb = static_cast<int64_t>(buckets.size());
+    if (bucketed)
+      expect(nb > 0, "the step program has buckets of two parameters or more");
+    const int64_t wantGathers = zero >= 3 ? stepsRun * micro * 2 * nb : stepsRun * nb;
+    expect(w.bucketReductions == stepsRun * nb &&
+               (zero >= 3 ? w.bucketGathers == wantGathers
+                          : w.bucketGathers >= wantGathers),
+           "bucket reductions / gathers on rank " + std::to_string(rank) + " " + when +
+               ": " + std::to_string(w.bucketReductions) + " / " +
+               std::to_string(w.bucketGathers) + ", expected " +
+               std::to_string(stepsRun * nb) + " / " + (zero >= 3 ? "" : "at least ") +
+               std::to_string(wantGathers));
   };
 
   mfsdp_step *step = nullptr;

@@ -2,7 +2,7 @@
 //
 //   mfsdp-compile model.json --mesh=dp_shard=2 --policy=mixed_muon_adamw
 //                 [--zero=3] [--layouts="owner-strategy=..."] [--hf]
-//                 [--accumulate] [--prefetch]
+//                 [--accumulate] [--prefetch] [--bucket-mb=25]
 //                 -o libstep.so [--emit-c=step.c] [--emit-mlir=plan.mlir]
 //
 // Imports the graph (format 1, or a Hugging Face config.json with --hf),
@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 #include "dialects/plan/PlanDialect.h"
 #include "dialects/plan/PlanOps.h"
+#include "dialects/sched/SchedDialect.h"
 #include "mfsdp/emit/EmitStep.h"
 #include "mfsdp/import/PlanImport.h"
 #include "passes/Passes.h"
@@ -70,6 +71,13 @@ static cl::opt<bool> prefetchGathers(
              "all-gather in the current unit's pre-hook, so it runs while the "
              "trainer computes; the memory plan holds two units' gathered "
              "copies at once"));
+static cl::opt<int> bucketMB(
+    "bucket-mb",
+    cl::desc("Bucket the collectives (mfsdp-build-step, then "
+             "mfsdp-bucket-collectives): a unit's row-shard gathers and "
+             "reductions, and its owned matrices', in buckets of at most this "
+             "many MiB, one collective each; 0: one collective per parameter"),
+    cl::init(25));
 static cl::opt<std::string> cc("cc", cl::desc("The C compiler (default: $CC, else cc)"));
 static cl::opt<std::string> runtimeInclude("runtime-include",
                                            cl::desc("The runtime's include directory"),
@@ -133,8 +141,19 @@ int main(int argc, char **argv) {
     add("zero", std::to_string(zero));
   if (!layouts.empty())
     options += (options.empty() ? "" : " ") + layouts;
+  if (bucketMB < 0)
+    return fail("--bucket-mb must be 0 or more, got " + Twine(bucketMB.getValue()));
   mlir::PassManager pm(&ctx);
   std::string pipeline = "mfsdp-assign-layouts{" + options + "}";
+  // The step program, for its buckets (the unit costs do not change them:
+  // one token when the graph states no sequence length).
+  if (bucketMB > 0) {
+    ctx.loadDialect<mfsdp::sched::SchedDialect>();
+    auto graphs = module->getOps<mfsdp::plan::GraphOp>();
+    const bool seq = !graphs.empty() && (*graphs.begin()).getSeqLen() > 0;
+    pipeline += std::string(",mfsdp-build-step") + (seq ? "" : "{tokens=1}") +
+                ",mfsdp-bucket-collectives{bucket-mb=" + std::to_string(bucketMB) + "}";
+  }
   if (failed(mlir::parsePassPipeline(pipeline, pm, errs())))
     return fail("bad layout options '" + options + "'");
   if (failed(pm.run(*module)))

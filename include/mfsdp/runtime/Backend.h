@@ -86,6 +86,10 @@ public:
   virtual int copyFromHost(float *dst, const float *hostSrc, int64_t count) = 0;
   virtual int copyToHost(float *hostDst, const float *src, int64_t count) = 0;
   virtual int copy(float *dst, const float *src, int64_t count) = 0;
+  /// `height` rows of `width` floats: row i from src + i * srcPitch to
+  /// dst + i * dstPitch (pitches in floats; a bucket's pack and unpack).
+  virtual int copy2D(float *dst, int64_t dstPitch, const float *src, int64_t srcPitch,
+                     int64_t width, int64_t height) = 0;
   virtual int zero(float *buf, int64_t count) = 0;
 
   // Collectives: the operations of HostComm / NcclComm on backend buffers,

@@ -38,6 +38,12 @@ struct WorkCounters {
   /// or the next call that needs them, or mfsdp_destroy).
   int64_t reduceStarts = 0;
   int64_t reduceWaits = 0;
+  /// Collectives of the plan's buckets (mfsdp_bucket): all-gathers (and
+  /// all-gather-v) and reduce-scatters (-v), one per bucket each time, in
+  /// place of one per member. The prefetch and reduction counters above
+  /// count a bucket's as one.
+  int64_t bucketGathers = 0;
+  int64_t bucketReductions = 0;
   /// This rank's position in its dp_shard group (the dp_shard rank whose
   /// shards and owned matrices it stores) and in its dp_replicate group,
   /// as the backend formed them from the plan's mesh.

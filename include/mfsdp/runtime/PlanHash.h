@@ -88,6 +88,23 @@ inline uint64_t planHash(const mfsdp_plan &p) {
     // Mixed only when set, so a plan without prefetch keeps its hash.
     if (m->prefetch)
       h = hashMix(h, m->prefetch);
+    // Bucket staging: mixed only with buckets (at most num_buckets entries).
+    for (int32_t b = 0; b < p.num_buckets && p.buckets && m->buckets; ++b)
+      for (int64_t v : {m->buckets[b].gather, m->buckets[b].gather_backward,
+                        m->buckets[b].reduce})
+        h = hashMix(h, v);
+  }
+  // Buckets: mixed only when given, so a plan without them keeps its hash.
+  if (p.num_buckets > 0 && p.buckets) {
+    h = hashMix(h, p.num_buckets);
+    for (int32_t b = 0; b < p.num_buckets; ++b) {
+      const mfsdp_bucket &k = p.buckets[b];
+      h = hashMix(h, k.unit);
+      h = hashMix(h, k.placement);
+      h = hashMix(h, k.num_params);
+      for (int32_t i = 0; i < k.num_params && k.params && i < p.num_params; ++i)
+        h = hashMix(h, k.params[i]);
+    }
   }
   // The mesh: mixed only when given, so a plan without it keeps the hash
   // it had before the fields existed. At most 64 dims are read (a larger

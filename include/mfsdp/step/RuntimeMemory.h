@@ -13,6 +13,7 @@
 #define MFSDP_STEP_RUNTIMEMEMORY_H
 
 #include "mfsdp/runtime.h"
+#include "mfsdp/step/Step.h"
 
 #include <cstdint>
 #include <string>
@@ -32,6 +33,8 @@ struct RuntimeMemoryPlan {
   /// shared (every unit gathered once, every gradient kept, the staging
   /// buffer apart), for reports.
   std::vector<int64_t> unsharedBytes;
+  /// Per bucket of the plan (mfsdp_plan::buckets): its staging buffers.
+  std::vector<mfsdp_bucket_offsets> buckets;
 
   /// The C view the runtime takes (mfsdp_plan::memory); it points into
   /// this object, which must outlive it.
@@ -43,9 +46,29 @@ struct RuntimeMemoryPlan {
     m.staging = staging;
     m.keep_grads = keepGrads ? 1 : 0;
     m.prefetch = prefetch;
+    m.buckets = buckets.empty() ? nullptr : buckets.data();
     return m;
   }
 };
+
+/// A bucket of the runtime (mfsdp_bucket), its members' indices owned.
+struct RuntimeBucket {
+  int32_t unit = -1;
+  int32_t placement = MFSDP_ROW_SHARD;
+  std::vector<int32_t> params;
+};
+
+/// The runtime's buckets of `step` (after bucketCollectives): its
+/// gradient reduce-scatters (row shards), reduce-scatter-v (owners) and
+/// ZeRO-1 all-reduces of either over dp_shard that carry two or more of
+/// `plan`'s parameters, each split by unit, owner buckets ordered by owner
+/// (stably). A parameter's first bucket is its only one; parameters not in
+/// `plan` (external, tied) are left out. The gathers of a unit use the same
+/// buckets.
+std::vector<RuntimeBucket> runtimeBuckets(const Step &step, const mfsdp_plan &plan);
+
+/// The C view of `buckets` (mfsdp_plan::buckets); it points into them.
+std::vector<mfsdp_bucket> bucketViews(const std::vector<RuntimeBucket> &buckets);
 
 /// The plan for `plan` (its params, units, dp_shard and ZeRO level). With
 /// `keepGrads` the gradients stay allocated all run (no-sync gradient
@@ -55,7 +78,9 @@ struct RuntimeMemoryPlan {
 /// pre_forward(u) and unit u - 1's backward copy from pre_backward(u), so
 /// the runtime can gather them while the trainer computes unit u (the
 /// plan's prefetch field); 0 is one unit's copy at a time. Under ZeRO-1/2
-/// (gathered copies kept all step) it changes no lifetime.
+/// (gathered copies kept all step) it changes no lifetime. The plan's
+/// buckets (mfsdp_bucket) are laid out as the runtime needs them: their
+/// members' buffers in one piece, with staging for row-shard buckets.
 RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
                                     int64_t alignment = 256, int32_t prefetch = 0);
 
