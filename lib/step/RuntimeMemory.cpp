@@ -133,14 +133,22 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
     }
     for (int32_t j = 0; j < k.num_params; ++j) {
       const int32_t i = k.params[j];
-      if (i < 0 || i >= plan.num_params || bucketOf[i] >= 0 ||
-          plan.params[i].unit != k.unit || plan.params[i].placement != k.placement ||
-          (k.placement == MFSDP_OWNER && j > 0 &&
-           plan.params[k.params[j - 1]].owner > plan.params[i].owner)) {
-        out.error = fmt::format(
-            "invalid bucket {}: member {} (parameter {}) is out of range, in "
-            "another bucket, of another unit or placement, or out of owner order",
-            b, j, i);
+      std::string why;
+      if (i < 0 || i >= plan.num_params)
+        why = "is out of range";
+      else if (bucketOf[i] >= 0)
+        why = fmt::format("is in another bucket ({})", bucketOf[i]);
+      else if (plan.params[i].unit != k.unit)
+        why = fmt::format("is of another unit ({}, the bucket's {})",
+                          plan.params[i].unit, k.unit);
+      else if (plan.params[i].placement != k.placement)
+        why = "has another placement than the bucket's";
+      else if (k.placement == MFSDP_OWNER && j > 0 &&
+               plan.params[k.params[j - 1]].owner > plan.params[i].owner)
+        why = "is out of owner order (owner buckets go by owner)";
+      if (!why.empty()) {
+        out.error = fmt::format("invalid bucket {}: member {} (parameter {}) {}", b, j,
+                                i, why);
         return out;
       }
       bucketOf[i] = b;

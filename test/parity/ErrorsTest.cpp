@@ -393,6 +393,66 @@ int main(int argc, char **argv) {
     mfsdp_destroy(s);
     s = nullptr;
   }
+  // Buckets: refused without the static memory plan and its staging
+  // offsets, and when the memory plan does not lay the members' masters
+  // and reduced gradients out at the same distances; accepted when it does.
+  {
+    mfsdp_param_desc pq[2] = {
+        {"p", 4, 3, 0, MFSDP_ROW_SHARD, 0, MFSDP_OPT_ADAMW, MFSDP_COMPUTE_F32},
+        {"q", 4, 3, 0, MFSDP_ROW_SHARD, 0, MFSDP_OPT_ADAMW, MFSDP_COMPUTE_F32}};
+    const int32_t members[2] = {0, 1};
+    const mfsdp_bucket bucket{0, MFSDP_ROW_SHARD, 2, members};
+    mfsdp_plan b = plan;
+    b.num_units = 1;
+    b.num_params = 2;
+    b.params = pq;
+    b.num_buckets = 1;
+    b.buckets = &bucket;
+    b.hash = mfsdp_plan_hash(&b);
+    fails(s, mfsdp_create(&b, &s), MFSDP_ERROR_PLAN, "buckets need the static memory plan");
+    mfsdp_destroy(s);
+    s = nullptr;
+    // q's reduced gradient 4K after p's, its master K after: not one piece.
+    mfsdp_param_offsets at[2] = {{0, 2 * K, 3 * K, 4 * K, 10 * K, 10 * K, 12 * K},
+                                 {K, 6 * K, 7 * K, 8 * K, 11 * K, 11 * K, 13 * K}};
+    int64_t room[64];
+    for (int64_t &a : room)
+      a = 26 * K;
+    const mfsdp_bucket_offsets staging{14 * K, 18 * K, 22 * K};
+    mfsdp_memory_plan mem{};
+    mem.num_shard_ranks = world;
+    mem.arena_bytes = room;
+    mem.params = at;
+    mem.staging = 14 * K;
+    b.memory = &mem;
+    b.hash = mfsdp_plan_hash(&b);
+    fails(s, mfsdp_create(&b, &s), MFSDP_ERROR_PLAN, "with their staging offsets");
+    mfsdp_destroy(s);
+    s = nullptr;
+    mem.buckets = &staging;
+    b.hash = mfsdp_plan_hash(&b);
+    fails(s, mfsdp_create(&b, &s), MFSDP_ERROR_PLAN,
+          "does not lay out bucket 0's masters and reduced gradients in one piece");
+    mfsdp_destroy(s);
+    s = nullptr;
+    at[1].grad_shard = 5 * K;
+    b.hash = mfsdp_plan_hash(&b);
+    expect(mfsdp_create(&b, &s) == MFSDP_OK,
+           std::string("create with a bucket laid out in one piece: ") +
+               mfsdp_last_error(s));
+    // One forward and backward: one all-gather and one reduce-scatter for
+    // the two parameters.
+    expect(mfsdp_pre_forward(s, 0) == MFSDP_OK && mfsdp_post_forward(s, 0) == MFSDP_OK &&
+               mfsdp_pre_backward(s, 0) == MFSDP_OK &&
+               mfsdp_post_backward(s, 0) == MFSDP_OK,
+           std::string("a bucketed step: ") + mfsdp_last_error(s));
+    mfsdp::rt::WorkCounters w = mfsdp::rt::workCounters(s);
+    expect(w.bucketGathers == 2 && w.bucketReductions == 1,
+           "bucket collectives: " + std::to_string(w.bucketGathers) + " gathers, " +
+               std::to_string(w.bucketReductions) + " reductions (expected 2, 1)");
+    mfsdp_destroy(s);
+    s = nullptr;
+  }
   // A memory plan for another mesh, or one too small for the buffers.
   mfsdp_plan wrong = planned;
   mfsdp_memory_plan otherMesh = memory;

@@ -350,3 +350,121 @@ TEST(RuntimeMemory, InvalidPlans) {
 }
 
 } // namespace
+
+// Buckets (mfsdp_bucket): a row-shard bucket's masters and reduced
+// gradients lie in one piece, each member at an aligned offset, the same
+// distances in both, with staging for every rank's chunk (forward and
+// backward gathers, the reduction); an owner bucket's gathered copies and
+// gradients lie in owner order, and each owner's masters as they lie in its
+// span of the gathered copy. 2 ranks, ZeRO-3.
+TEST(RuntimeMemory, BucketsLieInOnePiece) {
+  std::vector<mfsdp_param_desc> ps = {
+      param("a", 4, 64, 0), param("b", 3, 10, 0),
+      param("w0", 8, 8, 0, MFSDP_OWNER, 1, MFSDP_OPT_MUON),
+      param("w1", 8, 16, 0, MFSDP_OWNER, 0, MFSDP_OPT_MUON),
+      param("w2", 4, 8, 0, MFSDP_OWNER, 1, MFSDP_OPT_MUON),
+      param("c", 4, 64, 1)};
+  mfsdp_plan plan = planOf(ps, 2, 3, 2);
+  const std::vector<int32_t> rows = {0, 1}, owners = {3, 2, 4};
+  const mfsdp_bucket buckets[2] = {{0, MFSDP_ROW_SHARD, 2, rows.data()},
+                                   {0, MFSDP_OWNER, 3, owners.data()}};
+  plan.num_buckets = 2;
+  plan.buckets = buckets;
+  step::RuntimeMemoryPlan m = step::planRuntimeMemory(plan, false);
+  ASSERT_TRUE(m.error.empty()) << m.error;
+  const std::vector<mfsdp_param_offsets> &o = m.params;
+  // a: 2 rows x 64 = 512 B per rank; b: 2 rows x 10 = 80 B, aligned to 256.
+  EXPECT_EQ(o[1].master - o[0].master, 512);
+  EXPECT_EQ(o[1].grad_shard - o[0].grad_shard, 512);
+  ASSERT_EQ(m.buckets.size(), 2u);
+  EXPECT_GE(m.buckets[0].gather, 0);
+  EXPECT_GE(m.buckets[0].gather_backward, 0);
+  EXPECT_GE(m.buckets[0].reduce, 0);
+  EXPECT_EQ(m.buckets[1].gather, -1);
+  EXPECT_EQ(m.buckets[1].reduce, -1);
+  // Owner order w1 (rank 0, 512 B), w0 (rank 1, 256 B), w2 (rank 1, 128 B
+  // aligned to 256): gathered copies, backward copies and gradients alike.
+  EXPECT_EQ(o[2].full - o[3].full, 512);
+  EXPECT_EQ(o[4].full - o[2].full, 256);
+  for (int k = 0; k < 2; ++k) {
+    auto at = [&](int32_t i) { return k ? o[i].grad : o[i].full_backward; };
+    EXPECT_EQ(at(2) - at(3), 512);
+    EXPECT_EQ(at(4) - at(2), 256);
+  }
+  // Owner 1's masters and reduced gradients: w0 then w2, as in its span.
+  EXPECT_EQ(o[4].master - o[2].master, 256);
+  EXPECT_EQ(o[4].grad_shard - o[2].grad_shard, 256);
+  // Unbucketed c keeps its own buffers; nothing clashes on either rank.
+  for (int64_t r = 0; r < 2; ++r) {
+    int64_t highest = 0;
+    EXPECT_EQ(replay(plan, m, r, highest), "") << "rank " << r;
+    EXPECT_LE(highest, m.arenaBytes[r]);
+  }
+  // The view hands the staging offsets to the runtime.
+  EXPECT_EQ(m.view().buckets, m.buckets.data());
+}
+
+// Buckets the runtime could not run are refused with what is wrong.
+TEST(RuntimeMemory, BadBucketsAreRefused) {
+  std::vector<mfsdp_param_desc> ps = {
+      param("a", 4, 64, 0), param("b", 4, 64, 1),
+      param("w0", 8, 8, 0, MFSDP_OWNER, 1, MFSDP_OPT_MUON),
+      param("w1", 8, 8, 0, MFSDP_OWNER, 0, MFSDP_OPT_MUON)};
+  mfsdp_plan plan = planOf(ps, 2, 3, 2);
+  struct Case {
+    std::vector<int32_t> members;
+    int32_t placement;
+    const char *says;
+  } cases[] = {
+      {{0, 1}, MFSDP_ROW_SHARD, "of another unit"},       // a and b: two units
+      {{0, 0}, MFSDP_ROW_SHARD, "in another bucket"},     // a twice
+      {{2, 3}, MFSDP_OWNER, "out of owner order"},        // owner 1 before 0
+      {{0, 2}, MFSDP_ROW_SHARD, "another placement"},     // a row shard and an owner
+      {{0, 9}, MFSDP_ROW_SHARD, "out of range"},
+      {{0}, MFSDP_REPLICATE, "placement MFSDP_ROW_SHARD or MFSDP_OWNER"},
+  };
+  for (const Case &c : cases) {
+    const mfsdp_bucket bucket{0, c.placement, static_cast<int32_t>(c.members.size()),
+                              c.members.data()};
+    plan.num_buckets = 1;
+    plan.buckets = &bucket;
+    step::RuntimeMemoryPlan m = step::planRuntimeMemory(plan, false);
+    EXPECT_NE(m.error.find(c.says), std::string::npos) << m.error;
+  }
+}
+
+// The step program's bucketed reductions become the runtime's buckets:
+// split by unit, owner members in owner order, one member alone is no
+// bucket, parameters the plan does not have are left out, and a parameter
+// is in its first bucket only.
+TEST(RuntimeMemory, BucketsFromTheStepProgram) {
+  std::vector<mfsdp_param_desc> ps = {
+      param("a", 4, 64, 0), param("b", 4, 64, 0), param("c", 4, 64, 1),
+      param("w0", 8, 8, 0, MFSDP_OWNER, 1, MFSDP_OPT_MUON),
+      param("w1", 8, 8, 0, MFSDP_OWNER, 0, MFSDP_OPT_MUON)};
+  mfsdp_plan plan = planOf(ps, 2, 3, 2);
+  step::Step s;
+  auto coll = [&](step::CollKind k, std::vector<std::string> names) {
+    step::Op op;
+    op.kind = step::OpKind::Collective;
+    op.coll = k;
+    op.meshAxes = {"dp_shard"};
+    op.params = std::move(names);
+    s.ops.push_back(op);
+  };
+  coll(step::CollKind::ReduceScatter, {"a", "tp_only", "b", "c"});
+  coll(step::CollKind::ReduceScatterV, {"w0", "w1"});
+  coll(step::CollKind::ReduceScatter, {"a", "b"}); // again: already bucketed
+  coll(step::CollKind::AllGather, {"c", "a"});     // gathers are not read
+  std::vector<step::RuntimeBucket> b = step::runtimeBuckets(s, plan);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[0].unit, 0);
+  EXPECT_EQ(b[0].placement, MFSDP_ROW_SHARD);
+  EXPECT_EQ(b[0].params, (std::vector<int32_t>{0, 1})); // c alone in unit 1
+  EXPECT_EQ(b[1].placement, MFSDP_OWNER);
+  EXPECT_EQ(b[1].params, (std::vector<int32_t>{4, 3})); // w1 (owner 0) first
+  std::vector<mfsdp_bucket> v = step::bucketViews(b);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[1].num_params, 2);
+  EXPECT_EQ(v[1].params, b[1].params.data());
+}
