@@ -46,7 +46,11 @@ config.substitutions.append(("%examples", os.path.join(config.mfsdp_src_root, "e
 
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+# nvcc: mfsdp-compile --cuda can build the plan's CUDA kernels.
+if config.mfsdp_nvcc:
+    config.available_features.add("nvcc")
 llvm_config.add_tool_substitutions(
-    ["mfsdp-opt", "mfsdp-translate", "mfsdp-graphgen", "mfsdp-sim", "mfsdp-compile"],
+    ["mfsdp-opt", "mfsdp-translate", "mfsdp-graphgen", "mfsdp-sim", "mfsdp-compile",
+     "mfsdp-check-kernels"],
     [config.mfsdp_tools_dir],
 )

@@ -19,6 +19,7 @@
 #include "dialects/sched/SchedOps.h"
 #include "passes/StepBridge.h"
 #include "mfsdp/import/PlanImport.h"
+#include "mfsdp/runtime/BufferSizes.h"
 #include "mfsdp/runtime/PlanHash.h"
 #include "mfsdp/step/RuntimeMemory.h"
 
@@ -31,6 +32,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <cstdlib>
 #include <deque>
 #include <optional>
@@ -127,10 +129,132 @@ template <typename Attr> struct OneSetting {
   }
 };
 
+/// A row-shard bucket as its generated kernels see it: every rank's chunk
+/// of `chunk` floats, member j's `len[j]` floats at `rel[j]` in it.
+struct RowBucketLayout {
+  size_t index = 0;
+  int64_t unit = 0, ranks = 1, chunk = 0;
+  std::vector<int64_t> rel, len;
+  std::vector<std::string> names;
+};
+
+/// The host kernels of `b`: C, a copy per member and rank.
+void emitHostKernels(raw_ostream &os, const RowBucketLayout &b) {
+  const size_t M = b.rel.size();
+  os << "/* Bucket " << b.index << " (unit " << b.unit << "): " << b.ranks
+     << " ranks x a chunk of " << b.chunk << " floats;";
+  for (size_t j = 0; j < M; ++j)
+    os << " " << b.names[j] << " " << b.len[j] << " at " << b.rel[j] << ";";
+  os << " */\n";
+  os << "static int mfsdp_unpack_" << b.index
+     << "(const float *staging, float *const *full, void *stream) {\n"
+     << "  (void)stream;\n"
+     << "  for (int64_t r = 0; r < " << b.ranks << "; ++r) {\n"
+     << "    const float *chunk = staging + r * " << b.chunk << ";\n";
+  for (size_t j = 0; j < M; ++j)
+    os << "    memcpy(full[" << j << "] + r * " << b.len[j] << ", chunk + " << b.rel[j]
+       << ", " << b.len[j] << " * sizeof(float));\n";
+  os << "  }\n  return 0;\n}\n\n";
+  os << "static int mfsdp_pack_" << b.index
+     << "(const float *const *grad, float *staging, void *stream) {\n"
+     << "  (void)stream;\n"
+     << "  for (int64_t r = 0; r < " << b.ranks << "; ++r) {\n"
+     << "    float *chunk = staging + r * " << b.chunk << ";\n";
+  int64_t end = 0;
+  for (size_t j = 0; j < M; ++j) {
+    if (b.rel[j] > end)
+      os << "    memset(chunk + " << end << ", 0, " << b.rel[j] - end
+         << " * sizeof(float));\n";
+    os << "    memcpy(chunk + " << b.rel[j] << ", grad[" << j << "] + r * " << b.len[j]
+       << ", " << b.len[j] << " * sizeof(float));\n";
+    end = b.rel[j] + b.len[j];
+  }
+  os << "  }\n  return 0;\n}\n\n";
+}
+
+/// The decision over the members of `b` in [lo, hi) for offset `o` of a
+/// chunk: a balanced tree on their starts, then `leaf(j)`.
+void emitMemberTree(raw_ostream &os, const RowBucketLayout &b, size_t lo, size_t hi,
+                    const std::string &indent,
+                    const std::function<void(size_t, const std::string &)> &leaf) {
+  if (hi - lo == 1) {
+    os << indent << "if (o >= " << b.rel[lo] << " && o < " << b.rel[lo] + b.len[lo]
+       << ") {\n";
+    leaf(lo, indent + "  ");
+    os << indent << "}\n";
+    return;
+  }
+  const size_t mid = (lo + hi) / 2;
+  os << indent << "if (o < " << b.rel[mid] << ") {\n";
+  emitMemberTree(os, b, lo, mid, indent + "  ", leaf);
+  os << indent << "} else {\n";
+  emitMemberTree(os, b, mid, hi, indent + "  ", leaf);
+  os << indent << "}\n";
+}
+
+/// The CUDA kernels of `b` (one thread per float of the staging buffer,
+/// the member found by a balanced tree on the constant offsets) and their
+/// C launchers.
+void emitCudaKernels(raw_ostream &os, const RowBucketLayout &b) {
+  const size_t M = b.rel.size();
+  const int64_t total = b.ranks * b.chunk;
+  auto params = [&](const char *type, const char *name) {
+    std::string out;
+    for (size_t j = 0; j < M; ++j)
+      out += std::string(j ? ", " : "") + type + " *__restrict__ " + name +
+             std::to_string(j);
+    return out;
+  };
+  auto prologue = [&]() {
+    os << "  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + "
+          "threadIdx.x;\n"
+       << "  if (i >= " << total << ") return;\n"
+       << "  const int64_t r = i / " << b.chunk << ", o = i - r * " << b.chunk << ";\n";
+  };
+  os << "// Bucket " << b.index << " (unit " << b.unit << "): " << b.ranks
+     << " ranks x a chunk of " << b.chunk << " floats.\n";
+  os << "__global__ void unpack" << b.index << "(const float *__restrict__ staging, "
+     << params("float", "full") << ") {\n";
+  prologue();
+  emitMemberTree(os, b, 0, M, "  ", [&](size_t j, const std::string &in) {
+    os << in << "full" << j << "[r * " << b.len[j] << " + (o - " << b.rel[j]
+       << ")] = staging[i];\n";
+  });
+  os << "}\n\n";
+  os << "__global__ void pack" << b.index << "(" << params("const float", "grad")
+     << ", float *__restrict__ staging) {\n";
+  prologue();
+  os << "  float v = 0.f; // the gaps are zeros\n";
+  emitMemberTree(os, b, 0, M, "  ", [&](size_t j, const std::string &in) {
+    os << in << "v = grad" << j << "[r * " << b.len[j] << " + (o - " << b.rel[j]
+       << ")];\n";
+  });
+  os << "  staging[i] = v;\n}\n\n";
+  const int64_t blocks = (total + 255) / 256;
+  auto args = [&](const char *name) {
+    std::string out;
+    for (size_t j = 0; j < M; ++j)
+      out += std::string(", ") + name + "[" + std::to_string(j) + "]";
+    return out;
+  };
+  os << "extern \"C\" int mfsdp_cuda_unpack_" << b.index
+     << "(const float *staging, float *const *full, void *stream) {\n"
+     << "  unpack" << b.index << "<<<" << blocks << ", 256, 0, static_cast<cudaStream_t>(stream)>>>(staging"
+     << args("full") << ");\n"
+     << "  return cudaGetLastError() == cudaSuccess ? 0 : 1;\n}\n\n";
+  std::string gradArgs = args("grad").substr(2);
+  os << "extern \"C\" int mfsdp_cuda_pack_" << b.index
+     << "(const float *const *grad, float *staging, void *stream) {\n"
+     << "  pack" << b.index << "<<<" << blocks << ", 256, 0, static_cast<cudaStream_t>(stream)>>>("
+     << gradArgs << ", staging);\n"
+     << "  return cudaGetLastError() == cudaSuccess ? 0 : 1;\n}\n\n";
+}
+
 } // namespace
 
 LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
-                                           const EmitStepOptions &options) {
+                                           const EmitStepOptions &options,
+                                           raw_ostream *cuda) {
   GraphOp graph = findSingleGraph(module);
   if (!graph)
     return failure();
@@ -349,6 +473,28 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
   plan.memory = &memoryPlan;
   plan.hash = runtime::planHash(plan);
 
+  // The row-shard buckets' layouts, for their generated kernels: one
+  // rank's chunk is the members' masters as the memory plan lays them out.
+  std::vector<RowBucketLayout> rowBuckets;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    if (buckets[b].placement != MFSDP_ROW_SHARD)
+      continue;
+    RowBucketLayout l;
+    l.index = b;
+    l.unit = buckets[b].unit;
+    l.ranks = plan.dp_shard;
+    const int64_t base = memory.params[buckets[b].params.front()].master;
+    for (int32_t p : buckets[b].params) {
+      l.rel.push_back((memory.params[p].master - base) /
+                      static_cast<int64_t>(sizeof(float)));
+      l.len.push_back(runtime::bufferFloats(descs[p], plan.dp_shard, 0).master);
+      l.names.push_back(descs[p].name);
+    }
+    l.chunk = l.rel.back() + l.len.back();
+    rowBuckets.push_back(std::move(l));
+  }
+  const bool cudaKernels = cuda && !rowBuckets.empty();
+
   // The source.
   std::string meshText;
   for (auto [n, s] : llvm::zip(mesh.getDimNames(), mesh.getDimSizes())) {
@@ -370,7 +516,10 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
        << "): the outer stack keeps them.\n";
   }
   os << " * Do not edit: the runtime checks the plan hash. */\n"
-     << "#include <mfsdp/runtime.h>\n\n";
+     << "#include <mfsdp/runtime.h>\n";
+  if (!rowBuckets.empty())
+    os << "#include <string.h>\n";
+  os << "\n";
   if (!meshDims.empty()) {
     os << "/* The device mesh, row-major (the last dim varies fastest). */\n"
        << "static const mfsdp_mesh_dim mfsdp_mesh[" << meshDims.size() << "] = {";
@@ -449,6 +598,67 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
       os << "  {" << o.gather << ", " << o.gather_backward << ", " << o.reduce << "},\n";
     os << "};\n\n";
   }
+  if (!rowBuckets.empty()) {
+    // The row-shard buckets' pack and unpack, specialised with their
+    // constants: C for the host backend, and with --cuda the launchers of
+    // the CUDA kernels (the .cu source) for the CUDA backend.
+    for (const RowBucketLayout &b : rowBuckets)
+      emitHostKernels(os, b);
+    auto table = [&](const char *name, const char *prefix) {
+      os << "static const mfsdp_bucket_kernels " << name << "[" << buckets.size()
+         << "] = {\n  /* unpack, pack (owner buckets gather in place) */\n";
+      size_t next = 0;
+      for (size_t b = 0; b < buckets.size(); ++b) {
+        if (next < rowBuckets.size() && rowBuckets[next].index == b) {
+          os << "  {" << prefix << "unpack_" << b << ", " << prefix << "pack_" << b
+             << "},\n";
+          ++next;
+        } else {
+          os << "  {0, 0},\n";
+        }
+      }
+      os << "};\n\n";
+    };
+    table("mfsdp_host_kernels", "mfsdp_");
+    if (cudaKernels) {
+      os << "/* The CUDA kernels' launchers (the library's .cu source). */\n";
+      for (const RowBucketLayout &b : rowBuckets)
+        os << "int mfsdp_cuda_unpack_" << b.index
+           << "(const float *staging, float *const *full, void *stream);\n"
+           << "int mfsdp_cuda_pack_" << b.index
+           << "(const float *const *grad, float *staging, void *stream);\n";
+      os << "\n";
+      table("mfsdp_cuda_kernels", "mfsdp_cuda_");
+    }
+  }
+  if (cuda) {
+    *cuda << "// The CUDA kernels of the step library of plan.graph @"
+          << graph.getSymName() << ", generated by mfsdp.\n"
+          << "// Each row-shard bucket's pack and unpack, specialised with its\n"
+          << "// constants; built with nvcc (sm_80, sm_90) into the library.\n"
+          << "#include <cuda_runtime.h>\n#include <cstdint>\n\n";
+    if (rowBuckets.empty())
+      *cuda << "// The plan has no row-shard buckets: no kernels.\n";
+    else
+      *cuda << "namespace {\n\n";
+    for (const RowBucketLayout &b : rowBuckets) {
+      std::string kernels;
+      llvm::raw_string_ostream ks(kernels);
+      emitCudaKernels(ks, b);
+      // The kernels in the anonymous namespace; the launchers after it.
+      size_t split = kernels.find("extern \"C\"");
+      *cuda << kernels.substr(0, split);
+    }
+    if (!rowBuckets.empty())
+      *cuda << "} // namespace\n\n";
+    for (const RowBucketLayout &b : rowBuckets) {
+      std::string kernels;
+      llvm::raw_string_ostream ks(kernels);
+      emitCudaKernels(ks, b);
+      size_t split = kernels.find("extern \"C\"");
+      *cuda << kernels.substr(split);
+    }
+  }
   os << "static const mfsdp_memory_plan mfsdp_the_memory = {\n"
      << "  .num_shard_ranks = " << plan.dp_shard << ",\n"
      << "  .arena_bytes = mfsdp_arena_bytes,\n"
@@ -492,6 +702,10 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
   if (!buckets.empty())
     os << "  .num_buckets = " << buckets.size() << ",\n"
        << "  .buckets = mfsdp_buckets,\n";
+  if (!rowBuckets.empty())
+    os << "  .host_kernels = mfsdp_host_kernels,\n";
+  if (cudaKernels)
+    os << "  .cuda_kernels = mfsdp_cuda_kernels,\n";
   os << "};\n\n";
   os << "const mfsdp_plan *mfsdp_step_plan(void) { return &mfsdp_the_plan; }\n\n"
      << "mfsdp_status mfsdp_step_create(mfsdp_step **out) {\n"

@@ -101,6 +101,7 @@ struct BucketState {
   int32_t firstMine = -1;
   int64_t mine = 0;
   mfsdp_bucket_offsets stagingAt{-1, -1, -1};
+  mfsdp_bucket_kernels kernels{nullptr, nullptr}; // the plan's, this backend's
   float *staging = nullptr; // a row-shard gather or reduction in flight
   int64_t stagingAtNow = -1;
 };
@@ -389,9 +390,17 @@ struct mfsdp_step {
   /// staging, bf16 rounding; on failure the copies are released.
   mfsdp_status finishBucketGather(int32_t b, mfsdp_status s) {
     BucketState &bs = buckets[b];
+    if (!s && bs.rows && bs.kernels.unpack) {
+      // The plan's kernel: one pass with the bucket's constants.
+      std::vector<float *> full;
+      for (int32_t p : bs.members)
+        full.push_back(params[p].full);
+      s = device(bs.kernels.unpack(bs.staging, full.data(), backend->kernelStream()),
+                 "the plan's unpack kernel of bucket " + std::to_string(b));
+    }
     for (size_t j = 0; j < bs.members.size(); ++j) {
       ParamState &ps = params[bs.members[j]];
-      if (!s && bs.rows)
+      if (!s && bs.rows && !bs.kernels.unpack)
         s = device(backend->copy2D(ps.full, ps.localSize, bs.staging + bs.rel[j],
                                    bs.chunk, ps.localSize, S),
                    "unpacking bucket " + std::to_string(b));
@@ -430,9 +439,17 @@ struct mfsdp_step {
       if (auto s = placeStaging(bs, 2, "the reduce staging of " + what))
         return s;
       mfsdp_status s = MFSDP_OK;
-      if (bs.gaps)
+      if (bs.kernels.pack) {
+        // The plan's kernel writes the whole staging buffer, gaps included.
+        std::vector<const float *> grad;
+        for (int32_t p : bs.members)
+          grad.push_back(params[p].grad);
+        s = device(bs.kernels.pack(grad.data(), bs.staging, backend->kernelStream()),
+                   "the plan's pack kernel of bucket " + std::to_string(b));
+      } else if (bs.gaps) {
         s = device(backend->zero(bs.staging, S * bs.chunk), "zero-fill");
-      for (size_t j = 0; !s && j < bs.members.size(); ++j) {
+      }
+      for (size_t j = 0; !s && !bs.kernels.pack && j < bs.members.size(); ++j) {
         ParamState &ps = params[bs.members[j]];
         s = device(backend->copy2D(bs.staging + bs.rel[j], bs.chunk, ps.grad, ps.localSize,
                                    ps.localSize, S),
@@ -507,6 +524,10 @@ struct mfsdp_step {
       bs.unit = k.unit;
       bs.rows = k.placement == MFSDP_ROW_SHARD;
       bs.stagingAt = memory->buckets[b];
+      const mfsdp_bucket_kernels *table =
+          backend->device().device_type == kDLCUDA ? plan.cuda_kernels : plan.host_kernels;
+      if (table)
+        bs.kernels = table[b];
       for (int32_t j = 0; j < k.num_params; ++j) {
         const int32_t p = k.params[j];
         if (p < 0 || p >= plan.num_params)

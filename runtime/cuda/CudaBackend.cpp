@@ -174,6 +174,7 @@ public:
                                 compute_),
                 "cudaMemcpyAsync (device to device)");
   }
+  void *kernelStream() override { return compute_; }
   int copy2D(float *dst, int64_t dstPitch, const float *src, int64_t srcPitch,
              int64_t width, int64_t height) override {
     if (width <= 0 || height <= 0)

@@ -3,6 +3,7 @@
 //   mfsdp-compile model.json --mesh=dp_shard=2 --policy=mixed_muon_adamw
 //                 [--zero=3] [--layouts="owner-strategy=..."] [--hf]
 //                 [--accumulate] [--prefetch] [--bucket-mb=25]
+//                 [--cuda [--emit-cu=kernels.cu] [--nvcc=nvcc]]
 //                 -o libstep.so [--emit-c=step.c] [--emit-mlir=plan.mlir]
 //
 // Imports the graph (format 1, or a Hugging Face config.json with --hf),
@@ -78,6 +79,26 @@ static cl::opt<int> bucketMB(
              "reductions, and its owned matrices', in buckets of at most this "
              "many MiB, one collective each; 0: one collective per parameter"),
     cl::init(25));
+static cl::opt<bool> cudaKernels(
+    "cuda",
+    cl::desc("Also generate the plan's CUDA kernels (each row-shard bucket's "
+             "pack and unpack, specialised with its constants), build them "
+             "with nvcc for sm_80 and sm_90 and link them into the library "
+             "with libcudart, for the CUDA backend"));
+static cl::opt<std::string> emitCu("emit-cu",
+                                   cl::desc("With --cuda, also write the CUDA source here"),
+                                   cl::value_desc("file"));
+#ifndef MFSDP_NVCC
+#define MFSDP_NVCC "nvcc"
+#endif
+#ifndef MFSDP_CUDART_DIR
+#define MFSDP_CUDART_DIR ""
+#endif
+static cl::opt<std::string> nvcc("nvcc", cl::desc("The CUDA compiler for --cuda"),
+                                 cl::init(MFSDP_NVCC));
+static cl::opt<std::string> cudartDir("cudart-lib",
+                                      cl::desc("The directory holding libcudart, for --cuda"),
+                                      cl::init(MFSDP_CUDART_DIR));
 static cl::opt<std::string> cc("cc", cl::desc("The C compiler (default: $CC, else cc)"));
 static cl::opt<std::string> runtimeInclude("runtime-include",
                                            cl::desc("The runtime's include directory"),
@@ -166,62 +187,101 @@ int main(int argc, char **argv) {
       return 1;
   }
 
-  std::string source;
-  raw_string_ostream os(source);
+  std::string source, cudaSource;
+  raw_string_ostream os(source), cudaOs(cudaSource);
   mfsdp::EmitStepOptions emitOptions;
   emitOptions.accumulate = accumulateGrads;
   emitOptions.prefetch = prefetchGathers ? 1 : 0;
-  if (failed(mfsdp::emitStepLibrarySource(*module, os, emitOptions)))
+  if (!emitCu.empty() && !cudaKernels)
+    return fail("--emit-cu needs --cuda");
+  if (failed(mfsdp::emitStepLibrarySource(*module, os, emitOptions,
+                                          cudaKernels ? &cudaOs : nullptr)))
     return 1;
   if (!emitC.empty() && !writeFile(emitC, source))
     return 1;
+  if (!emitCu.empty() && !writeFile(emitCu, cudaSource))
+    return 1;
 
-  // Build: the source in a temporary file, compiled and linked by cc.
-  SmallString<128> srcPath;
-  int fd = -1;
-  if (std::error_code ec = sys::fs::createTemporaryFile("mfsdp-step", "c", fd, srcPath))
-    return fail("cannot create a temporary file: " + ec.message());
-  {
-    raw_fd_ostream src(fd, /*shouldClose=*/true);
-    src << source;
-  }
-  std::string compiler = cc;
-  if (compiler.empty()) {
-    const char *env = std::getenv("CC");
-    compiler = env && *env ? env : "cc";
-  }
-  ErrorOr<std::string> ccPath = sys::findProgramByName(compiler);
-  if (!ccPath) {
-    sys::fs::remove(srcPath);
-    return fail("C compiler '" + compiler + "' not found (set --cc or $CC)");
-  }
-  std::string libDir = runtimeLib;
-  SmallVector<std::string> args = {*ccPath,
-                                   "-std=c11",
-                                   "-O2",
-                                   "-fPIC",
-                                   "-shared",
-                                   "-Wall",
-                                   "-Werror",
-                                   "-I" + runtimeInclude,
-                                   std::string(srcPath),
-                                   "-o",
-                                   output,
-                                   "-L" + libDir,
-                                   "-Wl,-rpath," + libDir,
-                                   "-lmfsdp_rt"};
-  SmallVector<StringRef> argRefs(args.begin(), args.end());
-  std::string errMsg;
-  int rc = sys::ExecuteAndWait(*ccPath, argRefs, std::nullopt, {}, 0, 0, &errMsg);
-  sys::fs::remove(srcPath);
-  if (rc != 0) {
+  // Build: the sources in temporary files, the CUDA one compiled by nvcc,
+  // then everything compiled and linked by cc.
+  SmallVector<SmallString<128>> temporaries;
+  auto cleanup = [&]() {
+    for (const SmallString<128> &t : temporaries)
+      sys::fs::remove(t);
+  };
+  auto temporary = [&](StringRef suffix, StringRef text, std::string &path) {
+    SmallString<128> p;
+    int fd = -1;
+    if (std::error_code ec = sys::fs::createTemporaryFile("mfsdp-step", suffix, fd, p)) {
+      fail("cannot create a temporary file: " + ec.message());
+      return false;
+    }
+    raw_fd_ostream out(fd, /*shouldClose=*/true);
+    out << text;
+    temporaries.push_back(p);
+    path = std::string(p);
+    return true;
+  };
+  auto run = [&](StringRef what, const std::string &program,
+                 const SmallVector<std::string> &args) {
+    SmallVector<StringRef> refs(args.begin(), args.end());
+    std::string errMsg;
+    int rc = sys::ExecuteAndWait(program, refs, std::nullopt, {}, 0, 0, &errMsg);
+    if (rc == 0)
+      return true;
     std::string cmd;
     for (const std::string &a : args)
       cmd += a + " ";
     std::string why = "status " + std::to_string(rc);
     if (!errMsg.empty())
       why += ", " + errMsg;
-    return fail("the C compiler failed (" + why + "): " + cmd);
+    fail(what + " failed (" + why + "): " + cmd);
+    return false;
+  };
+  std::string compiler = cc;
+  if (compiler.empty()) {
+    const char *env = std::getenv("CC");
+    compiler = env && *env ? env : "cc";
   }
-  return 0;
+  ErrorOr<std::string> ccPath = sys::findProgramByName(compiler);
+  if (!ccPath)
+    return fail("C compiler '" + compiler + "' not found (set --cc or $CC)");
+  std::string libDir = runtimeLib;
+  SmallVector<std::string> args = {*ccPath, "-std=c11", "-O2", "-fPIC", "-shared",
+                                   "-Wall",  "-Werror",  "-I" + runtimeInclude};
+  std::string srcPath;
+  if (!temporary("c", source, srcPath))
+    return 1;
+  args.push_back(srcPath);
+  if (cudaKernels) {
+    ErrorOr<std::string> nvccPath = sys::findProgramByName(nvcc);
+    if (!nvccPath) {
+      cleanup();
+      return fail("CUDA compiler '" + nvcc + "' not found (set --nvcc)");
+    }
+    if (cudartDir.empty()) {
+      cleanup();
+      return fail("no libcudart directory (set --cudart-lib)");
+    }
+    std::string cuPath, objPath;
+    if (!temporary("cu", cudaSource, cuPath) || !temporary("o", "", objPath)) {
+      cleanup();
+      return 1;
+    }
+    if (!run("nvcc", *nvccPath,
+             {*nvccPath, "-std=c++17", "-O2", "-Xcompiler", "-fPIC",
+              "-gencode", "arch=compute_80,code=sm_80", "-gencode",
+              "arch=compute_90,code=sm_90", "-c", cuPath, "-o", objPath})) {
+      cleanup();
+      return 1;
+    }
+    // nvcc's host code needs the C++ runtime.
+    args.append(
+        {objPath, "-L" + cudartDir, "-Wl,-rpath," + cudartDir, "-lcudart", "-lstdc++"});
+  }
+  args.append({"-o", output, "-L" + libDir, "-Wl,-rpath," + libDir, "-lmfsdp_rt",
+               "-Wl,--no-undefined"});
+  const bool built = run("the C compiler", *ccPath, args);
+  cleanup();
+  return built ? 0 : 1;
 }

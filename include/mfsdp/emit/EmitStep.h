@@ -34,9 +34,15 @@ struct EmitStepOptions {
   int prefetch = 0;
 };
 
+/// With `cuda`, the library's CUDA source (the row-shard buckets' pack and
+/// unpack kernels, specialised with their constants, and C launchers for
+/// them) goes there, and the C source refers to the launchers
+/// (mfsdp_plan::cuda_kernels): the two are built into one library. Without
+/// it the library has the host kernels only.
 mlir::LogicalResult emitStepLibrarySource(mlir::ModuleOp module,
                                           llvm::raw_ostream &os,
-                                          const EmitStepOptions &options = {});
+                                          const EmitStepOptions &options = {},
+                                          llvm::raw_ostream *cuda = nullptr);
 
 /// Registers --emit-step-c for mfsdp-translate.
 void registerEmitTranslations();

@@ -173,6 +173,9 @@ public:
   /// own stream (which may still read or write the buffers it was handed).
   /// The host backend has nothing to do.
   virtual int afterTrainer() { return 0; }
+  /// The stream the plan's generated kernels run on (mfsdp_bucket_kernels):
+  /// the compute stream on CUDA, NULL on the host.
+  virtual void *kernelStream() { return nullptr; }
   /// Waits until everything issued is done.
   virtual int synchronize() = 0;
   virtual const char *lastError() const = 0;
