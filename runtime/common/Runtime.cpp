@@ -206,6 +206,21 @@ struct mfsdp_step {
       ++work.reduceWaits;
       if (st.bucket >= 0)
         releaseStaging(buckets[st.bucket]);
+      // HSDP: the shard reduction has landed; the all-reduce over replicas
+      // of what this rank keeps follows (every rank calls it, with nothing
+      // when it keeps nothing).
+      if (!s && R > 1) {
+        float *span = nullptr;
+        int64_t count = 0;
+        if (st.bucket >= 0) {
+          shardSpan(buckets[st.bucket], span, count);
+        } else {
+          span = params[st.param].gradShard;
+          count = params[st.param].localCount;
+        }
+        s = comm(backend->allReduce(Group::Replicate, span, count),
+                 ("the all-reduce over replicas after " + what).c_str());
+      }
       const std::vector<int32_t> one{st.param};
       for (int32_t p : st.bucket >= 0 ? buckets[st.bucket].members : one) {
         ParamState &ps = params[p];
@@ -415,12 +430,23 @@ struct mfsdp_step {
     return s;
   }
 
+  /// This rank's reduced-gradient span of a bucket: row shards its chunk,
+  /// owners the matrices it owns (none: null and 0).
+  void shardSpan(const BucketState &bs, float *&span, int64_t &count) const {
+    if (bs.rows) {
+      span = params[bs.members.front()].gradShard;
+      count = bs.chunk;
+    } else {
+      span = bs.firstMine >= 0 ? params[bs.firstMine].gradShard : nullptr;
+      count = bs.mine;
+    }
+  }
+
   /// Reduces bucket `b`'s gradients into the members' shards: row shards
   /// packed by rank into staging, one reduce-scatter into the grad_shard
   /// span; owners one reduce-scatter-v from the gradient span. With
-  /// `handle` (dp_replicate 1) it is only started; completeReduction
-  /// scales. Otherwise HSDP's all-reduce over replicas and the scaling
-  /// follow here.
+  /// `handle` it is only started; completeReduction runs HSDP's all-reduce
+  /// over replicas and the scaling. Otherwise they follow here.
   mfsdp_status reduceBucket(int32_t b, CommHandle *handle) {
     BucketState &bs = buckets[b];
     const std::string what = "bucket " + std::to_string(b) + " (unit " +
@@ -434,6 +460,7 @@ struct mfsdp_step {
     ParamState &first = params[bs.members.front()];
     float *shards = nullptr; // this rank's grad_shard span
     int64_t count = 0;
+    shardSpan(bs, shards, count);
     int rc = 0;
     if (bs.rows) {
       if (auto s = placeStaging(bs, 2, "the reduce staging of " + what))
@@ -459,14 +486,10 @@ struct mfsdp_step {
         releaseStaging(bs);
         return s;
       }
-      shards = first.gradShard;
-      count = bs.chunk;
       rc = handle ? backend->startReduceScatter(Group::Shard, bs.staging, shards, count,
                                                 *handle)
                   : backend->reduceScatter(Group::Shard, bs.staging, shards, count);
     } else {
-      shards = bs.firstMine >= 0 ? params[bs.firstMine].gradShard : nullptr;
-      count = bs.mine;
       rc = handle ? backend->startReduceScatterV(Group::Shard, first.grad, shards,
                                                  bs.counts, *handle)
                   : backend->reduceScatterV(Group::Shard, first.grad, shards, bs.counts);
@@ -901,16 +924,17 @@ struct mfsdp_step {
       releaseFull(params[p]);
   }
 
-  /// Reduces a unit's gradients into the shards. With `async`, row shards,
-  /// owned matrices and replicated tensors of a plan without dp_replicate
-  /// (one collective, then only the scaling) are started and left to
-  /// completeReduction (recorded in reduceStarted); block shards and HSDP
-  /// (work between two collectives) are reduced here.
+  /// Reduces a unit's gradients into the shards. With `async`, the
+  /// dp_shard reduction of buckets, row shards, owned matrices and
+  /// replicated tensors is started and left to completeReduction (recorded
+  /// in reduceStarted), which runs HSDP's all-reduce over replicas and the
+  /// scaling once it has landed; block shards (packed through the shared
+  /// staging buffer) are reduced here.
   mfsdp_status reduce(int32_t unit, bool async = false) {
     const float scale = 1.f / static_cast<float>(S * R);
     for (int32_t b : unitBuckets[unit]) {
       CommHandle handle = 0;
-      const bool start = async && R == 1;
+      const bool start = async;
       if (auto s = reduceBucket(b, start ? &handle : nullptr))
         return s;
       if (start) {
@@ -926,7 +950,7 @@ struct mfsdp_step {
       if (ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
         if (auto s = device(backend->roundToBF16(ps.grad, n), "bf16 rounding"))
           return s;
-      if (async && R == 1 && ps.desc.placement != MFSDP_BLOCK_SHARD) {
+      if (async && ps.desc.placement != MFSDP_BLOCK_SHARD) {
         CommHandle handle = 0;
         int rc = 0;
         if (ps.desc.placement == MFSDP_ROW_SHARD) {

@@ -375,18 +375,19 @@ int main(int argc, char **argv) {
     if (prefetch && zero >= 3 && !dynamic)
       expect(wantStarts > 0, "the plan has gathers to prefetch");
     // Reductions overlapped with the previous unit's backward (the same
-    // flag): one asynchronous collective per parameter in the last
-    // microbatch's backward (the others run under no-sync), except block
-    // shards and HSDP (dp_replicate > 1), which reduce synchronously; all
-    // waited for (the last by optimizer_step).
+    // flag): one asynchronous dp_shard collective per parameter or bucket
+    // in the last microbatch's backward (the others run under no-sync),
+    // except block shards, which reduce synchronously; under HSDP the
+    // all-reduce over replicas follows at the wait. All waited for (the
+    // last by optimizer_step).
     int64_t perStep = 0;
-    if (prefetch && zero >= 3 && !dynamic && mesh.replicate == 1) {
+    if (prefetch && zero >= 3 && !dynamic) {
       for (int32_t i = 0; i < plan.num_params; ++i)
         perStep += plan.params[i].placement != MFSDP_BLOCK_SHARD && !inBucket[i];
       perStep += static_cast<int64_t>(buckets.size());
     }
     const int64_t wantReduces = stepsRun * perStep;
-    if (prefetch && zero >= 3 && !dynamic && mesh.replicate == 1)
+    if (prefetch && zero >= 3 && !dynamic)
       expect(perStep > 0, "the plan has reductions to overlap");
     expect(w.reduceStarts == wantReduces && w.reduceWaits == wantReduces,
            "overlapped reductions started / waited for on rank " +

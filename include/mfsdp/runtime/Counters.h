@@ -32,10 +32,11 @@ struct WorkCounters {
   int64_t prefetchWaits = 0;
   /// Reductions overlapped with the previous unit's backward (prefetch 1,
   /// ZeRO-3): the asynchronous reduce-scatter(-v) / all-reduce collectives
-  /// this rank started in post_backward (one per row shard, owned matrix or
-  /// replicated tensor when dp_replicate is 1; block shards and HSDP reduce
-  /// synchronously), and the ones it waited for (by the next post_backward,
-  /// or the next call that needs them, or mfsdp_destroy).
+  /// this rank started over dp_shard in post_backward (one per bucket, row
+  /// shard, owned matrix or replicated tensor; block shards reduce
+  /// synchronously; HSDP's all-reduce over replicas runs at the wait), and
+  /// the ones it waited for (by the next post_backward, or the next call
+  /// that needs them, or mfsdp_destroy).
   int64_t reduceStarts = 0;
   int64_t reduceWaits = 0;
   /// Collectives of the plan's buckets (mfsdp_bucket): all-gathers (and
