@@ -2,6 +2,7 @@
 #include "Trainer.h"
 
 #include <memory>
+#include <string>
 
 namespace mfsdp::example {
 
@@ -19,13 +20,30 @@ bool train(mfsdp_step *step, const ModelConfig &c, const TrainOptions &o,
     error = std::string(what) + ": " + mfsdp_last_error(step);
     return false;
   };
-  // Parameters come in modelParams() order: four per block.
+  // Parameters come in modelParams() order: four per block; the library's
+  // table has them at o.tableIndex (by default in order), the outer stack
+  // keeps those the table leaves out.
+  if (!o.tableIndex.empty() && o.tableIndex.size() != static_cast<size_t>(4 * c.layers)) {
+    error = "the table index has " + std::to_string(o.tableIndex.size()) +
+            " entries for " + std::to_string(4 * c.layers) + " parameters";
+    return false;
+  }
   auto views = [&](int64_t layer, bool grad, Views &v) {
     float **slots[4] = {&v.norm, &v.fc1, &v.fc2, &v.bias};
     for (int k = 0; k < 4; ++k) {
+      const int64_t i = 4 * layer + k;
+      const int32_t at = o.tableIndex.empty() ? static_cast<int32_t>(i) : o.tableIndex[i];
+      if (at < 0) {
+        if (!o.outer) {
+          error = "parameter " + std::to_string(i) +
+                  " is not in the library's table and no outer stack keeps it";
+          return false;
+        }
+        *slots[k] = grad ? o.outer->grad(i) : o.outer->param(i);
+        continue;
+      }
       DLTensor t;
-      mfsdp_status s = grad ? mfsdp_grad_view(step, static_cast<int32_t>(4 * layer + k), &t)
-                            : mfsdp_param_view(step, static_cast<int32_t>(4 * layer + k), &t);
+      mfsdp_status s = grad ? mfsdp_grad_view(step, at, &t) : mfsdp_param_view(step, at, &t);
       if (!ok(s, grad ? "grad view" : "param view"))
         return false;
       *slots[k] = static_cast<float *>(t.data);
@@ -41,6 +59,8 @@ bool train(mfsdp_step *step, const ModelConfig &c, const TrainOptions &o,
   for (int64_t s = 0; s < o.steps; ++s) {
     if (!ok(mfsdp_zero_grad(step), "zero_grad"))
       return false;
+    if (o.outer)
+      o.outer->zeroGrad();
     double loss = 0;
     for (int64_t m = 0; m < o.microbatches; ++m) {
       if (!ok(mfsdp_set_no_sync(step, m + 1 < o.microbatches), "set_no_sync"))
@@ -84,6 +104,8 @@ bool train(mfsdp_step *step, const ModelConfig &c, const TrainOptions &o,
         dy.swap(dx);
       }
     }
+    if (o.outer && !o.outer->step(error))
+      return false;
     if (!ok(mfsdp_optimizer_step(step), "optimizer_step"))
       return false;
     losses.push_back(loss);

@@ -17,6 +17,20 @@
 
 namespace mfsdp::example {
 
+/// Parameters the outer stack keeps itself: external parameters (owned by
+/// a TP or EP dim), which the step library's table leaves out. The trainer
+/// reads and writes them here instead of through the library's views, and
+/// calls step() before the library's optimizer step, zeroGrad() with its
+/// zero_grad. Indices are modelParams() order.
+struct OuterParams {
+  virtual ~OuterParams() = default;
+  virtual float *param(int64_t i) = 0;
+  virtual float *grad(int64_t i) = 0;
+  virtual void zeroGrad() = 0;
+  /// Reduces the gradients over the outer stack's group and updates.
+  virtual bool step(std::string &error) = 0;
+};
+
 struct TrainOptions {
   int64_t steps = 5;
   /// Index of the first step (the batches depend on it): a run resumed
@@ -27,6 +41,11 @@ struct TrainOptions {
   int64_t dataRank = 0; // this rank's index among the data-parallel ranks
   /// Recompute each block's forward in backward (activation checkpointing).
   bool recompute = false;
+  /// Per model parameter (modelParams() order) its index in the library's
+  /// table, -1 for one the outer stack keeps (`outer`). Empty: the table
+  /// is the model's parameters in order.
+  std::vector<int32_t> tableIndex;
+  OuterParams *outer = nullptr;
 };
 
 /// Runs the steps; returns false with `error` set on any runtime failure.

@@ -1,6 +1,6 @@
 //===- ParityTest.cpp - Sharded training equals single-device training ----===//
 //
-//   mpirun -np N mfsdp-parity MESH POLICY ZERO MICROBATCHES [recompute|restart|bf16|dynamic|ns_split|prefetch|blocks=RxC]
+//   mpirun -np N mfsdp-parity MESH POLICY ZERO MICROBATCHES [recompute|restart|bf16|dynamic|ns_split|prefetch|buckets|external|blocks=RxC]
 //
 // Plans the example model with the layout planner (policy, ZeRO level,
 // mesh), trains it for 5 steps through the runtime's C ABI on N ranks (each
@@ -22,6 +22,13 @@
 // pre-hook, and the work counters must show exactly the gathers expected
 // started asynchronously (every row-sharded or owned parameter of units
 // 1.. in forward and ..N-2 in backward, per microbatch) and all waited for.
+// With `buckets`, the plan has the buckets the compiler would form (the
+// step program, bucketed without a size limit) and the work counters must
+// show one collective per bucket. With `external`, layers.1.fc1.weight
+// belongs to an outer stack (placement external, axes ["tp"]): the table
+// leaves it out, the trainer finds it through the table index in an outer
+// stack of this test (the whole tensor on every rank, gradient averaged over
+// all ranks, torch.optim.AdamW), and the reference trains it with AdamW.
 // MESH may have outer dims (tp=2, in any position): they go into the plan's
 // mesh; each rank's data depends on its data-parallel coordinates only
 // (ranks that differ in the outer coordinate see the same data, as TP
@@ -51,6 +58,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <sstream>
 
 using namespace mfsdp;
@@ -96,6 +104,56 @@ Mesh parseMesh(const std::string &spec) {
   return m;
 }
 
+/// The outer stack of the `external` case: keeps its parameters whole on
+/// every rank, averages their gradients over all ranks (TP ranks see the
+/// same data, so their copies agree) and steps them with AdamW
+/// (torch.optim.AdamW, in float), as the reference does.
+struct OuterAdamW final : example::OuterParams {
+  struct Tensor {
+    std::vector<float> p, g, m, v;
+  };
+  std::map<int64_t, Tensor> tensors;
+  reference::AdamW h;
+  int world = 1;
+  int64_t t = 0;
+
+  OuterAdamW(const reference::AdamW &hyper, int ranks) : h(hyper), world(ranks) {}
+  void add(int64_t i, const std::vector<float> &init) {
+    Tensor &x = tensors[i];
+    x.p = init;
+    x.g.assign(init.size(), 0.f);
+    x.m.assign(init.size(), 0.f);
+    x.v.assign(init.size(), 0.f);
+  }
+  float *param(int64_t i) override { return tensors.at(i).p.data(); }
+  float *grad(int64_t i) override { return tensors.at(i).g.data(); }
+  void zeroGrad() override {
+    for (auto &[i, x] : tensors)
+      std::fill(x.g.begin(), x.g.end(), 0.f);
+  }
+  bool step(std::string &error) override {
+    ++t;
+    const double c1 = 1 - std::pow(h.beta1, static_cast<double>(t));
+    const double c2 = 1 - std::pow(h.beta2, static_cast<double>(t));
+    for (auto &[i, x] : tensors) {
+      if (MPI_Allreduce(MPI_IN_PLACE, x.g.data(), static_cast<int>(x.g.size()), MPI_FLOAT,
+                        MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS) {
+        error = "the outer stack's all-reduce failed";
+        return false;
+      }
+      for (size_t e = 0; e < x.p.size(); ++e) {
+        const float g = x.g[e] / static_cast<float>(world);
+        x.p[e] -= static_cast<float>(h.lr * h.weightDecay) * x.p[e];
+        x.m[e] = static_cast<float>(h.beta1) * x.m[e] + static_cast<float>(1 - h.beta1) * g;
+        x.v[e] = static_cast<float>(h.beta2) * x.v[e] + static_cast<float>(1 - h.beta2) * g * g;
+        const double mh = x.m[e] / c1, vh = x.v[e] / c2;
+        x.p[e] -= static_cast<float>(h.lr * mh / (std::sqrt(vh) + h.eps));
+      }
+    }
+    return true;
+  }
+};
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -107,7 +165,7 @@ int main(int argc, char **argv) {
     if (rank == 0)
       std::fprintf(stderr, "usage: mfsdp-parity MESH POLICY ZERO MICROBATCHES "
                            "[recompute|restart|bf16|dynamic|ns_split|prefetch|"
-                           "buckets|blocks=RxC]\n");
+                           "buckets|external|blocks=RxC]\n");
     MPI_Finalize();
     return 2;
   }
@@ -116,7 +174,7 @@ int main(int argc, char **argv) {
   int zero = std::atoi(argv[3]);
   int64_t micro = std::atoll(argv[4]);
   bool recompute = false, restart = false, bf16 = false, dynamic = false;
-  bool nsSplit = false, prefetch = false, bucketed = false;
+  bool nsSplit = false, prefetch = false, bucketed = false, external = false;
   std::vector<int64_t> blockShape; // blocks=RxC: block-shard the matrices
   for (int i = 5; i < argc; ++i) {
     if (std::strncmp(argv[i], "blocks=", 7) == 0) {
@@ -131,6 +189,7 @@ int main(int argc, char **argv) {
     nsSplit |= std::strcmp(argv[i], "ns_split") == 0;
     prefetch |= std::strcmp(argv[i], "prefetch") == 0;
     bucketed |= std::strcmp(argv[i], "buckets") == 0;
+    external |= std::strcmp(argv[i], "external") == 0;
     recompute |= std::strcmp(argv[i], "recompute") == 0;
     restart |= std::strcmp(argv[i], "restart") == 0;
     bf16 |= std::strcmp(argv[i], "bf16") == 0;
@@ -161,6 +220,12 @@ int main(int argc, char **argv) {
     p.elemBytes = 4;
     p.kind = info.name.find("norm") != std::string::npos ? "norm" : "linear";
     p.unit = info.layer;
+    // `external`: the middle block's first matrix belongs to an outer stack
+    // (as a TP-sharded weight would): the library leaves it out.
+    if (external && info.name == "layers.1.fc1.weight") {
+      p.external = true;
+      p.externalAxes = {"tp"};
+    }
     pr.params.push_back(p);
   }
   planner::Options opts;
@@ -183,7 +248,14 @@ int main(int argc, char **argv) {
   }
 
   std::vector<mfsdp_param_desc> descs;
+  // Per model parameter its index in the table (-1: external).
+  std::vector<int32_t> tableIndex;
   for (const planner::Param &p : pr.params) {
+    if (p.placement == planner::PlacementKind::External) {
+      tableIndex.push_back(-1);
+      continue;
+    }
+    tableIndex.push_back(static_cast<int32_t>(descs.size()));
     mfsdp_param_desc d{};
     d.name = p.name.c_str();
     d.rows = p.shape[0];
@@ -288,6 +360,10 @@ int main(int argc, char **argv) {
                             " block-shards some parameter");
   }
 
+  if (external)
+    expect(std::count(tableIndex.begin(), tableIndex.end(), -1) == 1 &&
+               plan.num_params + 1 == static_cast<int32_t>(infos.size()),
+           "external: one parameter left out of the table");
   if (nsSplit)
     expect(decisions.nsSplit && mesh.replicate > 1,
            "ns_split asks for HSDP and a plan that splits: " + decisions.nsSplitReason);
@@ -413,6 +489,9 @@ int main(int argc, char **argv) {
                std::to_string(wantGathers));
   };
 
+  // The outer stack of `external`: the parameter whole on every rank, its
+  // gradient averaged over all ranks, AdamW as the reference runs it.
+  OuterAdamW outer(ref.adamw, world);
   mfsdp_step *step = nullptr;
   mfsdp_status st = mfsdp_create(&plan, &step);
   expect(st == MFSDP_OK, std::string("create: ") + mfsdp_last_error(step));
@@ -449,7 +528,11 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < infos.size(); ++i) {
     std::vector<float> init(example::numel(infos[i]));
     example::initParam(infos[i], init.data());
-    expect(mfsdp_load_param(step, static_cast<int32_t>(i), init.data()) == MFSDP_OK,
+    if (tableIndex[i] < 0) {
+      outer.add(static_cast<int64_t>(i), init);
+      continue;
+    }
+    expect(mfsdp_load_param(step, tableIndex[i], init.data()) == MFSDP_OK,
            "load " + infos[i].name);
   }
   example::TrainOptions to;
@@ -460,6 +543,8 @@ int main(int argc, char **argv) {
   // an outer coordinate (TP ranks) see the same data.
   to.dataRank = replicaRank * mesh.shard + shardRank;
   to.recompute = recompute;
+  to.tableIndex = tableIndex;
+  to.outer = &outer;
   std::vector<double> losses;
   std::string error;
   if (restart) {
@@ -472,14 +557,16 @@ int main(int argc, char **argv) {
     expect(mfsdp_step_count(step, &count) == MFSDP_OK && count == 3,
            "step count after 3 steps: " + std::to_string(count));
     for (size_t i = 0; i < infos.size(); ++i) {
-      auto idx = static_cast<int32_t>(i);
+      const int32_t idx = tableIndex[i];
+      if (idx < 0)
+        continue; // the outer stack keeps its own across the restart
       params[i].resize(example::numel(infos[i]));
       m[i].resize(params[i].size());
       v[i].resize(params[i].size());
       expect(mfsdp_store_param(step, idx, params[i].data()) == MFSDP_OK, "store");
       expect(mfsdp_store_state(step, idx, MFSDP_STATE_EXP_AVG, m[i].data()) == MFSDP_OK,
              std::string("store exp_avg: ") + mfsdp_last_error(step));
-      if (descs[i].optimizer == MFSDP_OPT_ADAMW)
+      if (descs[idx].optimizer == MFSDP_OPT_ADAMW)
         expect(mfsdp_store_state(step, idx, MFSDP_STATE_EXP_AVG_SQ, v[i].data()) == MFSDP_OK,
                std::string("store exp_avg_sq: ") + mfsdp_last_error(step));
       else {
@@ -496,7 +583,7 @@ int main(int argc, char **argv) {
         std::vector<float> first = *stored;
         MPI_Bcast(first.data(), static_cast<int>(first.size()), MPI_FLOAT, 0,
                   MPI_COMM_WORLD);
-        if (stored != &v[i] || descs[i].optimizer == MFSDP_OPT_ADAMW)
+        if (stored != &v[i] || descs[idx].optimizer == MFSDP_OPT_ADAMW)
           expect(first == *stored, "rank " + std::to_string(rank) + " stored " +
                                        (stored == &m[i]   ? "the exp_avg of "
                                         : stored == &v[i] ? "the exp_avg_sq of "
@@ -510,11 +597,13 @@ int main(int argc, char **argv) {
     step = nullptr;
     expect(mfsdp_create(&plan, &step) == MFSDP_OK, "create again");
     for (size_t i = 0; i < infos.size(); ++i) {
-      auto idx = static_cast<int32_t>(i);
+      const int32_t idx = tableIndex[i];
+      if (idx < 0)
+        continue;
       expect(mfsdp_load_param(step, idx, params[i].data()) == MFSDP_OK, "load");
       expect(mfsdp_load_state(step, idx, MFSDP_STATE_EXP_AVG, m[i].data()) == MFSDP_OK,
              "load exp_avg");
-      if (descs[i].optimizer == MFSDP_OPT_ADAMW)
+      if (descs[idx].optimizer == MFSDP_OPT_ADAMW)
         expect(mfsdp_load_state(step, idx, MFSDP_STATE_EXP_AVG_SQ, v[i].data()) == MFSDP_OK,
                "load exp_avg_sq");
     }
@@ -541,6 +630,9 @@ int main(int argc, char **argv) {
     optimOf.push_back(p.optim);
   ref.optimizerOf = [&](const example::ParamInfo &info) {
     for (size_t i = 0; i < infos.size(); ++i)
+      if (infos[i].name == info.name && tableIndex[i] < 0)
+        return reference::Opt::AdamW; // the outer stack's optimizer
+    for (size_t i = 0; i < infos.size(); ++i)
       if (infos[i].name == info.name)
         return optimOf[i] == planner::Optim::Muon  ? reference::Opt::Muon
                : optimOf[i] == planner::Optim::SGD ? reference::Opt::SGD
@@ -555,8 +647,12 @@ int main(int argc, char **argv) {
   double worst = 0;
   for (size_t i = 0; i < infos.size(); ++i) {
     std::vector<float> got(example::numel(infos[i]));
-    expect(mfsdp_store_param(step, static_cast<int32_t>(i), got.data()) == MFSDP_OK,
-           "store " + infos[i].name);
+    if (tableIndex[i] < 0)
+      std::copy(outer.param(static_cast<int64_t>(i)),
+                outer.param(static_cast<int64_t>(i)) + got.size(), got.begin());
+    else
+      expect(mfsdp_store_param(step, tableIndex[i], got.data()) == MFSDP_OK,
+             "store " + infos[i].name);
     const std::vector<float> &w = want.params.at(infos[i].name);
     double scale = 0, diff = 0;
     for (size_t k = 0; k < w.size(); ++k) {
