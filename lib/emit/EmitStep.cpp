@@ -193,9 +193,9 @@ void emitMemberTree(raw_ostream &os, const RowBucketLayout &b, size_t lo, size_t
 }
 
 /// The CUDA kernels of `b` (one thread per float of the staging buffer,
-/// the member found by a balanced tree on the constant offsets) and their
-/// C launchers.
-void emitCudaKernels(raw_ostream &os, const RowBucketLayout &b) {
+/// the member found by a balanced tree on the constant offsets), or with
+/// `launchers` their C launchers.
+void emitCudaKernels(raw_ostream &os, const RowBucketLayout &b, bool launchers) {
   const size_t M = b.rel.size();
   const int64_t total = b.ranks * b.chunk;
   auto params = [&](const char *type, const char *name) {
@@ -211,6 +211,28 @@ void emitCudaKernels(raw_ostream &os, const RowBucketLayout &b) {
        << "  if (i >= " << total << ") return;\n"
        << "  const int64_t r = i / " << b.chunk << ", o = i - r * " << b.chunk << ";\n";
   };
+  const int64_t blocks = (total + 255) / 256;
+  auto args = [&](const char *name) {
+    std::string out;
+    for (size_t j = 0; j < M; ++j)
+      out += std::string(j ? ", " : "") + name + "[" + std::to_string(j) + "]";
+    return out;
+  };
+  if (launchers) {
+    os << "extern \"C\" int mfsdp_cuda_unpack_" << b.index
+       << "(const float *staging, float *const *full, void *stream) {\n"
+       << "  unpack" << b.index << "<<<" << blocks
+       << ", 256, 0, static_cast<cudaStream_t>(stream)>>>(staging, " << args("full")
+       << ");\n"
+       << "  return cudaGetLastError() == cudaSuccess ? 0 : 1;\n}\n\n";
+    os << "extern \"C\" int mfsdp_cuda_pack_" << b.index
+       << "(const float *const *grad, float *staging, void *stream) {\n"
+       << "  pack" << b.index << "<<<" << blocks
+       << ", 256, 0, static_cast<cudaStream_t>(stream)>>>(" << args("grad")
+       << ", staging);\n"
+       << "  return cudaGetLastError() == cudaSuccess ? 0 : 1;\n}\n\n";
+    return;
+  }
   os << "// Bucket " << b.index << " (unit " << b.unit << "): " << b.ranks
      << " ranks x a chunk of " << b.chunk << " floats.\n";
   os << "__global__ void unpack" << b.index << "(const float *__restrict__ staging, "
@@ -230,24 +252,6 @@ void emitCudaKernels(raw_ostream &os, const RowBucketLayout &b) {
        << ")];\n";
   });
   os << "  staging[i] = v;\n}\n\n";
-  const int64_t blocks = (total + 255) / 256;
-  auto args = [&](const char *name) {
-    std::string out;
-    for (size_t j = 0; j < M; ++j)
-      out += std::string(", ") + name + "[" + std::to_string(j) + "]";
-    return out;
-  };
-  os << "extern \"C\" int mfsdp_cuda_unpack_" << b.index
-     << "(const float *staging, float *const *full, void *stream) {\n"
-     << "  unpack" << b.index << "<<<" << blocks << ", 256, 0, static_cast<cudaStream_t>(stream)>>>(staging"
-     << args("full") << ");\n"
-     << "  return cudaGetLastError() == cudaSuccess ? 0 : 1;\n}\n\n";
-  std::string gradArgs = args("grad").substr(2);
-  os << "extern \"C\" int mfsdp_cuda_pack_" << b.index
-     << "(const float *const *grad, float *staging, void *stream) {\n"
-     << "  pack" << b.index << "<<<" << blocks << ", 256, 0, static_cast<cudaStream_t>(stream)>>>("
-     << gradArgs << ", staging);\n"
-     << "  return cudaGetLastError() == cudaSuccess ? 0 : 1;\n}\n\n";
 }
 
 } // namespace
@@ -641,23 +645,13 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
       *cuda << "// The plan has no row-shard buckets: no kernels.\n";
     else
       *cuda << "namespace {\n\n";
-    for (const RowBucketLayout &b : rowBuckets) {
-      std::string kernels;
-      llvm::raw_string_ostream ks(kernels);
-      emitCudaKernels(ks, b);
-      // The kernels in the anonymous namespace; the launchers after it.
-      size_t split = kernels.find("extern \"C\"");
-      *cuda << kernels.substr(0, split);
-    }
+    // The kernels in the anonymous namespace; the launchers after it.
+    for (const RowBucketLayout &b : rowBuckets)
+      emitCudaKernels(*cuda, b, /*launchers=*/false);
     if (!rowBuckets.empty())
       *cuda << "} // namespace\n\n";
-    for (const RowBucketLayout &b : rowBuckets) {
-      std::string kernels;
-      llvm::raw_string_ostream ks(kernels);
-      emitCudaKernels(ks, b);
-      size_t split = kernels.find("extern \"C\"");
-      *cuda << kernels.substr(split);
-    }
+    for (const RowBucketLayout &b : rowBuckets)
+      emitCudaKernels(*cuda, b, /*launchers=*/true);
   }
   os << "static const mfsdp_memory_plan mfsdp_the_memory = {\n"
      << "  .num_shard_ranks = " << plan.dp_shard << ",\n"
