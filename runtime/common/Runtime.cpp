@@ -575,13 +575,22 @@ struct mfsdp_step {
       };
       const int32_t m0 = bs.members.front();
       int64_t end = 0;
+      // Each member starts where the one before it ends, rounded up to the
+      // arena's alignment: the gap between them belongs to the one before
+      // (its arena block), so no other buffer can lie there, and a
+      // collective over the bucket's span reads and writes only its own.
+      auto next = [](int64_t floats) {
+        return Arena::roundUp(floats * static_cast<int64_t>(sizeof(float))) /
+               static_cast<int64_t>(sizeof(float));
+      };
       if (bs.rows) {
         for (int32_t p : bs.members) {
           const int64_t r = rel(p, &mfsdp_param_offsets::master, m0);
-          if (r < end || rel(p, &mfsdp_param_offsets::grad_shard, m0) != r)
+          if (r != next(end) || rel(p, &mfsdp_param_offsets::grad_shard, m0) != r)
             return bad("the memory plan does not lay out " + name +
                        "'s masters and reduced gradients in one piece, in order, "
-                       "at the same distances ('" + params[p].name + "')");
+                       "each at the aligned end of the one before, at the same "
+                       "distances ('" + params[p].name + "')");
           bs.gaps |= r != end;
           bs.rel.push_back(r);
           end = r + params[p].localSize;
@@ -599,11 +608,12 @@ struct mfsdp_step {
           const int32_t o = ps.desc.owner;
           if (start[o] < 0)
             start[o] = r;
-          if (r < end || rel(p, &mfsdp_param_offsets::grad, m0) != r ||
+          if (r != next(end) || rel(p, &mfsdp_param_offsets::grad, m0) != r ||
               (plan.zero >= 3 && rel(p, &mfsdp_param_offsets::full_backward, m0) != r))
             return bad("the memory plan does not lay out " + name +
                        "'s gathered copies and gradients in one piece, in owner "
-                       "order, at the same distances ('" + ps.name + "')");
+                       "order, each at the aligned end of the one before, at the "
+                       "same distances ('" + ps.name + "')");
           end = r + ps.elements();
         }
         // Each owner's span runs from its first member to the next owner's.

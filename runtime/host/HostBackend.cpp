@@ -61,7 +61,9 @@ public:
                   " bytes, " + std::to_string(arena_.used()) +
                   " in use) has no free block of " + std::to_string(bytes) +
                   " bytes");
-    ASAN_UNPOISON_MEMORY_REGION(out, static_cast<size_t>(bytes));
+    // The whole block the arena keeps for it, alignment tail included: a
+    // bucket's collectives read and write its members' tails.
+    ASAN_UNPOISON_MEMORY_REGION(out, static_cast<size_t>(Arena::roundUp(bytes)));
     return 0;
   }
 
@@ -76,7 +78,7 @@ public:
                   std::to_string(offset + bytes) + ") of the arena (" +
                   std::to_string(arena_.capacity()) +
                   " bytes) are not free or not aligned");
-    ASAN_UNPOISON_MEMORY_REGION(out, static_cast<size_t>(bytes));
+    ASAN_UNPOISON_MEMORY_REGION(out, static_cast<size_t>(Arena::roundUp(bytes)));
     return 0;
   }
 

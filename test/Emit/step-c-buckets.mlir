@@ -3,7 +3,8 @@
 // members, and the memory plan lays each bucket out as the runtime runs it.
 // Unit 0 holds two AdamW row shards (a: 4x64, n: 3x10) and two Muon
 // matrices (w0: 8x8 on rank 1, w1: 8x16 on rank 0); unit 1 one row shard
-// (c), which is no bucket. 2 ranks, ZeRO-3.
+// (c), which is no bucket. 2 ranks, ZeRO-3. The norm's name holds a
+// comment delimiter, which the comments of the source must defuse.
 // RUN: mfsdp-opt %s --mfsdp-build-step="tokens=1" --mfsdp-bucket-collectives | mfsdp-translate --emit-step-c | FileCheck %s
 // RUN: mfsdp-opt %s --mfsdp-build-step="tokens=1" --mfsdp-bucket-collectives | mfsdp-translate --emit-step-c -o %t.c
 // RUN: cc -std=c11 -Wall -Wextra -Werror -fsyntax-only -I%mfsdp_src/include %t.c
@@ -19,7 +20,7 @@
 // CHECK: static const int32_t mfsdp_bucket_members[4] = {0, 1, 3, 2};
 // CHECK-LABEL: static const mfsdp_bucket mfsdp_buckets[2] = {
 // CHECK-NEXT: /* unit, placement, members */
-// CHECK-NEXT: {0, MFSDP_ROW_SHARD, 2, mfsdp_bucket_members + 0}, /* a n */
+// CHECK-NEXT: {0, MFSDP_ROW_SHARD, 2, mfsdp_bucket_members + 0}, /* a n* /x */
 // CHECK-NEXT: {0, MFSDP_OWNER, 2, mfsdp_bucket_members + 2}, /* w1 w0 */
 // CHECK-NEXT: };
 // The row bucket has staging for its gathers (forward, backward) and its
@@ -38,10 +39,10 @@ plan.graph @buckets {
   plan.mesh @mesh ["dp_shard" = 2]
   plan.policy mixed_muon_adamw zero 3
   plan.param @a : tensor<4x64xf32> linear module "a" placement #plan.row_shard<dim = 0, axes = ["dp_shard"]> optimizer #plan.adamw<lr = 1.0e-03, beta1 = 0.9, beta2 = 0.95, eps = 1.0e-08, weight_decay = 0.1>
-  plan.param @n : tensor<3x10xf32> norm module "n" placement #plan.row_shard<dim = 0, axes = ["dp_shard"]> optimizer #plan.adamw<lr = 1.0e-03, beta1 = 0.9, beta2 = 0.95, eps = 1.0e-08, weight_decay = 0.1>
+  plan.param @"n*/x" : tensor<3x10xf32> norm module "n" placement #plan.row_shard<dim = 0, axes = ["dp_shard"]> optimizer #plan.adamw<lr = 1.0e-03, beta1 = 0.9, beta2 = 0.95, eps = 1.0e-08, weight_decay = 0.1>
   plan.param @w0 : tensor<8x8xf32> linear module "w0" placement #plan.owner<rank = 1, axes = ["dp_shard"]> optimizer #plan.muon<lr = 0.02, momentum = 0.95, weight_decay = 0.01, nesterov = true, ns_steps = 5, scale = match_rms_adamw>
   plan.param @w1 : tensor<8x16xf32> linear module "w1" placement #plan.owner<rank = 0, axes = ["dp_shard"]> optimizer #plan.muon<lr = 0.02, momentum = 0.95, weight_decay = 0.01, nesterov = true, ns_steps = 5, scale = match_rms_adamw>
   plan.param @c : tensor<4x64xf32> linear module "c" placement #plan.row_shard<dim = 0, axes = ["dp_shard"]> optimizer #plan.adamw<lr = 1.0e-03, beta1 = 0.9, beta2 = 0.95, eps = 1.0e-08, weight_decay = 0.1>
-  plan.unit @u0 index 0 params [@a, @n, @w0, @w1] cost <fwd_flops = 1, bwd_flops = 2, act_bytes = 0, recompute = false>
+  plan.unit @u0 index 0 params [@a, @"n*/x", @w0, @w1] cost <fwd_flops = 1, bwd_flops = 2, act_bytes = 0, recompute = false>
   plan.unit @u1 index 1 params [@c] cost <fwd_flops = 1, bwd_flops = 2, act_bytes = 0, recompute = false>
 }
