@@ -32,8 +32,7 @@ fi
 # its tests; the compiler and the runtime never use it. It goes to the
 # `python3` on PATH, the interpreter the tests run: into it directly when it
 # is a virtualenv or a Python of its own (pyenv, conda), per user when
-# Debian manages it (PEP 668). The CPU-only wheel first; PyPI's (with its CUDA libraries, much
-# larger) when that index cannot be reached.
+# Debian manages it (PEP 668). From PyPI, through pip's configured index.
 torch_ok='import sys, torch; sys.exit(tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) < (2, 4))'
 if ! python3 -c "$torch_ok" >/dev/null 2>&1; then
   pip_args=(-m pip install --upgrade --disable-pip-version-check -q)
@@ -43,10 +42,6 @@ if ! python3 -c "$torch_ok" >/dev/null 2>&1; then
     pip_args+=(--user --break-system-packages)
   fi
   echo "setup: installing torch for $(command -v python3)"
-  if ! python3 "${pip_args[@]}" --retries 1 --timeout 30 \
-      --index-url https://download.pytorch.org/whl/cpu torch numpy; then
-    echo "setup: the CPU-only index failed; installing torch from PyPI"
-    python3 "${pip_args[@]}" torch numpy
-  fi
+  python3 "${pip_args[@]}" torch numpy
   python3 -c "$torch_ok" || { echo "setup: torch 2.4 or newer does not import after installing it" >&2; exit 1; }
 fi

@@ -479,7 +479,7 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
       step::Step program;
       if (failed(readStep(stepOp, program)))
         return failure();
-      buckets = step::runtimeBuckets(program, plan);
+      buckets = step::runtimeBuckets(program, plan, options.bucketBytes);
     }
   }
   std::vector<mfsdp_bucket> bucketViews = step::bucketViews(buckets);
@@ -739,6 +739,12 @@ void mfsdp::registerEmitTranslations() {
                      "trainer computes the current one (two units' copies "
                      "in the memory plan)"),
       llvm::cl::init(0));
+  static llvm::cl::opt<double> bucketMB(
+      "emit-step-bucket-mb",
+      llvm::cl::desc("--emit-step-c: the runtime's buckets hold at most this many "
+                     "MiB of flat buffer each (0: no limit); a larger tensor is "
+                     "left alone"),
+      llvm::cl::init(25));
   static TranslateFromMLIRRegistration emitReg(
       "emit-step-c",
       "Emit the C source of the step library of a planned plan.graph",
@@ -749,6 +755,11 @@ void mfsdp::registerEmitTranslations() {
         EmitStepOptions options;
         options.accumulate = accumulate;
         options.prefetch = prefetch;
+        if (!(bucketMB >= 0) || !std::isfinite(bucketMB))
+          return module.emitError("--emit-step-bucket-mb must be a finite number of "
+                                  "MiB, 0 or more, got ")
+                 << bucketMB.getValue();
+        options.bucketBytes = bucketMB.getValue() * (1 << 20);
         return emitStepLibrarySource(module, os, options);
       },
       [](DialectRegistry &registry) {

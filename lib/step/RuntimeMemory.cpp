@@ -310,7 +310,19 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
   return out;
 }
 
-std::vector<RuntimeBucket> runtimeBuckets(const Step &step, const mfsdp_plan &plan) {
+std::vector<RuntimeBucket> runtimeBuckets(const Step &step, const mfsdp_plan &plan,
+                                          double limitBytes, int64_t maxMembers,
+                                          int64_t alignment) {
+  const int64_t S = std::max<int32_t>(plan.dp_shard, 1);
+  // A member's bytes in its bucket's flat buffer.
+  auto flatBytes = [&](int32_t p) {
+    const mfsdp_param_desc &d = plan.params[p];
+    const runtime::BufferFloats f = runtime::bufferFloats(d, S, 0);
+    const int64_t floats = d.placement == MFSDP_ROW_SHARD ? f.master : f.full;
+    const int64_t bytes = (floats * static_cast<int64_t>(sizeof(float)) + alignment - 1) /
+                          alignment * alignment;
+    return static_cast<double>(d.placement == MFSDP_ROW_SHARD ? S * bytes : bytes);
+  };
   std::map<std::string, int32_t> byName;
   for (int32_t i = 0; i < plan.num_params && plan.params; ++i)
     if (plan.params[i].name)
@@ -348,16 +360,33 @@ std::vector<RuntimeBucket> runtimeBuckets(const Step &step, const mfsdp_plan &pl
       b.placement = placement;
       b.params.push_back(it->second);
     }
-    for (auto &[unit, b] : perUnit) {
-      if (b.params.size() < 2)
-        continue;
-      if (placement == MFSDP_OWNER)
-        std::stable_sort(b.params.begin(), b.params.end(), [&](int32_t x, int32_t y) {
-          return plan.params[x].owner < plan.params[y].owner;
-        });
-      for (int32_t p : b.params)
-        taken[p] = true;
-      out.push_back(std::move(b));
+    for (auto &[unit, whole] : perUnit) {
+      // Runs within the limits, in order.
+      std::vector<RuntimeBucket> runs;
+      double bytes = 0;
+      for (int32_t p : whole.params) {
+        const double mine = flatBytes(p);
+        if (limitBytes > 0 && mine > limitBytes)
+          continue; // alone: no staging for a tensor this large
+        if (runs.empty() || (limitBytes > 0 && bytes + mine > limitBytes) ||
+            static_cast<int64_t>(runs.back().params.size()) >= maxMembers) {
+          runs.push_back({whole.unit, whole.placement, {}});
+          bytes = 0;
+        }
+        runs.back().params.push_back(p);
+        bytes += mine;
+      }
+      for (RuntimeBucket &b : runs) {
+        if (b.params.size() < 2)
+          continue;
+        if (placement == MFSDP_OWNER)
+          std::stable_sort(b.params.begin(), b.params.end(), [&](int32_t x, int32_t y) {
+            return plan.params[x].owner < plan.params[y].owner;
+          });
+        for (int32_t p : b.params)
+          taken[p] = true;
+        out.push_back(std::move(b));
+      }
     }
   }
   return out;

@@ -14,6 +14,12 @@
 // RUN: mfsdp-translate --emit-step-c %s | grep '\.hash' > %t.hash
 // RUN: grep '\.hash' %t.c >> %t.hash
 // RUN: sort -u %t.hash | wc -l | grep -x 2
+// Under a size limit of 1 KiB of flat buffer (a: 2 chunks of 512 B; n:
+// 2 x 256 B aligned; w1 512 B, w0 256 B) a fills a bucket by itself, so a
+// and n are no bucket, and the owners' 768 B still make one.
+// RUN: mfsdp-opt %s --mfsdp-build-step="tokens=1" --mfsdp-bucket-collectives | mfsdp-translate --emit-step-c --emit-step-bucket-mb=0.0009765625 | FileCheck %s --check-prefix=LIMIT
+// A limit that is no size is refused.
+// RUN: mfsdp-opt %s --mfsdp-build-step="tokens=1" --mfsdp-bucket-collectives | not mfsdp-translate --emit-step-c --emit-step-bucket-mb=-1 2>&1 | FileCheck %s --check-prefix=NEG
 
 // CHECK-LABEL: The bucketed collectives
 // Row shards in table order; owners by owner: w1 (rank 0), then w0.
@@ -31,6 +37,16 @@
 // CHECK: .buckets = mfsdp_bucket_staging,
 // CHECK: .num_buckets = 2,
 // CHECK-NEXT: .buckets = mfsdp_buckets,
+
+// LIMIT-LABEL: The bucketed collectives
+// LIMIT: static const int32_t mfsdp_bucket_members[2] = {3, 2};
+// LIMIT-LABEL: static const mfsdp_bucket mfsdp_buckets[1] = {
+// LIMIT-NEXT: /* unit, placement, members */
+// LIMIT-NEXT: {0, MFSDP_OWNER, 2, mfsdp_bucket_members + 0}, /* w1 w0 */
+// LIMIT-NEXT: };
+// LIMIT: .num_buckets = 1,
+
+// NEG: error: --emit-step-bucket-mb must be a finite number of MiB, 0 or more, got -1
 
 // NONE-NOT: mfsdp_bucket
 // NONE: .mesh_dims

@@ -124,6 +124,34 @@ std::string replay(const mfsdp_plan &plan, const step::RuntimeMemoryPlan &m,
         drop(n);
     }
   };
+  // A row-shard bucket's staging buffer (0: forward gather, 1: backward
+  // gather, 2: reduction) while the runtime uses it: from the collective's
+  // start to its completion. Its size is dp_shard chunks, a chunk the span
+  // of the members' masters.
+  auto staged = [&](int32_t u, int which, bool live) {
+    for (int32_t b = 0; b < plan.num_buckets; ++b) {
+      const mfsdp_bucket &k = plan.buckets[b];
+      if (k.unit != u || k.placement != MFSDP_ROW_SHARD)
+        continue;
+      const std::string n = "bucket " + std::to_string(b) + " staging " +
+                            std::to_string(which);
+      if (!live) {
+        drop(n);
+        continue;
+      }
+      const int32_t first = k.params[0], last = k.params[k.num_params - 1];
+      const int64_t chunk =
+          (m.params[last].master - m.params[first].master) / 4 +
+          runtime::bufferFloats(plan.params[last], plan.dp_shard, rank).master;
+      const int64_t at[3] = {m.buckets[b].gather, m.buckets[b].gather_backward,
+                             m.buckets[b].reduce};
+      add(at[which], plan.dp_shard * chunk, n);
+    }
+  };
+  auto briefly = [&](int32_t u, int which) {
+    staged(u, which, true);
+    staged(u, which, false);
+  };
   // The runtime with prefetch 1: pre_forward(u) has unit u gathered (by
   // the prefetch of pre_forward(u - 1), except unit 0) and starts gathering
   // unit u + 1; pre_backward(u) has unit u's backward copy (prefetched by
@@ -131,32 +159,64 @@ std::string replay(const mfsdp_plan &plan, const step::RuntimeMemoryPlan &m,
   // starts unit u - 1's backward gather.
   const bool ahead = m.prefetch == 1;
   const int32_t n = plan.num_units;
+  // Gathers the hook waits for use their staging briefly; a prefetch's
+  // stays until the next call completes it.
   for (int32_t u = 0; u < n; ++u) {
-    if (!ahead || u == 0)
+    if (!ahead || u == 0) {
       gathered(u, false, true);
-    if (ahead && u + 1 < n)
+      if (zero3)
+        briefly(u, 0);
+    }
+    if (ahead && u + 1 < n) {
       gathered(u + 1, false, true);
-    gathered(u, false, false); // post_forward
+      staged(u + 1, 0, true);
+    }
+    // post_forward(u): the prefetch completes first.
+    if (ahead && u + 1 < n)
+      staged(u + 1, 0, false);
+    gathered(u, false, false);
   }
   for (int32_t u = n; u-- > 0;) {
-    if (!ahead || u == n - 1)
+    if (!ahead || u == n - 1) {
       gathered(u, true, true);
+      if (zero3)
+        briefly(u, 1);
+    }
     grads(u, true);
-    if (ahead && u > 0)
+    if (ahead && u > 0) {
       gathered(u - 1, true, true);
-    // post_backward(u). With prefetch 1 it first waits for unit u + 1's
-    // reduction (overlapped with this backward), which releases unit
-    // u + 1's backward copy and gradients, then leaves unit u's running.
-    const int32_t done = ahead ? u + 1 : u;
-    if (done < n) {
-      gathered(done, true, false);
-      grads(done, false);
+      staged(u - 1, 1, true);
+    }
+    // post_backward(u): the prefetch completes first. With prefetch 1 it
+    // then waits for unit u + 1's reduction (overlapped with this
+    // backward), which releases unit u + 1's backward copy, gradients and
+    // reduce staging, and leaves unit u's running; without, unit u's
+    // reduction runs here.
+    if (ahead && u > 0)
+      staged(u - 1, 1, false);
+    if (ahead && u + 1 < n) {
+      staged(u + 1, 2, false);
+      gathered(u + 1, true, false);
+      grads(u + 1, false);
+    }
+    if (ahead) {
+      staged(u, 2, true);
+    } else {
+      briefly(u, 2);
+      gathered(u, true, false);
+      grads(u, false);
     }
   }
   if (ahead && n > 0) { // unit 0's reduction, waited for by the next call
+    staged(0, 2, false);
     gathered(0, true, false);
     grads(0, false);
   }
+  // ZeRO-1/2 gather every unit again after the optimizer step (and loads
+  // gather): the staging of each in turn, nothing transient live.
+  if (!zero3)
+    for (int32_t u = 0; u < n; ++u)
+      briefly(u, 0);
   // A store stages a whole tensor, padded as the runtime gathers it.
   int64_t largest = 0;
   for (int32_t i = 0; i < plan.num_params; ++i)
@@ -467,4 +527,63 @@ TEST(RuntimeMemory, BucketsFromTheStepProgram) {
   ASSERT_EQ(v.size(), 2u);
   EXPECT_EQ(v[1].num_params, 2);
   EXPECT_EQ(v[1].params, b[1].params.data());
+}
+
+// Buckets stay within the size limit: a unit's members are cut, in order,
+// into runs whose flat buffer fits; a tensor larger than the limit is left
+// alone, and a run of one is no bucket. On 2 ranks a 4x64 row shard keeps
+// 2 rows (512 B) per rank, so its flat buffer (2 chunks) is 1024 B; a
+// 64x64 one is 16384 B; owned 8x8 and 8x16 matrices are 256 B and 512 B.
+TEST(RuntimeMemory, BucketsWithinTheLimit) {
+  std::vector<mfsdp_param_desc> ps = {
+      param("a", 4, 64, 0),  param("b", 4, 64, 0), param("e", 64, 64, 0),
+      param("c", 4, 64, 0),  param("d", 4, 64, 0),
+      param("w0", 8, 8, 0, MFSDP_OWNER, 1, MFSDP_OPT_MUON),
+      param("w1", 8, 16, 0, MFSDP_OWNER, 0, MFSDP_OPT_MUON)};
+  mfsdp_plan plan = planOf(ps, 2, 3, 1);
+  step::Step s;
+  auto coll = [&](step::CollKind k, std::vector<std::string> names) {
+    step::Op op;
+    op.kind = step::OpKind::Collective;
+    op.coll = k;
+    op.meshAxes = {"dp_shard"};
+    op.params = std::move(names);
+    s.ops.push_back(op);
+  };
+  coll(step::CollKind::ReduceScatter, {"a", "b", "e", "c", "d"});
+  coll(step::CollKind::ReduceScatterV, {"w0", "w1"});
+  auto members = [](const std::vector<step::RuntimeBucket> &b) {
+    std::vector<std::vector<int32_t>> out;
+    for (const step::RuntimeBucket &k : b)
+      out.push_back(k.params);
+    return out;
+  };
+  using M = std::vector<std::vector<int32_t>>;
+  // No limit: one bucket of each placement (w1, owner 0, first).
+  EXPECT_EQ(members(step::runtimeBuckets(s, plan)), (M{{0, 1, 2, 3, 4}, {6, 5}}));
+  // 2048 B: a and b fill one, e is alone, c and d fill the next; the
+  // owners' 768 B fit.
+  EXPECT_EQ(members(step::runtimeBuckets(s, plan, 2048)), (M{{0, 1}, {3, 4}, {6, 5}}));
+  // 3000 B: c would make the first 3072 B, so it starts the next.
+  EXPECT_EQ(members(step::runtimeBuckets(s, plan, 3000)), (M{{0, 1}, {3, 4}, {6, 5}}));
+  // 600 B: every row shard is alone, and so is each owned matrix.
+  EXPECT_TRUE(step::runtimeBuckets(s, plan, 600).empty());
+  // At most 3 members, no byte limit: e stays in.
+  EXPECT_EQ(members(step::runtimeBuckets(s, plan, 0, 3)), (M{{0, 1, 2}, {3, 4}, {6, 5}}));
+  // Whatever the limit, the memory plan lays every bucket out in one piece.
+  for (double limit : {0.0, 2048.0, 3000.0}) {
+    std::vector<step::RuntimeBucket> b = step::runtimeBuckets(s, plan, limit);
+    std::vector<mfsdp_bucket> v = step::bucketViews(b);
+    plan.num_buckets = static_cast<int32_t>(v.size());
+    plan.buckets = v.data();
+    step::RuntimeMemoryPlan m = step::planRuntimeMemory(plan, false);
+    EXPECT_TRUE(m.error.empty()) << "limit " << limit << ": " << m.error;
+    for (int64_t r = 0; r < 2; ++r) {
+      int64_t highest = 0;
+      EXPECT_EQ(replay(plan, m, r, highest), "") << "limit " << limit << ", rank " << r;
+      EXPECT_LE(highest, m.arenaBytes[r]);
+    }
+    plan.num_buckets = 0;
+    plan.buckets = nullptr;
+  }
 }

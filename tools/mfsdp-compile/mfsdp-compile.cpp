@@ -77,7 +77,8 @@ static cl::opt<int> bucketMB(
     cl::desc("Bucket the collectives (mfsdp-build-step, then "
              "mfsdp-bucket-collectives): a unit's row-shard gathers and "
              "reductions, and its owned matrices', in buckets of at most this "
-             "many MiB, one collective each; 0: one collective per parameter"),
+             "many MiB of flat buffer, one collective each (a larger tensor "
+             "alone); 0: one collective per parameter"),
     cl::init(25));
 static cl::opt<bool> cudaKernels(
     "cuda",
@@ -192,6 +193,7 @@ int main(int argc, char **argv) {
   mfsdp::EmitStepOptions emitOptions;
   emitOptions.accumulate = accumulateGrads;
   emitOptions.prefetch = prefetchGathers ? 1 : 0;
+  emitOptions.bucketBytes = static_cast<double>(bucketMB.getValue()) * (1 << 20);
   if (!emitCu.empty() && !cudaKernels)
     return fail("--emit-cu needs --cuda");
   if (failed(mfsdp::emitStepLibrarySource(*module, os, emitOptions,

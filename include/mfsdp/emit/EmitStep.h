@@ -32,6 +32,10 @@ struct EmitStepOptions {
   /// once so the runtime gathers the next unit while the trainer computes
   /// the current one.
   int prefetch = 0;
+  /// The runtime's buckets (from the module's bucketed sched.step, if any)
+  /// stay within this many bytes of flat buffer each (0: no limit); a
+  /// larger tensor is left alone (step::runtimeBuckets).
+  double bucketBytes = 25.0 * (1 << 20);
 };
 
 /// With `cuda`, the library's CUDA source (the row-shard buckets' pack and

@@ -60,12 +60,18 @@ struct RuntimeBucket {
 
 /// The runtime's buckets of `step` (after bucketCollectives): its
 /// gradient reduce-scatters (row shards), reduce-scatter-v (owners) and
-/// ZeRO-1 all-reduces of either over dp_shard that carry two or more of
-/// `plan`'s parameters, each split by unit, owner buckets ordered by owner
-/// (stably). A parameter's first bucket is its only one; parameters not in
-/// `plan` (external, tied) are left out. The gathers of a unit use the same
-/// buckets.
-std::vector<RuntimeBucket> runtimeBuckets(const Step &step, const mfsdp_plan &plan);
+/// ZeRO-1 all-reduces of either over dp_shard, each split by unit and then,
+/// in order, into runs whose flat buffer (row shards: dp_shard chunks of
+/// the members' aligned shards; owners: the members' aligned matrices)
+/// stays within `limitBytes` (0: no limit) and `maxMembers`; a parameter
+/// whose own flat buffer exceeds the limit is left alone (its collectives
+/// need no staging), and runs of fewer than two are no bucket. Owner
+/// buckets are ordered by owner (stably). A parameter's first bucket is its
+/// only one; parameters not in `plan` (external, tied) are left out. The
+/// gathers of a unit use the same buckets.
+std::vector<RuntimeBucket> runtimeBuckets(const Step &step, const mfsdp_plan &plan,
+                                          double limitBytes = 0, int64_t maxMembers = 128,
+                                          int64_t alignment = 256);
 
 /// The C view of `buckets` (mfsdp_plan::buckets); it points into them.
 std::vector<mfsdp_bucket> bucketViews(const std::vector<RuntimeBucket> &buckets);
