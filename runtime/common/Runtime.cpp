@@ -935,11 +935,12 @@ struct mfsdp_step {
   }
 
   /// Reduces a unit's gradients into the shards. With `async`, the
-  /// dp_shard reduction of buckets, row shards, owned matrices and
-  /// replicated tensors is started and left to completeReduction (recorded
-  /// in reduceStarted), which runs HSDP's all-reduce over replicas and the
-  /// scaling once it has landed; block shards (packed through the shared
-  /// staging buffer) are reduced here.
+  /// dp_shard reduction of every bucket and parameter is started and left
+  /// to completeReduction (recorded in reduceStarted), which runs HSDP's
+  /// all-reduce over replicas and the scaling once it has landed; block
+  /// shards are packed into their gathered copy first (a block shard with
+  /// no copy, which a hook protocol kept by the runtime never leaves, is
+  /// packed through the shared staging buffer and reduced here).
   mfsdp_status reduce(int32_t unit, bool async = false) {
     const float scale = 1.f / static_cast<float>(S * R);
     for (int32_t b : unitBuckets[unit]) {
@@ -960,10 +961,23 @@ struct mfsdp_step {
       if (ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
         if (auto s = device(backend->roundToBF16(ps.grad, n), "bf16 rounding"))
           return s;
-      if (async && ps.desc.placement != MFSDP_BLOCK_SHARD) {
+      // A block shard's gradient is packed by rank into the unit's gathered
+      // copy, which nothing reads once the unit's backward is over and
+      // which the memory plan keeps until the reduction's wait (the shared
+      // staging buffer is not: the next unit's gather may use it).
+      const bool packInCopy = ps.desc.placement == MFSDP_BLOCK_SHARD && ps.full;
+      if (async && (ps.desc.placement != MFSDP_BLOCK_SHARD || packInCopy)) {
         CommHandle handle = 0;
         int rc = 0;
-        if (ps.desc.placement == MFSDP_ROW_SHARD) {
+        if (packInCopy) {
+          if (auto s = device(backend->packBlocks(ps.grad, ps.full, ps.grid, 0,
+                                                  ps.grid.blocks()),
+                              "packing the blocks of '" + ps.name + "'"))
+            return s;
+          rc = backend->startReduceScatterV(Group::Shard, ps.full,
+                                            ps.ownsAny ? ps.gradShard : nullptr,
+                                            ps.blockCounts, handle);
+        } else if (ps.desc.placement == MFSDP_ROW_SHARD) {
           rc = backend->startReduceScatter(Group::Shard, ps.grad, ps.gradShard,
                                            ps.localSize, handle);
         } else if (ps.desc.placement == MFSDP_OWNER) {

@@ -453,13 +453,13 @@ int main(int argc, char **argv) {
     // Reductions overlapped with the previous unit's backward (the same
     // flag): one asynchronous dp_shard collective per parameter or bucket
     // in the last microbatch's backward (the others run under no-sync),
-    // except block shards, which reduce synchronously; under HSDP the
-    // all-reduce over replicas follows at the wait. All waited for (the
-    // last by optimizer_step).
+    // block shards included (packed into their gathered copy); under HSDP
+    // the all-reduce over replicas follows at the wait. All waited for
+    // (the last by optimizer_step).
     int64_t perStep = 0;
     if (prefetch && zero >= 3 && !dynamic) {
       for (int32_t i = 0; i < plan.num_params; ++i)
-        perStep += plan.params[i].placement != MFSDP_BLOCK_SHARD && !inBucket[i];
+        perStep += !inBucket[i];
       perStep += static_cast<int64_t>(buckets.size());
     }
     const int64_t wantReduces = stepsRun * perStep;
