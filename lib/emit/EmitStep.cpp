@@ -237,13 +237,17 @@ void emitCudaKernels(raw_ostream &os, const RowBucketLayout &b, bool launchers) 
     return out;
   };
   if (launchers) {
-    os << "extern \"C\" int mfsdp_cuda_unpack_" << b.index
+    // Hidden: every step library names its launchers alike, and a table
+    // entry must reach this library's own, not another loaded library's.
+    os << "extern \"C\" __attribute__((visibility(\"hidden\"))) int mfsdp_cuda_unpack_"
+       << b.index
        << "(const float *staging, float *const *full, void *stream) {\n"
        << "  unpack" << b.index << "<<<" << blocks
        << ", 256, 0, static_cast<cudaStream_t>(stream)>>>(staging, " << args("full")
        << ");\n"
        << "  return cudaGetLastError() == cudaSuccess ? 0 : 1;\n}\n\n";
-    os << "extern \"C\" int mfsdp_cuda_pack_" << b.index
+    os << "extern \"C\" __attribute__((visibility(\"hidden\"))) int mfsdp_cuda_pack_"
+       << b.index
        << "(const float *const *grad, float *staging, void *stream) {\n"
        << "  pack" << b.index << "<<<" << blocks
        << ", 256, 0, static_cast<cudaStream_t>(stream)>>>(" << args("grad")
@@ -645,9 +649,9 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
     if (cudaKernels) {
       os << "/* The CUDA kernels' launchers (the library's .cu source). */\n";
       for (const RowBucketLayout &b : rowBuckets)
-        os << "int mfsdp_cuda_unpack_" << b.index
+        os << "__attribute__((visibility(\"hidden\"))) int mfsdp_cuda_unpack_" << b.index
            << "(const float *staging, float *const *full, void *stream);\n"
-           << "int mfsdp_cuda_pack_" << b.index
+           << "__attribute__((visibility(\"hidden\"))) int mfsdp_cuda_pack_" << b.index
            << "(const float *const *grad, float *staging, void *stream);\n";
       os << "\n";
       table("mfsdp_cuda_kernels", "mfsdp_cuda_");

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <map>
 
 namespace mfsdp::step {
@@ -314,6 +315,12 @@ std::vector<RuntimeBucket> runtimeBuckets(const Step &step, const mfsdp_plan &pl
                                           double limitBytes, int64_t maxMembers,
                                           int64_t alignment) {
   const int64_t S = std::max<int32_t>(plan.dp_shard, 1);
+  // Whatever the limit, a bucket's flat buffer stays within what one
+  // collective can address on every backend (MPI counts and displacements
+  // are ints): a larger bucket would fail mid-step, not at create.
+  const double addressable =
+      static_cast<double>(std::numeric_limits<int32_t>::max()) * sizeof(float);
+  limitBytes = limitBytes > 0 ? std::min(limitBytes, addressable) : addressable;
   // A member's bytes in its bucket's flat buffer.
   auto flatBytes = [&](int32_t p) {
     const mfsdp_param_desc &d = plan.params[p];
@@ -366,9 +373,9 @@ std::vector<RuntimeBucket> runtimeBuckets(const Step &step, const mfsdp_plan &pl
       double bytes = 0;
       for (int32_t p : whole.params) {
         const double mine = flatBytes(p);
-        if (limitBytes > 0 && mine > limitBytes)
+        if (mine > limitBytes)
           continue; // alone: no staging for a tensor this large
-        if (runs.empty() || (limitBytes > 0 && bytes + mine > limitBytes) ||
+        if (runs.empty() || bytes + mine > limitBytes ||
             static_cast<int64_t>(runs.back().params.size()) >= maxMembers) {
           runs.push_back({whole.unit, whole.placement, {}});
           bytes = 0;

@@ -208,8 +208,10 @@ struct mfsdp_step {
         releaseStaging(buckets[st.bucket]);
       // HSDP: the shard reduction has landed; the all-reduce over replicas
       // of what this rank keeps follows (every rank calls it, with nothing
-      // when it keeps nothing).
-      if (!s && R > 1) {
+      // when it keeps nothing). It is called even after a failure, so
+      // every rank issues the same sequence and no rank's all-reduce pairs
+      // with another entry's on its replicas; the step has failed anyway.
+      if (R > 1) {
         float *span = nullptr;
         int64_t count = 0;
         if (st.bucket >= 0) {
@@ -218,8 +220,14 @@ struct mfsdp_step {
           span = params[st.param].gradShard;
           count = params[st.param].localCount;
         }
-        s = comm(backend->allReduce(Group::Replicate, span, count),
+        const std::string waitError = error;
+        const mfsdp_status r =
+            comm(backend->allReduce(Group::Replicate, span, count),
                  ("the all-reduce over replicas after " + what).c_str());
+        if (!s)
+          s = r;
+        else
+          error = waitError; // the first failure is the one to report
       }
       const std::vector<int32_t> one{st.param};
       for (int32_t p : st.bucket >= 0 ? buckets[st.bucket].members : one) {

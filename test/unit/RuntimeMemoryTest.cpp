@@ -587,3 +587,23 @@ TEST(RuntimeMemory, BucketsWithinTheLimit) {
     plan.buckets = nullptr;
   }
 }
+
+// Even without a size limit a bucket stays within what one collective can
+// address (INT32_MAX floats, 8 GiB): two owned 40000x40000 matrices
+// (6.4 GB each) are no bucket, two 30000x30000 ones (3.6 GB each) are.
+TEST(RuntimeMemory, BucketsStayAddressable) {
+  for (int64_t n : {40000, 30000}) {
+    std::vector<mfsdp_param_desc> ps = {
+        param("w0", n, n, 0, MFSDP_OWNER, 0, MFSDP_OPT_MUON),
+        param("w1", n, n, 0, MFSDP_OWNER, 1, MFSDP_OPT_MUON)};
+    mfsdp_plan plan = planOf(ps, 2, 3, 1);
+    step::Step s;
+    step::Op op;
+    op.kind = step::OpKind::Collective;
+    op.coll = step::CollKind::ReduceScatterV;
+    op.meshAxes = {"dp_shard"};
+    op.params = {"w0", "w1"};
+    s.ops.push_back(op);
+    EXPECT_EQ(step::runtimeBuckets(s, plan).size(), n == 30000 ? 1u : 0u) << n;
+  }
+}

@@ -63,7 +63,9 @@ struct RuntimeBucket {
 /// ZeRO-1 all-reduces of either over dp_shard, each split by unit and then,
 /// in order, into runs whose flat buffer (row shards: dp_shard chunks of
 /// the members' aligned shards; owners: the members' aligned matrices)
-/// stays within `limitBytes` (0: no limit) and `maxMembers`; a parameter
+/// stays within `limitBytes` (0: no limit but the one every bucket keeps:
+/// at most INT32_MAX floats, what one MPI collective can address) and
+/// `maxMembers`; a parameter
 /// whose own flat buffer exceeds the limit is left alone (its collectives
 /// need no staging), and runs of fewer than two are no bucket. Owner
 /// buckets are ordered by owner (stably). A parameter's first bucket is its
