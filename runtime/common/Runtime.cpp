@@ -1756,17 +1756,23 @@ mfsdp_status mfsdp_optimizer_step(mfsdp_step *step) {
   }
   // ns_split: every replica has stepped its share of the owned matrices;
   // now each updated master goes from its replica to the same owner on
-  // the others (in table order on every rank).
-  for (ParamState &ps : step->params) {
-    if (!ps.ownsAny || ps.nsReplica < 0)
-      continue;
-    if (auto s = step->comm(b.broadcast(Group::Replicate, ps.master, ps.localCount,
-                                        ps.nsReplica),
-                            ("broadcast of the updated '" + ps.name +
-                             "' over replicas").c_str()))
+  // the others (in table order on every rank), all of them issued
+  // together so their latencies overlap.
+  std::vector<Backend::BroadcastPart> updates;
+  for (ParamState &ps : step->params)
+    if (ps.ownsAny && ps.nsReplica >= 0)
+      updates.push_back({ps.master, ps.localCount, ps.nsReplica});
+  if (!updates.empty()) {
+    if (auto s = step->comm(b.broadcastMany(Group::Replicate, updates),
+                            ("the broadcasts of " + std::to_string(updates.size()) +
+                             " updated matrices over replicas")
+                                .c_str()))
       return s;
-    ++(step->stepsHere(ps) ? step->work.nsSplitSends : step->work.nsSplitReceives);
+    ++step->work.nsSplitBroadcastCalls;
   }
+  for (ParamState &ps : step->params)
+    if (ps.ownsAny && ps.nsReplica >= 0)
+      ++(step->stepsHere(ps) ? step->work.nsSplitSends : step->work.nsSplitReceives);
   // Gathered copies are stale now: ZeRO-1/2 keep parameters whole, so
   // gather the updated ones; ZeRO-3 gathers at the next use.
   for (ParamState &ps : step->params)

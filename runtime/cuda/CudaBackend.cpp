@@ -252,6 +252,15 @@ public:
       return 0; // the same count on every rank: no call anywhere
     return collective([&] { return comm(g).broadcast(buf, count, root, comm_); });
   }
+  int broadcastMany(Group g, const std::vector<BroadcastPart> &parts) override {
+    std::vector<NcclComm::Broadcast> many;
+    for (const BroadcastPart &p : parts)
+      if (p.count > 0)
+        many.push_back({p.buf, p.count, p.root});
+    if (many.empty())
+      return 0;
+    return collective([&] { return comm(g).broadcastMany(many, comm_); });
+  }
 
   int roundToBF16(float *buf, int64_t count) override {
     return kernel(cuda::roundToBF16(buf, count, compute_));

@@ -192,6 +192,24 @@ int NcclComm::broadcast(float *buf, int64_t count, int root, void *stream) {
                    "ncclBroadcast");
 }
 
+int NcclComm::broadcastMany(const std::vector<Broadcast> &parts, void *stream) {
+  if (int rc = checkNccl(ncclGroupStart(), "ncclGroupStart"))
+    return rc;
+  int rc = 0;
+  for (const Broadcast &p : parts) {
+    if (p.count <= 0)
+      continue; // the same count on every rank: no call anywhere
+    rc = checkNccl(ncclBroadcast(p.buf, p.buf, static_cast<size_t>(p.count), ncclFloat,
+                                 p.root, handle(comm_), streamOf(stream)),
+                   "ncclBroadcast");
+    if (rc)
+      break;
+  }
+  // The group is closed whatever happened inside it.
+  const int ended = checkNccl(ncclGroupEnd(), "ncclGroupEnd");
+  return rc ? rc : ended;
+}
+
 /// One NCCL call per rank with a non-empty segment, inside one group.
 /// `call(r, offset)` enqueues rank r's segment at element `offset`.
 template <typename Call>

@@ -134,6 +134,13 @@ public:
   int broadcast(Group g, float *buf, int64_t count, int root) override {
     return check(comm(g).broadcast(buf, count, root));
   }
+  int broadcastMany(Group g, const std::vector<BroadcastPart> &parts) override {
+    std::vector<HostComm::Broadcast> many;
+    many.reserve(parts.size());
+    for (const BroadcastPart &p : parts)
+      many.push_back({p.buf, p.count, p.root});
+    return check(comm(g).broadcastMany(many));
+  }
 
   int roundToBF16(float *buf, int64_t count) override {
     for (int64_t i = 0; i < count; ++i)

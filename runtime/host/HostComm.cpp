@@ -145,6 +145,38 @@ int HostComm::broadcast(float *buf, int64_t count, int root) {
                "MPI_Bcast");
 }
 
+int HostComm::broadcastMany(const std::vector<Broadcast> &parts) {
+  std::vector<MPI_Request> requests;
+  requests.reserve(parts.size());
+  int rc = 0;
+  for (const Broadcast &p : parts) {
+    if (p.count > INT_MAX) {
+      rc = tooLarge("broadcast");
+      break;
+    }
+    if (p.root < 0 || p.root >= size_) {
+      std::snprintf(lastMessage, sizeof(lastMessage),
+                    "broadcast: root %d out of range for %d ranks", p.root, size_);
+      rc = MPI_ERR_ROOT;
+      break;
+    }
+    MPI_Request r = MPI_REQUEST_NULL;
+    if ((rc = check(MPI_Ibcast(p.buf, static_cast<int>(p.count), MPI_FLOAT, p.root,
+                               handle(comm_), &r),
+                    "MPI_Ibcast")))
+      break;
+    requests.push_back(r);
+  }
+  // What was started completes before its buffers can be touched again.
+  const int waited =
+      requests.empty()
+          ? 0
+          : check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(),
+                              MPI_STATUSES_IGNORE),
+                  "MPI_Waitall (broadcasts)");
+  return rc ? rc : waited;
+}
+
 int HostComm::barrier() { return check(MPI_Barrier(handle(comm_)), "MPI_Barrier"); }
 
 } // namespace mfsdp::rt

@@ -412,6 +412,12 @@ int main(int argc, char **argv) {
                " " + when + ": " + std::to_string(w.nsSplitSends) + " / " +
                std::to_string(w.nsSplitReceives) + ", expected " +
                std::to_string(sends) + " / " + std::to_string(receives));
+    // All of a step's updates in one call (Backend::broadcastMany).
+    const int64_t calls = plan.ns_split && mesh.replicate > 1 && mineAll > 0 ? stepsRun : 0;
+    expect(w.nsSplitBroadcastCalls == calls,
+           "calls carrying the updates over replicas on rank " + std::to_string(rank) +
+               " " + when + ": " + std::to_string(w.nsSplitBroadcastCalls) +
+               ", expected " + std::to_string(calls));
     // Over the world: each owned matrix once per step under the split, on
     // every replica without it.
     long long mine = w.muonSteps, total = 0;

@@ -115,6 +115,21 @@ public:
   /// buf (count floats, the same count on every rank) = root's buf, in
   /// place.
   virtual int broadcast(Group group, float *buf, int64_t count, int root) = 0;
+  /// Several broadcasts on one group, each as broadcast(), issued together
+  /// (host: started at once, then waited for together; CUDA: one NCCL
+  /// group), so their latencies overlap. Every rank of the group passes
+  /// the same counts and roots in the same order.
+  struct BroadcastPart {
+    float *buf;
+    int64_t count;
+    int root;
+  };
+  virtual int broadcastMany(Group group, const std::vector<BroadcastPart> &parts) {
+    for (const BroadcastPart &p : parts)
+      if (int rc = broadcast(group, p.buf, p.count, p.root))
+        return rc;
+    return 0;
+  }
 
   /// Asynchronous all-gather and all-gather-v (gather prefetch): the same
   /// result as allGather / allGatherV, started now and completed by

@@ -23,6 +23,10 @@ struct WorkCounters {
   int64_t nsSplitSends = 0;
   /// Updated masters this rank received from another replica under ns_split.
   int64_t nsSplitReceives = 0;
+  /// Calls that carried those updates: one per optimizer step in which
+  /// this rank owns a split matrix (Backend::broadcastMany), not one per
+  /// matrix.
+  int64_t nsSplitBroadcastCalls = 0;
   /// Gather prefetch (mfsdp_memory_plan::prefetch): the asynchronous
   /// all-gathers this rank started ahead of their unit's hook, and the ones
   /// it waited for (a started one is waited for by the next runtime call
@@ -33,8 +37,8 @@ struct WorkCounters {
   /// Reductions overlapped with the previous unit's backward (prefetch 1,
   /// ZeRO-3): the asynchronous reduce-scatter(-v) / all-reduce collectives
   /// this rank started over dp_shard in post_backward (one per bucket, row
-  /// shard, owned matrix or replicated tensor; block shards reduce
-  /// synchronously; HSDP's all-reduce over replicas runs at the wait), and
+  /// shard, owned matrix, replicated tensor or block shard; HSDP's
+  /// all-reduce over replicas runs at the wait), and
   /// the ones it waited for (by the next post_backward, or the next call
   /// that needs them, or mfsdp_destroy).
   int64_t reduceStarts = 0;

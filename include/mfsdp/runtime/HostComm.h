@@ -76,6 +76,15 @@ public:
   static int wait(HostRequest &request);
   /// buf (count floats on every rank) = rank root's buf, in place.
   int broadcast(float *buf, int64_t count, int root);
+  /// broadcast() of each (buf, count, root), all started (MPI_Ibcast)
+  /// before any is waited for (MPI_Waitall); every started one is waited
+  /// for, even after a failure.
+  struct Broadcast {
+    float *buf;
+    int64_t count;
+    int root;
+  };
+  int broadcastMany(const std::vector<Broadcast> &parts);
   int barrier();
 
   static const char *lastError();

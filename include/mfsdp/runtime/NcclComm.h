@@ -66,6 +66,14 @@ public:
   int reduceScatterV(const float *send, float *recv,
                      const std::vector<int64_t> &counts, void *stream);
   int broadcast(float *buf, int64_t count, int root, void *stream);
+  /// broadcast() of each (buf, count, root) with count > 0, in one NCCL
+  /// group.
+  struct Broadcast {
+    float *buf;
+    int64_t count;
+    int root;
+  };
+  int broadcastMany(const std::vector<Broadcast> &parts, void *stream);
 
   static const char *lastError();
 
