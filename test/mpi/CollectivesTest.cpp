@@ -115,6 +115,34 @@ void checkGroup(const std::vector<MeshDimSpec> &mesh, const std::string &dim) {
     ok &= mineSum[i] == rankSum + static_cast<float>(W * 2 * (start + i));
   expect(ok, dim + " reduceScatterV values");
 
+  // Several broadcasts at once, each from another root (k mod W) and of
+  // another size (k + 1 floats, one empty): every rank ends with each
+  // root's values.
+  const int parts = 4;
+  std::vector<std::vector<float>> bufs(parts);
+  std::vector<HostComm::Broadcast> many;
+  for (int k = 0; k < parts; ++k) {
+    const int64_t count = k == 2 ? 0 : k + 1;
+    bufs[k].assign(count + 1, -1.f);
+    for (int64_t i = 0; i < count; ++i)
+      bufs[k][i] = static_cast<float>(10 * r + 100 * k + i);
+    many.push_back({bufs[k].data(), count, k % W});
+  }
+  expect(comm->broadcastMany(many) == 0, "broadcastMany");
+  ok = true;
+  for (int k = 0; k < parts; ++k) {
+    const int64_t count = k == 2 ? 0 : k + 1;
+    for (int64_t i = 0; i < count; ++i)
+      ok &= bufs[k][i] == static_cast<float>(10 * (k % W) + 100 * k + i);
+    ok &= bufs[k][count] == -1.f; // nothing past the count
+  }
+  expect(ok, dim + " broadcastMany values");
+  // A root out of range is an error on every rank, not a hang.
+  std::vector<HostComm::Broadcast> badRoot = {{bufs[0].data(), 1, W}};
+  expect(comm->broadcastMany(badRoot) != 0 &&
+             std::string(HostComm::lastError()).find("out of range") != std::string::npos,
+         dim + " broadcastMany rejects a root out of range");
+
   // A wrong number of counts is an error, not a crash.
   std::vector<int64_t> wrong(W + 1, 1);
   expect(comm->allGatherV(chunk.data(), gathered.data(), wrong) != 0 &&
