@@ -493,6 +493,16 @@ TEST(RuntimeMemory, BadBucketsAreRefused) {
   }
 }
 
+// A collective of the step program over dp_shard carrying `names`.
+static void addCollective(step::Step &s, step::CollKind kind, std::vector<std::string> names) {
+  step::Op op;
+  op.kind = step::OpKind::Collective;
+  op.coll = kind;
+  op.meshAxes = {"dp_shard"};
+  op.params = std::move(names);
+  s.ops.push_back(op);
+}
+
 // The step program's bucketed reductions become the runtime's buckets:
 // split by unit, owner members in owner order, one member alone is no
 // bucket, parameters the plan does not have are left out, and a parameter
@@ -505,12 +515,7 @@ TEST(RuntimeMemory, BucketsFromTheStepProgram) {
   mfsdp_plan plan = planOf(ps, 2, 3, 2);
   step::Step s;
   auto coll = [&](step::CollKind k, std::vector<std::string> names) {
-    step::Op op;
-    op.kind = step::OpKind::Collective;
-    op.coll = k;
-    op.meshAxes = {"dp_shard"};
-    op.params = std::move(names);
-    s.ops.push_back(op);
+    addCollective(s, k, std::move(names));
   };
   coll(step::CollKind::ReduceScatter, {"a", "tp_only", "b", "c"});
   coll(step::CollKind::ReduceScatterV, {"w0", "w1"});
@@ -543,12 +548,7 @@ TEST(RuntimeMemory, BucketsWithinTheLimit) {
   mfsdp_plan plan = planOf(ps, 2, 3, 1);
   step::Step s;
   auto coll = [&](step::CollKind k, std::vector<std::string> names) {
-    step::Op op;
-    op.kind = step::OpKind::Collective;
-    op.coll = k;
-    op.meshAxes = {"dp_shard"};
-    op.params = std::move(names);
-    s.ops.push_back(op);
+    addCollective(s, k, std::move(names));
   };
   coll(step::CollKind::ReduceScatter, {"a", "b", "e", "c", "d"});
   coll(step::CollKind::ReduceScatterV, {"w0", "w1"});
@@ -598,12 +598,7 @@ TEST(RuntimeMemory, BucketsStayAddressable) {
         param("w1", n, n, 0, MFSDP_OWNER, 1, MFSDP_OPT_MUON)};
     mfsdp_plan plan = planOf(ps, 2, 3, 1);
     step::Step s;
-    step::Op op;
-    op.kind = step::OpKind::Collective;
-    op.coll = step::CollKind::ReduceScatterV;
-    op.meshAxes = {"dp_shard"};
-    op.params = {"w0", "w1"};
-    s.ops.push_back(op);
+    addCollective(s, step::CollKind::ReduceScatterV, {"w0", "w1"});
     EXPECT_EQ(step::runtimeBuckets(s, plan).size(), n == 30000 ? 1u : 0u) << n;
   }
 }
