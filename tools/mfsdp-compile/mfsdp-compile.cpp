@@ -283,6 +283,12 @@ int main(int argc, char **argv) {
   }
   args.append({"-o", output, "-L" + libDir, "-Wl,-rpath," + libDir, "-lmfsdp_rt",
                "-Wl,--no-undefined"});
+  // nvcc's host code registers its fatbinary with atexit, which the C
+  // library's static part resolves to __cxa_atexit; when libmfsdp_rt
+  // brings libraries of its own first (a sanitizer's runtime), that
+  // reference comes after libc.so was read, so name it once more, last.
+  if (cudaKernels)
+    args.push_back("-lc");
   const bool built = run("the C compiler", *ccPath, args);
   cleanup();
   return built ? 0 : 1;
