@@ -220,7 +220,7 @@ struct mfsdp_step {
           span = params[st.param].gradShard;
           count = params[st.param].localCount;
         }
-        const std::string waitError = error;
+        const std::string waitError = s ? error : std::string();
         const mfsdp_status r =
             comm(backend->allReduce(Group::Replicate, span, count),
                  ("the all-reduce over replicas after " + what).c_str());
@@ -1758,10 +1758,13 @@ mfsdp_status mfsdp_optimizer_step(mfsdp_step *step) {
   // now each updated master goes from its replica to the same owner on
   // the others (in table order on every rank), all of them issued
   // together so their latencies overlap.
-  std::vector<Backend::BroadcastPart> updates;
+  std::vector<ParamState *> split;
+  std::vector<BroadcastPart> updates;
   for (ParamState &ps : step->params)
-    if (ps.ownsAny && ps.nsReplica >= 0)
+    if (ps.ownsAny && ps.nsReplica >= 0) {
+      split.push_back(&ps);
       updates.push_back({ps.master, ps.localCount, ps.nsReplica});
+    }
   if (!updates.empty()) {
     if (auto s = step->comm(b.broadcastMany(Group::Replicate, updates),
                             ("the broadcasts of " + std::to_string(updates.size()) +
@@ -1770,9 +1773,8 @@ mfsdp_status mfsdp_optimizer_step(mfsdp_step *step) {
       return s;
     ++step->work.nsSplitBroadcastCalls;
   }
-  for (ParamState &ps : step->params)
-    if (ps.ownsAny && ps.nsReplica >= 0)
-      ++(step->stepsHere(ps) ? step->work.nsSplitSends : step->work.nsSplitReceives);
+  for (ParamState *ps : split)
+    ++(step->stepsHere(*ps) ? step->work.nsSplitSends : step->work.nsSplitReceives);
   // Gathered copies are stale now: ZeRO-1/2 keep parameters whole, so
   // gather the updated ones; ZeRO-3 gathers at the next use.
   for (ParamState &ps : step->params)

@@ -253,13 +253,12 @@ public:
     return collective([&] { return comm(g).broadcast(buf, count, root, comm_); });
   }
   int broadcastMany(Group g, const std::vector<BroadcastPart> &parts) override {
-    std::vector<NcclComm::Broadcast> many;
+    bool any = false;
     for (const BroadcastPart &p : parts)
-      if (p.count > 0)
-        many.push_back({p.buf, p.count, p.root});
-    if (many.empty())
-      return 0;
-    return collective([&] { return comm(g).broadcastMany(many, comm_); });
+      any |= p.count > 0;
+    if (!any)
+      return 0; // the same counts on every rank: no call anywhere
+    return collective([&] { return comm(g).broadcastMany(parts, comm_); });
   }
 
   int roundToBF16(float *buf, int64_t count) override {

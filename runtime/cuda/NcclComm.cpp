@@ -192,11 +192,11 @@ int NcclComm::broadcast(float *buf, int64_t count, int root, void *stream) {
                    "ncclBroadcast");
 }
 
-int NcclComm::broadcastMany(const std::vector<Broadcast> &parts, void *stream) {
+int NcclComm::broadcastMany(const std::vector<BroadcastPart> &parts, void *stream) {
   if (int rc = checkNccl(ncclGroupStart(), "ncclGroupStart"))
     return rc;
   int rc = 0;
-  for (const Broadcast &p : parts) {
+  for (const BroadcastPart &p : parts) {
     if (p.count <= 0)
       continue; // the same count on every rank: no call anywhere
     rc = checkNccl(ncclBroadcast(p.buf, p.buf, static_cast<size_t>(p.count), ncclFloat,

@@ -135,11 +135,7 @@ public:
     return check(comm(g).broadcast(buf, count, root));
   }
   int broadcastMany(Group g, const std::vector<BroadcastPart> &parts) override {
-    std::vector<HostComm::Broadcast> many;
-    many.reserve(parts.size());
-    for (const BroadcastPart &p : parts)
-      many.push_back({p.buf, p.count, p.root});
-    return check(comm(g).broadcastMany(many));
+    return check(comm(g).broadcastMany(parts));
   }
 
   int roundToBF16(float *buf, int64_t count) override {

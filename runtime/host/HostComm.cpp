@@ -145,11 +145,11 @@ int HostComm::broadcast(float *buf, int64_t count, int root) {
                "MPI_Bcast");
 }
 
-int HostComm::broadcastMany(const std::vector<Broadcast> &parts) {
+int HostComm::broadcastMany(const std::vector<BroadcastPart> &parts) {
   std::vector<MPI_Request> requests;
   requests.reserve(parts.size());
   int rc = 0;
-  for (const Broadcast &p : parts) {
+  for (const BroadcastPart &p : parts) {
     if (p.count > INT_MAX) {
       rc = tooLarge("broadcast");
       break;

@@ -120,7 +120,7 @@ void checkGroup(const std::vector<MeshDimSpec> &mesh, const std::string &dim) {
   // root's values.
   const int parts = 4;
   std::vector<std::vector<float>> bufs(parts);
-  std::vector<HostComm::Broadcast> many;
+  std::vector<BroadcastPart> many;
   for (int k = 0; k < parts; ++k) {
     const int64_t count = k == 2 ? 0 : k + 1;
     bufs[k].assign(count + 1, -1.f);
@@ -138,7 +138,7 @@ void checkGroup(const std::vector<MeshDimSpec> &mesh, const std::string &dim) {
   }
   expect(ok, dim + " broadcastMany values");
   // A root out of range is an error on every rank, not a hang.
-  std::vector<HostComm::Broadcast> badRoot = {{bufs[0].data(), 1, W}};
+  std::vector<BroadcastPart> badRoot = {{bufs[0].data(), 1, W}};
   expect(comm->broadcastMany(badRoot) != 0 &&
              std::string(HostComm::lastError()).find("out of range") != std::string::npos,
          dim + " broadcastMany rejects a root out of range");

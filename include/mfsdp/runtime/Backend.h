@@ -119,11 +119,6 @@ public:
   /// (host: started at once, then waited for together; CUDA: one NCCL
   /// group), so their latencies overlap. Every rank of the group passes
   /// the same counts and roots in the same order.
-  struct BroadcastPart {
-    float *buf;
-    int64_t count;
-    int root;
-  };
   virtual int broadcastMany(Group group, const std::vector<BroadcastPart> &parts) {
     for (const BroadcastPart &p : parts)
       if (int rc = broadcast(group, p.buf, p.count, p.root))

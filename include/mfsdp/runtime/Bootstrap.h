@@ -32,6 +32,15 @@ struct MeshDimSpec {
   int64_t size = 1;
 };
 
+/// One of several broadcasts issued together on a group (the collectives'
+/// broadcastMany): `count` floats of `buf`, in place, from group rank
+/// `root`.
+struct BroadcastPart {
+  float *buf;
+  int64_t count;
+  int root;
+};
+
 /// This rank's group along `dim` of a row-major mesh (the ranks that differ
 /// only in that coordinate): `colour` names the group (the rank with that
 /// coordinate zeroed), `coord` is the rank's position in it. Fails when

@@ -79,12 +79,7 @@ public:
   /// broadcast() of each (buf, count, root), all started (MPI_Ibcast)
   /// before any is waited for (MPI_Waitall); every started one is waited
   /// for, even after a failure.
-  struct Broadcast {
-    float *buf;
-    int64_t count;
-    int root;
-  };
-  int broadcastMany(const std::vector<Broadcast> &parts);
+  int broadcastMany(const std::vector<BroadcastPart> &parts);
   int barrier();
 
   static const char *lastError();

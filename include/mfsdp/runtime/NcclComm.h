@@ -68,12 +68,7 @@ public:
   int broadcast(float *buf, int64_t count, int root, void *stream);
   /// broadcast() of each (buf, count, root) with count > 0, in one NCCL
   /// group.
-  struct Broadcast {
-    float *buf;
-    int64_t count;
-    int root;
-  };
-  int broadcastMany(const std::vector<Broadcast> &parts, void *stream);
+  int broadcastMany(const std::vector<BroadcastPart> &parts, void *stream);
 
   static const char *lastError();
 
