@@ -316,6 +316,13 @@ mfsdp_status mfsdp_post_forward(mfsdp_step *step, int32_t unit);
 mfsdp_status mfsdp_pre_backward(mfsdp_step *step, int32_t unit);
 mfsdp_status mfsdp_post_backward(mfsdp_step *step, int32_t unit);
 
+/* Ends a forward of `unit` that will have no backward (evaluation,
+ * torch.no_grad, a forward that raised): after its post_forward (or its
+ * pre_forward alone), the unit is idle again, its gathered copy freed under
+ * ZeRO-3 and its gradients left as they were (an optimizer step after an
+ * evaluation forward still finds them reduced). Not collective. */
+mfsdp_status mfsdp_end_forward(mfsdp_step *step, int32_t unit);
+
 /* One optimizer step on every rank's shards and owned matrices, after the
  * post_backward of every unit. */
 mfsdp_status mfsdp_optimizer_step(mfsdp_step *step);

@@ -122,6 +122,9 @@ struct mfsdp_step {
   std::vector<std::vector<int32_t>> unitParams;
   std::vector<UnitState> state;
   std::vector<bool> reduced;
+  /// reduced[u] when u's forward started: an evaluation forward that ends
+  /// with mfsdp_end_forward leaves the gradients reduced as they were.
+  std::vector<bool> reducedBeforeForward;
   std::unique_ptr<Backend> backend;
   float *muonScratch = nullptr;
   const mfsdp_memory_plan *memory = nullptr; // the static plan, if any
@@ -1454,6 +1457,7 @@ static mfsdp_status createRuntime(const mfsdp_plan *plan,
     step->unitParams.resize(plan->num_units);
     step->state.assign(plan->num_units, UnitState::Idle);
     step->reduced.assign(plan->num_units, false);
+    step->reducedBeforeForward.assign(plan->num_units, false);
     for (int32_t i = 0; i < plan->num_params; ++i) {
       ParamState ps;
       ps.desc = plan->params[i];
@@ -1589,6 +1593,8 @@ mfsdp_status mfsdp_pre_forward(mfsdp_step *step, int32_t unit) {
   if (auto st = step->gather(unit, recomputing))
     return st;
   s = recomputing ? UnitState::Backward : UnitState::Forward;
+  if (!recomputing)
+    step->reducedBeforeForward[unit] = step->reduced[unit];
   step->reduced[unit] = false;
   // Prefetch: the next unit's gather runs while the trainer computes this
   // one (waited for by the next call).
@@ -1611,6 +1617,25 @@ mfsdp_status mfsdp_post_forward(mfsdp_step *step, int32_t unit) {
   step->release(unit);
   s = UnitState::ForwardDone;
   return MFSDP_OK;
+}
+
+mfsdp_status mfsdp_end_forward(mfsdp_step *step, int32_t unit) {
+  ENTER_UNIT(step, unit, step->keepsReductionFor(unit, UnitState::Backward));
+  UnitState &s = step->state[unit];
+  if (s == UnitState::Forward) { // a forward that stopped (an exception)
+    step->release(unit);
+    s = UnitState::ForwardDone;
+  }
+  if (s != UnitState::ForwardDone)
+    return step->fail(MFSDP_ERROR_ORDER,
+                      "end_forward of unit " + std::to_string(unit) +
+                          ": expected a forward of it with no backward started, "
+                          "but " +
+                          (s == UnitState::Backward ? "its backward has started"
+                                                    : "it has no forward in progress"));
+  s = UnitState::Idle;
+  step->reduced[unit] = step->reducedBeforeForward[unit];
+  return step->finish();
 }
 
 mfsdp_status mfsdp_pre_backward(mfsdp_step *step, int32_t unit) {

@@ -1,0 +1,98 @@
+"""The step runtime for Python: launchers, compiling a graph, opening a library.
+
+`Library` and `Step` are the C ABI of include/mfsdp/runtime.h (mfsdp._C); this
+module adds how a Python process learns its ranks (mpirun, torchrun, or one
+process alone) and how a graph becomes a step library (mfsdp-compile).
+"""
+
+import atexit
+import os
+import subprocess
+
+from . import Error, _C
+from ._paths import tool
+
+Library = _C.Library
+Step = _C.Step
+
+_BACKENDS = {"host": _C.BACKEND_HOST, "cpu": _C.BACKEND_HOST, "cuda": _C.BACKEND_CUDA}
+
+
+def launcher():
+    """How this process was started: 'mpirun', 'torchrun' or 'single'."""
+    env = os.environ
+    if "OMPI_COMM_WORLD_SIZE" in env or "PMI_SIZE" in env or "PMIX_RANK" in env:
+        return "mpirun"
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return "torchrun"
+    return "single"
+
+
+_mpi_started = False
+
+
+def ranks(launch=None):
+    """(rank, world size) of this process, starting MPI when the launcher is mpirun
+    or the process runs alone (MPI's singleton: a world of one)."""
+    global _mpi_started
+    launch = launch or launcher()
+    if launch == "torchrun":
+        try:
+            return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        except ValueError as e:
+            raise Error(f"the torchrun variables RANK and WORLD_SIZE must be integers: {e}")
+    rank, size = _C.mpi_init()
+    if not _mpi_started:
+        _mpi_started = True
+        atexit.register(_finalize)
+    return rank, size
+
+
+_open_steps = []
+
+
+def _finalize():
+    # Every runtime is destroyed before MPI is finalised.
+    for s in list(_open_steps):
+        s.close()
+    _open_steps.clear()
+    _C.mpi_finalize()
+
+
+def open_step(library, backend="host", launch=None, timeout_ms=0):
+    """Creates the runtime on a step library (collective: every rank calls it)."""
+    if isinstance(library, (str, os.PathLike)):
+        library = Library(os.fspath(library))
+    if backend not in _BACKENDS:
+        raise Error(f"backend: expected one of {', '.join(_BACKENDS)}, got {backend!r}")
+    launch = launch or launcher()
+    if launch == "torchrun":
+        bootstrap = _C.BOOTSTRAP_TORCHRUN
+    else:
+        ranks(launch)
+        bootstrap = _C.BOOTSTRAP_MPI
+    step = Step(library, backend=_BACKENDS[backend], bootstrap=bootstrap, timeout_ms=timeout_ms)
+    _open_steps.append(step)
+    return step
+
+
+def compile_graph(graph_path, out_path, *, mesh, policy, zero=None, prefetch=False,
+                  accumulate=False, bucket_mb=None, layouts=None, extra_args=()):
+    """Runs mfsdp-compile on a graph file; raises Error with the compiler's message."""
+    args = [tool("mfsdp-compile"), os.fspath(graph_path), f"--mesh={mesh}", f"--policy={policy}",
+            "-o", os.fspath(out_path)]
+    if zero is not None:
+        args.append(f"--zero={zero}")
+    if prefetch:
+        args.append("--prefetch")
+    if accumulate:
+        args.append("--accumulate")
+    if bucket_mb is not None:
+        args.append(f"--bucket-mb={bucket_mb}")
+    if layouts:
+        args.append(f"--layouts={layouts}")
+    args += list(extra_args)
+    r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if r.returncode != 0:
+        raise Error("mfsdp-compile failed:\n  " + " ".join(args) + "\n" + r.stdout.strip())
+    return out_path

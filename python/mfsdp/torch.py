@@ -1,0 +1,919 @@
+"""PyTorch through a compiled step library: `fully_shard`, in FSDP2's shape.
+
+    import mfsdp.torch
+    model, optimizer = mfsdp.torch.fully_shard(model, mesh="dp_shard=2",
+                                               policy="mixed_muon_adamw", zero=3)
+    for batch in data:
+        loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+The model is exported (tools/export/mfsdp_export.py), compiled by mfsdp-compile into
+a step library, loaded, and hooked: each unit's parameters are gathered by the
+runtime before its forward and backward, its gradients reduced when autograd has
+finished them, and the optimizer runs in the runtime on each rank's shards and owned
+matrices. docs/torch.md describes the protocol; docs/runtime.md the runtime under it.
+"""
+
+import atexit
+import contextlib
+import fnmatch
+import math
+import os
+import shutil
+import tempfile
+import weakref
+
+import torch
+from torch import nn
+from torch.autograd.graph import register_multi_grad_hook, saved_tensors_hooks
+
+from . import Error, _C
+from . import runtime as _rt
+
+__all__ = ["fully_shard", "MFSDPModule", "MFSDPOptimizer", "clip_grad_norm_", "Error"]
+
+_OPT_NAMES = {_C.OPT_ADAMW: "adamw", _C.OPT_SGD: "sgd", _C.OPT_MUON: "muon", _C.OPT_NONE: "none"}
+
+# torch.optim's defaults (torch.optim.AdamW, torch.optim.SGD, torch.optim.Muon).
+TORCH_DEFAULTS = {
+    "adamw": {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 1e-2},
+    "sgd": {"lr": 1e-3, "momentum": 0.0, "weight_decay": 0.0, "nesterov": False},
+    "muon": {"lr": 1e-3, "weight_decay": 0.1, "momentum": 0.95, "nesterov": True,
+             "ns_coefficients": (3.4445, -4.775, 2.0315), "eps": 1e-7, "ns_steps": 5,
+             "adjust_lr_fn": None},
+}
+_ADJUST_LR = {None: 1, "original": 1, "match_rms_adamw": 0}
+
+
+def _in_backward():
+    return torch._C._current_graph_task_id() != -1
+
+
+# ------------------------------------------------------------------ autograd
+
+class _UnitParams(torch.autograd.Function):
+    """Hands a unit's gathered parameters to its forward. Its backward runs once
+    autograd has every gradient of them (every use, in any module, summed): it adds
+    them into the runtime's gradient buffers and reduces the unit (post_backward)."""
+
+    @staticmethod
+    def forward(ctx, state, unit, dummy, *views):
+        ctx.state, ctx.unit, ctx.generation = state, unit, state.generation
+        outs = tuple(v.view_as(v) for v in views)
+        ctx.mark_non_differentiable(*[o for o, p in zip(outs, unit.params) if not p.requires_grad])
+        return outs
+
+    @staticmethod
+    def backward(ctx, *grads):
+        ctx.state._check_generation(ctx.generation)
+        ctx.state._post_backward(ctx.unit, grads)
+        return (None, None, None) + (None,) * len(grads)
+
+
+class _TieCopy(torch.autograd.Function):
+    """A tied alias read after its primary's unit was freed: a copy of the primary's
+    gathered weight taken at that unit's forward; its gradient is kept and added to
+    the primary's gradient buffer before the primary's unit is reduced."""
+
+    @staticmethod
+    def forward(ctx, state, tie, dummy, value):
+        ctx.state, ctx.tie = state, tie
+        return value.view_as(value)
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.state._tie_grad(ctx.tie, grad)
+        return None, None, None, None
+
+
+class _SavedParam:
+    """A saved tensor that lies in a unit's gathered parameter: re-pointed, in
+    backward, at the same place of the backward gather."""
+    __slots__ = ("index", "size", "stride", "offset")
+
+    def __init__(self, index, t, base_offset):
+        self.index = index
+        self.size = t.size()
+        self.stride = t.stride()
+        self.offset = t.storage_offset() - base_offset
+
+
+# ------------------------------------------------------------------ model side
+
+class _Param:
+    __slots__ = ("index", "name", "module", "attr", "shape", "requires_grad", "param", "unit",
+                 "optimizer", "numel", "aliases")
+
+    def __init__(self, index, name, module, attr, param, unit, optimizer):
+        self.index, self.name, self.module, self.attr = index, name, module, attr
+        self.param = param
+        self.shape = tuple(param.shape)
+        self.numel = param.numel()
+        self.requires_grad = param.requires_grad
+        self.unit = unit
+        self.optimizer = optimizer
+        self.aliases = []  # (module, attr, name) of tied aliases
+
+
+class _Unit:
+    __slots__ = ("index", "params", "modules", "state", "views", "shadows", "recomputing",
+                 "used_in_forward")
+
+    def __init__(self, index):
+        self.index = index
+        self.params = []
+        self.modules = []
+        self.state = "idle"  # idle, fwd, fwd_done, bwd
+        self.views = None
+        self.shadows = None
+        self.recomputing = False
+
+
+class _Tie:
+    __slots__ = ("primary", "module", "attr", "name", "copy", "grad")
+
+    def __init__(self, primary, module, attr, name):
+        self.primary, self.module, self.attr, self.name = primary, module, attr, name
+        self.copy = None
+        self.grad = None
+
+
+def _glob(pattern, name):
+    return fnmatch.fnmatchcase(name, pattern)
+
+
+class _State:
+    """The hooks of one model on one runtime."""
+
+    def __init__(self, model, step, library, external):
+        self.model = model
+        self.step = step
+        self.library = library
+        self.info = library.info()
+        self.table = library.params()
+        self.params = []
+        self.units = [_Unit(u) for u in range(self.info["num_units"])]
+        self.ties = []
+        self.external = external  # [(name, Parameter)]
+        self.handles = []
+        self.ptrs = {}  # storage data_ptr of a gathered forward view -> _Param
+        self.hooks_ctx = None
+        self.no_sync = False
+        self.backward_queued = False
+        self.forward_units = []
+        self.grad_forward = False
+        self.reduced_since_step = False
+        self.generation = 0  # forwards so far: a backward belongs to the last one
+        self.buffer_modules = []  # modules whose buffers a meta-device init filled
+
+    # -------------------------------------------------------------- views
+
+    def _views(self, unit):
+        views = []
+        for p in unit.params:
+            v = self.step.param_view(p.index)
+            views.append(v.view(p.shape))
+        return views
+
+    def _shadow(self, unit, tensors):
+        unit.shadows = tensors
+        for p, t in zip(unit.params, tensors):
+            p.module.__dict__[p.attr] = t
+            for (m, a, _) in p.aliases:
+                m.__dict__[a] = t
+
+    def _unshadow(self, unit):
+        for p in unit.params:
+            p.module.__dict__.pop(p.attr, None)
+            for (m, a, _) in p.aliases:
+                m.__dict__.pop(a, None)
+        unit.shadows = None
+
+    # -------------------------------------------------------------- forward
+
+    def _root_pre(self, module, args):
+        # A new forward: units left from a forward that had no backward (an
+        # evaluation, a graph dropped) are ended first.
+        if _in_backward():
+            return
+        for u in self.units:
+            if u.state in ("fwd", "fwd_done"):
+                self.step.end_forward(u.index)
+                self._unshadow(u)
+                u.state = "idle"
+            elif u.state == "bwd":
+                raise Error(f"forward started while unit {u.index} is still in its backward "
+                            "(a backward that stopped part way?)")
+        for t in self.ties:
+            t.copy, t.grad = None, None
+        self.ptrs.clear()
+        self.generation += 1
+        self.grad_forward = torch.is_grad_enabled()
+        self.hooks_ctx = saved_tensors_hooks(self._pack, self._unpack)
+        self.hooks_ctx.__enter__()
+
+    def _root_post(self, module, args, output):
+        if _in_backward():
+            return
+        for u in self.units:
+            if u.state == "fwd":
+                self._post_forward(u)
+        if self.hooks_ctx is not None:
+            ctx, self.hooks_ctx = self.hooks_ctx, None
+            ctx.__exit__(None, None, None)
+        if not self.grad_forward:
+            # No backward can follow: every unit is idle again.
+            for u in self.units:
+                if u.state == "fwd_done":
+                    self.step.end_forward(u.index)
+                    u.state = "idle"
+
+    def _unit_pre(self, unit, module):
+        if _in_backward():
+            return self._recompute(unit)
+        if unit.state == "fwd":
+            return
+        if unit.state != "idle":
+            raise Error(f"unit {unit.index} ({self._unit_name(unit)}): module "
+                        f"{self._module_name(module)!r} runs again after its unit was freed in "
+                        "this forward; a unit's modules must run together (one unit at a time): "
+                        "put the modules that interleave into one unit")
+        for other in self.units:
+            if other.state == "fwd":
+                self._post_forward(other)
+        self.step.pre_forward(unit.index)
+        unit.state = "fwd"
+        views = self._views(unit)
+        if self.info["zero"] >= 3:
+            # ZeRO-3 frees this copy at post_forward: what autograd saves of it is
+            # re-pointed at the backward gather (_pack / _unpack). ZeRO-1/2 keep
+            # one copy all step, so saved views stay valid.
+            for p, v in zip(unit.params, views):
+                self.ptrs[v.untyped_storage().data_ptr()] = p
+        self._shadow(unit, self._through_autograd(unit, views))
+
+    def _through_autograd(self, unit, views):
+        if torch.is_grad_enabled() and any(p.requires_grad for p in unit.params):
+            dummy = torch.empty(0, requires_grad=True)
+            return list(_UnitParams.apply(self, unit, dummy, *views))
+        return views
+
+    def _unit_post(self, unit, module, output):
+        if _in_backward() or unit.state != "fwd" or not torch.is_grad_enabled():
+            return
+        tensors = [t for t in torch.utils._pytree.tree_leaves(output)
+                   if isinstance(t, torch.Tensor) and t.requires_grad]
+        if tensors:
+            gen = self.generation
+            register_multi_grad_hook(
+                tensors, lambda grads, u=unit: (self._check_generation(gen), self._pre_backward(u)),
+                mode="any")
+
+    def _post_forward(self, unit):
+        # Ties whose alias reads the weight later: a copy, before it is freed.
+        for t in self.ties:
+            if t.primary.unit is unit and t.copy is None:
+                t.copy = self.step.param_view(t.primary.index).view(t.primary.shape).clone()
+        self.step.post_forward(unit.index)
+        for k in [k for k, v in self.ptrs.items() if v.unit is unit]:
+            del self.ptrs[k]
+        self._unshadow(unit)
+        unit.state = "fwd_done"
+
+    def _alias_pre(self, tie, module):
+        p = tie.primary
+        if p.unit.shadows is not None:
+            # The primary's unit is gathered: the alias reads the same tensor.
+            module.__dict__[tie.attr] = p.unit.shadows[p.unit.params.index(p)]
+            return
+        if tie.copy is None:
+            raise Error(f"tied parameter {tie.name!r} is read before the unit holding "
+                        f"{p.name!r} (unit {p.unit.index}) ran in this forward: a tied alias "
+                        "must be used after its primary's unit (e.g. lm_head after "
+                        "embed_tokens)")
+        value = tie.copy
+        if torch.is_grad_enabled() and p.requires_grad:
+            value = _TieCopy.apply(self, tie, torch.empty(0, requires_grad=True), value)
+        module.__dict__[tie.attr] = value
+
+    def _alias_post(self, tie, module, output):
+        module.__dict__.pop(tie.attr, None)
+
+    def _tie_grad(self, tie, grad):
+        tie.grad = grad.clone() if tie.grad is None else tie.grad.add_(grad)
+
+    # -------------------------------------------------------------- backward
+
+    def _check_generation(self, generation):
+        if generation != self.generation:
+            raise Error("backward of an earlier forward: the model ran forward again since, "
+                        "which ended that forward's units (run backward before the next "
+                        "forward)")
+
+    def _queue_end_of_backward(self):
+        if not self.backward_queued:
+            self.backward_queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
+
+    def _pre_backward(self, unit):
+        if unit.state == "bwd":
+            return
+        if unit.state != "fwd_done":
+            raise Error(f"unit {unit.index}: its backward started but it is {unit.state} "
+                        "(expected after its forward); was the model run again between the "
+                        "forward and this backward?")
+        self._queue_end_of_backward()
+        self.step.pre_backward(unit.index)
+        unit.state = "bwd"
+        unit.views = self._views(unit)
+
+    def _recompute(self, unit):
+        # Activation checkpointing: the unit's forward runs again in backward
+        # (once: the unit's other modules find it gathered).
+        if unit.recomputing:
+            return
+        if unit.state == "fwd_done":
+            self._pre_backward(unit)  # reentrant checkpoint: no output hook fired
+        if unit.state != "bwd":
+            raise Error(f"unit {unit.index}: recomputed in backward while {unit.state}")
+        self.step.pre_forward(unit.index)
+        unit.views = self._views(unit)
+        self._shadow(unit, self._through_autograd(unit, unit.views))
+        unit.recomputing = True
+
+    def _post_backward(self, unit, grads):
+        if unit.state == "fwd_done":
+            self._pre_backward(unit)
+        if unit.state != "bwd":
+            raise Error(f"unit {unit.index}: gradients arrived while it is {unit.state}")
+        for p, g in zip(unit.params, grads):
+            if g is not None:
+                self.step.grad_view(p.index).view(p.shape).add_(g)
+        for t in self.ties:
+            if t.primary.unit is unit and t.grad is not None:
+                self.step.grad_view(t.primary.index).view(t.primary.shape).add_(t.grad)
+                t.grad = None
+        self.step.post_backward(unit.index)
+        self._unshadow(unit)
+        unit.views = None
+        unit.recomputing = False
+        unit.state = "idle"
+        self.reduced_since_step = True
+
+    def _end_backward(self):
+        # Units whose gradients never arrived (parameters unused this step) are
+        # reduced too, in backward order, so every rank issues the same collectives.
+        self.backward_queued = False
+        for u in reversed(self.units):
+            if u.state in ("fwd_done", "bwd"):
+                self._post_backward(u, [None] * len(u.params))
+
+    # -------------------------------------------------------------- saved tensors
+
+    def _pack(self, t):
+        if not isinstance(t, torch.Tensor) or t.device.type == "meta" or t.is_sparse:
+            return t
+        try:
+            ptr = t.untyped_storage().data_ptr()
+        except (RuntimeError, NotImplementedError):
+            return t
+        p = self.ptrs.get(ptr)
+        if p is None:
+            return t
+        return _SavedParam(p.index, t, 0)
+
+    def _unpack(self, saved):
+        if not isinstance(saved, _SavedParam):
+            return saved
+        p = self.params[saved.index]
+        unit = p.unit
+        if unit.state != "bwd" or unit.views is None:
+            raise Error(f"a tensor autograd saved from parameter {p.name!r} is read while unit "
+                        f"{unit.index} is {unit.state}, not in its backward (pre_backward)")
+        base = unit.views[unit.params.index(p)]
+        return base.as_strided(saved.size, saved.stride, base.storage_offset() + saved.offset)
+
+    # -------------------------------------------------------------- names
+
+    def _unit_name(self, unit):
+        return ", ".join(p.name for p in unit.params[:3]) + (", ..." if len(unit.params) > 3 else "")
+
+    def _module_name(self, module):
+        for n, m in self.model.named_modules():
+            if m is module:
+                return n
+        return type(module).__name__
+
+
+# ------------------------------------------------------------------ checking a model
+
+def _table_of(model):
+    """The model's parameters by name (tied aliases listed once, under their
+    first name) and the aliases."""
+    first = {}
+    names = []
+    aliases = []
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            aliases.append((name, first[id(p)]))
+        else:
+            first[id(p)] = name
+            names.append((name, p))
+    return names, aliases
+
+
+def check_model(model, library, external=()):
+    """The differences between a model and a step library's plan (names, shapes,
+    dtypes, ties), one line each; empty when the library fits the model."""
+    names, aliases = _table_of(model)
+    table = {e["name"]: e for e in library.params()}
+    problems = []
+    by_name = dict(names)
+    ext = [n for n, _ in names if any(_glob(pat, n) for pat in external)]
+    for name, p in names:
+        if name in ext:
+            continue
+        e = table.get(name)
+        if e is None:
+            problems.append(f"parameter {name!r} {list(p.shape)}: not in the plan (a tied alias "
+                            "in the model but not in the plan, or a parameter added after compile)")
+            continue
+        numel = p.numel()
+        rows = p.shape[0] if p.dim() else 1
+        if e["rows"] * e["cols"] != numel or e["rows"] != rows:
+            problems.append(f"parameter {name!r}: shape {list(p.shape)} in the model, "
+                            f"{e['rows']} x {e['cols']} in the plan")
+        if p.dtype != torch.float32:
+            problems.append(f"parameter {name!r}: dtype {p.dtype} in the model; the runtime "
+                            "keeps fp32 masters and hands fp32 views (train in fp32 or pass "
+                            "dtype='bf16' to compile bf16 compute copies)")
+        if (e["optimizer"] == _C.OPT_NONE) == p.requires_grad and p.requires_grad:
+            problems.append(f"parameter {name!r}: trainable in the model, frozen in the plan")
+    for name in table:
+        if name not in by_name:
+            tied = [a for a, prim in aliases if a == name]
+            what = ("a tied alias in the model (the plan holds it as a parameter of its own)"
+                    if tied else "missing from the model")
+            problems.append(f"parameter {name!r} of the plan: {what}")
+    return problems
+
+
+# ------------------------------------------------------------------ the module
+
+class MFSDPModule:
+    """Mixed into a model by fully_shard (as FSDP2's FSDPModule): the methods a
+    training loop needs from its sharded model."""
+
+    @property
+    def mfsdp_state(self):
+        return self.__dict__["_mfsdp_state"]
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Gradient accumulation: backwards inside keep their gradients locally;
+        the first backward outside reduces the sum."""
+        self.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            self.set_requires_gradient_sync(True)
+
+    def set_requires_gradient_sync(self, requires_gradient_sync):
+        st = self.mfsdp_state
+        try:
+            st.step.set_no_sync(not requires_gradient_sync)
+        except Error as e:
+            raise Error(f"{e} (fully_shard(..., accumulate=True) compiles such a library)") \
+                from None
+        st.no_sync = not requires_gradient_sync
+
+    def clip_grad_norm_(self, max_norm, norm_type=2.0):
+        return clip_grad_norm_(self, max_norm, norm_type)
+
+    def full_state_dict(self):
+        """Every parameter whole, on every rank (collective): {name: tensor}."""
+        st = self.mfsdp_state
+        out = {}
+        for p in st.params:
+            buf = torch.empty(p.numel, dtype=torch.float32)
+            st.step.store_param(p.index, buf)
+            out[p.name] = buf.view(p.shape)
+            for (_, _, alias) in p.aliases:
+                out[alias] = out[p.name]
+        for t in st.ties:
+            out[t.name] = out[t.primary.name]
+        for name, q in st.external:
+            out[name] = q.detach().clone()
+        return out
+
+    def load_full_state_dict(self, state):
+        """Loads whole parameters (every rank passes the same)."""
+        st = self.mfsdp_state
+        missing = [p.name for p in st.params if p.name not in state]
+        if missing:
+            raise Error("load_full_state_dict: missing " + ", ".join(missing))
+        for p in st.params:
+            t = state[p.name].detach().to(torch.float32).contiguous().reshape(-1)
+            if t.numel() != p.numel:
+                raise Error(f"load_full_state_dict: {p.name!r} has {t.numel()} elements, "
+                            f"expected {p.numel}")
+            st.step.load_param(p.index, t)
+
+
+def clip_grad_norm_(model, max_norm, norm_type=2.0):
+    """torch.nn.utils.clip_grad_norm_ over every shard and owner (collective):
+    returns the total 2-norm of the reduced gradients and scales them by
+    min(1, max_norm / (total + 1e-6))."""
+    if norm_type != 2.0:
+        raise Error("clip_grad_norm_: only the 2-norm is supported")
+    st = model.mfsdp_state if isinstance(model, MFSDPModule) else model
+    extra = 0.0
+    ext_grads = [q.grad for _, q in st.external if q.grad is not None]
+    for g in ext_grads:
+        extra += float(g.detach().double().pow(2).sum())
+    if not hasattr(st.step, "clip_grad_norm"):
+        raise Error("clip_grad_norm_: this runtime has no mfsdp_clip_grad_norm")
+    total = st.step.clip_grad_norm(float(max_norm), extra)
+    if ext_grads and max_norm > 0 and math.isfinite(max_norm):
+        coef = min(1.0, max_norm / (total + 1e-6))
+        for g in ext_grads:
+            g.mul_(coef)
+    return torch.tensor(total)
+
+
+# ------------------------------------------------------------------ the optimizer
+
+class MFSDPOptimizer(torch.optim.Optimizer):
+    """The optimizer the runtime runs, seen through torch.optim's interface:
+    param_groups (one per optimizer and per user group) whose hyperparameters are
+    read at every step(), so LR schedulers and per-group weight decay work."""
+
+    def __init__(self, state, groups):
+        self._mfsdp = state
+        super().__init__(groups, {})
+        self._external_opt = None
+        ext = [g for g in self.param_groups if g["optimizer"] == "external"]
+        if ext:
+            self._external_opt = torch.optim.AdamW(
+                [{"params": g["params"], **{k: g[k] for k in ("lr", "betas", "eps", "weight_decay")}}
+                 for g in ext])
+
+    def _push(self):
+        st = self._mfsdp
+        index = {id(p.param): p for p in st.params}
+        for g in self.param_groups:
+            kind = g["optimizer"]
+            if kind == "external":
+                continue
+            h = _hparams(kind, g)
+            for q in g["params"]:
+                p = index[id(q)]
+                if hasattr(st.step, "set_hparams"):
+                    st.step.set_hparams(p.index, h)
+        if self._external_opt is not None:
+            ext = [g for g in self.param_groups if g["optimizer"] == "external"]
+            for eg, g in zip(self._external_opt.param_groups, ext):
+                for k in ("lr", "betas", "eps", "weight_decay"):
+                    eg[k] = g[k]
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        st = self._mfsdp
+        if any(u.state != "idle" for u in st.units):
+            busy = [f"{u.index} ({u.state})" for u in st.units if u.state != "idle"]
+            raise Error("optimizer.step() while units are not through their backward: " +
+                        ", ".join(busy))
+        self._push()
+        st.step.optimizer_step()
+        if self._external_opt is not None:
+            self._external_opt.step()
+        return loss
+
+    def zero_grad(self, set_to_none=True):
+        self._mfsdp.step.zero_grad()
+        if self._external_opt is not None:
+            self._external_opt.zero_grad(set_to_none)
+
+
+def _hparams(kind, g):
+    if kind == "adamw":
+        b1, b2 = g["betas"]
+        return {"lr": g["lr"], "weight_decay": g["weight_decay"], "beta1": b1, "beta2": b2,
+                "eps": g["eps"]}
+    if kind == "sgd":
+        return {"lr": g["lr"], "weight_decay": g["weight_decay"], "momentum": g["momentum"],
+                "nesterov": bool(g["nesterov"])}
+    if kind == "muon":
+        fn = g["adjust_lr_fn"]
+        if fn not in _ADJUST_LR:
+            raise Error(f"muon: adjust_lr_fn {fn!r} is not supported (None, 'original' or "
+                        "'match_rms_adamw')")
+        a, b, c = g["ns_coefficients"]
+        return {"lr": g["lr"], "weight_decay": g["weight_decay"], "momentum": g["momentum"],
+                "nesterov": bool(g["nesterov"]), "ns_steps": int(g["ns_steps"]), "ns_a": a,
+                "ns_b": b, "ns_c": c, "ns_eps": g["eps"], "ns_norm": 1,
+                "adjust_lr": _ADJUST_LR[fn]}
+    raise Error(f"unknown optimizer {kind!r}")
+
+
+def _groups(state, named, options, param_groups):
+    """param_groups: one per optimizer the plan uses (hyperparameters: torch's
+    defaults, updated by options[kind]), split by the user's groups."""
+    kinds = {}
+    for p in state.params:
+        if p.optimizer != _C.OPT_NONE:
+            kinds.setdefault(_OPT_NAMES[p.optimizer], []).append(p)
+    base = {}
+    for kind in kinds:
+        h = dict(TORCH_DEFAULTS[kind])
+        for k, v in (options.get(kind) or {}).items():
+            if k not in h:
+                raise Error(f"{kind}: unknown option {k!r} (options: {', '.join(h)})")
+            h[k] = v
+        base[kind] = h
+    taken = set()
+    groups = []
+    for i, ug in enumerate(param_groups or []):
+        if "params" not in ug:
+            raise Error(f"param_groups[{i}]: expected a dict with 'params' (names, patterns or "
+                        "parameters) and the hyperparameters to override")
+        sel = ug["params"]
+        sel = [sel] if isinstance(sel, (str, nn.Parameter)) else list(sel)
+        chosen = []
+        for p in state.params:
+            if p.index in taken or p.optimizer == _C.OPT_NONE:
+                continue
+            names = [p.name] + [a for (_, _, a) in p.aliases]
+            if any((isinstance(s, str) and any(_glob(s, n) for n in names)) or
+                   (isinstance(s, torch.Tensor) and s is p.param) for s in sel):
+                chosen.append(p)
+        if not chosen:
+            raise Error(f"param_groups[{i}]: selects no trainable parameter ({sel!r})")
+        over = {k: v for k, v in ug.items() if k != "params"}
+        by_kind = {}
+        for p in chosen:
+            by_kind.setdefault(_OPT_NAMES[p.optimizer], []).append(p)
+            taken.add(p.index)
+        for kind, ps in by_kind.items():
+            h = dict(base[kind])
+            for k, v in over.items():
+                if k not in h:
+                    raise Error(f"param_groups[{i}]: {k!r} is not an option of {kind} "
+                                f"(parameters {', '.join(p.name for p in ps[:3])}...)")
+                h[k] = v
+            groups.append({"params": [p.param for p in ps], "optimizer": kind, **h})
+    for kind, ps in kinds.items():
+        rest = [p for p in ps if p.index not in taken]
+        if rest:
+            groups.insert(0 if kind == "muon" else len(groups),
+                          {"params": [p.param for p in rest], "optimizer": kind, **base[kind]})
+    if state.external:
+        h = dict(TORCH_DEFAULTS["adamw"])
+        h.update(options.get("adamw") or {})
+        groups.append({"params": [q for _, q in state.external], "optimizer": "external", **h})
+    return groups
+
+
+# ------------------------------------------------------------------ fully_shard
+
+def _default_units(model):
+    classes = getattr(model, "_no_split_modules", None)
+    if classes:
+        names = set(classes)
+        hits = [type(m) for m in model.modules() if type(m).__name__ in names]
+        if hits:
+            return list(dict.fromkeys(hits))
+    raise Error("units: cannot tell which submodules are the units (each transformer block, "
+                "as FSDP2 wraps them); pass units=['model.layers.*'] or units=[BlockClass]")
+
+
+def _default_inputs(model):
+    cfg = getattr(model, "config", None)
+    vocab = getattr(cfg, "vocab_size", None)
+    if vocab:
+        return (torch.zeros(1, 8, dtype=torch.long),)
+    raise Error("example_inputs: needed to export the model (one forward's inputs; only their "
+                "shapes matter, on the meta device)")
+
+
+def fully_shard(model, mesh="dp_shard=2", policy="adamw", zero=3, *, library=None,
+                units=None, example_inputs=None, example_kwargs=None, external=(),
+                prefetch=False, accumulate=False, bucket_mb=None, layouts=None,
+                backend="host", adamw=None, muon=None, sgd=None, param_groups=None,
+                init_fn=None, work_dir=None, compile_args=()):
+    """Shards `model` with a step library and returns (model, optimizer).
+
+    mesh, policy, zero: the plan (mfsdp-compile --mesh --policy --zero); the model is
+        exported (units: submodule names, patterns or classes; default: the model's
+        `_no_split_modules`, each transformer block) and compiled on every rank.
+    library: a step library compiled ahead of time instead; the model is checked
+        against its plan (names, shapes, dtypes, ties) and every difference listed.
+    prefetch, accumulate, bucket_mb, layouts: mfsdp-compile's options (accumulate=True
+        is needed for no_sync()).
+    adamw, muon, sgd: hyperparameters of each optimizer (torch.optim's names and
+        defaults); param_groups: [{'params': names/patterns/parameters, **overrides}],
+        e.g. [{'params': ['*norm*', '*.bias'], 'weight_decay': 0.0}].
+    init_fn: for a model on the meta device: called as init_fn(module) on each module
+        of each unit, unit by unit, on the gathered copy (default: the module's own
+        reset_parameters()); each rank initialises only one unit at a time.
+    external: names or patterns of parameters the plan leaves to an outer stack; they
+        stay ordinary torch parameters, stepped by torch.optim.AdamW.
+    """
+    if isinstance(model, MFSDPModule):
+        raise Error("fully_shard: this model is already sharded")
+    if not isinstance(model, nn.Module):
+        raise Error(f"fully_shard: expected a torch.nn.Module, got {type(model).__name__}")
+    launch = _rt.launcher()
+    if library is None:
+        lib_path = _compile(model, mesh, policy, zero, units, example_inputs, example_kwargs,
+                            external, prefetch, accumulate, bucket_mb, layouts, work_dir,
+                            compile_args)
+    else:
+        lib_path = os.fspath(library)
+    lib = _rt.Library(lib_path)
+    problems = check_model(model, lib, external)
+    if problems:
+        raise Error(f"the model does not match the plan of {lib_path}:\n  " +
+                    "\n  ".join(problems))
+    step = _rt.open_step(lib, backend=backend, launch=launch)
+    state = _install(model, step, lib, external)
+    _load_values(state, init_fn)
+    cls = model.__class__
+    model.__class__ = type(f"MFSDP{cls.__name__}", (MFSDPModule, cls), {})
+    model.__dict__["_mfsdp_state"] = state
+    groups = _groups(state, None, {"adamw": adamw, "muon": muon, "sgd": sgd}, param_groups)
+    optimizer = MFSDPOptimizer(state, groups)
+    return model, optimizer
+
+
+def _compile(model, mesh, policy, zero, units, example_inputs, example_kwargs, external,
+             prefetch, accumulate, bucket_mb, layouts, work_dir, compile_args):
+    from . import mfsdp_export
+    if units is None:
+        units = _default_units(model)
+    if example_inputs is None and example_kwargs is None:
+        example_inputs = _default_inputs(model)
+    owned = {pat: "ext" for pat in external} if external else None
+    if owned:
+        raise Error("external=: compiling with parameters left to an outer stack needs a mesh "
+                    "with its dims; compile ahead of time and pass library=")
+    def export(device):
+        return mfsdp_export.export_graph(model, units, example_inputs, name=type(model).__name__,
+                                         example_kwargs=example_kwargs, mesh=mesh, device=device)
+    try:
+        graph = export("meta")
+    except mfsdp_export.ExportError as e:
+        # Code that reads values (MoE routing, checkpointing's bookkeeping) cannot
+        # run on the meta device: a live model is measured where it is.
+        if any(p.device.type == "meta" for p in model.parameters()):
+            raise Error(f"exporting the model failed: {e}") from None
+        try:
+            graph = export(None)
+        except mfsdp_export.ExportError as e2:
+            raise Error(f"exporting the model failed: {e2}") from None
+    rank = os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("RANK", "0"))
+    if work_dir:
+        d = work_dir
+        os.makedirs(d, exist_ok=True)
+    else:
+        # The library is loaded before the process ends: its directory can go then.
+        d = tempfile.mkdtemp(prefix=f"mfsdp-{rank}-")
+        atexit.register(shutil.rmtree, d, True)
+    gpath = os.path.join(d, f"model.{rank}.json")
+    with open(gpath, "w") as f:
+        f.write(mfsdp_export.dumps(graph))
+    lpath = os.path.join(d, f"libstep.{rank}.so")
+    _rt.compile_graph(gpath, lpath, mesh=mesh, policy=policy, zero=zero, prefetch=prefetch,
+                      accumulate=accumulate, bucket_mb=bucket_mb, layouts=layouts,
+                      extra_args=compile_args)
+    return lpath
+
+
+def _install(model, step, lib, external):
+    state = _State(model, step, lib, [])
+    modules = dict(model.named_modules(remove_duplicate=False))
+    names, aliases = _table_of(model)
+    by_name = dict(names)
+    table = lib.params()
+    for e in table:
+        name = e["name"]
+        mname, _, attr = name.rpartition(".")
+        q = by_name[name]
+        p = _Param(e["index"], name, modules[mname], attr, q, state.units[e["unit"]], e["optimizer"])
+        state.params.append(p)
+        p.unit.params.append(p)
+        if p.module not in p.unit.modules:
+            p.unit.modules.append(p.module)
+    state.params.sort(key=lambda p: p.index)
+    index = {p.name: p for p in state.params}
+    state.external = [(n, q) for n, q in names if n not in index]
+    for alias, primary in aliases:
+        mname, _, attr = alias.rpartition(".")
+        prim = index.get(primary)
+        if prim is None:
+            continue  # an external parameter's alias stays ordinary too
+        mod = modules[mname]
+        if mod in prim.unit.modules or any(mod is m for m in prim.unit.modules):
+            prim.aliases.append((mod, attr, alias))
+        else:
+            state.ties.append(_Tie(prim, mod, attr, alias))
+    # Hooks: the root brackets a forward; each unit's modules gather it.
+    state.handles.append(model.register_forward_pre_hook(state._root_pre))
+    state.handles.append(model.register_forward_hook(state._root_post, always_call=True))
+    for unit in state.units:
+        for m in unit.modules:
+            state.handles.append(m.register_forward_pre_hook(
+                lambda mod, args, u=unit: state._unit_pre(u, mod)))
+            state.handles.append(m.register_forward_hook(
+                lambda mod, args, out, u=unit: state._unit_post(u, mod, out)))
+    for tie in state.ties:
+        state.handles.append(tie.module.register_forward_pre_hook(
+            lambda mod, args, t=tie: state._alias_pre(t, mod)))
+        state.handles.append(tie.module.register_forward_hook(
+            lambda mod, args, out, t=tie: state._alias_post(t, mod, out)))
+    weakref.finalize(model, step.close)
+    return state
+
+
+def _load_values(state, init_fn):
+    """The masters from the model's values; modules on the meta device are
+    initialised unit by unit on the gathered copy."""
+    meta = [p for p in state.params if p.param.device.type == "meta"]
+    if meta and len(meta) != len(state.params):
+        raise Error("some parameters are on the meta device and some are not (" +
+                    ", ".join(p.name for p in meta[:4]) + (", ..." if len(meta) > 4 else "") +
+                    "): build the whole model under torch.device('meta') or none of it")
+    if not meta:
+        for p in state.params:
+            state.step.load_param(p.index,
+                                  p.param.detach().to(torch.float32).contiguous().reshape(-1))
+    else:
+        _init_on_gathered(state, init_fn)
+    # The registered parameters keep their shapes, not their storage: the runtime
+    # holds the values (full_state_dict() reads them back).
+    # Each is replaced by a parameter of its shape on the meta device (tied aliases
+    # by the same one), so the model's own storage is released.
+    for p in state.params:
+        old = p.param
+        new = nn.Parameter(torch.empty(p.shape, dtype=old.dtype, device="meta"),
+                           requires_grad=old.requires_grad)
+        for mod in state.model.modules():
+            for k, v in list(mod._parameters.items()):
+                if v is old:
+                    mod._parameters[k] = new
+        p.param = new
+
+
+def _init_on_gathered(state, init_fn):
+    uninit = []
+    for unit in state.units:
+        state.step.pre_forward(unit.index)
+        views = state._views(unit)
+        state._shadow(unit, views)
+        try:
+            with torch.no_grad():
+                for m in unit.modules:
+                    if init_fn is not None:
+                        init_fn(m)
+                    elif hasattr(m, "reset_parameters"):
+                        m.reset_parameters()
+                    else:
+                        uninit += [p.name for p in unit.params if p.module is m]
+            # Loads and stores use the runtime's staging buffer, which the unit's
+            # gathered copy may share: copies first, loads once it is freed.
+            values = [v.clone() for v in views]
+        finally:
+            state._unshadow(unit)
+            state.step.post_forward(unit.index)
+            state.step.end_forward(unit.index)
+        for p, v in zip(unit.params, values):
+            state.step.load_param(p.index, v.reshape(-1))
+    # Buffers are not sharded: each rank materialises them whole (rotary
+    # frequencies, ...), initialised by the same function.
+    for m in state.model.modules():
+        meta_bufs = [k for k, b in m._buffers.items() if b is not None and b.device.type == "meta"]
+        if not meta_bufs:
+            continue
+        for k in meta_bufs:
+            m._buffers[k] = torch.empty_like(m._buffers[k], device="cpu")
+        state.buffer_modules.append(m)
+        in_unit = any(m in u.modules for u in state.units)
+        if in_unit:
+            continue
+        with torch.no_grad():
+            if init_fn is not None:
+                init_fn(m)
+            elif hasattr(m, "reset_parameters"):
+                m.reset_parameters()
+            else:
+                uninit += [f"{type(m).__name__} buffer {k}" for k in meta_bufs]
+    if uninit:
+        raise Error("parameters on the meta device that nothing initialised (their modules have "
+                    "no reset_parameters; pass init_fn=, e.g. the model's own _init_weights): " +
+                    ", ".join(uninit))

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Bad use of mfsdp.torch gets an mfsdp.Error with a message that says what and where.
+
+Run under mpirun -np 2: every case must raise mfsdp.Error (on every rank) whose
+message holds the expected words; anything else (no error, another exception, a
+crash, a hang) fails the test.
+"""
+
+import atexit
+import os
+import shutil
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.environ.get("MFSDP_PYTHON_DIR",
+                                  os.path.join(HERE, "..", "..", "build", "python")))
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+import mfsdp  # noqa: E402
+import mfsdp.torch as mt  # noqa: E402
+from mfsdp import runtime as rt  # noqa: E402
+
+RANK, WORLD = rt.ranks()
+failures = []
+
+
+def llama(layers=2, hidden=32, tie=False):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(
+        vocab_size=64, hidden_size=hidden, intermediate_size=48, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=tie))
+
+
+def expect(what, fn, *words):
+    try:
+        fn()
+    except mfsdp.Error as e:
+        msg = str(e)
+        missing = [w for w in words if w not in msg]
+        if missing:
+            failures.append(f"{what}: the message lacks {missing}:\n{msg}")
+        elif RANK == 0:
+            print(f"ok: {what}: {msg.splitlines()[0][:160]}", flush=True)
+        return
+    except Exception as e:  # noqa: BLE001
+        failures.append(f"{what}: expected mfsdp.Error, got {type(e).__name__}: {e}")
+        return
+    failures.append(f"{what}: no error")
+
+
+work = tempfile.mkdtemp(prefix=f"mfsdp-errors-{RANK}-")
+atexit.register(shutil.rmtree, work, True)
+ids = torch.randint(0, 64, (2, 8))
+
+# A library compiled for one model, then used with models that differ.
+base, _ = mt.fully_shard(llama(), mesh=f"dp_shard={WORLD}", work_dir=work)
+lib = os.path.join(work, f"libstep.{os.environ.get('OMPI_COMM_WORLD_RANK', '0')}.so")
+
+
+def changed(**kw):
+    def run():
+        mt.fully_shard(llama(**kw), library=lib)
+    return run
+
+
+expect("a model with another hidden size", changed(hidden=48), "does not match the plan",
+       "model.embed_tokens.weight", "shape [64, 48] in the model, 64 x 32 in the plan")
+expect("a model with a layer more", changed(layers=3), "model.layers.2.self_attn.q_proj.weight",
+       "not in the plan")
+expect("a model whose lm_head is tied (the plan has it untied)", changed(tie=True),
+       "'lm_head.weight' of the plan", "tied alias")
+
+
+def bf16_model():
+    m = llama()
+    m.model.norm.weight.data = m.model.norm.weight.data.bfloat16()
+    mt.fully_shard(m, library=lib)
+
+
+expect("a parameter of another dtype", bf16_model, "model.norm.weight", "dtype torch.bfloat16")
+
+expect("a file that is not a step library",
+       lambda: mt.fully_shard(llama(), library=rt.__file__), "cannot open the step library")
+expect("a missing library", lambda: mt.fully_shard(llama(), library=os.path.join(work, "no.so")),
+       "cannot open the step library")
+
+# A plan for another world size: every rank refuses it, none hangs.
+other = os.path.join(work, "other.json")
+
+
+def other_world():
+    from mfsdp import mfsdp_export
+    m = llama()
+    g = mfsdp_export.export_graph(m, mt._default_units(m), (ids,), name="llama")
+    with open(other, "w") as f:
+        f.write(mfsdp_export.dumps(g))
+    path = os.path.join(work, "other.so")
+    rt.compile_graph(other, path, mesh=f"dp_shard={WORLD * 2}", policy="adamw")
+    mt.fully_shard(llama(), library=path)
+
+
+expect("a library planned for another number of ranks", other_world,
+       "creating the runtime", "built for a plan of 4 ranks" if WORLD == 2 else "ranks")
+
+# Hooks out of order.
+model, opt = base, None
+
+
+def step_before_backward():
+    m, o = mt.fully_shard(llama(), library=lib)
+    m(input_ids=ids, labels=ids)
+    o.step()
+
+
+expect("optimizer.step() after a forward, before its backward", step_before_backward,
+       "optimizer.step() while units are not through their backward")
+
+
+def runtime_order():
+    m, _ = mt.fully_shard(llama(), library=lib)
+    m.mfsdp_state.step.post_backward(0)
+
+
+expect("post_backward without pre_backward (the runtime's own check)", runtime_order,
+       "mfsdp_post_backward failed (order)", "post_backward of unit 0 without its pre_backward")
+
+
+def no_sync_without_accumulate():
+    m, _ = mt.fully_shard(llama(), library=lib)
+    with m.no_sync():
+        pass
+
+
+expect("no_sync() on a library without --accumulate", no_sync_without_accumulate,
+       "accumulate=True")
+
+
+def backward_after_new_forward():
+    m, _ = mt.fully_shard(llama(), library=lib)
+    loss = m(input_ids=ids, labels=ids).loss
+    m(input_ids=ids, labels=ids)  # a second forward: the first graph's units are gone
+    loss.backward()
+
+
+expect("backward of a forward that a later forward replaced", backward_after_new_forward,
+       "backward of an earlier forward")
+
+
+class NoInit(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(8))
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.fc(x * self.scale)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([NoInit() for _ in range(2)])
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return x
+
+
+def meta_uninitialised():
+    with torch.device("meta"):
+        net = Net()
+    mt.fully_shard(net, mesh=f"dp_shard={WORLD}", units=["blocks.*"],
+                   example_inputs=(torch.zeros(2, 8),))
+
+
+expect("a meta-device model with a parameter nothing initialises", meta_uninitialised,
+       "nothing initialised", "blocks.0.scale")
+
+for f in failures:
+    print(f"rank {RANK}: FAIL: {f}", flush=True)
+if RANK == 0 and not failures:
+    print("every bad use raised mfsdp.Error with its message", flush=True)
+sys.exit(1 if failures else 0)
