@@ -104,7 +104,7 @@ class _SavedParam:
 
 class _Param:
     __slots__ = ("index", "name", "module", "attr", "shape", "requires_grad", "param", "unit",
-                 "optimizer", "numel", "aliases")
+                 "optimizer", "numel", "aliases", "fused", "where")
 
     def __init__(self, index, name, module, attr, param, unit, optimizer):
         self.index, self.name, self.module, self.attr = index, name, module, attr
@@ -115,14 +115,56 @@ class _Param:
         self.unit = unit
         self.optimizer = optimizer
         self.aliases = []  # (module, attr, name) of tied aliases
+        self.fused = None  # the _Fused tensor this matrix is a piece of
+        self.where = None  # its index in the fused tensor
+
+
+class _Fused:
+    """A tensor of several matrices (transformers 5's fused experts, [E, 2I, H] or
+    [E, H, I]) that the plan holds as one row per matrix (docs/torch.md)."""
+    __slots__ = ("name", "module", "attr", "shape", "param", "pieces")
+
+    def __init__(self, name, module, attr, param):
+        self.name, self.module, self.attr, self.param = name, module, attr, param
+        self.shape = tuple(param.shape)
+        self.pieces = []
+
+    def assemble(self, tensors):
+        """The fused tensor from its matrices (differentiable: a copy)."""
+        if self.pieces[0].where[1] is None:
+            return torch.stack(tensors)
+        pairs = [torch.cat(tensors[i:i + 2], 0) for i in range(0, len(tensors), 2)]
+        return torch.stack(pairs)
+
+
+def _split(name, shape):
+    """The matrices a fused 3-D tensor is planned as: (name, index) per matrix,
+    e-major; gate_up_proj's each expert's gate rows then its up rows."""
+    if len(shape) != 3:
+        return []
+    experts, rows = shape[0], shape[1]
+    if name.rpartition(".")[2] == "gate_up_proj" and rows % 2 == 0:
+        half = rows // 2
+        out = []
+        for e in range(experts):
+            out.append((f"{name}.{e}.gate", (e, slice(0, half))))
+            out.append((f"{name}.{e}.up", (e, slice(half, rows))))
+        return out
+    return [(f"{name}.{e}", (e, None)) for e in range(experts)]
+
+
+def _piece(t, where):
+    e, rows = where
+    return t[e] if rows is None else t[e, rows]
 
 
 class _Unit:
     __slots__ = ("index", "params", "modules", "state", "views", "shadows", "recomputing",
-                 "used_in_forward")
+                 "fused")
 
     def __init__(self, index):
         self.index = index
+        self.fused = []
         self.params = []
         self.modules = []
         self.state = "idle"  # idle, fwd, fwd_done, bwd
@@ -180,15 +222,23 @@ class _State:
     def _shadow(self, unit, tensors):
         unit.shadows = tensors
         for p, t in zip(unit.params, tensors):
+            if p.fused is not None:
+                continue
             p.module.__dict__[p.attr] = t
             for (m, a, _) in p.aliases:
                 m.__dict__[a] = t
+        for f in unit.fused:
+            pos = {id(p): i for i, p in enumerate(unit.params)}
+            f.module.__dict__[f.attr] = f.assemble([tensors[pos[id(p)]] for p in f.pieces])
 
     def _unshadow(self, unit):
         for p in unit.params:
-            p.module.__dict__.pop(p.attr, None)
+            if p.fused is None:
+                p.module.__dict__.pop(p.attr, None)
             for (m, a, _) in p.aliases:
                 m.__dict__.pop(a, None)
+        for f in unit.fused:
+            f.module.__dict__.pop(f.attr, None)
         unit.shadows = None
 
     # -------------------------------------------------------------- forward
@@ -424,35 +474,55 @@ def _table_of(model):
     return names, aliases
 
 
+def _rows(names, table):
+    """Each model parameter's rows in the plan: [(row name, index in the tensor or
+    None for the whole)]; a fused tensor missing as a whole is looked for as its
+    matrices (_split)."""
+    rows = {}
+    for name, p in names:
+        if name in table:
+            rows[name] = [(name, None)]
+            continue
+        pieces = _split(name, tuple(p.shape))
+        if pieces and all(n in table for n, _ in pieces):
+            rows[name] = pieces
+    return rows
+
+
 def check_model(model, library, external=()):
     """The differences between a model and a step library's plan (names, shapes,
     dtypes, ties), one line each; empty when the library fits the model."""
     names, aliases = _table_of(model)
     table = {e["name"]: e for e in library.params()}
+    rows = _rows(names, table)
     problems = []
-    by_name = dict(names)
-    ext = [n for n, _ in names if any(_glob(pat, n) for pat in external)]
+    covered = set()
     for name, p in names:
-        if name in ext:
+        if any(_glob(pat, name) for pat in external):
             continue
-        e = table.get(name)
-        if e is None:
+        if name not in rows:
             problems.append(f"parameter {name!r} {list(p.shape)}: not in the plan (a tied alias "
                             "in the model but not in the plan, or a parameter added after compile)")
             continue
-        numel = p.numel()
-        rows = p.shape[0] if p.dim() else 1
-        if e["rows"] * e["cols"] != numel or e["rows"] != rows:
-            problems.append(f"parameter {name!r}: shape {list(p.shape)} in the model, "
-                            f"{e['rows']} x {e['cols']} in the plan")
+        for row, where in rows[name]:
+            covered.add(row)
+            e = table[row]
+            shape = tuple(p.shape) if where is None else tuple(_piece(p, where).shape)
+            numel = math.prod(shape) if shape else 1
+            lead = shape[0] if shape else 1
+            if e["rows"] * e["cols"] != numel or e["rows"] != lead:
+                what = f"shape {list(p.shape)}" if where is None else \
+                    f"matrix {row!r} of shape {list(shape)}"
+                problems.append(f"parameter {name!r}: {what} in the model, "
+                                f"{e['rows']} x {e['cols']} in the plan")
+            if (e["optimizer"] == _C.OPT_NONE) and p.requires_grad:
+                problems.append(f"parameter {row!r}: trainable in the model, frozen in the plan")
+                break
         if p.dtype != torch.float32:
             problems.append(f"parameter {name!r}: dtype {p.dtype} in the model; the runtime "
-                            "keeps fp32 masters and hands fp32 views (train in fp32 or pass "
-                            "dtype='bf16' to compile bf16 compute copies)")
-        if (e["optimizer"] == _C.OPT_NONE) == p.requires_grad and p.requires_grad:
-            problems.append(f"parameter {name!r}: trainable in the model, frozen in the plan")
+                            "keeps fp32 masters and hands fp32 views: train in fp32")
     for name in table:
-        if name not in by_name:
+        if name not in covered:
             tied = [a for a, prim in aliases if a == name]
             what = ("a tied alias in the model (the plan holds it as a parameter of its own)"
                     if tied else "missing from the model")
@@ -496,12 +566,18 @@ class MFSDPModule:
         """Every parameter whole, on every rank (collective): {name: tensor}."""
         st = self.mfsdp_state
         out = {}
+        fused = {}
         for p in st.params:
             buf = torch.empty(p.numel, dtype=torch.float32)
             st.step.store_param(p.index, buf)
+            if p.fused is not None:
+                fused.setdefault(id(p.fused), (p.fused, []))[1].append(buf.view(p.shape))
+                continue
             out[p.name] = buf.view(p.shape)
             for (_, _, alias) in p.aliases:
                 out[alias] = out[p.name]
+        for f, pieces in fused.values():
+            out[f.name] = f.assemble(pieces)
         for t in st.ties:
             out[t.name] = out[t.primary.name]
         for name, q in st.external:
@@ -511,11 +587,15 @@ class MFSDPModule:
     def load_full_state_dict(self, state):
         """Loads whole parameters (every rank passes the same)."""
         st = self.mfsdp_state
-        missing = [p.name for p in st.params if p.name not in state]
+        missing = sorted({p.name if p.fused is None else p.fused.name for p in st.params} -
+                         set(state))
         if missing:
             raise Error("load_full_state_dict: missing " + ", ".join(missing))
         for p in st.params:
-            t = state[p.name].detach().to(torch.float32).contiguous().reshape(-1)
+            t = state[p.name if p.fused is None else p.fused.name].detach()
+            if p.fused is not None:
+                t = _piece(t, p.where)
+            t = t.to(torch.float32).contiguous().reshape(-1)
             if t.numel() != p.numel:
                 raise Error(f"load_full_state_dict: {p.name!r} has {t.numel()} elements, "
                             f"expected {p.numel}")
@@ -799,27 +879,48 @@ def _install(model, step, lib, external):
     state = _State(model, step, lib, [])
     modules = dict(model.named_modules(remove_duplicate=False))
     names, aliases = _table_of(model)
-    by_name = dict(names)
-    table = lib.params()
-    for e in table:
-        name = e["name"]
+    table = {e["name"]: e for e in lib.params()}
+    rows = _rows(names, table)
+    for name, q in names:
+        if name not in rows:
+            state.external.append((name, q))
+            continue
         mname, _, attr = name.rpartition(".")
-        q = by_name[name]
-        p = _Param(e["index"], name, modules[mname], attr, q, state.units[e["unit"]], e["optimizer"])
-        state.params.append(p)
-        p.unit.params.append(p)
-        if p.module not in p.unit.modules:
-            p.unit.modules.append(p.module)
+        fused = None
+        if rows[name][0][1] is not None:
+            fused = _Fused(name, modules[mname], attr, q)
+        for row, where in rows[name]:
+            e = table[row]
+            unit = state.units[e["unit"]]
+            if fused is None:
+                p = _Param(e["index"], row, modules[mname], attr, q, unit, e["optimizer"])
+            else:
+                # Each matrix has a parameter of its own for the optimizer's groups.
+                piece = nn.Parameter(torch.empty(_piece(q, where).shape, device="meta"),
+                                     requires_grad=q.requires_grad)
+                p = _Param(e["index"], row, modules[mname], None, piece, unit, e["optimizer"])
+                p.fused, p.where = fused, where
+                fused.pieces.append(p)
+                if fused not in unit.fused:
+                    unit.fused.append(fused)
+            state.params.append(p)
+            unit.params.append(p)
+            if p.module not in unit.modules:
+                unit.modules.append(p.module)
+    for f in {id(p.fused): p.fused for p in state.params if p.fused is not None}.values():
+        if len({p.unit.index for p in f.pieces}) != 1:
+            raise Error(f"parameter {f.name!r}: its matrices are planned in different units")
     state.params.sort(key=lambda p: p.index)
+    if [p.index for p in state.params] != list(range(len(table))):
+        raise Error("the model does not cover the plan's parameter table")
     index = {p.name: p for p in state.params}
-    state.external = [(n, q) for n, q in names if n not in index]
     for alias, primary in aliases:
         mname, _, attr = alias.rpartition(".")
         prim = index.get(primary)
         if prim is None:
-            continue  # an external parameter's alias stays ordinary too
+            continue  # an external or fused parameter's alias stays as it is
         mod = modules[mname]
-        if mod in prim.unit.modules or any(mod is m for m in prim.unit.modules):
+        if any(mod is m for m in prim.unit.modules):
             prim.aliases.append((mod, attr, alias))
         else:
             state.ties.append(_Tie(prim, mod, attr, alias))
@@ -841,33 +942,47 @@ def _install(model, step, lib, external):
     return state
 
 
+def _source(p):
+    """The model's tensor a row of the plan comes from (a fused tensor's matrix)."""
+    return p.param if p.fused is None else p.fused.param
+
+
 def _load_values(state, init_fn):
     """The masters from the model's values; modules on the meta device are
     initialised unit by unit on the gathered copy."""
-    meta = [p for p in state.params if p.param.device.type == "meta"]
+    meta = [p for p in state.params if _source(p).device.type == "meta"]
     if meta and len(meta) != len(state.params):
         raise Error("some parameters are on the meta device and some are not (" +
                     ", ".join(p.name for p in meta[:4]) + (", ..." if len(meta) > 4 else "") +
                     "): build the whole model under torch.device('meta') or none of it")
     if not meta:
         for p in state.params:
-            state.step.load_param(p.index,
-                                  p.param.detach().to(torch.float32).contiguous().reshape(-1))
+            t = _source(p).detach()
+            if p.fused is not None:
+                t = _piece(t, p.where)
+            state.step.load_param(p.index, t.to(torch.float32).contiguous().reshape(-1))
     else:
         _init_on_gathered(state, init_fn)
-    # The registered parameters keep their shapes, not their storage: the runtime
-    # holds the values (full_state_dict() reads them back).
-    # Each is replaced by a parameter of its shape on the meta device (tied aliases
-    # by the same one), so the model's own storage is released.
+    # The registered parameters keep their names and shapes, not their storage:
+    # each is replaced by a parameter of its shape on the meta device (tied aliases
+    # by the same one), so the model's own storage is released; the runtime holds
+    # the values (full_state_dict() reads them back).
+    replaced = {}
     for p in state.params:
-        old = p.param
-        new = nn.Parameter(torch.empty(p.shape, dtype=old.dtype, device="meta"),
+        old = _source(p)
+        if id(old) in replaced:
+            continue
+        new = nn.Parameter(torch.empty(old.shape, dtype=old.dtype, device="meta"),
                            requires_grad=old.requires_grad)
-        for mod in state.model.modules():
-            for k, v in list(mod._parameters.items()):
-                if v is old:
-                    mod._parameters[k] = new
-        p.param = new
+        replaced[id(old)] = (old, new)
+        if p.fused is None:
+            p.param = new
+        else:
+            p.fused.param = new
+    for mod in state.model.modules():
+        for k, v in list(mod._parameters.items()):
+            if v is not None and id(v) in replaced and replaced[id(v)][0] is v:
+                mod._parameters[k] = replaced[id(v)][1]
 
 
 def _init_on_gathered(state, init_fn):
@@ -886,8 +1001,14 @@ def _init_on_gathered(state, init_fn):
                     else:
                         uninit += [p.name for p in unit.params if p.module is m]
             # Loads and stores use the runtime's staging buffer, which the unit's
-            # gathered copy may share: copies first, loads once it is freed.
-            values = [v.clone() for v in views]
+            # gathered copy may share: copies first, loads once it is freed. A
+            # fused tensor was initialised in its assembled copy.
+            values = []
+            for p, v in zip(unit.params, views):
+                if p.fused is None:
+                    values.append(v.clone())
+                else:
+                    values.append(_piece(p.fused.module.__dict__[p.fused.attr], p.where).clone())
         finally:
             state._unshadow(unit)
             state.step.post_forward(unit.index)

@@ -1,0 +1,348 @@
+#!/usr/bin/env python3
+"""Parity of a transformers model trained through mfsdp.torch with single-process torch.
+
+Run under mpirun (every rank trains its slice of each global batch through the step
+library) and compared, on every rank, with the same model trained in this process by
+torch alone: torch.optim.AdamW and torch.optim.Muon (Newton-Schulz in fp32, the same
+variant), the same parameter groups, LR schedule and clipping, on the same global
+batches. The reference takes the global batch as the ranks' slices in order, each
+loss divided by the number of slices, and sums the gradients: the same mean, summed
+in the order the reduction sums it, so AdamW's normalisation of near-cancelling
+gradients does not turn rounding into differences. After the last step every
+parameter must equal the reference's within --tol relative to its largest magnitude,
+and every step's mean loss too.
+
+    mpirun -np 2 python3 test/torch/parity.py --model llama --policy adamw --zero 3
+"""
+
+import argparse
+import copy
+import math
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.environ.get("MFSDP_PYTHON_DIR",
+                                  os.path.join(HERE, "..", "..", "build", "python")))
+
+import torch  # noqa: E402
+import torch.optim._muon as torch_muon  # noqa: E402
+
+import mfsdp.torch as mt  # noqa: E402
+from mfsdp import _C  # noqa: E402
+
+MODELS = ("llama", "llama-tied", "qwen3", "qwen3-moe", "mixtral")
+
+
+def build_model(kind, layers):
+    import transformers as tf
+    common = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=layers,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    if kind in ("llama", "llama-tied"):
+        cfg = tf.LlamaConfig(**common, tie_word_embeddings=(kind == "llama-tied"))
+        return tf.LlamaForCausalLM(cfg)
+    if kind == "qwen3":
+        cfg = tf.Qwen3Config(**common, head_dim=8, tie_word_embeddings=False)
+        return tf.Qwen3ForCausalLM(cfg)
+    # MoE: every expert routed (top-k = all), so that a router's near-tie cannot
+    # flip a token to another expert on an fp32 rounding difference; the experts,
+    # their fused tensors and the routing weights are trained all the same.
+    if kind == "qwen3-moe":
+        cfg = tf.Qwen3MoeConfig(**common, head_dim=8, num_experts=4, num_experts_per_tok=4,
+                                moe_intermediate_size=16, decoder_sparse_step=1,
+                                tie_word_embeddings=False)
+        return tf.Qwen3MoeForCausalLM(cfg)
+    if kind == "mixtral":
+        cfg = tf.MixtralConfig(**common, num_local_experts=4, num_experts_per_tok=4,
+                               tie_word_embeddings=False)
+        return tf.MixtralForCausalLM(cfg)
+    raise SystemExit(f"unknown model {kind}")
+
+
+def ns_fp32(grad, ns_coefficients, ns_steps, eps):
+    """torch.optim.Muon's Newton-Schulz with the iterate in fp32 (torch's own runs
+    it in bf16): the reference the runtime's fp32 iteration must match."""
+    a, b, c = ns_coefficients
+    x = grad.to(dtype=torch.float32, copy=True)
+    if grad.size(0) > grad.size(1):
+        x = x.T
+    x.div_(x.norm().clamp(min=eps))
+    for _ in range(ns_steps):
+        gram = x @ x.T
+        update = torch.addmm(gram, gram, gram, beta=b, alpha=c)
+        x = torch.addmm(x, update, x, beta=a)
+    if grad.size(0) > grad.size(1):
+        x = x.T
+    return x
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", choices=MODELS, default="llama")
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--mesh", default=None, help="default: dp_shard=<ranks>")
+    ap.add_argument("--policy", default="adamw")
+    ap.add_argument("--zero", type=int, default=3)
+    ap.add_argument("--prefetch", action="store_true")
+    ap.add_argument("--bucket-mb", type=int, default=None)
+    ap.add_argument("--accum", type=int, default=1, help="microbatches per step (no_sync)")
+    ap.add_argument("--ckpt", choices=("none", "reentrant", "nonreentrant"), default="none")
+    ap.add_argument("--sched", choices=("none", "warmup", "cosine"), default="none")
+    ap.add_argument("--clip", type=float, default=0.0)
+    ap.add_argument("--groups", action="store_true",
+                    help="no weight decay for norms, biases and embeddings")
+    ap.add_argument("--meta-init", action="store_true",
+                    help="build on the meta device; each rank initialises unit by unit")
+    ap.add_argument("--eval-between", action="store_true",
+                    help="a no_grad forward between backward and step")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--batch", type=int, default=2, help="sequences per rank per microbatch")
+    ap.add_argument("--seq", type=int, default=12)
+    ap.add_argument("--tol", type=float, default=1e-5)
+    ap.add_argument("--break", dest="broken", choices=("saved", "ties"), default=None,
+                    help="remove a part of the package's autograd handling: the run must then "
+                         "differ from the reference (the test fails if it still matches)")
+    args = ap.parse_args()
+
+    from mfsdp import runtime as rt
+    rank, world = rt.ranks()
+    mesh = args.mesh or f"dp_shard={world}"
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+
+    if args.broken == "saved":
+        mt._State._pack = lambda self, t: t
+    elif args.broken == "ties":
+        mt._State._tie_grad = lambda self, tie, grad: None
+
+    ref = build_model(args.model, args.layers)
+    if args.meta_init:
+        with torch.device("meta"):
+            model = build_model(args.model, args.layers)
+    else:
+        model = copy.deepcopy(ref)
+    if args.ckpt != "none":
+        for m in (model, ref):
+            m.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": args.ckpt == "reentrant"})
+        model.train()
+        ref.train()
+    else:
+        model.train()
+        ref.train()
+
+    muon_opts = {"lr": 2e-2, "weight_decay": 0.1, "momentum": 0.95, "nesterov": True,
+                 "eps": 1e-7, "ns_steps": 5, "adjust_lr_fn": "match_rms_adamw"}
+    adamw_opts = {"lr": 3e-3, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
+    groups = None
+    if args.groups:
+        groups = [{"params": ["*norm*", "*.bias", "*embed_tokens*"], "weight_decay": 0.0}]
+    kw = dict(mesh=mesh, policy=args.policy, zero=args.zero, prefetch=args.prefetch,
+              accumulate=args.accum > 1, bucket_mb=args.bucket_mb, adamw=adamw_opts,
+              muon=muon_opts, param_groups=groups)
+    if args.meta_init:
+        kw["init_fn"] = model._init_weights
+        torch.manual_seed(1234)
+    model, opt = mt.fully_shard(model, **kw)
+    st = model.mfsdp_state
+    if args.meta_init:
+        # The reference: the same init on the whole model, module by module in the
+        # order the package initialised them (unit by unit), from the same seed.
+        torch.manual_seed(1234)
+        ref_modules = dict(ref.named_modules())
+        names = {id(m): n for n, m in model.named_modules()}
+        for unit in st.units:
+            for m in unit.modules:
+                ref._init_weights(ref_modules[names[id(m)]])
+        for m in st.buffer_modules:
+            ref._init_weights(ref_modules[names[id(m)]])
+
+    # The reference optimizers: the plan's choice of optimizer per parameter, the
+    # same groups.
+    kind = {p.name: p.optimizer for p in st.params}
+    for p in st.params:  # a fused tensor's matrices share one optimizer in the reference
+        if p.fused is not None:
+            if kind.setdefault(p.fused.name, p.optimizer) != p.optimizer:
+                raise SystemExit(f"{p.fused.name}: its matrices have different optimizers")
+    ref_params = dict(ref.named_parameters())
+
+    def no_decay(n):
+        return args.groups and any(mt._glob(pat, n) for pat in groups[0]["params"])
+
+    adamw_groups, muon_groups = [{"params": []}, {"params": [], "weight_decay": 0.0}], \
+        [{"params": []}, {"params": [], "weight_decay": 0.0}]
+    for n, p in ref_params.items():
+        if kind.get(n) == _C.OPT_MUON:
+            muon_groups[1 if no_decay(n) else 0]["params"].append(p)
+        elif kind.get(n) == _C.OPT_ADAMW:
+            adamw_groups[1 if no_decay(n) else 0]["params"].append(p)
+        elif n in kind:
+            raise SystemExit(f"{n}: optimizer {kind[n]} has no reference here")
+    ref_opts = []
+    ag = [g for g in adamw_groups if g["params"]]
+    if ag:
+        ref_opts.append(torch.optim.AdamW(ag, **adamw_opts))
+    fused = {p.fused.name: p.fused for p in st.params if p.fused is not None}
+    mg = [{**g, "params": [q for q in g["params"] if _name_of(ref, q) not in fused]}
+          for g in muon_groups]
+    fg = [{**g, "params": [q for q in g["params"] if _name_of(ref, q) in fused]}
+          for g in muon_groups]
+    mg = [g for g in mg if g["params"]]
+    fg = [g for g in fg if g["params"]]
+    if mg or fg:
+        torch_muon._zeropower_via_newtonschulz = ns_fp32
+    if mg:
+        ref_opts.append(torch.optim.Muon(mg, **muon_opts))
+    if fg:
+        ref_opts.append(FusedMuon(fg, {n: [pc.where for pc in f.pieces] for n, f in fused.items()},
+                                  {id(q): n for n, q in ref.named_parameters()}, muon_opts))
+    n_muon = sum(len(g["params"]) for g in mg) + sum(len(g["params"]) for g in fg)
+
+    def schedulers(o):
+        if args.sched == "warmup":
+            return torch.optim.lr_scheduler.LambdaLR(o, lambda s: min(1.0, (s + 1) / 5))
+        if args.sched == "cosine":
+            return torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=args.steps, eta_min=1e-4)
+        return None
+    scheds = [s for s in [schedulers(opt)] + [schedulers(o) for o in ref_opts] if s is not None]
+
+    vocab = ref.config.vocab_size
+    gen = torch.Generator().manual_seed(7)
+    worst_loss = 0.0
+    ref_params_list = list(ref.parameters())
+    for step in range(args.steps):
+        per = args.batch
+        data = torch.randint(0, vocab, (args.accum, world, per, args.seq), generator=gen)
+        # mfsdp: this rank's slice of each microbatch.
+        losses = []
+        for a in range(args.accum):
+            ids = data[a, rank]
+            ctx = model.no_sync() if a + 1 < args.accum else _null()
+            with ctx:
+                out = model(input_ids=ids, labels=ids)
+                (out.loss / args.accum).backward()
+            losses.append(out.loss.detach())
+        if args.eval_between:
+            with torch.no_grad():
+                model(input_ids=data[0, rank], labels=data[0, rank])
+        total = None
+        if args.clip > 0:
+            total = float(model.clip_grad_norm_(args.clip))
+        opt.step()
+        opt.zero_grad()
+        # torch alone: every rank's slice, in rank order.
+        ref_loss = 0.0
+        ref_slices = [[0.0] * world for _ in range(args.accum)]
+        for a in range(args.accum):
+            for r in range(world):
+                ids = data[a, r]
+                o = ref(input_ids=ids, labels=ids)
+                (o.loss / (args.accum * world)).backward()
+                ref_slices[a][r] = o.loss.item()
+                ref_loss += o.loss.item() / (args.accum * world)
+        ref_total = None
+        if args.clip > 0:
+            ref_total = float(torch.nn.utils.clip_grad_norm_(ref_params_list, args.clip))
+        for o in ref_opts:
+            o.step()
+            o.zero_grad()
+        for s in scheds:
+            s.step()
+        # This rank's loss against torch's on the same slices.
+        mine = torch.stack(losses).mean().item()
+        theirs = sum(ref_slices[a][rank] for a in range(args.accum)) / args.accum
+        worst_loss = max(worst_loss, abs(mine - theirs) / max(abs(theirs), 1e-12))
+        if rank == 0:
+            extra = f" norm {total:.6f} ref {ref_total:.6f}" if total is not None else ""
+            print(f"step {step}: loss {mine:.6f} (torch {theirs:.6f}; global {ref_loss:.6f})"
+                  f"{extra}", flush=True)
+        if total is not None and abs(total - ref_total) > 1e-4 * max(ref_total, 1e-12):
+            _finish(args, rank, f"step {step}: total norm {total} against torch's {ref_total}",
+                    mismatch=True)
+
+    state = model.full_state_dict()
+    worst, where = 0.0, None
+    for n, p in ref.named_parameters():
+        ref_t = p.detach()
+        d = (state[n] - ref_t).abs().max().item() / max(ref_t.abs().max().item(), 1e-12)
+        if not math.isfinite(d):
+            d = math.inf
+        if d > worst:
+            worst, where = d, n
+    print(f"rank {rank}: {len(state)} parameters ({n_muon} under Muon), worst difference "
+          f"{worst:.3e} relative ({where}), loss {worst_loss:.3e}", flush=True)
+    bad = worst > args.tol or worst_loss > args.tol
+    _finish(args, rank, f"worst {worst:.3e} at {where}, loss {worst_loss:.3e} > {args.tol}",
+            mismatch=bad)
+
+
+def _name_of(model, q):
+    for n, p in model.named_parameters():
+        if p is q:
+            return n
+    return None
+
+
+class FusedMuon:
+    """torch.optim.Muon on each matrix of a fused tensor (transformers 5's experts,
+    [E, 2I, H]: each expert's gate and up; [E, H, I]: each expert's down), as on
+    4.x's separate tensors: torch's own functional muon() over views of the fused
+    data, gradient and one momentum buffer per matrix."""
+
+    def __init__(self, groups, where, names, opts):
+        self.groups, self.where, self.names, self.opts = groups, where, names, opts
+        self.bufs = {}
+
+    @torch.no_grad()
+    def step(self):
+        for g in self.groups:
+            h = {**self.opts, **{k: v for k, v in g.items() if k != "params"}}
+            params, grads, bufs = [], [], []
+            for q in g["params"]:
+                for w in self.where[self.names[id(q)]]:
+                    key = (id(q), w[0], None if w[1] is None else w[1].start)
+                    pv = q.data[w[0]] if w[1] is None else q.data[w[0], w[1]]
+                    gv = q.grad[w[0]] if w[1] is None else q.grad[w[0], w[1]]
+                    if key not in self.bufs:
+                        self.bufs[key] = torch.zeros_like(gv)
+                    params.append(pv)
+                    grads.append(gv)
+                    bufs.append(self.bufs[key])
+            torch_muon.muon(params, grads, bufs, lr=h["lr"], weight_decay=h["weight_decay"],
+                            momentum=h["momentum"], nesterov=h["nesterov"],
+                            ns_coefficients=tuple(h.get("ns_coefficients",
+                                                        (3.4445, -4.775, 2.0315))),
+                            ns_steps=h["ns_steps"], eps=h["eps"], adjust_lr_fn=h["adjust_lr_fn"],
+                            has_complex=False)
+
+    def zero_grad(self):
+        for g in self.groups:
+            for q in g["params"]:
+                q.grad = None
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def _finish(args, rank, message, mismatch):
+    if args.broken:
+        if mismatch:
+            print(f"rank {rank}: with the {args.broken} handling removed the run differs from "
+                  f"torch, as it must ({message})", flush=True)
+            sys.exit(0)
+        print(f"rank {rank}: FAIL: with the {args.broken} handling removed the run still "
+              "matches torch: this test cannot tell", flush=True)
+        sys.exit(1)
+    if mismatch:
+        print(f"rank {rank}: FAIL: {message}", flush=True)
+        sys.exit(1)
+    print(f"rank {rank}: parity ok", flush=True)
+
+
+if __name__ == "__main__":
+    main()
