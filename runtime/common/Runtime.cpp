@@ -1723,7 +1723,7 @@ mfsdp_status mfsdp_optimizer_step(mfsdp_step *step) {
   muon.momentum = p.muon_momentum;
   muon.weightDecay = p.muon_weight_decay;
   muon.nesterov = p.muon_nesterov != 0;
-  muon.nsSteps = p.muon_ns_steps;
+  muon.ns.steps = p.muon_ns_steps;
   muon.scale = p.muon_scale ? MuonScale::Original : MuonScale::MatchRmsAdamW;
   Backend &b = *step->backend;
   for (ParamState &ps : step->params) {
