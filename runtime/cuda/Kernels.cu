@@ -255,12 +255,9 @@ int newtonSchulz(cublasHandle_t blas, const float *in, float *out, int64_t rows,
 
 int muonApply(float *p, const float *o, int64_t rows, int64_t cols,
               const MuonHyper &h, cudaStream_t stream) {
-  float scale = h.scale == MuonScale::MatchRmsAdamW
-                    ? 0.2f * std::sqrt(static_cast<float>(std::max(rows, cols)))
-                    : std::sqrt(std::max(1.f, static_cast<float>(rows) /
-                                                  static_cast<float>(cols)));
   applyKernel<<<blocks(rows * cols), 256, 0, stream>>>(
-      p, o, rows * cols, h.lr, scale, 1.f - h.lr * h.weightDecay);
+      p, o, rows * cols, h.lr, muonScaleFactor(rows, cols, h.scale),
+      1.f - h.lr * h.weightDecay);
   return check(cudaGetLastError(), "applyKernel");
 }
 

@@ -159,10 +159,7 @@ void newtonSchulz(const float *in, float *out, int64_t rows, int64_t cols,
 
 void muonApply(float *p, const float *o, int64_t rows, int64_t cols,
                const MuonHyper &h) {
-  const float scale =
-      h.scale == MuonScale::MatchRmsAdamW
-          ? 0.2f * std::sqrt(static_cast<float>(std::max(rows, cols)))
-          : std::sqrt(std::max(1.f, static_cast<float>(rows) / static_cast<float>(cols)));
+  const float scale = muonScaleFactor(rows, cols, h.scale);
   const float decay = 1.f - h.lr * h.weightDecay;
   for (int64_t i = 0; i < rows * cols; ++i)
     p[i] = p[i] * decay - h.lr * scale * o[i];

@@ -275,6 +275,27 @@ TEST(RuntimeKernels, MuonStepMatchesReference) {
   }
 }
 
+TEST(RuntimeKernels, MuonScalesByHand) {
+  // p = 1, O = 1, lr 0.1, wd 0.5: p = 1 - 0.05 - 0.1 * scale, where scale
+  // for 8 x 12 is 0.2 sqrt(12) = 0.69282 (match_rms_adamw), sqrt(max(1,
+  // 2/3)) = 1 (original), sqrt(2/3) = 0.81650 (spectral_unclamped); for
+  // 12 x 8 the same, sqrt(3/2) = 1.22474, sqrt(3/2).
+  const double want[2][3] = {{0.692820323, 1.0, 0.816496581},
+                             {0.692820323, 1.224744871, 1.224744871}};
+  for (int tall = 0; tall < 2; ++tall)
+    for (int k = 0; k < 3; ++k) {
+      const int64_t rows = tall ? 12 : 8, cols = tall ? 8 : 12;
+      MuonHyper h;
+      h.lr = 0.1f;
+      h.weightDecay = 0.5f;
+      h.scale = static_cast<MuonScale>(k);
+      std::vector<float> p(rows * cols, 1.f), o(rows * cols, 1.f);
+      host::muonApply(p.data(), o.data(), rows, cols, h);
+      EXPECT_NEAR(p[0], 0.95 - 0.1 * want[tall][k], 1e-6) << rows << "x" << cols << " " << k;
+      EXPECT_EQ(p.back(), p[0]);
+    }
+}
+
 TEST(RuntimeKernels, BF16RoundsToNearestEven) {
   EXPECT_EQ(host::toBF16(1.0f), 0x3f80);
   // 1 + 2^-8 is halfway between two bf16 values: ties go to even (1.0).

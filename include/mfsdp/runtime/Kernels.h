@@ -11,6 +11,8 @@
 #ifndef MFSDP_RUNTIME_KERNELS_H
 #define MFSDP_RUNTIME_KERNELS_H
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 namespace mfsdp::rt {
@@ -25,7 +27,23 @@ struct SGDHyper {
   bool nesterov = false;
 };
 
-enum class MuonScale : int { MatchRmsAdamW = 0, Original = 1 };
+/// Muon's update scale for a rows x cols matrix (torch.optim.Muon's
+/// adjust_lr_fn): 0.2 sqrt(max(rows, cols)) (match_rms_adamw),
+/// sqrt(max(1, rows / cols)) (original) or sqrt(rows / cols)
+/// (spectral_unclamped).
+enum class MuonScale : int { MatchRmsAdamW = 0, Original = 1, SpectralUnclamped = 2 };
+
+inline float muonScaleFactor(int64_t rows, int64_t cols, MuonScale scale) {
+  const float ratio = static_cast<float>(rows) / static_cast<float>(cols);
+  switch (scale) {
+  case MuonScale::MatchRmsAdamW:
+    return 0.2f * std::sqrt(static_cast<float>(std::max(rows, cols)));
+  case MuonScale::Original:
+    return std::sqrt(std::max(1.f, ratio));
+  default:
+    return std::sqrt(ratio);
+  }
+}
 
 /// How Newton-Schulz scales its input G before the iterations.
 enum class NsNorm : int {
@@ -130,8 +148,7 @@ void newtonSchulz(const float *in, float *out, int64_t rows, int64_t cols,
                   const NewtonSchulzHyper &h, float *workspace);
 
 /// The Muon parameter update from an orthogonalised update O:
-/// p -= lr*wd*p; p -= lr * scale * O, scale = 0.2 sqrt(max(rows, cols))
-/// (match_rms_adamw) or sqrt(max(1, rows / cols)) (original).
+/// p -= lr*wd*p; p -= lr * scale * O, scale = muonScaleFactor().
 void muonApply(float *param, const float *ortho, int64_t rows, int64_t cols,
                const MuonHyper &h);
 
