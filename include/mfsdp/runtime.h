@@ -318,7 +318,9 @@ mfsdp_status mfsdp_post_backward(mfsdp_step *step, int32_t unit);
 
 /* One optimizer step on every rank's shards and owned matrices, after the
  * post_backward of every unit, with each parameter's hyperparameters
- * (mfsdp_hparams). */
+ * (mfsdp_hparams). It consumes the reduced gradients: another step before
+ * a backward has reduced new ones is MFSDP_ERROR_ORDER (zero_grad does not
+ * make them new), as is a step before every unit's gradients are reduced. */
 mfsdp_status mfsdp_optimizer_step(mfsdp_step *step);
 mfsdp_status mfsdp_zero_grad(mfsdp_step *step);
 /* While set, post_backward accumulates locally and does not reduce. */

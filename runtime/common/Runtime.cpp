@@ -241,6 +241,9 @@ struct mfsdp_step {
   std::vector<std::vector<int32_t>> unitParams;
   std::vector<UnitState> state;
   std::vector<bool> reduced;
+  /// The last optimizer_step consumed the reduced gradients, and no unit's
+  /// gradients were reduced since: another step is refused.
+  bool stepped = false;
   std::unique_ptr<Backend> backend;
   float *muonScratch = nullptr;
   const mfsdp_memory_plan *memory = nullptr; // the static plan, if any
@@ -363,13 +366,40 @@ struct mfsdp_step {
     }
     if (unit >= 0) {
       if (!first)
-        reduced[unit] = true;
+        markReduced(unit);
       release(unit);
       releaseGrads(unit);
     }
     if (first)
       error = firstError;
     return first;
+  }
+
+  /// Unit `unit`'s gradients are reduced: an optimizer step may use them.
+  void markReduced(int32_t unit) {
+    reduced[unit] = true;
+    stepped = false;
+  }
+
+  /// MFSDP_ERROR_ORDER, with `call` in the message, unless every unit's
+  /// gradients were reduced since the last optimizer step and zero_grad.
+  mfsdp_status checkReduced(const char *call) {
+    for (int32_t u = 0; u < plan.num_units; ++u) {
+      if (unitParams[u].empty())
+        continue; // nothing to reduce, nothing to consume
+      if (stepped)
+        return fail(MFSDP_ERROR_ORDER,
+                    std::string(call) + ": no gradients were reduced since the "
+                                        "last optimizer_step, which consumed them "
+                                        "(run a backward first)");
+      if (state[u] != UnitState::Idle || !reduced[u])
+        return fail(MFSDP_ERROR_ORDER, std::string(call) +
+                                           " before the gradients of unit " +
+                                           std::to_string(u) +
+                                           " were reduced (post_backward "
+                                           "without no-sync)");
+    }
+    return MFSDP_OK;
   }
 
   /// Starts gathering `unit` (for its backward: at the memory plan's
@@ -1781,7 +1811,7 @@ mfsdp_status mfsdp_post_backward(mfsdp_step *step, int32_t unit) {
       s = UnitState::Idle;
       return step->finish();
     }
-    step->reduced[unit] = true;
+    step->markReduced(unit);
   }
   step->release(unit);
   step->releaseGrads(unit);
@@ -1826,13 +1856,11 @@ mfsdp_status mfsdp_optimizer_step(mfsdp_step *step) {
     return MFSDP_ERROR_INVALID;
   if (auto st = step->enter())
     return st;
-  for (int32_t u = 0; u < step->plan.num_units; ++u)
-    if (!step->unitParams[u].empty() &&
-        (step->state[u] != UnitState::Idle || !step->reduced[u]))
-      return step->fail(MFSDP_ERROR_ORDER,
-                        "optimizer_step before the gradients of unit " +
-                            std::to_string(u) +
-                            " were reduced (post_backward without no-sync)");
+  if (auto st = step->checkReduced("optimizer_step"))
+    return st;
+  // The reduced gradients are consumed from here on, even if a kernel
+  // fails below: a second step would move what was stepped again.
+  step->stepped = true;
   ++step->steps;
   const mfsdp_plan &p = step->plan;
   Backend &b = *step->backend;

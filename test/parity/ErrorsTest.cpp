@@ -345,9 +345,16 @@ int main(int argc, char **argv) {
          "planned: backward of unit 0");
   expect(mfsdp_optimizer_step(s) == MFSDP_OK,
          std::string("planned: optimizer step: ") + mfsdp_last_error(s));
-  std::vector<float> whole(12);
+  std::vector<float> whole(12), again(12);
   expect(mfsdp_store_param(s, 0, whole.data()) == MFSDP_OK,
          std::string("planned: store through the staging buffer: ") + mfsdp_last_error(s));
+  // The step consumed the reduced gradients: another one without a
+  // backward would move the parameters again, so it is refused, and they
+  // stay where they are.
+  fails(s, mfsdp_optimizer_step(s), MFSDP_ERROR_ORDER,
+        "optimizer_step: no gradients were reduced since the last optimizer_step");
+  expect(mfsdp_store_param(s, 0, again.data()) == MFSDP_OK && again == whole,
+         "planned: a refused step leaves the parameters as they were");
   // The freed gradients cannot be added to: a second backward before
   // zero_grad would replace the reduced gradient, so it is refused.
   expect(mfsdp_pre_forward(s, 0) == MFSDP_OK && mfsdp_post_forward(s, 0) == MFSDP_OK &&
@@ -357,6 +364,13 @@ int main(int argc, char **argv) {
         "the gradients of unit 1 were already reduced in this step");
   expect(mfsdp_zero_grad(s) == MFSDP_OK && mfsdp_pre_backward(s, 1) == MFSDP_OK,
          std::string("planned: backward after zero_grad: ") + mfsdp_last_error(s));
+  // zero_grad does not make the consumed gradients new; a new backward's
+  // reductions do.
+  fails(s, mfsdp_optimizer_step(s), MFSDP_ERROR_ORDER,
+        "optimizer_step: no gradients were reduced since the last optimizer_step");
+  expect(mfsdp_post_backward(s, 1) == MFSDP_OK && mfsdp_pre_backward(s, 0) == MFSDP_OK &&
+             mfsdp_post_backward(s, 0) == MFSDP_OK && mfsdp_optimizer_step(s) == MFSDP_OK,
+         std::string("planned: a step after a new backward: ") + mfsdp_last_error(s));
   mfsdp_destroy(s);
   s = nullptr;
   // Gather prefetch (prefetch 1): pre_forward(0) starts gathering v (unit
