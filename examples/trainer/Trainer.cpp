@@ -104,6 +104,8 @@ bool train(mfsdp_step *step, const ModelConfig &c, const TrainOptions &o,
         dy.swap(dx);
       }
     }
+    if (o.beforeStep && !o.beforeStep(o.firstStep + s, error))
+      return false;
     if (o.outer && !o.outer->step(error))
       return false;
     if (!ok(mfsdp_optimizer_step(step), "optimizer_step"))

@@ -12,6 +12,7 @@
 #include "Model.h"
 #include "mfsdp/runtime.h"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,11 @@ struct TrainOptions {
   /// is the model's parameters in order.
   std::vector<int32_t> tableIndex;
   OuterParams *outer = nullptr;
+  /// Called with each step's index (firstStep + s) once its backward is
+  /// done, before the optimizer steps (the outer stack's, then the
+  /// library's): where a trainer sets the step's hyperparameters (an lr
+  /// schedule) and clips gradients. False, with `error`, stops training.
+  std::function<bool(int64_t step, std::string &error)> beforeStep;
 };
 
 /// Runs the steps; returns false with `error` set on any runtime failure.

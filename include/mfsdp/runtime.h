@@ -324,11 +324,74 @@ mfsdp_status mfsdp_post_backward(mfsdp_step *step, int32_t unit);
 mfsdp_status mfsdp_end_forward(mfsdp_step *step, int32_t unit);
 
 /* One optimizer step on every rank's shards and owned matrices, after the
- * post_backward of every unit. */
+ * post_backward of every unit, with each parameter's hyperparameters
+ * (mfsdp_hparams). It consumes the reduced gradients: another step before
+ * a backward has reduced new ones is MFSDP_ERROR_ORDER (zero_grad does not
+ * make them new), as is a step before every unit's gradients are reduced. */
 mfsdp_status mfsdp_optimizer_step(mfsdp_step *step);
 mfsdp_status mfsdp_zero_grad(mfsdp_step *step);
 /* While set, post_backward accumulates locally and does not reduce. */
 mfsdp_status mfsdp_set_no_sync(mfsdp_step *step, int32_t no_sync);
+
+/* How Muon's Newton-Schulz normalises its input G. */
+typedef enum mfsdp_ns_norm {
+  MFSDP_NS_NORM_ADD_EPS = 0, /* G / (||G||_F + ns_eps), Muon's reference code */
+  MFSDP_NS_NORM_CLAMP = 1,   /* G / max(||G||_F, ns_eps), torch.optim.Muon */
+} mfsdp_ns_norm;
+
+/* Muon's update scale for a matrix of A rows and B columns (torch.optim.Muon's
+ * adjust_lr_fn; the plan's muon_scale). */
+typedef enum mfsdp_adjust_lr {
+  MFSDP_ADJUST_LR_MATCH_RMS_ADAMW = 0,    /* 0.2 * sqrt(max(A, B)) */
+  MFSDP_ADJUST_LR_ORIGINAL = 1,           /* sqrt(max(1, A / B)) */
+  MFSDP_ADJUST_LR_SPECTRAL_UNCLAMPED = 2, /* sqrt(A / B) */
+} mfsdp_adjust_lr;
+
+/* One parameter's optimizer hyperparameters, changed between steps as
+ * torch.optim's param_groups and lr schedulers change them. A field
+ * applies to the optimizers named beside it; the others ignore it, and
+ * keep it as it was given. */
+typedef struct mfsdp_hparams {
+  float lr, weight_decay;  /* every optimizer (decoupled for AdamW and Muon:
+                              p -= lr * weight_decay * p; SGD adds
+                              weight_decay * p to the gradient) */
+  float beta1, beta2, eps; /* AdamW */
+  float momentum;          /* SGD, Muon */
+  int32_t nesterov;        /* SGD, Muon: 0 or 1 */
+  /* Muon: the Newton-Schulz steps, their coefficients (a, b, c) (default
+   * 3.4445, -4.7750, 2.0315), the normalisation (mfsdp_ns_norm) and its
+   * epsilon (default 1e-7), the update scale (mfsdp_adjust_lr). */
+  int32_t ns_steps;
+  float ns_a, ns_b, ns_c;
+  float ns_eps;
+  int32_t ns_norm;
+  int32_t adjust_lr;
+} mfsdp_hparams;
+
+/* A parameter's hyperparameters (local). After mfsdp_create each holds the
+ * plan's constants: lr and weight_decay of the parameter's optimizer (0 for
+ * MFSDP_OPT_NONE), beta1, beta2 and eps AdamW's, momentum and nesterov
+ * SGD's for an SGD parameter and Muon's for the others, ns_steps and
+ * adjust_lr Muon's (muon_ns_steps, muon_scale), the Newton-Schulz
+ * coefficients and epsilon the defaults above with MFSDP_NS_NORM_ADD_EPS:
+ * a runtime whose hyperparameters are never set steps exactly as before
+ * they existed. */
+mfsdp_status mfsdp_get_hparams(mfsdp_step *step, int32_t param,
+                               mfsdp_hparams *out);
+/* Replaces a parameter's hyperparameters from the next optimizer step on
+ * (local, not collective; every rank must set the same values, as every
+ * rank of a torch job holds the same param_groups: a parameter's shards
+ * stepped with different values, or replicas under HSDP, would drift
+ * apart). The fields that apply to its optimizer are checked: lr and
+ * weight_decay finite and >= 0; AdamW 0 <= beta1, beta2 < 1 and eps finite
+ * and > 0; SGD and Muon momentum finite and >= 0, nesterov 0 or 1; Muon
+ * ns_steps >= 0, ns_a, ns_b and ns_c finite, ns_eps finite and > 0,
+ * ns_norm and adjust_lr one of their enums. Anything else is
+ * MFSDP_ERROR_INVALID naming the parameter and the field, and nothing
+ * changes. The step count (AdamW's bias correction) is the runtime's,
+ * whatever the hyperparameters. */
+mfsdp_status mfsdp_set_hparams(mfsdp_step *step, int32_t param,
+                               const mfsdp_hparams *in);
 
 /* Views (fp32, row-major) of a gathered parameter and of its gradient
  * buffer (the trainer adds into it). Valid until the unit is freed. The

@@ -152,7 +152,7 @@ MuonResult benchMuon(HostComm &comm, const std::vector<Matrix> &ms,
   // memory and the bytes each owner sends.
   std::vector<mfsdp::planner::OwnerItem> items(M);
   for (size_t i = 0; i < M; ++i) {
-    items[i].cost = nsFlops(ms[i], h.nsSteps);
+    items[i].cost = nsFlops(ms[i], h.ns.steps);
     items[i].memory = items[i].bytes = 4.0 * double(ms[i].size());
     items[i].elements = ms[i].size();
     items[i].shapeKey = ms[i].rows * 100003 + ms[i].cols;
@@ -509,14 +509,14 @@ int main(int argc, char **argv) {
   if (root) {
     double flops = 0, elems = 0;
     for (const Matrix &m : ms) {
-      flops += nsFlops(m, h.nsSteps);
+      flops += nsFlops(m, h.ns.steps);
       elems += double(m.size());
     }
     double maxLoad = *std::max_element(load.begin(), load.end());
     std::printf("1. Muon step (measured, host CPU): %zu matrices, %.2f M "
                 "elements, %lld Newton-Schulz steps, %.1f GFLOP of "
                 "Newton-Schulz in all\n",
-                ms.size(), elems / 1e6, (long long)h.nsSteps, flops / 1e9);
+                ms.size(), elems / 1e6, (long long)h.ns.steps, flops / 1e9);
     std::printf("   owners by planner::assignOwners: max/mean Newton-Schulz load %.3f (",
                 maxLoad / (flops / world));
     for (int r = 0; r < world; ++r) {

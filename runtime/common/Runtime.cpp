@@ -27,6 +27,8 @@
 #include "mfsdp/runtime/PlanHash.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -63,8 +65,125 @@ struct ParamState {
   bool gradReduced = false;   // gradShard holds a reduced gradient
   int32_t nsReplica = -1;     // ns_split: the replica that steps it (-1: all)
   int32_t bucket = -1;        // the plan's bucket it is in (-1: none)
+  mfsdp_hparams hparams{};    // its optimizer's, from the next step on
   int64_t elements() const { return desc.rows * desc.cols; }
 };
+
+/// An optimizer's name, for messages.
+const char *optimizerName(int32_t optimizer) {
+  static const char *const names[] = {"no optimizer", "AdamW", "SGD", "Muon"};
+  return names[optimizer >= 0 && optimizer <= 3 ? optimizer : 0];
+}
+
+/// A parameter's hyperparameters after mfsdp_create (runtime.h): the
+/// plan's constants of its optimizer, Muon's defaults for Newton-Schulz.
+mfsdp_hparams planHparams(const mfsdp_plan &p, int32_t optimizer) {
+  const NewtonSchulzHyper ns;
+  mfsdp_hparams h{};
+  h.beta1 = p.adamw_beta1;
+  h.beta2 = p.adamw_beta2;
+  h.eps = p.adamw_eps;
+  const bool sgd = optimizer == MFSDP_OPT_SGD;
+  h.momentum = sgd ? p.sgd_momentum : p.muon_momentum;
+  h.nesterov = sgd ? p.sgd_nesterov : p.muon_nesterov;
+  h.ns_steps = p.muon_ns_steps;
+  h.ns_a = ns.a;
+  h.ns_b = ns.b;
+  h.ns_c = ns.c;
+  h.ns_eps = ns.eps;
+  h.ns_norm = static_cast<int32_t>(ns.norm);
+  h.adjust_lr = p.muon_scale ? MFSDP_ADJUST_LR_ORIGINAL : MFSDP_ADJUST_LR_MATCH_RMS_ADAMW;
+  switch (optimizer) {
+  case MFSDP_OPT_ADAMW:
+    h.lr = p.adamw_lr;
+    h.weight_decay = p.adamw_weight_decay;
+    break;
+  case MFSDP_OPT_SGD:
+    h.lr = p.sgd_lr;
+    h.weight_decay = p.sgd_weight_decay;
+    break;
+  case MFSDP_OPT_MUON:
+    h.lr = p.muon_lr;
+    h.weight_decay = p.muon_weight_decay;
+    break;
+  default:
+    break; // frozen: 0
+  }
+  return h;
+}
+
+/// What is wrong with hyperparameters for `optimizer` (runtime.h,
+/// mfsdp_set_hparams): "" when nothing, else the first field and what it
+/// must be. Fields of other optimizers are not looked at.
+std::string hparamsProblem(const mfsdp_hparams &h, int32_t optimizer) {
+  // Field `name` holds `x`: "" when `ok`, else what it must be.
+  auto field = [](const char *name, double x, bool ok,
+                  const std::string &expected) -> std::string {
+    if (ok)
+      return "";
+    char text[32];
+    std::snprintf(text, sizeof(text), "%g", x);
+    return std::string(name) + " is " + text + "; expected " + expected;
+  };
+  auto atLeast0 = [&](const char *name, float x) {
+    return field(name, x, std::isfinite(x) && x >= 0, "a finite value >= 0");
+  };
+  auto positive = [&](const char *name, float x) {
+    return field(name, x, std::isfinite(x) && x > 0, "a finite value > 0");
+  };
+  auto finite = [&](const char *name, float x) {
+    return field(name, x, std::isfinite(x), "a finite value");
+  };
+  auto beta = [&](const char *name, float x) {
+    return field(name, x, x >= 0 && x < 1, std::string("0 <= ") + name + " < 1");
+  };
+  auto choice = [&](const char *name, int32_t x, int32_t last, const char *what) {
+    return field(name, x, x >= 0 && x <= last, what);
+  };
+  if (optimizer == MFSDP_OPT_NONE)
+    return "";
+  std::vector<std::string> problems = {atLeast0("lr", h.lr),
+                                       atLeast0("weight_decay", h.weight_decay)};
+  if (optimizer == MFSDP_OPT_ADAMW)
+    problems.insert(problems.end(), {beta("beta1", h.beta1), beta("beta2", h.beta2),
+                                     positive("eps", h.eps)});
+  if (optimizer == MFSDP_OPT_SGD || optimizer == MFSDP_OPT_MUON)
+    problems.insert(problems.end(), {atLeast0("momentum", h.momentum),
+                                     choice("nesterov", h.nesterov, 1, "0 or 1")});
+  if (optimizer == MFSDP_OPT_MUON)
+    problems.insert(
+        problems.end(),
+        {field("ns_steps", h.ns_steps, h.ns_steps >= 0, ">= 0"), finite("ns_a", h.ns_a),
+         finite("ns_b", h.ns_b), finite("ns_c", h.ns_c), positive("ns_eps", h.ns_eps),
+         choice("ns_norm", h.ns_norm, MFSDP_NS_NORM_CLAMP,
+                "MFSDP_NS_NORM_ADD_EPS (0) or MFSDP_NS_NORM_CLAMP (1)"),
+         choice("adjust_lr", h.adjust_lr, MFSDP_ADJUST_LR_SPECTRAL_UNCLAMPED,
+                "MFSDP_ADJUST_LR_MATCH_RMS_ADAMW (0), MFSDP_ADJUST_LR_ORIGINAL (1) "
+                "or MFSDP_ADJUST_LR_SPECTRAL_UNCLAMPED (2)")});
+  for (const std::string &problem : problems)
+    if (!problem.empty())
+      return problem;
+  return "";
+}
+
+/// The kernels' hyperparameters from a parameter's.
+AdamWHyper adamwHyper(const mfsdp_hparams &h) {
+  return {h.lr, h.beta1, h.beta2, h.eps, h.weight_decay};
+}
+SGDHyper sgdHyper(const mfsdp_hparams &h) {
+  return {h.lr, h.momentum, h.weight_decay, h.nesterov != 0};
+}
+MuonHyper muonHyper(const mfsdp_hparams &h) {
+  MuonHyper muon;
+  muon.lr = h.lr;
+  muon.momentum = h.momentum;
+  muon.weightDecay = h.weight_decay;
+  muon.nesterov = h.nesterov != 0;
+  muon.ns = {h.ns_steps, h.ns_a, h.ns_b, h.ns_c, h.ns_eps,
+             h.ns_norm == MFSDP_NS_NORM_CLAMP ? NsNorm::Clamp : NsNorm::AddEps};
+  muon.scale = static_cast<MuonScale>(h.adjust_lr);
+  return muon;
+}
 
 /// What is wrong with a plan entry's block extents ("" when nothing).
 std::string blockProblem(const mfsdp_param_desc &d) {
@@ -125,6 +244,9 @@ struct mfsdp_step {
   /// reduced[u] when u's forward started: an evaluation forward that ends
   /// with mfsdp_end_forward leaves the gradients reduced as they were.
   std::vector<bool> reducedBeforeForward;
+  /// The last optimizer_step consumed the reduced gradients, and no unit's
+  /// gradients were reduced since: another step is refused.
+  bool stepped = false;
   std::unique_ptr<Backend> backend;
   float *muonScratch = nullptr;
   const mfsdp_memory_plan *memory = nullptr; // the static plan, if any
@@ -247,13 +369,40 @@ struct mfsdp_step {
     }
     if (unit >= 0) {
       if (!first)
-        reduced[unit] = true;
+        markReduced(unit);
       release(unit);
       releaseGrads(unit);
     }
     if (first)
       error = firstError;
     return first;
+  }
+
+  /// Unit `unit`'s gradients are reduced: an optimizer step may use them.
+  void markReduced(int32_t unit) {
+    reduced[unit] = true;
+    stepped = false;
+  }
+
+  /// MFSDP_ERROR_ORDER, with `call` in the message, unless every unit's
+  /// gradients were reduced since the last optimizer step and zero_grad.
+  mfsdp_status checkReduced(const char *call) {
+    for (int32_t u = 0; u < plan.num_units; ++u) {
+      if (unitParams[u].empty())
+        continue; // nothing to reduce, nothing to consume
+      if (stepped)
+        return fail(MFSDP_ERROR_ORDER,
+                    std::string(call) + ": no gradients were reduced since the "
+                                        "last optimizer_step, which consumed them "
+                                        "(run a backward first)");
+      if (state[u] != UnitState::Idle || !reduced[u])
+        return fail(MFSDP_ERROR_ORDER, std::string(call) +
+                                           " before the gradients of unit " +
+                                           std::to_string(u) +
+                                           " were reduced (post_backward "
+                                           "without no-sync)");
+    }
+    return MFSDP_OK;
   }
 
   /// Starts gathering `unit` (for its backward: at the memory plan's
@@ -1462,6 +1611,7 @@ static mfsdp_status createRuntime(const mfsdp_plan *plan,
       ParamState ps;
       ps.desc = plan->params[i];
       ps.name = ps.desc.name ? ps.desc.name : ("param " + std::to_string(i));
+      ps.hparams = planHparams(*plan, ps.desc.optimizer);
       if (!step->layOut(ps)) {
         const std::string why = blockProblem(ps.desc);
         return step->fail(MFSDP_ERROR_PLAN, "invalid plan entry for parameter '" +
@@ -1686,7 +1836,7 @@ mfsdp_status mfsdp_post_backward(mfsdp_step *step, int32_t unit) {
       s = UnitState::Idle;
       return step->finish();
     }
-    step->reduced[unit] = true;
+    step->markReduced(unit);
   }
   step->release(unit);
   step->releaseGrads(unit);
@@ -1731,25 +1881,13 @@ mfsdp_status mfsdp_optimizer_step(mfsdp_step *step) {
     return MFSDP_ERROR_INVALID;
   if (auto st = step->enter())
     return st;
-  for (int32_t u = 0; u < step->plan.num_units; ++u)
-    if (!step->unitParams[u].empty() &&
-        (step->state[u] != UnitState::Idle || !step->reduced[u]))
-      return step->fail(MFSDP_ERROR_ORDER,
-                        "optimizer_step before the gradients of unit " +
-                            std::to_string(u) +
-                            " were reduced (post_backward without no-sync)");
+  if (auto st = step->checkReduced("optimizer_step"))
+    return st;
+  // The reduced gradients are consumed from here on, even if a kernel
+  // fails below: a second step would move what was stepped again.
+  step->stepped = true;
   ++step->steps;
   const mfsdp_plan &p = step->plan;
-  AdamWHyper adamw{p.adamw_lr, p.adamw_beta1, p.adamw_beta2, p.adamw_eps,
-                   p.adamw_weight_decay};
-  SGDHyper sgd{p.sgd_lr, p.sgd_momentum, p.sgd_weight_decay, p.sgd_nesterov != 0};
-  MuonHyper muon;
-  muon.lr = p.muon_lr;
-  muon.momentum = p.muon_momentum;
-  muon.weightDecay = p.muon_weight_decay;
-  muon.nesterov = p.muon_nesterov != 0;
-  muon.nsSteps = p.muon_ns_steps;
-  muon.scale = p.muon_scale ? MuonScale::Original : MuonScale::MatchRmsAdamW;
   Backend &b = *step->backend;
   for (ParamState &ps : step->params) {
     if (!ps.ownsAny || ps.desc.optimizer == MFSDP_OPT_NONE)
@@ -1763,14 +1901,15 @@ mfsdp_status mfsdp_optimizer_step(mfsdp_step *step) {
     int rc = 0;
     switch (ps.desc.optimizer) {
     case MFSDP_OPT_ADAMW:
-      rc = b.adamwStep(ps.master, ps.gradShard, ps.m, ps.v, n, adamw, step->steps);
+      rc = b.adamwStep(ps.master, ps.gradShard, ps.m, ps.v, n, adamwHyper(ps.hparams),
+                       step->steps);
       break;
     case MFSDP_OPT_SGD:
-      rc = b.sgdStep(ps.master, ps.gradShard, ps.m, n, sgd, step->steps);
+      rc = b.sgdStep(ps.master, ps.gradShard, ps.m, n, sgdHyper(ps.hparams), step->steps);
       break;
     case MFSDP_OPT_MUON:
       rc = b.muonStep(ps.master, ps.gradShard, ps.m, ps.desc.rows, ps.desc.cols,
-                      muon, step->muonScratch);
+                      muonHyper(ps.hparams), step->muonScratch);
       ++step->work.muonSteps;
       break;
     default:
@@ -1897,10 +2036,9 @@ static mfsdp_status stateOf(mfsdp_step *step, int32_t param, int32_t which,
     state = ps.v;
     return MFSDP_OK;
   }
-  static const char *const optNames[] = {"no optimizer", "AdamW", "SGD", "Muon"};
   return step->fail(MFSDP_ERROR_INVALID,
                     "parameter " + std::to_string(param) + " ('" + ps.name +
-                        "') has " + optNames[opt >= 0 && opt <= 3 ? opt : 0] +
+                        "') has " + optimizerName(opt) +
                         ", which keeps no state " + std::to_string(which) +
                         " (exp_avg = 0 for AdamW, SGD and Muon; exp_avg_sq = "
                         "1 for AdamW)");
@@ -1931,6 +2069,32 @@ mfsdp_status mfsdp_store_state(mfsdp_step *step, int32_t param, int32_t which,
   // the matrix (the others keep the buffer but never update it).
   const ParamState &ps = step->params[param];
   return step->storeWhole(ps, state, full, ps.nsReplica);
+}
+
+mfsdp_status mfsdp_get_hparams(mfsdp_step *step, int32_t param, mfsdp_hparams *out) {
+  if (!step || !out)
+    return MFSDP_ERROR_INVALID;
+  if (auto st = step->checkParam(param))
+    return st;
+  *out = step->params[param].hparams;
+  return MFSDP_OK;
+}
+
+mfsdp_status mfsdp_set_hparams(mfsdp_step *step, int32_t param,
+                               const mfsdp_hparams *in) {
+  if (!step || !in)
+    return MFSDP_ERROR_INVALID;
+  if (auto st = step->checkParam(param))
+    return st;
+  ParamState &ps = step->params[param];
+  const std::string why = hparamsProblem(*in, ps.desc.optimizer);
+  if (!why.empty())
+    return step->fail(MFSDP_ERROR_INVALID,
+                      "set_hparams of parameter " + std::to_string(param) + " ('" +
+                          ps.name + "', " + optimizerName(ps.desc.optimizer) + "): " +
+                          why);
+  ps.hparams = *in;
+  return MFSDP_OK;
 }
 
 mfsdp_status mfsdp_step_count(mfsdp_step *step, int64_t *count) {

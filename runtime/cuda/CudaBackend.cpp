@@ -302,7 +302,7 @@ public:
                                            h.nesterov, compute_)))
       return rc;
     if (int rc = kernel(cuda::newtonSchulz(blas_, update, update, rows, cols,
-                                           h.nsSteps, ws, compute_)))
+                                           h.ns, ws, compute_)))
       return rc;
     return kernel(cuda::muonApply(param, update, rows, cols, h, compute_));
   }

@@ -89,11 +89,13 @@ __global__ void sumSquaresKernel(const float *x, int64_t n, float *sum) {
     atomicAdd(sum, part[0]);
 }
 
-/// X (s x l, row-major, bf16) = in / (||in|| + 1e-7), transposed when the
-/// input is tall.
+/// X (s x l, row-major, bf16) = in / (||in|| + eps), or in / max(||in||,
+/// eps) with `clamp`, transposed when the input is tall.
 __global__ void normalizeKernel(const float *in, __nv_bfloat16 *X, int64_t rows,
-                                int64_t cols, bool transposed, const float *sum) {
-  const float inv = 1.f / (sqrtf(*sum) + 1e-7f);
+                                int64_t cols, bool transposed, const float *sum,
+                                float eps, bool clamp) {
+  const float norm = sqrtf(*sum);
+  const float inv = 1.f / (clamp ? fmaxf(norm, eps) : norm + eps);
   const int64_t n = rows * cols;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -213,7 +215,7 @@ int64_t newtonSchulzWorkspace(int64_t rows, int64_t cols) {
 }
 
 int newtonSchulz(cublasHandle_t blas, const float *in, float *out, int64_t rows,
-                 int64_t cols, int64_t steps, void *workspace,
+                 int64_t cols, const NewtonSchulzHyper &h, void *workspace,
                  cudaStream_t stream) {
   const bool transposed = rows > cols;
   const int64_t s = std::min(rows, cols), l = std::max(rows, cols);
@@ -225,25 +227,25 @@ int newtonSchulz(cublasHandle_t blas, const float *in, float *out, int64_t rows,
   if (int e = check(cudaMemsetAsync(sum, 0, sizeof(float), stream), "cudaMemsetAsync"))
     return e;
   sumSquaresKernel<<<blocks(rows * cols), 256, 0, stream>>>(in, rows * cols, sum);
-  normalizeKernel<<<blocks(rows * cols), 256, 0, stream>>>(in, X, rows, cols,
-                                                           transposed, sum);
+  normalizeKernel<<<blocks(rows * cols), 256, 0, stream>>>(
+      in, X, rows, cols, transposed, sum, h.eps, h.norm == NsNorm::Clamp);
   if (int e = check(cudaGetLastError(), "normalizeKernel"))
     return e;
   const int S = static_cast<int>(s), L = static_cast<int>(l);
-  for (int64_t k = 0; k < steps; ++k) {
+  for (int64_t k = 0; k < h.steps; ++k) {
     if (int e = gemm(blas, true, S, S, L, 1.f, X, L, X, L, 0.f, A, S))
       return e;
     if (int e = check(cudaMemcpyAsync(B, A, sizeof(__nv_bfloat16) * s * s,
                                       cudaMemcpyDeviceToDevice, stream),
                       "cudaMemcpyAsync"))
       return e;
-    if (int e = gemm(blas, false, S, S, S, kNsC, A, S, A, S, kNsB, B, S))
+    if (int e = gemm(blas, false, S, S, S, h.c, A, S, A, S, h.b, B, S))
       return e;
     if (int e = check(cudaMemcpyAsync(Y, X, sizeof(__nv_bfloat16) * s * l,
                                       cudaMemcpyDeviceToDevice, stream),
                       "cudaMemcpyAsync"))
       return e;
-    if (int e = gemm(blas, false, S, L, S, 1.f, B, S, X, L, kNsA, Y, L))
+    if (int e = gemm(blas, false, S, L, S, 1.f, B, S, X, L, h.a, Y, L))
       return e;
     std::swap(X, Y);
   }
@@ -253,12 +255,9 @@ int newtonSchulz(cublasHandle_t blas, const float *in, float *out, int64_t rows,
 
 int muonApply(float *p, const float *o, int64_t rows, int64_t cols,
               const MuonHyper &h, cudaStream_t stream) {
-  float scale = h.scale == MuonScale::MatchRmsAdamW
-                    ? 0.2f * std::sqrt(static_cast<float>(std::max(rows, cols)))
-                    : std::sqrt(std::max(1.f, static_cast<float>(rows) /
-                                                  static_cast<float>(cols)));
   applyKernel<<<blocks(rows * cols), 256, 0, stream>>>(
-      p, o, rows * cols, h.lr, scale, 1.f - h.lr * h.weightDecay);
+      p, o, rows * cols, h.lr, muonScaleFactor(rows, cols, h.scale),
+      1.f - h.lr * h.weightDecay);
   return check(cudaGetLastError(), "applyKernel");
 }
 

@@ -114,14 +114,16 @@ int64_t newtonSchulzWorkspace(int64_t rows, int64_t cols) {
 }
 
 void newtonSchulz(const float *in, float *out, int64_t rows, int64_t cols,
-                  int64_t steps, float *ws) {
+                  const NewtonSchulzHyper &h, float *ws) {
   const bool transposed = rows > cols;
   const int64_t s = std::min(rows, cols), l = std::max(rows, cols);
   float *X = ws, *A = X + s * l, *B = A + s * s, *Y = B + s * s;
   double norm = 0;
   for (int64_t i = 0; i < rows * cols; ++i)
     norm += static_cast<double>(in[i]) * in[i];
-  const float inv = 1.f / (static_cast<float>(std::sqrt(norm)) + 1e-7f);
+  const float frobenius = static_cast<float>(std::sqrt(norm));
+  const float inv = 1.f / (h.norm == NsNorm::Clamp ? std::max(frobenius, h.eps)
+                                                   : frobenius + h.eps);
   // X is the s x l (wide) orientation, row-major.
   if (!transposed) {
     for (int64_t i = 0; i < s * l; ++i)
@@ -132,18 +134,18 @@ void newtonSchulz(const float *in, float *out, int64_t rows, int64_t cols,
         X[c * l + r] = in[r * cols + c] * inv;
   }
   const int S = static_cast<int>(s), L = static_cast<int>(l);
-  for (int64_t k = 0; k < steps; ++k) {
+  for (int64_t k = 0; k < h.steps; ++k) {
     // A = X X^T
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, S, S, L, 1.f, X, L, X,
                 L, 0.f, A, S);
     // B = b A + c A A
     std::memcpy(B, A, sizeof(float) * s * s);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, S, S, kNsC, A, S,
-                A, S, kNsB, B, S);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, S, S, h.c, A, S, A,
+                S, h.b, B, S);
     // X = a X + B X
     std::memcpy(Y, X, sizeof(float) * s * l);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, L, S, 1.f, B, S,
-                X, L, kNsA, Y, L);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, L, S, 1.f, B, S, X,
+                L, h.a, Y, L);
     std::swap(X, Y);
   }
   if (!transposed) {
@@ -157,10 +159,7 @@ void newtonSchulz(const float *in, float *out, int64_t rows, int64_t cols,
 
 void muonApply(float *p, const float *o, int64_t rows, int64_t cols,
                const MuonHyper &h) {
-  const float scale =
-      h.scale == MuonScale::MatchRmsAdamW
-          ? 0.2f * std::sqrt(static_cast<float>(std::max(rows, cols)))
-          : std::sqrt(std::max(1.f, static_cast<float>(rows) / static_cast<float>(cols)));
+  const float scale = muonScaleFactor(rows, cols, h.scale);
   const float decay = 1.f - h.lr * h.weightDecay;
   for (int64_t i = 0; i < rows * cols; ++i)
     p[i] = p[i] * decay - h.lr * scale * o[i];
@@ -171,7 +170,7 @@ void muonStep(float *p, const float *g, float *buf, int64_t rows, int64_t cols,
   float *update = scratch;
   float *ws = scratch + rows * cols;
   muonMomentum(g, buf, update, rows * cols, h.momentum, h.nesterov);
-  newtonSchulz(update, update, rows, cols, h.nsSteps, ws);
+  newtonSchulz(update, update, rows, cols, h.ns, ws);
   muonApply(p, update, rows, cols, h);
 }
 

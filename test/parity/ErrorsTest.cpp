@@ -11,6 +11,7 @@
 
 #include <mpi.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -207,6 +208,79 @@ int main(int argc, char **argv) {
   // A zero-initialised config is the host backend.
   config.backend = 0;
   expect(mfsdp_create_with_config(&plan, &config, &s) == MFSDP_OK, "create");
+  // Hyperparameters start as the plan's constants of each parameter's
+  // optimizer (Muon's Newton-Schulz defaults); set_hparams checks the fields
+  // the parameter's optimizer uses, names the parameter and the field, and
+  // changes nothing when it refuses; the other fields are kept unchecked.
+  {
+    mfsdp_hparams w{}, v{}, got{};
+    expect(mfsdp_get_hparams(s, 0, &w) == MFSDP_OK && w.lr == plan.adamw_lr &&
+               w.weight_decay == plan.adamw_weight_decay &&
+               w.beta1 == plan.adamw_beta1 && w.beta2 == plan.adamw_beta2 &&
+               w.eps == plan.adamw_eps,
+           "the AdamW parameter's hyperparameters are the plan's");
+    expect(mfsdp_get_hparams(s, 1, &v) == MFSDP_OK && v.lr == plan.muon_lr &&
+               v.weight_decay == plan.muon_weight_decay &&
+               v.momentum == plan.muon_momentum && v.nesterov == plan.muon_nesterov &&
+               v.ns_steps == plan.muon_ns_steps && v.ns_a == 3.4445f &&
+               v.ns_b == -4.7750f && v.ns_c == 2.0315f && v.ns_eps == 1e-7f &&
+               v.ns_norm == MFSDP_NS_NORM_ADD_EPS && v.adjust_lr == plan.muon_scale,
+           "the Muon parameter's hyperparameters are the plan's and Muon's defaults");
+    struct Bad {
+      int32_t param;
+      void (*edit)(mfsdp_hparams &);
+      const char *says;
+    } bad[] = {
+        {0, [](mfsdp_hparams &h) { h.lr = -1; },
+         "set_hparams of parameter 0 ('w', AdamW): lr is -1; expected a finite value >= 0"},
+        {0, [](mfsdp_hparams &h) { h.weight_decay = INFINITY; },
+         "weight_decay is inf; expected a finite value >= 0"},
+        {0, [](mfsdp_hparams &h) { h.beta1 = 1; }, "beta1 is 1; expected 0 <= beta1 < 1"},
+        {0, [](mfsdp_hparams &h) { h.beta2 = NAN; }, "beta2 is nan; expected 0 <= beta2 < 1"},
+        {0, [](mfsdp_hparams &h) { h.eps = 0; }, "eps is 0; expected a finite value > 0"},
+        {1, [](mfsdp_hparams &h) { h.momentum = -0.5f; },
+         "set_hparams of parameter 1 ('v', Muon): momentum is -0.5; expected a finite value >= 0"},
+        {1, [](mfsdp_hparams &h) { h.nesterov = 2; }, "nesterov is 2; expected 0 or 1"},
+        {1, [](mfsdp_hparams &h) { h.ns_steps = -1; }, "ns_steps is -1; expected >= 0"},
+        {1, [](mfsdp_hparams &h) { h.ns_b = -INFINITY; }, "ns_b is -inf; expected a finite value"},
+        {1, [](mfsdp_hparams &h) { h.ns_eps = 0; }, "ns_eps is 0; expected a finite value > 0"},
+        {1, [](mfsdp_hparams &h) { h.ns_norm = 2; },
+         "ns_norm is 2; expected MFSDP_NS_NORM_ADD_EPS (0) or MFSDP_NS_NORM_CLAMP (1)"},
+        {1, [](mfsdp_hparams &h) { h.adjust_lr = 3; },
+         "adjust_lr is 3; expected MFSDP_ADJUST_LR_MATCH_RMS_ADAMW (0), "
+         "MFSDP_ADJUST_LR_ORIGINAL (1) or MFSDP_ADJUST_LR_SPECTRAL_UNCLAMPED (2)"},
+    };
+    for (const Bad &b : bad) {
+      mfsdp_hparams h = b.param ? v : w;
+      b.edit(h);
+      fails(s, mfsdp_set_hparams(s, b.param, &h), MFSDP_ERROR_INVALID, b.says);
+      expect(mfsdp_get_hparams(s, b.param, &got) == MFSDP_OK &&
+                 std::memcmp(&got, b.param ? &v : &w, sizeof(got)) == 0,
+             std::string("a refused set_hparams changes nothing: ") + b.says);
+    }
+    // Fields of another optimizer are neither checked nor used, but kept.
+    mfsdp_hparams h = w;
+    h.lr = 0;
+    h.ns_norm = 7;
+    h.momentum = -1;
+    expect(mfsdp_set_hparams(s, 0, &h) == MFSDP_OK &&
+               mfsdp_get_hparams(s, 0, &got) == MFSDP_OK &&
+               std::memcmp(&got, &h, sizeof(h)) == 0,
+           std::string("AdamW keeps Muon's and SGD's fields as given: ") +
+               mfsdp_last_error(s));
+    h = v;
+    h.beta1 = 2;
+    h.ns_norm = MFSDP_NS_NORM_CLAMP;
+    expect(mfsdp_set_hparams(s, 1, &h) == MFSDP_OK,
+           std::string("Muon ignores AdamW's fields: ") + mfsdp_last_error(s));
+    fails(s, mfsdp_set_hparams(s, 2, &h), MFSDP_ERROR_INVALID, "parameter 2 is out of range");
+    fails(s, mfsdp_get_hparams(s, -1, &h), MFSDP_ERROR_INVALID, "parameter -1 is out of range");
+    expect(mfsdp_set_hparams(s, 0, nullptr) == MFSDP_ERROR_INVALID &&
+               mfsdp_get_hparams(s, 0, nullptr) == MFSDP_ERROR_INVALID,
+           "null hyperparameters are refused");
+    expect(mfsdp_set_hparams(s, 0, &w) == MFSDP_OK && mfsdp_set_hparams(s, 1, &v) == MFSDP_OK,
+           "the plan's hyperparameters set back");
+  }
   DLTensor t;
   // Hooks out of order.
   fails(s, mfsdp_post_forward(s, 0), MFSDP_ERROR_ORDER, "post_forward of unit 0 without its pre_forward");
@@ -271,9 +345,16 @@ int main(int argc, char **argv) {
          "planned: backward of unit 0");
   expect(mfsdp_optimizer_step(s) == MFSDP_OK,
          std::string("planned: optimizer step: ") + mfsdp_last_error(s));
-  std::vector<float> whole(12);
+  std::vector<float> whole(12), again(12);
   expect(mfsdp_store_param(s, 0, whole.data()) == MFSDP_OK,
          std::string("planned: store through the staging buffer: ") + mfsdp_last_error(s));
+  // The step consumed the reduced gradients: another one without a
+  // backward would move the parameters again, so it is refused, and they
+  // stay where they are.
+  fails(s, mfsdp_optimizer_step(s), MFSDP_ERROR_ORDER,
+        "optimizer_step: no gradients were reduced since the last optimizer_step");
+  expect(mfsdp_store_param(s, 0, again.data()) == MFSDP_OK && again == whole,
+         "planned: a refused step leaves the parameters as they were");
   // The freed gradients cannot be added to: a second backward before
   // zero_grad would replace the reduced gradient, so it is refused.
   expect(mfsdp_pre_forward(s, 0) == MFSDP_OK && mfsdp_post_forward(s, 0) == MFSDP_OK &&
@@ -283,6 +364,13 @@ int main(int argc, char **argv) {
         "the gradients of unit 1 were already reduced in this step");
   expect(mfsdp_zero_grad(s) == MFSDP_OK && mfsdp_pre_backward(s, 1) == MFSDP_OK,
          std::string("planned: backward after zero_grad: ") + mfsdp_last_error(s));
+  // zero_grad does not make the consumed gradients new; a new backward's
+  // reductions do.
+  fails(s, mfsdp_optimizer_step(s), MFSDP_ERROR_ORDER,
+        "optimizer_step: no gradients were reduced since the last optimizer_step");
+  expect(mfsdp_post_backward(s, 1) == MFSDP_OK && mfsdp_pre_backward(s, 0) == MFSDP_OK &&
+             mfsdp_post_backward(s, 0) == MFSDP_OK && mfsdp_optimizer_step(s) == MFSDP_OK,
+         std::string("planned: a step after a new backward: ") + mfsdp_last_error(s));
   mfsdp_destroy(s);
   s = nullptr;
   // Gather prefetch (prefetch 1): pre_forward(0) starts gathering v (unit

@@ -1,6 +1,6 @@
 //===- ParityTest.cpp - Sharded training equals single-device training ----===//
 //
-//   mpirun -np N mfsdp-parity MESH POLICY ZERO MICROBATCHES [recompute|restart|bf16|dynamic|ns_split|prefetch|buckets|external|blocks=RxC]
+//   mpirun -np N mfsdp-parity MESH POLICY ZERO MICROBATCHES [recompute|restart|bf16|dynamic|ns_split|prefetch|buckets|external|hparams|blocks=RxC]
 //
 // Plans the example model with the layout planner (policy, ZeRO level,
 // mesh), trains it for 5 steps through the runtime's C ABI on N ranks (each
@@ -34,6 +34,15 @@
 // (ranks that differ in the outer coordinate see the same data, as TP
 // ranks do), and every rank checks that the runtime's dp_shard and
 // dp_replicate ranks are its coordinates in the mesh's row-major order.
+// With `hparams`, the hyperparameters change at run time as torch's
+// param_groups and an lr scheduler change them, set through
+// mfsdp_set_hparams before every step (the reference changes them alike):
+// the learning rates follow a schedule that changes every step; the
+// vectors (norms and biases) are a group without weight decay (AdamW with
+// other betas and eps, SGD without Nesterov and another momentum); Muon
+// runs with torch.optim.Muon's options: 4 steps of other coefficients,
+// eps 1e-3, Nesterov off, the `original` scale, and the clamping
+// normalisation on each block's first matrix (adding eps on the second).
 // Every case also checks, with the engine's work counters, how many
 // Muon steps each rank ran: each owned matrix on one replica under
 // ns_split (and the split must divide some owner's work), on
@@ -165,7 +174,7 @@ int main(int argc, char **argv) {
     if (rank == 0)
       std::fprintf(stderr, "usage: mfsdp-parity MESH POLICY ZERO MICROBATCHES "
                            "[recompute|restart|bf16|dynamic|ns_split|prefetch|"
-                           "buckets|external|blocks=RxC]\n");
+                           "buckets|external|hparams|blocks=RxC]\n");
     MPI_Finalize();
     return 2;
   }
@@ -175,6 +184,7 @@ int main(int argc, char **argv) {
   int64_t micro = std::atoll(argv[4]);
   bool recompute = false, restart = false, bf16 = false, dynamic = false;
   bool nsSplit = false, prefetch = false, bucketed = false, external = false;
+  bool hparams = false;
   std::vector<int64_t> blockShape; // blocks=RxC: block-shard the matrices
   for (int i = 5; i < argc; ++i) {
     if (std::strncmp(argv[i], "blocks=", 7) == 0) {
@@ -190,6 +200,7 @@ int main(int argc, char **argv) {
     prefetch |= std::strcmp(argv[i], "prefetch") == 0;
     bucketed |= std::strcmp(argv[i], "buckets") == 0;
     external |= std::strcmp(argv[i], "external") == 0;
+    hparams |= std::strcmp(argv[i], "hparams") == 0;
     recompute |= std::strcmp(argv[i], "recompute") == 0;
     restart |= std::strcmp(argv[i], "restart") == 0;
     bf16 |= std::strcmp(argv[i], "bf16") == 0;
@@ -302,6 +313,32 @@ int main(int argc, char **argv) {
   plan.muon_ns_steps = ref.muon.nsSteps = 5;
   plan.muon_scale = 0;
   ref.muon.matchRmsAdamW = true;
+  // `hparams`: per step and parameter, what torch's param_groups and lr
+  // scheduler would hold (the step counts from 0 over a restart).
+  if (hparams)
+    ref.hyperOf = [base = ref](int64_t s, const example::ParamInfo &info) {
+      static const double schedule[] = {0.5, 1.0, 0.8, 0.6, 0.4};
+      const double factor = schedule[s % 5];
+      reference::Hyper h{base.adamw, base.sgd, base.muon};
+      h.adamw.lr *= factor;
+      h.sgd.lr *= factor;
+      h.muon.lr *= factor;
+      if (info.shape.size() == 1) {
+        h.adamw.weightDecay = h.sgd.weightDecay = 0;
+        h.adamw.beta1 = 0.8;
+        h.adamw.beta2 = 0.99;
+        h.adamw.eps = 1e-6;
+        h.sgd.momentum = 0.8;
+        h.sgd.nesterov = false;
+      }
+      // torch.optim.Muon's clamping on the first matrix of each block,
+      // adding eps on the second (there an eps of 1e-3 shows).
+      h.muon.nesterov = false;
+      h.muon.nsSteps = 4;
+      h.muon.ns = {3.0, -3.2, 1.2, 1e-3, info.name.find("fc1") != std::string::npos};
+      h.muon.matchRmsAdamW = false;
+      return h;
+    };
   plan.ns_split = decisions.nsSplit ? 1 : 0;
   // A mesh with an outer dim (tp, ...) goes into the plan, in its order;
   // a data-parallel mesh is left out (the runtime's default layout).
@@ -551,6 +588,59 @@ int main(int argc, char **argv) {
   to.recompute = recompute;
   to.tableIndex = tableIndex;
   to.outer = &outer;
+  if (hparams)
+    to.beforeStep = [&](int64_t s, std::string &err) {
+      for (size_t i = 0; i < infos.size(); ++i) {
+        const int32_t idx = tableIndex[i];
+        if (idx < 0)
+          continue;
+        const reference::Hyper h = ref.hyperOf(s, infos[i]);
+        mfsdp_hparams set{}, got{};
+        if (mfsdp_get_hparams(step, idx, &set) != MFSDP_OK) {
+          err = std::string("get_hparams: ") + mfsdp_last_error(step);
+          return false;
+        }
+        switch (descs[idx].optimizer) {
+        case MFSDP_OPT_ADAMW:
+          set.lr = static_cast<float>(h.adamw.lr);
+          set.weight_decay = static_cast<float>(h.adamw.weightDecay);
+          set.beta1 = static_cast<float>(h.adamw.beta1);
+          set.beta2 = static_cast<float>(h.adamw.beta2);
+          set.eps = static_cast<float>(h.adamw.eps);
+          break;
+        case MFSDP_OPT_SGD:
+          set.lr = static_cast<float>(h.sgd.lr);
+          set.weight_decay = static_cast<float>(h.sgd.weightDecay);
+          set.momentum = static_cast<float>(h.sgd.momentum);
+          set.nesterov = h.sgd.nesterov;
+          break;
+        case MFSDP_OPT_MUON:
+          set.lr = static_cast<float>(h.muon.lr);
+          set.weight_decay = static_cast<float>(h.muon.weightDecay);
+          set.momentum = static_cast<float>(h.muon.momentum);
+          set.nesterov = h.muon.nesterov;
+          set.ns_steps = h.muon.nsSteps;
+          set.ns_a = static_cast<float>(h.muon.ns.a);
+          set.ns_b = static_cast<float>(h.muon.ns.b);
+          set.ns_c = static_cast<float>(h.muon.ns.c);
+          set.ns_eps = static_cast<float>(h.muon.ns.eps);
+          set.ns_norm = h.muon.ns.clamp ? MFSDP_NS_NORM_CLAMP : MFSDP_NS_NORM_ADD_EPS;
+          set.adjust_lr = h.muon.matchRmsAdamW ? MFSDP_ADJUST_LR_MATCH_RMS_ADAMW
+                                               : MFSDP_ADJUST_LR_ORIGINAL;
+          break;
+        }
+        if (mfsdp_set_hparams(step, idx, &set) != MFSDP_OK ||
+            mfsdp_get_hparams(step, idx, &got) != MFSDP_OK) {
+          err = std::string("set_hparams: ") + mfsdp_last_error(step);
+          return false;
+        }
+        if (std::memcmp(&set, &got, sizeof(set)) != 0) {
+          err = "get_hparams of " + infos[i].name + " differs from what was set";
+          return false;
+        }
+      }
+      return true;
+    };
   std::vector<double> losses;
   std::string error;
   if (restart) {
@@ -663,7 +753,9 @@ int main(int argc, char **argv) {
     double scale = 0, diff = 0;
     for (size_t k = 0; k < w.size(); ++k) {
       scale = std::max(scale, std::fabs(double(w[k])));
-      diff = std::max(diff, std::fabs(double(got[k]) - double(w[k])));
+      // A NaN on either side is a difference (std::max would skip it).
+      const double d = std::fabs(double(got[k]) - double(w[k]));
+      diff = std::isnan(d) ? d : std::max(diff, d);
     }
     double rel = diff / std::max(scale, 1e-12);
     worst = std::max(worst, rel);
@@ -710,7 +802,7 @@ int main(int argc, char **argv) {
                 argv[1], policy.c_str(), zero, static_cast<long long>(micro),
                 (std::string(recompute ? " recompute" : "") + (restart ? " restart" : "") +
                  (bf16 ? " bf16" : "") + (nsSplit ? " ns_split" : "") +
-                 (prefetch ? " prefetch" : "") +
+                 (prefetch ? " prefetch" : "") + (hparams ? " hparams" : "") +
                  (blockShape.empty() ? "" : " blocks=" + std::to_string(blockShape[0]) +
                                                 "x" + std::to_string(blockShape[1])))
                     .c_str(),

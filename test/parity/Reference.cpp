@@ -11,8 +11,6 @@ using example::ParamInfo;
 
 namespace {
 
-constexpr double kNsA = 3.4445, kNsB = -4.7750, kNsC = 2.0315;
-
 // C (m x n) = A (m x k) * B (k x n), row-major, double.
 void matmul(const double *a, const double *b, double *c, int64_t m, int64_t k,
             int64_t n) {
@@ -151,16 +149,16 @@ void sgdStep(const SGD &h, int64_t step, std::vector<double> &p,
 }
 
 std::vector<double> newtonSchulz(const std::vector<double> &g, int64_t rows,
-                                 int64_t cols, int steps) {
+                                 int64_t cols, int steps, const NewtonSchulz &o) {
   double norm = 0.0;
   for (double x : g)
     norm += x * x;
-  norm = std::sqrt(norm);
+  norm = o.clamp ? std::max(std::sqrt(norm), o.eps) : std::sqrt(norm) + o.eps;
   const bool tall = rows > cols;
   std::vector<double> X = tall ? transpose(g, rows, cols) : g;
   const int64_t s = tall ? cols : rows, l = tall ? rows : cols; // s <= l
   for (double &x : X)
-    x /= norm + 1e-7;
+    x /= norm;
   std::vector<double> A(s * s), AA(s * s), B(s * s), BX(s * l);
   std::vector<double> Xt(l * s);
   for (int it = 0; it < steps; ++it) {
@@ -168,10 +166,10 @@ std::vector<double> newtonSchulz(const std::vector<double> &g, int64_t rows,
     matmul(X.data(), Xt.data(), A.data(), s, l, s); // A = X X^T
     matmul(A.data(), A.data(), AA.data(), s, s, s);
     for (int64_t i = 0; i < s * s; ++i)
-      B[i] = kNsB * A[i] + kNsC * AA[i];
+      B[i] = o.b * A[i] + o.c * AA[i];
     matmul(B.data(), X.data(), BX.data(), s, s, l);
     for (int64_t i = 0; i < s * l; ++i)
-      X[i] = kNsA * X[i] + BX[i];
+      X[i] = o.a * X[i] + BX[i];
   }
   return tall ? transpose(X, s, l) : X;
 }
@@ -185,7 +183,7 @@ void muonStep(const Muon &h, int64_t rows, int64_t cols,
     buf[i] = mu * buf[i] + (1.0 - mu) * g[i];
     u[i] = h.nesterov ? g[i] + mu * (buf[i] - g[i]) : buf[i];
   }
-  std::vector<double> O = newtonSchulz(u, rows, cols, h.nsSteps);
+  std::vector<double> O = newtonSchulz(u, rows, cols, h.nsSteps, h.ns);
   const double r = static_cast<double>(rows), c = static_cast<double>(cols);
   const double scale = h.matchRmsAdamW ? 0.2 * std::sqrt(std::max(r, c))
                                        : std::sqrt(std::max(1.0, r / c));
@@ -216,15 +214,16 @@ Result train(const TrainConfig &c) {
       const std::string &name = infos[i].name;
       std::vector<double> &p = params[name];
       const std::vector<double> &g = grads[name];
+      const Hyper h = c.hyperOf ? c.hyperOf(s, infos[i]) : Hyper{c.adamw, c.sgd, c.muon};
       switch (opts[i]) {
       case Opt::AdamW:
-        adamwStep(c.adamw, s + 1, p, g, s1[name], s2[name]);
+        adamwStep(h.adamw, s + 1, p, g, s1[name], s2[name]);
         break;
       case Opt::SGD:
-        sgdStep(c.sgd, s + 1, p, g, s1[name]);
+        sgdStep(h.sgd, s + 1, p, g, s1[name]);
         break;
       case Opt::Muon:
-        muonStep(c.muon, infos[i].shape[0], infos[i].shape[1], p, g, s1[name]);
+        muonStep(h.muon, infos[i].shape[0], infos[i].shape[1], p, g, s1[name]);
         break;
       }
     }

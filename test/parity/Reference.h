@@ -41,6 +41,13 @@ struct SGD {
   bool nesterov = false;
 };
 
+/// Newton-Schulz's coefficients and normalisation: X = G / (||G||_F + eps),
+/// or with `clamp` G / max(||G||_F, eps) (torch.optim.Muon's).
+struct NewtonSchulz {
+  double a = 3.4445, b = -4.7750, c = 2.0315, eps = 1e-7;
+  bool clamp = false;
+};
+
 /// torch.optim.Muon, EMA momentum: buf = mu*buf + (1-mu)*g (buf starts at 0);
 /// u = nesterov ? g + mu*(buf-g) : buf; O = NewtonSchulz(u);
 /// p -= lr*wd*p; p -= lr*scale*O, scale = 0.2*sqrt(max(rows,cols)) when
@@ -49,7 +56,15 @@ struct Muon {
   double lr = 0.02, momentum = 0.95, weightDecay = 0.01;
   bool nesterov = true;
   int nsSteps = 5;
+  NewtonSchulz ns;
   bool matchRmsAdamW = true;
+};
+
+/// One parameter's hyperparameters at one step (its optimizer's apply).
+struct Hyper {
+  AdamW adamw;
+  SGD sgd;
+  Muon muon;
 };
 
 enum class Opt { AdamW, SGD, Muon };
@@ -68,6 +83,10 @@ struct TrainConfig {
   /// Optimizer per parameter (e.g. mixedMuonAdamW). Empty: AdamW for all.
   /// Muon is only valid for 2-D parameters.
   std::function<Opt(const example::ParamInfo &)> optimizerOf;
+  /// Hyperparameters per step (from 0) and parameter, as torch's
+  /// param_groups and an lr scheduler set them. Empty: adamw, sgd and muon
+  /// above, for every parameter and step.
+  std::function<Hyper(int64_t step, const example::ParamInfo &)> hyperOf;
 };
 
 struct Result {
@@ -109,11 +128,13 @@ void muonStep(const Muon &h, int64_t rows, int64_t cols,
               std::vector<double> &buf);
 
 /// Quintic Newton-Schulz of a rows x cols row-major matrix: X = G/(||G||_F +
-/// 1e-7), transposed when rows > cols; `steps` times A = X X^T,
-/// B = b A + c A A, X = a X + B X, (a,b,c) = (3.4445, -4.7750, 2.0315);
-/// transposed back. Returns rows x cols.
+/// eps) (or / max(||G||_F, eps)), transposed when rows > cols; `steps`
+/// times A = X X^T, B = b A + c A A, X = a X + B X, by default (a,b,c) =
+/// (3.4445, -4.7750, 2.0315) and eps 1e-7; transposed back. Returns rows x
+/// cols.
 std::vector<double> newtonSchulz(const std::vector<double> &g, int64_t rows,
-                                 int64_t cols, int steps);
+                                 int64_t cols, int steps,
+                                 const NewtonSchulz &o = NewtonSchulz());
 
 } // namespace mfsdp::reference
 

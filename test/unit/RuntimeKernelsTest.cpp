@@ -38,18 +38,26 @@ Mat transpose(const Mat &a, int64_t r, int64_t c) {
   return t;
 }
 
-Mat newtonSchulz(Mat g, int64_t rows, int64_t cols, int64_t steps) {
-  const double a = 3.4445, b = -4.7750, c = 2.0315;
+/// Newton-Schulz's options: Muon's by default; `clamp` is torch.optim.Muon's
+/// X / max(||X||, eps) instead of X / (||X|| + eps).
+struct Ns {
+  int64_t steps = 5;
+  double a = 3.4445, b = -4.7750, c = 2.0315, eps = 1e-7;
+  bool clamp = false;
+};
+
+Mat newtonSchulz(Mat g, int64_t rows, int64_t cols, const Ns &o = {}) {
+  const double a = o.a, b = o.b, c = o.c;
   double norm = 0;
   for (double x : g)
     norm += x * x;
-  norm = std::sqrt(norm) + 1e-7;
+  norm = o.clamp ? std::max(std::sqrt(norm), o.eps) : std::sqrt(norm) + o.eps;
   for (double &x : g)
     x /= norm;
   bool tall = rows > cols;
   int64_t s = tall ? cols : rows, l = tall ? rows : cols;
   Mat X = tall ? transpose(g, rows, cols) : g;
-  for (int64_t k = 0; k < steps; ++k) {
+  for (int64_t k = 0; k < o.steps; ++k) {
     Mat A = matmul(X, transpose(X, s, l), s, l, s);
     Mat AA = matmul(A, A, s, s, s);
     Mat B(s * s);
@@ -128,11 +136,87 @@ TEST(RuntimeKernels, NewtonSchulzMatchesReference) {
     std::vector<float> g = random(rows * cols, 3);
     std::vector<float> out(rows * cols);
     std::vector<float> ws(host::newtonSchulzWorkspace(rows, cols) / sizeof(float));
-    host::newtonSchulz(g.data(), out.data(), rows, cols, 5, ws.data());
+    host::newtonSchulz(g.data(), out.data(), rows, cols, NewtonSchulzHyper{}, ws.data());
     std::vector<double> want =
-        ref::newtonSchulz(std::vector<double>(g.begin(), g.end()), rows, cols, 5);
+        ref::newtonSchulz(std::vector<double>(g.begin(), g.end()), rows, cols);
     expectClose(out, want, 1e-4, "newton-schulz");
   }
+}
+
+TEST(RuntimeKernels, NewtonSchulzNormalisationsByHand) {
+  // G = [3, 4] * 1e-6 (||G|| = 5e-6) with eps 1e-5 and no iteration: the
+  // output is the normalised input. Adding eps: G / 1.5e-5 = [0.2, 0.2667];
+  // clamping (torch.optim.Muon): G / max(5e-6, 1e-5) = [0.3, 0.4]. A 2x1
+  // matrix (worked transposed) gives the same; a norm above eps is clamped
+  // to itself: [3, 4] -> [0.6, 0.8].
+  NewtonSchulzHyper h;
+  h.steps = 0;
+  h.eps = 1e-5f;
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 2}, {2, 1}}) {
+    std::vector<float> ws(host::newtonSchulzWorkspace(rows, cols) / sizeof(float));
+    std::vector<float> g = {3e-6f, 4e-6f}, out(2);
+    h.norm = NsNorm::AddEps;
+    host::newtonSchulz(g.data(), out.data(), rows, cols, h, ws.data());
+    EXPECT_NEAR(out[0], 0.2, 1e-6);
+    EXPECT_NEAR(out[1], 0.8 / 3, 1e-6);
+    h.norm = NsNorm::Clamp;
+    host::newtonSchulz(g.data(), out.data(), rows, cols, h, ws.data());
+    EXPECT_NEAR(out[0], 0.3, 1e-6);
+    EXPECT_NEAR(out[1], 0.4, 1e-6);
+    g = {3.f, 4.f};
+    host::newtonSchulz(g.data(), out.data(), rows, cols, h, ws.data());
+    EXPECT_FLOAT_EQ(out[0], 0.6f);
+    EXPECT_FLOAT_EQ(out[1], 0.8f);
+  }
+}
+
+TEST(RuntimeKernels, NewtonSchulzCoefficientsByHand) {
+  // A 1 x 2 matrix X: A = X X^T is the scalar s = ||X||^2, so each step
+  // multiplies X by a + b s + c s^2. From [3, 4] clamped to [0.6, 0.8]
+  // (s = 1) with (a, b, c) = (1.5, -0.5, 0.25): x1.25 (s = 1.5625), then
+  // x(1.5 - 0.78125 + 0.6103515625) = x1.3291015625.
+  NewtonSchulzHyper h;
+  h.steps = 2;
+  h.a = 1.5f;
+  h.b = -0.5f;
+  h.c = 0.25f;
+  h.norm = NsNorm::Clamp;
+  std::vector<float> g = {3.f, 4.f}, out(2);
+  std::vector<float> ws(host::newtonSchulzWorkspace(1, 2) / sizeof(float));
+  host::newtonSchulz(g.data(), out.data(), 1, 2, h, ws.data());
+  EXPECT_FLOAT_EQ(out[0], 0.6f * 1.25f * 1.3291015625f);
+  EXPECT_FLOAT_EQ(out[1], 0.8f * 1.25f * 1.3291015625f);
+}
+
+TEST(RuntimeKernels, NewtonSchulzOptionsMatchReference) {
+  // A gradient small beside eps (||G|| about 2.8e-3, eps 1e-2), so the two
+  // normalisations differ by a third; torch's coefficients and the cubic
+  // iteration (1.5, -0.5, 0).
+  struct Case {
+    NsNorm norm;
+    int64_t steps;
+    float a, b, c;
+  } cases[] = {{NsNorm::Clamp, 5, 3.4445f, -4.7750f, 2.0315f},
+               {NsNorm::AddEps, 5, 3.4445f, -4.7750f, 2.0315f},
+               {NsNorm::Clamp, 8, 1.5f, -0.5f, 0.f},
+               {NsNorm::AddEps, 3, 1.5f, -0.5f, 0.f}};
+  for (const Case &k : cases)
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{16, 48}, {48, 16}}) {
+      NewtonSchulzHyper h;
+      h.steps = k.steps;
+      h.a = k.a;
+      h.b = k.b;
+      h.c = k.c;
+      h.eps = 1e-2f;
+      h.norm = k.norm;
+      std::vector<float> g = random(rows * cols, 7, 1e-4f), out(rows * cols);
+      std::vector<float> ws(host::newtonSchulzWorkspace(rows, cols) / sizeof(float));
+      host::newtonSchulz(g.data(), out.data(), rows, cols, h, ws.data());
+      ref::Ns o{k.steps, k.a, k.b, k.c, h.eps, k.norm == NsNorm::Clamp};
+      expectClose(out, ref::newtonSchulz(std::vector<double>(g.begin(), g.end()), rows,
+                                         cols, o),
+                  1e-4, "newton-schulz with options");
+    }
 }
 
 TEST(RuntimeKernels, NewtonSchulzApproximatelyOrthogonalises) {
@@ -142,7 +226,7 @@ TEST(RuntimeKernels, NewtonSchulzApproximatelyOrthogonalises) {
   std::vector<float> g = random(rows * cols, 4);
   std::vector<float> out(rows * cols);
   std::vector<float> ws(host::newtonSchulzWorkspace(rows, cols) / sizeof(float));
-  host::newtonSchulz(g.data(), out.data(), rows, cols, 5, ws.data());
+  host::newtonSchulz(g.data(), out.data(), rows, cols, NewtonSchulzHyper{}, ws.data());
   double trace = 0;
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t k = 0; k < cols; ++k)
@@ -157,10 +241,17 @@ TEST(RuntimeKernels, MuonStepMatchesReference) {
   h.lr = 0.02f;
   h.momentum = 0.95f;
   h.weightDecay = 0.01f;
-  h.nesterov = true;
-  h.nsSteps = 5;
-  for (MuonScale scale : {MuonScale::MatchRmsAdamW, MuonScale::Original}) {
+  // Muon's defaults with each scale, then torch.optim.Muon's options:
+  // Nesterov off, clamping, another eps, 4 steps of other coefficients.
+  for (int variant = 0; variant < 3; ++variant) {
+    const MuonScale scale = variant == 0 ? MuonScale::MatchRmsAdamW : MuonScale::Original;
     h.scale = scale;
+    h.nesterov = variant < 2;
+    ref::Ns o;
+    if (variant == 2) {
+      h.ns = {4, 3.f, -3.2f, 1.2f, 1e-4f, NsNorm::Clamp};
+      o = {4, 3.0, -3.2, 1.2, 1e-4, true};
+    }
     std::vector<float> p = random(rows * cols, 5), buf(rows * cols, 0.f);
     std::vector<float> scratch(rows * cols +
                                host::newtonSchulzWorkspace(rows, cols) / sizeof(float));
@@ -171,17 +262,38 @@ TEST(RuntimeKernels, MuonStepMatchesReference) {
       std::vector<double> u(rows * cols);
       for (int64_t i = 0; i < rows * cols; ++i) {
         rb[i] = h.momentum * rb[i] + (1 - h.momentum) * g[i];
-        u[i] = g[i] + h.momentum * (rb[i] - g[i]);
+        u[i] = h.nesterov ? g[i] + h.momentum * (rb[i] - g[i]) : rb[i];
       }
-      std::vector<double> o = ref::newtonSchulz(u, rows, cols, h.nsSteps);
+      std::vector<double> ortho = ref::newtonSchulz(u, rows, cols, o);
       double s = scale == MuonScale::MatchRmsAdamW
                      ? 0.2 * std::sqrt(double(std::max(rows, cols)))
                      : std::sqrt(std::max(1.0, double(rows) / double(cols)));
       for (int64_t i = 0; i < rows * cols; ++i)
-        rp[i] = rp[i] - h.lr * h.weightDecay * rp[i] - h.lr * s * o[i];
+        rp[i] = rp[i] - h.lr * h.weightDecay * rp[i] - h.lr * s * ortho[i];
     }
     expectClose(p, rp, 1e-5, "muon");
   }
+}
+
+TEST(RuntimeKernels, MuonScalesByHand) {
+  // p = 1, O = 1, lr 0.1, wd 0.5: p = 1 - 0.05 - 0.1 * scale, where scale
+  // for 8 x 12 is 0.2 sqrt(12) = 0.69282 (match_rms_adamw), sqrt(max(1,
+  // 2/3)) = 1 (original), sqrt(2/3) = 0.81650 (spectral_unclamped); for
+  // 12 x 8 the same, sqrt(3/2) = 1.22474, sqrt(3/2).
+  const double want[2][3] = {{0.692820323, 1.0, 0.816496581},
+                             {0.692820323, 1.224744871, 1.224744871}};
+  for (int tall = 0; tall < 2; ++tall)
+    for (int k = 0; k < 3; ++k) {
+      const int64_t rows = tall ? 12 : 8, cols = tall ? 8 : 12;
+      MuonHyper h;
+      h.lr = 0.1f;
+      h.weightDecay = 0.5f;
+      h.scale = static_cast<MuonScale>(k);
+      std::vector<float> p(rows * cols, 1.f), o(rows * cols, 1.f);
+      host::muonApply(p.data(), o.data(), rows, cols, h);
+      EXPECT_NEAR(p[0], 0.95 - 0.1 * want[tall][k], 1e-6) << rows << "x" << cols << " " << k;
+      EXPECT_EQ(p.back(), p[0]);
+    }
 }
 
 TEST(RuntimeKernels, BF16RoundsToNearestEven) {

@@ -29,7 +29,7 @@ int muonMomentum(const float *grad, float *buf, float *out, int64_t n,
 /// Bytes of device workspace newtonSchulz needs.
 int64_t newtonSchulzWorkspace(int64_t rows, int64_t cols);
 int newtonSchulz(cublasHandle_t blas, const float *in, float *out, int64_t rows,
-                 int64_t cols, int64_t steps, void *workspace,
+                 int64_t cols, const NewtonSchulzHyper &h, void *workspace,
                  cudaStream_t stream);
 int muonApply(float *param, const float *ortho, int64_t rows, int64_t cols,
               const MuonHyper &h, cudaStream_t stream);

@@ -11,6 +11,8 @@
 #ifndef MFSDP_RUNTIME_KERNELS_H
 #define MFSDP_RUNTIME_KERNELS_H
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 namespace mfsdp::rt {
@@ -25,17 +27,46 @@ struct SGDHyper {
   bool nesterov = false;
 };
 
-enum class MuonScale : int { MatchRmsAdamW = 0, Original = 1 };
+/// Muon's update scale for a rows x cols matrix (torch.optim.Muon's
+/// adjust_lr_fn): 0.2 sqrt(max(rows, cols)) (match_rms_adamw),
+/// sqrt(max(1, rows / cols)) (original) or sqrt(rows / cols)
+/// (spectral_unclamped).
+enum class MuonScale : int { MatchRmsAdamW = 0, Original = 1, SpectralUnclamped = 2 };
+
+inline float muonScaleFactor(int64_t rows, int64_t cols, MuonScale scale) {
+  const float ratio = static_cast<float>(rows) / static_cast<float>(cols);
+  switch (scale) {
+  case MuonScale::MatchRmsAdamW:
+    return 0.2f * std::sqrt(static_cast<float>(std::max(rows, cols)));
+  case MuonScale::Original:
+    return std::sqrt(std::max(1.f, ratio));
+  default:
+    return std::sqrt(ratio);
+  }
+}
+
+/// How Newton-Schulz scales its input G before the iterations.
+enum class NsNorm : int {
+  AddEps = 0, ///< X = G / (||G||_F + eps), as Muon's reference code
+  Clamp = 1,  ///< X = G / max(||G||_F, eps), as torch.optim.Muon
+};
+
+/// Quintic Newton-Schulz: `steps` times A = X X^T, B = b A + c A A,
+/// X = a X + B X, after the normalisation `norm` with `eps`. The defaults
+/// are Muon's (a, b, c) = (3.4445, -4.7750, 2.0315), 5 steps, eps 1e-7.
+struct NewtonSchulzHyper {
+  int64_t steps = 5;
+  float a = 3.4445f, b = -4.7750f, c = 2.0315f;
+  float eps = 1e-7f;
+  NsNorm norm = NsNorm::AddEps;
+};
 
 struct MuonHyper {
   float lr = 0.02f, momentum = 0.95f, weightDecay = 0.01f;
   bool nesterov = true;
-  int64_t nsSteps = 5;
+  NewtonSchulzHyper ns;
   MuonScale scale = MuonScale::MatchRmsAdamW;
 };
-
-/// Quintic Newton-Schulz coefficients (a, b, c), as in Muon.
-inline constexpr float kNsA = 3.4445f, kNsB = -4.7750f, kNsC = 2.0315f;
 
 #if defined(__CUDACC__)
 #define MFSDP_HOST_DEVICE __host__ __device__
@@ -109,16 +140,15 @@ void muonMomentum(const float *grad, float *buf, float *out, int64_t n,
 /// Bytes of workspace newtonSchulz needs for a rows x cols matrix.
 int64_t newtonSchulzWorkspace(int64_t rows, int64_t cols);
 
-/// X = NS_steps(G): normalise by the Frobenius norm (+1e-7), work on the
-/// wide orientation (rows <= cols), repeat A = X X^T, B = b A + c A A,
-/// X = a X + B X. `out` may alias `in`. `workspace` holds
-/// newtonSchulzWorkspace() bytes.
+/// X = NS(G) (NewtonSchulzHyper): normalise by the Frobenius norm (the
+/// norm in double, its inverse in float), work on the wide orientation
+/// (rows <= cols), repeat A = X X^T, B = b A + c A A, X = a X + B X.
+/// `out` may alias `in`. `workspace` holds newtonSchulzWorkspace() bytes.
 void newtonSchulz(const float *in, float *out, int64_t rows, int64_t cols,
-                  int64_t steps, float *workspace);
+                  const NewtonSchulzHyper &h, float *workspace);
 
 /// The Muon parameter update from an orthogonalised update O:
-/// p -= lr*wd*p; p -= lr * scale * O, scale = 0.2 sqrt(max(rows, cols))
-/// (match_rms_adamw) or sqrt(max(1, rows / cols)) (original).
+/// p -= lr*wd*p; p -= lr * scale * O, scale = muonScaleFactor().
 void muonApply(float *param, const float *ortho, int64_t rows, int64_t cols,
                const MuonHyper &h);
 
