@@ -224,7 +224,7 @@ public:
     auto it = pending_.find(handle);
     if (it == pending_.end())
       return fail("wait: no started collective " + std::to_string(handle));
-    const int rc = check(HostComm::wait(*it->second));
+    const int rc = check(it->second->wait());
     pending_.erase(it);
     return rc;
   }
@@ -261,11 +261,11 @@ private:
 } // namespace
 
 Backend *createHostBackend(const BackendOptions &options, std::string &error) {
-  std::unique_ptr<HostComm> shard(HostComm::create(options.mesh, "dp_shard", error));
+  std::unique_ptr<HostComm> shard(HostComm::createMpi(options.mesh, "dp_shard", error));
   if (!shard)
     return nullptr;
   std::unique_ptr<HostComm> replicate(
-      HostComm::create(options.mesh, "dp_replicate", error));
+      HostComm::createMpi(options.mesh, "dp_replicate", error));
   if (!replicate)
     return nullptr;
   return new HostBackend(std::move(shard), std::move(replicate));
