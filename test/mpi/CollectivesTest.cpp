@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "CollectiveChecks.h"
 
+#include "mfsdp/runtime/ControlPlane.h"
 #include "mfsdp/runtime/HostComm.h"
 
 #include <mpi.h>
@@ -66,6 +67,18 @@ int main(int argc, char **argv) {
   for (const MeshDimSpec &d : mesh)
     if (d.name.rfind("dp_", 0) == 0)
       checkGroup(mesh, d.name);
+  // The control plane's exchange (gloo's addresses go through the torchrun
+  // one): rank r's blob is r + 1 bytes of value r.
+  std::unique_ptr<ControlPlane> control(createMpiControlPlane());
+  std::vector<std::vector<uint8_t>> blobs;
+  std::string planeError;
+  bool same = control && control->allGather(std::vector<uint8_t>(worldRank + 1,
+                                                                 uint8_t(worldRank)),
+                                            blobs, planeError);
+  for (size_t k = 0; same && k < blobs.size(); ++k)
+    same = blobs[k] == std::vector<uint8_t>(k + 1, static_cast<uint8_t>(k));
+  expect(same && static_cast<int>(blobs.size()) == control->world(),
+         "the MPI control plane's allGather: " + planeError);
   // A mesh that does not match the world is refused with a message.
   std::string error;
   std::unique_ptr<HostComm> bad(HostComm::createMpi({{"dp_shard", 1000}}, "dp_shard", error));

@@ -225,6 +225,17 @@ TEST(Torchrun, TheRanksAgreeOverTcp) {
             return "broadcast: " + error;
           if (blob.size() != 300 || blob[299] != static_cast<uint8_t>(299 * 7 + round))
             return "broadcast gave a wrong blob";
+          // Rank r's blob is r + 1 bytes of value r (rank 0's is one 0).
+          std::vector<std::vector<uint8_t>> all;
+          if (!control->allGather(std::vector<uint8_t>(r + 1, static_cast<uint8_t>(r)), all,
+                                  error))
+            return "allGather: " + error;
+          for (int k = 0; k < n; ++k)
+            if (all.size() != static_cast<size_t>(n) ||
+                all[k] != std::vector<uint8_t>(k + 1, static_cast<uint8_t>(k)))
+              return "allGather gave a wrong blob for rank " + std::to_string(k);
+          if (control->localAddress() != "127.0.0.1")
+            return "local address " + control->localAddress() + ", expected 127.0.0.1";
           if (control->world() != n || control->localRank() != r ||
               std::string(control->name()) != "torchrun" || !control->rankEnv())
             return "wrong world, local rank or name";
