@@ -32,4 +32,16 @@ int HostComm::checkRoot(const char *what, int root, int code) const {
                         " out of range for " + std::to_string(size_) + " ranks");
 }
 
+bool hasGloo() { return MFSDP_HAVE_GLOO != 0; }
+
+#if !MFSDP_HAVE_GLOO
+bool createGlooComms(const std::vector<MeshDimSpec> &, const std::vector<std::string> &,
+                     ControlPlane &, int, std::vector<std::unique_ptr<HostComm>> &,
+                     std::string &error) {
+  error = "this libmfsdp_rt was built without gloo (libgloo-dev), which the host "
+          "backend's collectives need under the torchrun bootstrap";
+  return false;
+}
+#endif
+
 } // namespace mfsdp::rt

@@ -130,6 +130,37 @@ inline void checkCollectives(rt::HostComm &comm, const std::string &dim,
     out.expect(ok, how + " reduceScatterV values");
   }
 
+  // Large buffers (several of gloo's 1 MiB segments per rank), started and
+  // waited for together: element j of rank k is k + j % 1000, exact in
+  // fp32 when summed.
+  {
+    const int64_t big = 3 * 100003;
+    std::vector<int64_t> bigCounts(W);
+    int64_t bigTotal = 0, bigStart = 0;
+    for (int k = 0; k < W; ++k) {
+      bigCounts[k] = (k + 1) * 100003;
+      bigTotal += bigCounts[k];
+      bigStart += k < r ? bigCounts[k] : 0;
+    }
+    std::vector<float> sum(big), grads(bigTotal), shard(bigCounts[r]);
+    for (int64_t j = 0; j < big; ++j)
+      sum[j] = static_cast<float>(r + j % 1000);
+    for (int64_t j = 0; j < bigTotal; ++j)
+      grads[j] = static_cast<float>(r + j % 1000);
+    HostRequestPtr reduced, scattered;
+    int rc = comm.startAllReduce(sum.data(), big, reduced);
+    rc = rc ? rc : comm.startReduceScatterV(grads.data(), shard.data(), bigCounts, scattered);
+    rc = rc ? rc : reduced->wait();
+    rc = rc ? rc : scattered->wait();
+    out.expect(rc == 0, dim + " large allReduce and reduceScatterV: " + HostComm::lastError());
+    bool ok = true;
+    for (int64_t j = 0; j < big; ++j)
+      ok &= sum[j] == rankSum + static_cast<float>(W * (j % 1000));
+    for (int64_t i = 0; i < bigCounts[r]; ++i)
+      ok &= shard[i] == rankSum + static_cast<float>(W * ((bigStart + i) % 1000));
+    out.expect(ok, dim + " large allReduce and reduceScatterV values");
+  }
+
   // One broadcast from the last rank.
   std::vector<float> one(n + 1, -1.f);
   for (int64_t i = 0; i < n; ++i)

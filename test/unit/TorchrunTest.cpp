@@ -3,15 +3,19 @@
 // Real processes (fork) on localhost, each with the torchrun variables set
 // in its environment, and no MPI: the control plane's agreements, a rank
 // that is missing or dies (an error on every rank within a bound, never a
-// hang), and mfsdp_create_with_config with MFSDP_BOOTSTRAP_TORCHRUN: the
-// CUDA backend without a driver, the host backend refused, and bad
-// variables named through mfsdp_last_error. A process that called MPI
-// without MPI_Init would abort and give no answer, failing the test.
+// hang), the host backend's gloo collectives on every group of a mesh (the
+// checks the MPI ones pass, CollectiveChecks.h), and
+// mfsdp_create_with_config with MFSDP_BOOTSTRAP_TORCHRUN: the CUDA backend
+// without a driver, the host backend refused, and bad variables named
+// through mfsdp_last_error. A process that called MPI without MPI_Init
+// would abort and give no answer, failing the test.
 //
 //===----------------------------------------------------------------------===//
 #include "mfsdp/runtime.h"
 #include "mfsdp/runtime/ControlPlane.h"
+#include "mfsdp/runtime/HostComm.h"
 
+#include "CollectiveChecks.h"
 #include "FreePort.h"
 
 #include <gtest/gtest.h>
@@ -69,8 +73,8 @@ Outcome runProcesses(const std::vector<Vars> &vars,
     pid_t pid = fork();
     if (pid == 0) {
       close(fds[0]);
-      for (const char *name :
-           {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"})
+      for (const char *name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                               "MASTER_PORT", "MFSDP_MASTER_PORT", "GLOO_SOCKET_IFNAME"})
         unsetenv(name);
       for (const auto &[name, value] : vars[i])
         setenv(name.c_str(), value.c_str(), 1);
@@ -293,6 +297,117 @@ TEST(Torchrun, ADeadRankIsAnErrorNotATimeout) {
       << run.answers[1];
   EXPECT_FALSE(run.answered[2]);
   // Long before the 20 s timeout: the closed connection is seen at once.
+  EXPECT_LT(run.elapsedMs, 10000);
+}
+
+/// The gloo groups along dp_shard and dp_replicate of `mesh` for this
+/// process's torchrun world, or an empty list with `error`; `control`, when
+/// given, keeps the control plane they were created over.
+std::vector<std::unique_ptr<HostComm>>
+glooGroups(const std::vector<MeshDimSpec> &mesh, int timeoutMs, std::string &error,
+           std::unique_ptr<ControlPlane> *control = nullptr) {
+  std::vector<std::unique_ptr<HostComm>> comms;
+  std::unique_ptr<ControlPlane> plane = controlFromEnvironment(timeoutMs, error);
+  if (plane)
+    createGlooComms(mesh, {"dp_shard", "dp_replicate"}, *plane, timeoutMs, comms, error);
+  if (control)
+    *control = std::move(plane);
+  return comms;
+}
+
+TEST(Torchrun, GlooCollectivesOnEveryGroupOfTheMesh) {
+  if (!hasGloo())
+    GTEST_SKIP() << "libmfsdp_rt was built without gloo";
+  // One rank; a ring of 3 (not a power of two); HSDP 2x2, whose groups
+  // follow the row-major mesh as MPI's do.
+  const std::vector<std::vector<MeshDimSpec>> meshes = {
+      {{"dp_replicate", 1}, {"dp_shard", 1}},
+      {{"dp_replicate", 1}, {"dp_shard", 3}},
+      {{"dp_replicate", 2}, {"dp_shard", 2}}};
+  for (const std::vector<MeshDimSpec> &mesh : meshes) {
+    int n = 1;
+    for (const MeshDimSpec &d : mesh)
+      n *= static_cast<int>(d.size);
+    std::vector<Vars> vars = world(n, freePort());
+    // The ring of 3 listens on the interface named as PyTorch's is.
+    if (n == 3)
+      for (Vars &v : vars)
+        v["GLOO_SOCKET_IFNAME"] = "lo";
+    Outcome run = runProcesses(
+        vars,
+        [&](size_t i) -> std::string {
+          std::string error;
+          std::vector<std::unique_ptr<HostComm>> comms = glooGroups(mesh, 10000, error);
+          if (comms.size() != 2)
+            return "create: " + error;
+          std::string out;
+          const char *dims[2] = {"dp_shard", "dp_replicate"};
+          for (int d = 0; d < 2; ++d) {
+            int colour = 0, coord = 0;
+            if (!meshGroup(mesh, dims[d], static_cast<int>(i), n, colour, coord, error) ||
+                comms[d]->rank() != coord)
+              out += std::string(dims[d]) + ": rank " + std::to_string(comms[d]->rank()) +
+                     ", meshGroup's " + std::to_string(coord) + "; ";
+            mfsdp::test::CheckResults results;
+            mfsdp::test::checkCollectives(*comms[d], dims[d], results);
+            for (const std::string &what : results.failed)
+              out += what + "; ";
+            if (results.passed == 0)
+              out += std::string(dims[d]) + ": nothing checked; ";
+          }
+          return out.empty() ? "ok" : out;
+        },
+        60000);
+    for (int r = 0; r < n; ++r)
+      EXPECT_EQ(run.answers[r], "ok") << "rank " << r << " of " << n;
+  }
+}
+
+TEST(Torchrun, GlooWithAMissingInterfaceFailsOnEveryRank) {
+  if (!hasGloo())
+    GTEST_SKIP() << "libmfsdp_rt was built without gloo";
+  // Only rank 1 is told to listen on an interface that does not exist.
+  std::vector<Vars> vars = world(3, freePort());
+  vars[1]["GLOO_SOCKET_IFNAME"] = "mfsdp-no-such-if0";
+  Outcome run = runProcesses(
+      vars,
+      [](size_t) -> std::string {
+        std::string error;
+        return glooGroups({{"dp_replicate", 1}, {"dp_shard", 3}}, 5000, error).empty() ? error : "created";
+      },
+      30000);
+  for (int r = 0; r < 3; ++r)
+    EXPECT_TRUE(contains(run.answers[r],
+                         "rank 1: cannot create gloo's TCP device and pairs"))
+        << run.answers[r];
+  EXPECT_LT(run.elapsedMs, 10000);
+}
+
+TEST(Torchrun, AGlooPeerThatDiesIsAnErrorNotATimeout) {
+  if (!hasGloo())
+    GTEST_SKIP() << "libmfsdp_rt was built without gloo";
+  // Once every rank has connected its pairs (they agree on it over the
+  // control plane), rank 2 exits before the all-reduce; the others see its
+  // connections close, long before the 30-minute timeout.
+  Outcome run = runProcesses(
+      world(3, freePort()),
+      [](size_t i) -> std::string {
+        std::string error;
+        std::unique_ptr<ControlPlane> control;
+        std::vector<std::unique_ptr<HostComm>> comms =
+            glooGroups({{"dp_replicate", 1}, {"dp_shard", 3}}, 10000, error, &control);
+        std::vector<int64_t> lo, hi;
+        if (comms.empty() || !control->minMax({1}, lo, hi, error))
+          return "create: " + error;
+        if (i == 2)
+          _exit(3);
+        std::vector<float> buf(1000, 1.f);
+        return comms[0]->allReduce(buf.data(), 1000) ? HostComm::lastError() : "reduced";
+      },
+      30000);
+  for (int r : {0, 1})
+    EXPECT_TRUE(contains(run.answers[r], "gloo allReduce failed: ")) << run.answers[r];
+  EXPECT_FALSE(run.answered[2]);
   EXPECT_LT(run.elapsedMs, 10000);
 }
 

@@ -5,9 +5,16 @@
 // all-gather-v / reduce-scatter-v, broadcasts), on fp32 buffers in host
 // memory, in the group of this rank along one dim of the mesh (the ranks
 // that differ only in that coordinate, row-major: meshGroup), behind one
-// interface the host backend calls. Implemented over MPI
-// (runtime/host/MpiComm.cpp): communicators split from MPI_COMM_WORLD,
-// nonblocking MPI collectives for the starts.
+// interface the host backend calls. Two implementations, chosen by where
+// the ranks come from:
+//
+//   MPI   (runtime/host/MpiComm.cpp) under mpirun: communicators split
+//         from MPI_COMM_WORLD, nonblocking MPI collectives for the starts;
+//   gloo  (runtime/host/GlooComm.cpp) under torchrun: one gloo context per
+//         group over gloo's TCP transport, its pairs connected with the
+//         addresses exchanged over the control plane (no gloo store); each
+//         group's operations run in issue order on a worker thread of its
+//         own, so a started one proceeds while the caller computes.
 //
 // Every call returns 0 or a nonzero code; lastError() (per thread) says what
 // failed.
@@ -24,6 +31,8 @@
 #include <vector>
 
 namespace mfsdp::rt {
+
+class ControlPlane;
 
 /// A started collective (HostComm::startAllGather, ...): wait() completes
 /// it. Destroying one that was not waited for waits for it first: its
@@ -102,6 +111,30 @@ protected:
 private:
   int rank_, size_;
 };
+
+/// How long a gloo collective waits for its peers: PyTorch's default for
+/// its gloo process groups (30 minutes). A rank that dies is seen at once
+/// (its connections close).
+constexpr int64_t kGlooCollectiveTimeoutMs = 30LL * 60 * 1000;
+
+/// Gloo: the groups of this rank along each of `dims` (in `out`, in that
+/// order), each a gloo context over TCP, created collectively over a
+/// torchrun control plane: every rank calls it with the same mesh and dims.
+/// Each rank listens on the address it reaches rank 0 from
+/// (ControlPlane::localAddress), or on the interface GLOO_SOCKET_IFNAME
+/// names (as PyTorch does); every pair's address goes to every rank in one
+/// ControlPlane::allGather, then each rank connects its pairs, within about
+/// `timeoutMs`. False with `error` on every rank, naming the rank, when
+/// one cannot create its device and pairs; false on a rank whose pairs do
+/// not connect in time (its peers' fail too, or the caller's agreement
+/// tells them). Without gloo in the build (hasGloo()), false saying so.
+bool createGlooComms(const std::vector<MeshDimSpec> &mesh,
+                     const std::vector<std::string> &dims, ControlPlane &control,
+                     int timeoutMs, std::vector<std::unique_ptr<HostComm>> &out,
+                     std::string &error);
+
+/// Whether this libmfsdp_rt was built with gloo (libgloo-dev).
+bool hasGloo();
 
 } // namespace mfsdp::rt
 
