@@ -5,9 +5,9 @@
 // that is missing or dies (an error on every rank within a bound, never a
 // hang), the host backend's gloo collectives on every group of a mesh (the
 // checks the MPI ones pass, CollectiveChecks.h), and
-// mfsdp_create_with_config with MFSDP_BOOTSTRAP_TORCHRUN: the CUDA backend
-// without a driver, the host backend refused, and bad variables named
-// through mfsdp_last_error. A process that called MPI without MPI_Init
+// mfsdp_create_with_config with MFSDP_BOOTSTRAP_TORCHRUN: a step of the
+// host backend over gloo (equal to a world of one), the CUDA backend
+// without a driver, and bad variables named through mfsdp_last_error. A process that called MPI without MPI_Init
 // would abort and give no answer, failing the test.
 //
 //===----------------------------------------------------------------------===//
@@ -28,7 +28,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -196,6 +198,65 @@ std::string createUnderTorchrun(int planWorld, int32_t backend, int timeoutMs) {
   mfsdp_step *step = nullptr;
   mfsdp_status st = mfsdp_create_with_config(&p.plan, &config, &step);
   std::string out = std::to_string(st) + ": " + mfsdp_last_error(step);
+  mfsdp_destroy(step);
+  return out;
+}
+
+/// One training step of Plan(n) on the host backend under torchrun, every
+/// gradient element `grad`: the stored parameters, printed exactly, or
+/// "<status>: <last error>".
+std::string stepUnderTorchrun(int n, float grad) {
+  Plan p(n);
+  mfsdp_config config{};
+  config.backend = MFSDP_BACKEND_HOST;
+  config.bootstrap = MFSDP_BOOTSTRAP_TORCHRUN;
+  config.bootstrap_timeout_ms = 10000;
+  mfsdp_step *step = nullptr;
+  mfsdp_status st = mfsdp_create_with_config(&p.plan, &config, &step);
+  auto failed = [&](mfsdp_status s) {
+    std::string out = std::to_string(s) + ": " + mfsdp_last_error(step);
+    mfsdp_destroy(step);
+    return out;
+  };
+  if (st != MFSDP_OK)
+    return failed(st);
+  std::vector<float> init[2];
+  for (int32_t i = 0; i < 2; ++i) {
+    init[i].resize(p.params[i].rows * p.params[i].cols);
+    for (size_t k = 0; k < init[i].size(); ++k)
+      init[i][k] = 0.1f * static_cast<float>(k) - 0.3f * static_cast<float>(i + 1);
+    if ((st = mfsdp_load_param(step, i, init[i].data())))
+      return failed(st);
+  }
+  // Unit u holds parameter u.
+  for (int32_t u = 0; u < 2; ++u)
+    if ((st = mfsdp_pre_forward(step, u)) || (st = mfsdp_post_forward(step, u)))
+      return failed(st);
+  for (int32_t u = 1; u >= 0; --u) {
+    DLTensor g;
+    if ((st = mfsdp_pre_backward(step, u)) || (st = mfsdp_grad_view(step, u, &g)))
+      return failed(st);
+    std::fill_n(static_cast<float *>(g.data), g.shape[0] * g.shape[1], grad);
+    if ((st = mfsdp_post_backward(step, u)))
+      return failed(st);
+  }
+  if ((st = mfsdp_optimizer_step(step)))
+    return failed(st);
+  std::string out;
+  for (int32_t i = 0; i < 2; ++i) {
+    std::vector<float> stored(p.params[i].rows * p.params[i].cols);
+    if ((st = mfsdp_store_param(step, i, stored.data())))
+      return failed(st);
+    if (stored == init[i])
+      return std::string("the step did not change ") + p.params[i].name;
+    out += p.params[i].name;
+    for (float x : stored) {
+      char text[32];
+      std::snprintf(text, sizeof(text), " %a", static_cast<double>(x));
+      out += text;
+    }
+    out += "\n";
+  }
   mfsdp_destroy(step);
   return out;
 }
@@ -430,32 +491,49 @@ TEST(Torchrun, CudaWithoutADriverFailsOnEveryRank) {
   EXPECT_LT(run.elapsedMs, 10000);
 }
 
-TEST(Torchrun, TheHostBackendIsRefusedOnEveryRank) {
-  const int n = 3, port = freePort();
-  // Every rank asks for the host backend.
+TEST(Torchrun, TheHostBackendRunsAStepOverGloo) {
+  const int n = 3;
+  if (!hasGloo()) {
+    // Built without gloo: refused on every rank, saying why.
+    Outcome run = runProcesses(
+        world(n, freePort()),
+        [](size_t) { return createUnderTorchrun(n, MFSDP_BACKEND_HOST, 5000); }, 30000);
+    for (int r = 0; r < n; ++r)
+      EXPECT_TRUE(contains(run.answers[r], std::to_string(MFSDP_ERROR_INVALID) +
+                                               ": this libmfsdp_rt was built without gloo"))
+          << run.answers[r];
+    return;
+  }
+  // Rank r's gradients are all r + 1; a world of one whose gradients are
+  // their average, 2, must end with the same parameters.
   Outcome run = runProcesses(
-      world(n, port),
-      [](size_t) { return createUnderTorchrun(n, MFSDP_BACKEND_HOST, 5000); }, 30000);
+      world(n, freePort()),
+      [](size_t i) { return stepUnderTorchrun(n, static_cast<float>(i + 1)); }, 30000);
+  Outcome alone = runProcesses(
+      world(1, freePort()), [](size_t) { return stepUnderTorchrun(1, 2.f); }, 30000);
+  ASSERT_TRUE(contains(alone.answers[0], "w ")) << alone.answers[0];
   for (int r = 0; r < n; ++r)
-    EXPECT_TRUE(contains(run.answers[r], std::to_string(MFSDP_ERROR_INVALID) +
-                                             ": the host backend takes its ranks from "
-                                             "MPI; with the torchrun bootstrap"))
-        << run.answers[r];
-  // Only rank 1 does: it says why, the others that it refused.
-  const int port2 = freePort();
-  run = runProcesses(
-      world(n, port2),
+    EXPECT_EQ(run.answers[r], alone.answers[0]) << "rank " << r;
+}
+
+TEST(Torchrun, TheRanksMustAskForOneBackend) {
+  // Only rank 1 asks for the host backend: every rank is told.
+  const int n = 3;
+  Outcome run = runProcesses(
+      world(n, freePort()),
       [](size_t i) {
         return createUnderTorchrun(n, i == 1 ? MFSDP_BACKEND_HOST : MFSDP_BACKEND_CUDA,
                                    5000);
       },
       30000);
-  EXPECT_TRUE(contains(run.answers[1], "the host backend takes its ranks from MPI"))
-      << run.answers[1];
-  for (int r : {0, 2})
-    EXPECT_TRUE(contains(run.answers[r], std::to_string(MFSDP_ERROR_INVALID) +
-                                             ": another rank refused the plan or its "
-                                             "config"))
+  // Without gloo rank 1 refuses the host backend itself, and the others
+  // hear that it refused.
+  for (int r = 0; r < n; ++r)
+    EXPECT_TRUE(contains(run.answers[r],
+                         std::to_string(MFSDP_ERROR_INVALID) +
+                             (hasGloo()  ? ": the ranks asked for different backends"
+                              : r == 1 ? ": this libmfsdp_rt was built without gloo"
+                                       : ": another rank refused the plan or its config")))
         << run.answers[r];
 }
 
