@@ -268,8 +268,10 @@ typedef enum mfsdp_bootstrap {
    * torch.distributed store listens on) and the ranks agree, and the CUDA
    * backend's NCCL communicators get their unique id, over TCP through it.
    * Each wait is bounded by bootstrap_timeout_ms, so a rank that is
-   * missing or dies is an error on every rank, not a hang. CUDA backend
-   * only: the host backend's collectives need MPI. */
+   * missing or dies is an error on every rank, not a hang. The host
+   * backend's collectives are gloo's under it (TCP between the ranks,
+   * connected through rank 0 while mfsdp_create runs; each rank listens on
+   * the interface it reaches MASTER_ADDR over, or on GLOO_SOCKET_IFNAME). */
   MFSDP_BOOTSTRAP_TORCHRUN = 1,
 } mfsdp_bootstrap;
 
@@ -299,8 +301,8 @@ typedef struct mfsdp_config {
  * error starting "the CUDA backend is not available: ". The torchrun
  * bootstrap fails with MFSDP_ERROR_INVALID when a variable is missing or
  * bad (the error names it and what was expected) or the host backend is
- * asked for, and with MFSDP_ERROR_COMM when the ranks cannot reach each
- * other in time. */
+ * asked for from a libmfsdp_rt built without gloo, and with
+ * MFSDP_ERROR_COMM when the ranks cannot reach each other in time. */
 mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
                                       const mfsdp_config *config,
                                       mfsdp_step **out);

@@ -487,7 +487,7 @@ int main(int argc, char **argv) {
   }
 
   std::string error;
-  HostComm *comm = HostComm::create({{"dp", world}}, "dp", error);
+  HostComm *comm = HostComm::createMpi({{"dp", world}}, "dp", error);
   if (!comm) {
     std::fprintf(stderr, "mfsdp-bench-runtime: %s\n", error.c_str());
     MPI_Abort(MPI_COMM_WORLD, 1);

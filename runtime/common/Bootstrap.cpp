@@ -289,8 +289,6 @@ uint64_t getLE(const uint8_t *p, int bytes) {
   return v;
 }
 
-const uint64_t kMaxBlob = uint64_t(1) << 20;
-
 } // namespace
 
 bool broadcastBlob(const RankEnv &env, std::vector<uint8_t> &blob, int timeoutMs,
@@ -361,7 +359,7 @@ bool broadcastBlob(const RankEnv &env, std::vector<uint8_t> &blob, int timeoutMs
   uint8_t len[8];
   bool ok = transfer(fd, r, 4, true, deadline) && transfer(fd, len, 8, false, deadline);
   uint64_t n = ok ? getLE(len, 8) : 0;
-  if (ok && n > kMaxBlob) {
+  if (ok && n > kMaxBlobBytes) {
     close(fd);
     error = "rank " + std::to_string(env.rank) + ": " + where(env) +
             " announced a blob of " + std::to_string(n) +
@@ -437,6 +435,27 @@ std::string listOf(const std::vector<int> &ranks) {
 
 TcpStar::~TcpStar() { closeAll(); }
 
+std::string TcpStar::localAddress() const {
+  int fd = root_;
+  for (size_t r = 1; fd < 0 && r < peers_.size(); ++r)
+    fd = peers_[r];
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  char host[NI_MAXHOST];
+  if (fd < 0 || getsockname(fd, reinterpret_cast<sockaddr *>(&ss), &len) != 0 ||
+      getnameinfo(reinterpret_cast<sockaddr *>(&ss), len, host, sizeof(host), nullptr, 0,
+                  NI_NUMERICHOST) != 0)
+    return "127.0.0.1";
+  // A dual-stack listener sees IPv4 peers as ::ffff:a.b.c.d; the other
+  // ranks' addresses (their own sockets' names) are plain IPv4 then.
+  std::string address = host;
+  const std::string mapped = "::ffff:";
+  if (address.compare(0, mapped.size(), mapped) == 0 &&
+      address.find('.') != std::string::npos)
+    address.erase(0, mapped.size());
+  return address;
+}
+
 void TcpStar::closeAll() {
   for (int &fd : peers_)
     if (fd >= 0) {
@@ -484,7 +503,7 @@ std::unique_ptr<TcpStar> TcpStar::connect(const RankEnv &env, int timeoutMs,
     std::string why = "the connection closed";
     const Clock::time_point answerBy = start + std::chrono::milliseconds(2LL * timeoutMs);
     if (!transfer(star->root_, hello, sizeof(hello), true, answerBy) ||
-        !receiveFrame(star->root_, ok, answer, kMaxBlob, answerBy, why)) {
+        !receiveFrame(star->root_, ok, answer, kMaxBlobBytes, answerBy, why)) {
       error = "rank " + std::to_string(env.rank) + ": rank 0 at " + where(env) +
               " did not confirm that every rank connected (" + why + ")";
       return nullptr;
@@ -569,7 +588,7 @@ bool TcpStar::allGather(const std::vector<uint8_t> &mine,
     error = me + ": an earlier exchange between the torchrun ranks failed";
     return false;
   }
-  if (mine.size() > kMaxBlob) {
+  if (mine.size() > kMaxBlobBytes) {
     error = me + ": a blob of " + std::to_string(mine.size()) +
             " bytes to exchange; expected at most 1 MiB";
     return false;
@@ -590,7 +609,7 @@ bool TcpStar::allGather(const std::vector<uint8_t> &mine,
     const Clock::time_point answerBy = start + std::chrono::milliseconds(2LL * timeoutMs_);
     if (!transfer(root_, len, 8, true, deadline) ||
         !transfer(root_, const_cast<uint8_t *>(mine.data()), mine.size(), true, deadline) ||
-        !receiveFrame(root_, ok, answer, static_cast<uint64_t>(env_.world) * (kMaxBlob + 8),
+        !receiveFrame(root_, ok, answer, static_cast<uint64_t>(env_.world) * (kMaxBlobBytes + 8),
                       answerBy, why)) {
       broken_ = true;
       closeAll();
@@ -634,7 +653,7 @@ bool TcpStar::allGather(const std::vector<uint8_t> &mine,
                           " closed its connection (did it exit or fail?)";
     } else {
       uint64_t n = getLE(len, 8);
-      if (n > kMaxBlob) {
+      if (n > kMaxBlobBytes) {
         failure = "rank " + std::to_string(r) + " sent a blob of " + std::to_string(n) +
                   " bytes; expected at most 1 MiB";
       } else {

@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <climits>
 #include <memory>
 
 namespace mfsdp::rt {
@@ -60,6 +61,40 @@ public:
     }
     return true;
   }
+  bool allGather(const std::vector<uint8_t> &mine, std::vector<std::vector<uint8_t>> &all,
+                 std::string &error) override {
+    if (mine.size() > kMaxBlobBytes) {
+      error = "a blob of " + std::to_string(mine.size()) +
+              " bytes to exchange; expected at most 1 MiB";
+      return false;
+    }
+    int n = static_cast<int>(mine.size());
+    std::vector<int> sizes(world_), displs(world_);
+    if (MPI_Allgather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, MPI_COMM_WORLD) !=
+        MPI_SUCCESS) {
+      error = "MPI_Allgather failed";
+      return false;
+    }
+    int64_t total = 0;
+    for (int r = 0; r < world_; ++r) {
+      displs[r] = static_cast<int>(total);
+      total += sizes[r];
+    }
+    if (total > INT_MAX) {
+      error = "the blobs to exchange add up to more than 2 GiB";
+      return false;
+    }
+    std::vector<uint8_t> bytes(static_cast<size_t>(total));
+    if (MPI_Allgatherv(mine.data(), n, MPI_BYTE, bytes.data(), sizes.data(),
+                       displs.data(), MPI_BYTE, MPI_COMM_WORLD) != MPI_SUCCESS) {
+      error = "MPI_Allgatherv failed";
+      return false;
+    }
+    all.assign(world_, {});
+    for (int r = 0; r < world_; ++r)
+      all[r].assign(bytes.begin() + displs[r], bytes.begin() + displs[r] + sizes[r]);
+    return true;
+  }
 
 private:
   int rank_ = 0, world_ = 1, local_ = 0;
@@ -110,6 +145,11 @@ public:
     blob = std::move(all[0]);
     return true;
   }
+  bool allGather(const std::vector<uint8_t> &mine, std::vector<std::vector<uint8_t>> &all,
+                 std::string &error) override {
+    return star_->allGather(mine, all, error);
+  }
+  std::string localAddress() const override { return star_->localAddress(); }
 
 private:
   std::unique_ptr<TcpStar> star_;

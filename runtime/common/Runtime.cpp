@@ -22,6 +22,7 @@
 #include "mfsdp/runtime/Arena.h"
 #include "mfsdp/runtime/Backend.h"
 #include "mfsdp/runtime/ControlPlane.h"
+#include "mfsdp/runtime/HostComm.h"
 #include "mfsdp/runtime/Counters.h"
 #include "mfsdp/runtime/BufferSizes.h"
 #include "mfsdp/runtime/PlanHash.h"
@@ -1473,6 +1474,7 @@ static mfsdp_status createRuntime(const mfsdp_plan *plan,
   // The world and the agreements below: MPI, or the torchrun variables
   // and TCP through rank 0 (ControlPlane.h).
   std::unique_ptr<ControlPlane> control;
+  int timeoutMs = 0; // torchrun: each wait of the bootstrap
   if (bootstrap == MFSDP_BOOTSTRAP_MPI) {
     control.reset(createMpiControlPlane());
     if (!control)
@@ -1487,9 +1489,8 @@ static mfsdp_status createRuntime(const mfsdp_plan *plan,
                         std::to_string(config->bootstrap_timeout_ms) +
                         " in mfsdp_config; expected milliseconds > 0, or 0 for "
                         "the default");
-    const int timeoutMs = config->bootstrap_timeout_ms
-                              ? config->bootstrap_timeout_ms
-                              : MFSDP_BOOTSTRAP_TIMEOUT_MS_DEFAULT;
+    timeoutMs = config->bootstrap_timeout_ms ? config->bootstrap_timeout_ms
+                                             : MFSDP_BOOTSTRAP_TIMEOUT_MS_DEFAULT;
     RankEnv env;
     std::string error;
     if (!readRankEnv(processEnvironment(), env, error))
@@ -1514,10 +1515,11 @@ static mfsdp_status createRuntime(const mfsdp_plan *plan,
                        "unknown backend " + std::to_string(choice) +
                            " in mfsdp_config: expected MFSDP_BACKEND_HOST (0) or "
                            "MFSDP_BACKEND_CUDA (1)");
-  else if (torchrun && choice == MFSDP_BACKEND_HOST)
+  else if (torchrun && choice == MFSDP_BACKEND_HOST && !hasGloo())
     local = step->fail(MFSDP_ERROR_INVALID,
-                       "the host backend takes its ranks from MPI; with the "
-                       "torchrun bootstrap (MFSDP_BOOTSTRAP_TORCHRUN) ask for "
+                       "this libmfsdp_rt was built without gloo (libgloo-dev), "
+                       "which the host backend's collectives need under the "
+                       "torchrun bootstrap (MFSDP_BOOTSTRAP_TORCHRUN): ask for "
                        "the CUDA backend (MFSDP_BACKEND_CUDA), or start the "
                        "job with mpirun and the MPI bootstrap");
   else if (mfsdp_plan_hash(plan) != plan->hash)
@@ -1573,6 +1575,7 @@ static mfsdp_status createRuntime(const mfsdp_plan *plan,
   options.mesh = std::move(mesh);
   options.trainerStream = config ? config->cuda_stream : nullptr;
   options.control = control.get();
+  options.timeoutMs = timeoutMs;
   std::string error;
   mfsdp_status s = MFSDP_OK;
   if (choice == MFSDP_BACKEND_CUDA) {

@@ -1,13 +1,15 @@
-//===- HostBackend.cpp - The engine's backend in host memory (MPI + BLAS) -===//
+//===- HostBackend.cpp - The engine's backend in host memory --------------===//
 //
 // Buffers in host memory (one aligned block per rank, sub-allocated), MPI
-// collectives (HostComm), the host kernels (Kernels.h). Every call is done
-// when it returns. Under AddressSanitizer the parts of the block that are
-// not handed out are poisoned, so an access past a buffer is still caught.
+// collectives or, under torchrun, gloo's (HostComm), the host kernels
+// (Kernels.h). Every call but a started collective is done when it
+// returns. Under AddressSanitizer the parts of the block that are not
+// handed out are poisoned, so an access past a buffer is still caught.
 //
 //===----------------------------------------------------------------------===//
 #include "mfsdp/runtime/Arena.h"
 #include "mfsdp/runtime/Backend.h"
+#include "mfsdp/runtime/ControlPlane.h"
 #include "mfsdp/runtime/HostComm.h"
 
 #include <sanitizer/asan_interface.h>
@@ -224,7 +226,7 @@ public:
     auto it = pending_.find(handle);
     if (it == pending_.end())
       return fail("wait: no started collective " + std::to_string(handle));
-    const int rc = check(HostComm::wait(*it->second));
+    const int rc = check(it->second->wait());
     pending_.erase(it);
     return rc;
   }
@@ -261,14 +263,19 @@ private:
 } // namespace
 
 Backend *createHostBackend(const BackendOptions &options, std::string &error) {
-  std::unique_ptr<HostComm> shard(HostComm::create(options.mesh, "dp_shard", error));
-  if (!shard)
-    return nullptr;
-  std::unique_ptr<HostComm> replicate(
-      HostComm::create(options.mesh, "dp_replicate", error));
-  if (!replicate)
-    return nullptr;
-  return new HostBackend(std::move(shard), std::move(replicate));
+  std::vector<std::unique_ptr<HostComm>> comms;
+  if (options.control && options.control->rankEnv()) {
+    if (!createGlooComms(options.mesh, {"dp_shard", "dp_replicate"}, *options.control,
+                         options.timeoutMs, comms, error))
+      return nullptr;
+  } else {
+    for (const char *dim : {"dp_shard", "dp_replicate"}) {
+      comms.emplace_back(HostComm::createMpi(options.mesh, dim, error));
+      if (!comms.back())
+        return nullptr;
+    }
+  }
+  return new HostBackend(std::move(comms[0]), std::move(comms[1]));
 }
 
 } // namespace mfsdp::rt

@@ -1,17 +1,18 @@
 //===- CollectivesTest.cpp - Host collectives under mpirun ----------------===//
 //
 // Run as `mpirun -np N mfsdp-mpi-tests MESH` (MESH like dp_shard=4 or
-// dp_replicate=2,dp_shard=2). Every rank fills its buffers from its global
-// rank, so the expected results are computed in closed form here, not by
-// another collective. Prints "N passed, N failed" on rank 0 and exits with 1
-// on any failure.
+// dp_replicate=2,dp_shard=2). The checks of each group's collectives are
+// test/unit/CollectiveChecks.h's, shared with the gloo layer's test.
+// Prints "N passed, N failed" on rank 0 and exits with 1 on any failure.
 //
 //===----------------------------------------------------------------------===//
+#include "CollectiveChecks.h"
+
+#include "mfsdp/runtime/ControlPlane.h"
 #include "mfsdp/runtime/HostComm.h"
 
 #include <mpi.h>
 
-#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <sstream>
@@ -46,108 +47,15 @@ std::vector<MeshDimSpec> parseMesh(const std::string &spec) {
 /// Checks every collective on the group along `dim`.
 void checkGroup(const std::vector<MeshDimSpec> &mesh, const std::string &dim) {
   std::string error;
-  std::unique_ptr<HostComm> comm(HostComm::create(mesh, dim, error));
+  std::unique_ptr<HostComm> comm(HostComm::createMpi(mesh, dim, error));
   expect(comm != nullptr, "create " + dim + ": " + error);
   if (!comm)
     return;
-  const int r = comm->rank(), W = comm->size();
-  const int64_t n = 5;
-  // Each rank's values are distinguishable: 100 * groupRank + i.
-  std::vector<float> mine(n), all(n * W);
-  for (int64_t i = 0; i < n; ++i)
-    mine[i] = static_cast<float>(100 * r + i);
-  expect(comm->allGather(mine.data(), all.data(), n) == 0, "allGather");
-  bool ok = true;
-  for (int k = 0; k < W; ++k)
-    for (int64_t i = 0; i < n; ++i)
-      ok &= all[k * n + i] == static_cast<float>(100 * k + i);
-  expect(ok, dim + " allGather values");
-
-  // Reduce-scatter of full buffers where element j of rank k is k + j.
-  std::vector<float> full(n * W), part(n);
-  for (int64_t j = 0; j < n * W; ++j)
-    full[j] = static_cast<float>(r + j);
-  expect(comm->reduceScatter(full.data(), part.data(), n) == 0, "reduceScatter");
-  ok = true;
-  const float rankSum = static_cast<float>(W * (W - 1) / 2);
-  for (int64_t i = 0; i < n; ++i)
-    ok &= part[i] == rankSum + static_cast<float>(W) * (r * n + i);
-  expect(ok, dim + " reduceScatter values");
-
-  std::vector<float> buf(n);
-  for (int64_t i = 0; i < n; ++i)
-    buf[i] = static_cast<float>(r * i);
-  expect(comm->allReduce(buf.data(), n) == 0, "allReduce");
-  ok = true;
-  for (int64_t i = 0; i < n; ++i)
-    ok &= buf[i] == rankSum * static_cast<float>(i);
-  expect(ok, dim + " allReduce values");
-
-  // Owners: rank k contributes k + 1 values (rank W-1 contributes none when
-  // W > 1, to cover an empty chunk).
-  std::vector<int64_t> counts(W);
-  int64_t total = 0;
-  for (int k = 0; k < W; ++k) {
-    counts[k] = (W > 1 && k == W - 1) ? 0 : k + 1;
-    total += counts[k];
-  }
-  std::vector<float> chunk(counts[r] + 1), gathered(total + 1);
-  for (int64_t i = 0; i < counts[r]; ++i)
-    chunk[i] = static_cast<float>(1000 * r + i);
-  expect(comm->allGatherV(chunk.data(), gathered.data(), counts) == 0, "allGatherV");
-  ok = true;
-  int64_t at = 0;
-  for (int k = 0; k < W; ++k)
-    for (int64_t i = 0; i < counts[k]; ++i)
-      ok &= gathered[at++] == static_cast<float>(1000 * k + i);
-  expect(ok, dim + " allGatherV values");
-
-  std::vector<float> grads(total + 1), mineSum(counts[r] + 1);
-  for (int64_t j = 0; j < total; ++j)
-    grads[j] = static_cast<float>(r + 2 * j);
-  expect(comm->reduceScatterV(grads.data(), mineSum.data(), counts) == 0,
-         "reduceScatterV");
-  int64_t start = 0;
-  for (int k = 0; k < r; ++k)
-    start += counts[k];
-  ok = true;
-  for (int64_t i = 0; i < counts[r]; ++i)
-    ok &= mineSum[i] == rankSum + static_cast<float>(W * 2 * (start + i));
-  expect(ok, dim + " reduceScatterV values");
-
-  // Several broadcasts at once, each from another root (k mod W) and of
-  // another size (k + 1 floats, one empty): every rank ends with each
-  // root's values.
-  const int parts = 4;
-  std::vector<std::vector<float>> bufs(parts);
-  std::vector<BroadcastPart> many;
-  for (int k = 0; k < parts; ++k) {
-    const int64_t count = k == 2 ? 0 : k + 1;
-    bufs[k].assign(count + 1, -1.f);
-    for (int64_t i = 0; i < count; ++i)
-      bufs[k][i] = static_cast<float>(10 * r + 100 * k + i);
-    many.push_back({bufs[k].data(), count, k % W});
-  }
-  expect(comm->broadcastMany(many) == 0, "broadcastMany");
-  ok = true;
-  for (int k = 0; k < parts; ++k) {
-    const int64_t count = k == 2 ? 0 : k + 1;
-    for (int64_t i = 0; i < count; ++i)
-      ok &= bufs[k][i] == static_cast<float>(10 * (k % W) + 100 * k + i);
-    ok &= bufs[k][count] == -1.f; // nothing past the count
-  }
-  expect(ok, dim + " broadcastMany values");
-  // A root out of range is an error on every rank, not a hang.
-  std::vector<BroadcastPart> badRoot = {{bufs[0].data(), 1, W}};
-  expect(comm->broadcastMany(badRoot) != 0 &&
-             std::string(HostComm::lastError()).find("out of range") != std::string::npos,
-         dim + " broadcastMany rejects a root out of range");
-
-  // A wrong number of counts is an error, not a crash.
-  std::vector<int64_t> wrong(W + 1, 1);
-  expect(comm->allGatherV(chunk.data(), gathered.data(), wrong) != 0 &&
-             std::string(HostComm::lastError()).find("counts") != std::string::npos,
-         dim + " allGatherV rejects a wrong count list");
+  mfsdp::test::CheckResults results;
+  mfsdp::test::checkCollectives(*comm, dim, results);
+  passed += results.passed;
+  for (const std::string &what : results.failed)
+    expect(false, what);
 }
 } // namespace
 
@@ -159,9 +67,21 @@ int main(int argc, char **argv) {
   for (const MeshDimSpec &d : mesh)
     if (d.name.rfind("dp_", 0) == 0)
       checkGroup(mesh, d.name);
+  // The control plane's exchange (gloo's addresses go through the torchrun
+  // one): rank r's blob is r + 1 bytes of value r.
+  std::unique_ptr<ControlPlane> control(createMpiControlPlane());
+  std::vector<std::vector<uint8_t>> blobs;
+  std::string planeError;
+  bool same = control && control->allGather(std::vector<uint8_t>(worldRank + 1,
+                                                                 uint8_t(worldRank)),
+                                            blobs, planeError);
+  for (size_t k = 0; same && k < blobs.size(); ++k)
+    same = blobs[k] == std::vector<uint8_t>(k + 1, static_cast<uint8_t>(k));
+  expect(same && static_cast<int>(blobs.size()) == control->world(),
+         "the MPI control plane's allGather: " + planeError);
   // A mesh that does not match the world is refused with a message.
   std::string error;
-  std::unique_ptr<HostComm> bad(HostComm::create({{"dp_shard", 1000}}, "dp_shard", error));
+  std::unique_ptr<HostComm> bad(HostComm::createMpi({{"dp_shard", 1000}}, "dp_shard", error));
   expect(!bad && error.find("ranks but the world has") != std::string::npos,
          "mesh/world mismatch is refused");
   int counts[2] = {passed, failed}, totals[2] = {0, 0};

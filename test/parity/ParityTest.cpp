@@ -1,6 +1,7 @@
 //===- ParityTest.cpp - Sharded training equals single-device training ----===//
 //
-//   mpirun -np N mfsdp-parity MESH POLICY ZERO MICROBATCHES [recompute|restart|bf16|dynamic|ns_split|prefetch|buckets|external|hparams|blocks=RxC]
+//   mpirun -np N mfsdp-parity MESH POLICY ZERO MICROBATCHES [recompute|restart|bf16|dynamic|ns_split|prefetch|buckets|external|hparams|blocks=RxC|dump=FILE]
+//   (N processes with the torchrun variables) mfsdp-parity MESH ... torchrun
 //
 // Plans the example model with the layout planner (policy, ZeRO level,
 // mesh), trains it for 5 steps through the runtime's C ABI on N ranks (each
@@ -43,6 +44,13 @@
 // runs with torch.optim.Muon's options: 4 steps of other coefficients,
 // eps 1e-3, Nesterov off, the `original` scale, and the clamping
 // normalisation on each block's first matrix (adding eps on the second).
+// With `torchrun` no MPI call is made: the ranks come from the torchrun
+// variables (test/launch_torchrun.py starts them, or torchrun itself), the
+// driver's own exchanges go over the torchrun control plane, and the
+// runtime runs the host backend with MFSDP_BOOTSTRAP_TORCHRUN, its
+// collectives over gloo. With `dump=FILE`, rank 0 writes the trained
+// tensors, every float exactly, to FILE (a torchrun run and an mpirun run
+// of a case compare bit for bit where no sum has more than two terms).
 // Every case also checks, with the engine's work counters, how many
 // Muon steps each rank ran: each owned matrix on one replica under
 // ns_split (and the split must divide some owner's work), on
@@ -56,6 +64,7 @@
 #include "mfsdp/planner/Layout.h"
 #include "mfsdp/runtime.h"
 #include "mfsdp/runtime/Bootstrap.h"
+#include "mfsdp/runtime/ControlPlane.h"
 #include "mfsdp/runtime/Counters.h"
 #include "mfsdp/step/Builder.h"
 #include "mfsdp/step/RuntimeMemory.h"
@@ -68,6 +77,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <sstream>
 
 using namespace mfsdp;
@@ -113,6 +123,107 @@ Mesh parseMesh(const std::string &spec) {
   return m;
 }
 
+/// The ranks of the run, and the driver's own exchanges between them (its
+/// counts' sums and maxima, the outer stack's gradients, a checkpoint from
+/// rank 0) over one of the runtime's control planes: MPI_COMM_WORLD under
+/// mpirun; with `torchrun`, the torchrun variables and TCP through rank 0,
+/// no MPI call at all, and the runtime created on the host backend with
+/// MFSDP_BOOTSTRAP_TORCHRUN (its collectives over gloo).
+struct World {
+  bool torchrun = false;
+  std::unique_ptr<rt::ControlPlane> plane;
+  int rank = 0, size = 1;
+
+  World(bool overTorchrun, int &argc, char **&argv) : torchrun(overTorchrun) {
+    std::string error;
+    if (torchrun) {
+      rt::RankEnv env;
+      if (rt::readRankEnv(rt::processEnvironment(), env, error))
+        plane.reset(rt::createTorchrunControlPlane(env, kTimeoutMs, error));
+    } else {
+      MPI_Init(&argc, &argv);
+      plane.reset(rt::createMpiControlPlane());
+    }
+    if (!plane)
+      die("no world: " + error);
+    rank = plane->rank();
+    size = plane->world();
+  }
+  void finish() {
+    plane.reset();
+    if (!torchrun)
+      MPI_Finalize();
+  }
+  /// Ends every rank: under torchrun the others' next exchange fails.
+  [[noreturn]] void abort(int code) {
+    std::fflush(nullptr);
+    if (!torchrun)
+      MPI_Abort(MPI_COMM_WORLD, code);
+    std::_Exit(code);
+  }
+  [[noreturn]] void die(const std::string &why) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, why.c_str());
+    abort(1);
+  }
+
+  /// Element-wise sums over the ranks (added in rank order).
+  template <typename T> void sum(std::vector<T> &values) {
+    std::vector<uint8_t> mine(sizeof(T) * values.size());
+    std::memcpy(mine.data(), values.data(), mine.size());
+    std::vector<std::vector<uint8_t>> all;
+    std::string error;
+    if (!plane->allGather(mine, all, error))
+      die("exchange: " + error);
+    std::fill(values.begin(), values.end(), T(0));
+    for (const std::vector<uint8_t> &theirs : all) {
+      if (theirs.size() != mine.size())
+        die("exchange: ranks sent different sizes");
+      for (size_t i = 0; i < values.size(); ++i) {
+        T x;
+        std::memcpy(&x, theirs.data() + sizeof(T) * i, sizeof(T));
+        values[i] += x;
+      }
+    }
+  }
+  template <typename T> T sum(T value) {
+    std::vector<T> v = {value};
+    sum(v);
+    return v[0];
+  }
+  double max(double value) {
+    std::vector<int64_t> lo, hi;
+    std::string error;
+    // Non-negative doubles order as their bit patterns do.
+    int64_t bits;
+    std::memcpy(&bits, &value, sizeof(bits));
+    if (value < 0 || !plane->minMax({bits}, lo, hi, error))
+      die("max: " + (error.empty() ? "a negative value" : error));
+    std::memcpy(&value, &hi[0], sizeof(value));
+    return value;
+  }
+  /// Rank 0's `values` on every rank.
+  void broadcast(std::vector<float> &values) {
+    std::vector<uint8_t> bytes(sizeof(float) * values.size());
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    std::string error;
+    if (!plane->broadcast(bytes, error) || bytes.size() != sizeof(float) * values.size())
+      die("broadcast: " + error);
+    std::memcpy(values.data(), bytes.data(), bytes.size());
+  }
+  /// mfsdp_create, or under torchrun the host backend with its bootstrap.
+  mfsdp_status create(const mfsdp_plan &plan, mfsdp_step **step) {
+    if (!torchrun)
+      return mfsdp_create(&plan, step);
+    mfsdp_config config{};
+    config.backend = MFSDP_BACKEND_HOST;
+    config.bootstrap = MFSDP_BOOTSTRAP_TORCHRUN;
+    config.bootstrap_timeout_ms = kTimeoutMs;
+    return mfsdp_create_with_config(&plan, &config, step);
+  }
+
+  static constexpr int kTimeoutMs = 60000;
+};
+
 /// The outer stack of the `external` case: keeps its parameters whole on
 /// every rank, averages their gradients over all ranks (TP ranks see the
 /// same data, so their copies agree) and steps them with AdamW
@@ -123,10 +234,10 @@ struct OuterAdamW final : example::OuterParams {
   };
   std::map<int64_t, Tensor> tensors;
   reference::AdamW h;
-  int world = 1;
+  World &world;
   int64_t t = 0;
 
-  OuterAdamW(const reference::AdamW &hyper, int ranks) : h(hyper), world(ranks) {}
+  OuterAdamW(const reference::AdamW &hyper, World &ranks) : h(hyper), world(ranks) {}
   void add(int64_t i, const std::vector<float> &init) {
     Tensor &x = tensors[i];
     x.p = init;
@@ -145,13 +256,9 @@ struct OuterAdamW final : example::OuterParams {
     const double c1 = 1 - std::pow(h.beta1, static_cast<double>(t));
     const double c2 = 1 - std::pow(h.beta2, static_cast<double>(t));
     for (auto &[i, x] : tensors) {
-      if (MPI_Allreduce(MPI_IN_PLACE, x.g.data(), static_cast<int>(x.g.size()), MPI_FLOAT,
-                        MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS) {
-        error = "the outer stack's all-reduce failed";
-        return false;
-      }
+      world.sum(x.g);
       for (size_t e = 0; e < x.p.size(); ++e) {
-        const float g = x.g[e] / static_cast<float>(world);
+        const float g = x.g[e] / static_cast<float>(world.size);
         x.p[e] -= static_cast<float>(h.lr * h.weightDecay) * x.p[e];
         x.m[e] = static_cast<float>(h.beta1) * x.m[e] + static_cast<float>(1 - h.beta1) * g;
         x.v[e] = static_cast<float>(h.beta2) * x.v[e] + static_cast<float>(1 - h.beta2) * g * g;
@@ -166,16 +273,17 @@ struct OuterAdamW final : example::OuterParams {
 } // namespace
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  int rank = 0, world = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  bool torchrun = false;
+  for (int i = 5; i < argc; ++i)
+    torchrun |= std::strcmp(argv[i], "torchrun") == 0;
+  World ranks(torchrun, argc, argv);
+  const int rank = ranks.rank, world = ranks.size;
   if (argc < 5) {
     if (rank == 0)
       std::fprintf(stderr, "usage: mfsdp-parity MESH POLICY ZERO MICROBATCHES "
                            "[recompute|restart|bf16|dynamic|ns_split|prefetch|"
-                           "buckets|external|hparams|blocks=RxC]\n");
-    MPI_Finalize();
+                           "buckets|external|hparams|blocks=RxC|dump=FILE|torchrun]\n");
+    ranks.finish();
     return 2;
   }
   Mesh mesh = parseMesh(argv[1]);
@@ -186,12 +294,15 @@ int main(int argc, char **argv) {
   bool nsSplit = false, prefetch = false, bucketed = false, external = false;
   bool hparams = false;
   std::vector<int64_t> blockShape; // blocks=RxC: block-shard the matrices
+  std::string dumpPath;            // dump=FILE: rank 0 writes the result
   for (int i = 5; i < argc; ++i) {
+    if (std::strncmp(argv[i], "dump=", 5) == 0)
+      dumpPath = argv[i] + 5;
     if (std::strncmp(argv[i], "blocks=", 7) == 0) {
       long long r = 0, c = 0;
       if (std::sscanf(argv[i] + 7, "%lldx%lld", &r, &c) != 2) {
         std::fprintf(stderr, "blocks=ROWSxCOLS expected, got %s\n", argv[i]);
-        MPI_Abort(MPI_COMM_WORLD, 2);
+        ranks.abort(2);
       }
       blockShape = {r, c};
     }
@@ -242,7 +353,7 @@ int main(int argc, char **argv) {
   planner::Options opts;
   if (!planner::parsePolicy(policy, opts.policy)) {
     std::fprintf(stderr, "unknown policy %s\n", policy.c_str());
-    MPI_Abort(MPI_COMM_WORLD, 2);
+    ranks.abort(2);
   }
   opts.zero = zero;
   opts.shard = mesh.shard;
@@ -255,7 +366,7 @@ int main(int argc, char **argv) {
   planner::PlanError perr;
   if (!planner::planLayouts(pr, opts, decisions, perr)) {
     std::fprintf(stderr, "planning failed: %s\n", perr.message.c_str());
-    MPI_Abort(MPI_COMM_WORLD, 2);
+    ranks.abort(2);
   }
 
   std::vector<mfsdp_param_desc> descs;
@@ -373,7 +484,7 @@ int main(int argc, char **argv) {
       step::planRuntimeMemory(plan, micro > 1, 256, prefetch ? 1 : 0);
   if (!memory.error.empty()) {
     std::fprintf(stderr, "memory planning failed: %s\n", memory.error.c_str());
-    MPI_Abort(MPI_COMM_WORLD, 2);
+    ranks.abort(2);
   }
   const mfsdp_memory_plan memoryPlan = memory.view();
   if (!dynamic)
@@ -457,8 +568,7 @@ int main(int argc, char **argv) {
                ", expected " + std::to_string(calls));
     // Over the world: each owned matrix once per step under the split, on
     // every replica without it.
-    long long mine = w.muonSteps, total = 0;
-    MPI_Allreduce(&mine, &total, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    const int64_t total = ranks.sum<int64_t>(w.muonSteps);
     const int64_t copies = plan.ns_split ? 1 : mesh.replicate;
     // Every outer coordinate (a TP rank) runs its own copy of the work.
     const int64_t wantTotal =
@@ -534,12 +644,12 @@ int main(int argc, char **argv) {
 
   // The outer stack of `external`: the parameter whole on every rank, its
   // gradient averaged over all ranks, AdamW as the reference runs it.
-  OuterAdamW outer(ref.adamw, world);
+  OuterAdamW outer(ref.adamw, ranks);
   mfsdp_step *step = nullptr;
-  mfsdp_status st = mfsdp_create(&plan, &step);
+  mfsdp_status st = ranks.create(plan, &step);
   expect(st == MFSDP_OK, std::string("create: ") + mfsdp_last_error(step));
   if (st != MFSDP_OK)
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    ranks.abort(1);
   // The runtime's data-parallel groups follow the mesh order: its dp_shard
   // rank (whose shards and owned matrices this rank stores) and replica
   // are this rank's coordinates, as computed here and by meshGroup.
@@ -677,8 +787,7 @@ int main(int argc, char **argv) {
       // from rank 0's copy, as from a checkpoint rank 0 wrote.
       for (std::vector<float> *stored : {&params[i], &m[i], &v[i]}) {
         std::vector<float> first = *stored;
-        MPI_Bcast(first.data(), static_cast<int>(first.size()), MPI_FLOAT, 0,
-                  MPI_COMM_WORLD);
+        ranks.broadcast(first);
         if (stored != &v[i] || descs[idx].optimizer == MFSDP_OPT_ADAMW)
           expect(first == *stored, "rank " + std::to_string(rank) + " stored " +
                                        (stored == &m[i]   ? "the exp_avg of "
@@ -691,7 +800,7 @@ int main(int argc, char **argv) {
     checkWork(step, 3, "before the checkpoint");
     mfsdp_destroy(step);
     step = nullptr;
-    expect(mfsdp_create(&plan, &step) == MFSDP_OK, "create again");
+    expect(ranks.create(plan, &step) == MFSDP_OK, "create again");
     for (size_t i = 0; i < infos.size(); ++i) {
       const int32_t idx = tableIndex[i];
       if (idx < 0)
@@ -738,11 +847,13 @@ int main(int argc, char **argv) {
   reference::Result want = reference::train(ref);
   expect(want.error.empty(), "reference: " + want.error);
   if (!want.error.empty())
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    ranks.abort(1);
 
   double worst = 0;
+  std::vector<std::vector<float>> trained(infos.size());
   for (size_t i = 0; i < infos.size(); ++i) {
-    std::vector<float> got(example::numel(infos[i]));
+    std::vector<float> &got = trained[i];
+    got.resize(example::numel(infos[i]));
     if (tableIndex[i] < 0)
       std::copy(outer.param(static_cast<int64_t>(i)),
                 outer.param(static_cast<int64_t>(i)) + got.size(), got.begin());
@@ -792,10 +903,21 @@ int main(int argc, char **argv) {
     expect(anyFP32, "the master of " + infos[1].name + " keeps fp32 precision");
   }
   mfsdp_destroy(step);
-  int counts[2] = {passes, failures}, totals[2] = {0, 0};
-  MPI_Reduce(counts, totals, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
-  double worstAll = 0;
-  MPI_Reduce(&worst, &worstAll, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  if (!dumpPath.empty() && rank == 0) {
+    // Every trained tensor, each float exactly (hexadecimal), for a
+    // comparison with another run's.
+    FILE *f = std::fopen(dumpPath.c_str(), "w");
+    for (size_t i = 0; f && i < infos.size(); ++i) {
+      std::fprintf(f, "%s", infos[i].name.c_str());
+      for (float x : trained[i])
+        std::fprintf(f, " %a", static_cast<double>(x));
+      std::fprintf(f, "\n");
+    }
+    expect(f && std::fclose(f) == 0, "writing " + dumpPath);
+  }
+  std::vector<int64_t> totals = {passes, failures};
+  ranks.sum(totals);
+  const double worstAll = ranks.max(worst);
   if (rank == 0)
     std::printf("parity %s %s zero=%d microbatches=%lld%s: worst relative "
                 "difference %.3g; %d passed, %d failed\n",
@@ -804,11 +926,10 @@ int main(int argc, char **argv) {
                  (bf16 ? " bf16" : "") + (nsSplit ? " ns_split" : "") +
                  (prefetch ? " prefetch" : "") + (hparams ? " hparams" : "") +
                  (blockShape.empty() ? "" : " blocks=" + std::to_string(blockShape[0]) +
-                                                "x" + std::to_string(blockShape[1])))
+                                                "x" + std::to_string(blockShape[1])) +
+                 (torchrun ? " torchrun" : ""))
                     .c_str(),
-                worstAll, totals[0], totals[1]);
-  int any = 0;
-  MPI_Allreduce(&failures, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return any ? 1 : 0;
+                worstAll, static_cast<int>(totals[0]), static_cast<int>(totals[1]));
+  ranks.finish();
+  return totals[1] ? 1 : 0;
 }

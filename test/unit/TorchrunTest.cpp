@@ -3,15 +3,19 @@
 // Real processes (fork) on localhost, each with the torchrun variables set
 // in its environment, and no MPI: the control plane's agreements, a rank
 // that is missing or dies (an error on every rank within a bound, never a
-// hang), and mfsdp_create_with_config with MFSDP_BOOTSTRAP_TORCHRUN: the
-// CUDA backend without a driver, the host backend refused, and bad
-// variables named through mfsdp_last_error. A process that called MPI
-// without MPI_Init would abort and give no answer, failing the test.
+// hang), the host backend's gloo collectives on every group of a mesh (the
+// checks the MPI ones pass, CollectiveChecks.h), and
+// mfsdp_create_with_config with MFSDP_BOOTSTRAP_TORCHRUN: a step of the
+// host backend over gloo (equal to a world of one), the CUDA backend
+// without a driver, and bad variables named through mfsdp_last_error. A process that called MPI without MPI_Init
+// would abort and give no answer, failing the test.
 //
 //===----------------------------------------------------------------------===//
 #include "mfsdp/runtime.h"
 #include "mfsdp/runtime/ControlPlane.h"
+#include "mfsdp/runtime/HostComm.h"
 
+#include "CollectiveChecks.h"
 #include "FreePort.h"
 
 #include <gtest/gtest.h>
@@ -24,7 +28,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -69,8 +75,8 @@ Outcome runProcesses(const std::vector<Vars> &vars,
     pid_t pid = fork();
     if (pid == 0) {
       close(fds[0]);
-      for (const char *name :
-           {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"})
+      for (const char *name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                               "MASTER_PORT", "MFSDP_MASTER_PORT", "GLOO_SOCKET_IFNAME"})
         unsetenv(name);
       for (const auto &[name, value] : vars[i])
         setenv(name.c_str(), value.c_str(), 1);
@@ -196,6 +202,65 @@ std::string createUnderTorchrun(int planWorld, int32_t backend, int timeoutMs) {
   return out;
 }
 
+/// One training step of Plan(n) on the host backend under torchrun, every
+/// gradient element `grad`: the stored parameters, printed exactly, or
+/// "<status>: <last error>".
+std::string stepUnderTorchrun(int n, float grad) {
+  Plan p(n);
+  mfsdp_config config{};
+  config.backend = MFSDP_BACKEND_HOST;
+  config.bootstrap = MFSDP_BOOTSTRAP_TORCHRUN;
+  config.bootstrap_timeout_ms = 10000;
+  mfsdp_step *step = nullptr;
+  mfsdp_status st = mfsdp_create_with_config(&p.plan, &config, &step);
+  auto failed = [&](mfsdp_status s) {
+    std::string out = std::to_string(s) + ": " + mfsdp_last_error(step);
+    mfsdp_destroy(step);
+    return out;
+  };
+  if (st != MFSDP_OK)
+    return failed(st);
+  std::vector<float> init[2];
+  for (int32_t i = 0; i < 2; ++i) {
+    init[i].resize(p.params[i].rows * p.params[i].cols);
+    for (size_t k = 0; k < init[i].size(); ++k)
+      init[i][k] = 0.1f * static_cast<float>(k) - 0.3f * static_cast<float>(i + 1);
+    if ((st = mfsdp_load_param(step, i, init[i].data())))
+      return failed(st);
+  }
+  // Unit u holds parameter u.
+  for (int32_t u = 0; u < 2; ++u)
+    if ((st = mfsdp_pre_forward(step, u)) || (st = mfsdp_post_forward(step, u)))
+      return failed(st);
+  for (int32_t u = 1; u >= 0; --u) {
+    DLTensor g;
+    if ((st = mfsdp_pre_backward(step, u)) || (st = mfsdp_grad_view(step, u, &g)))
+      return failed(st);
+    std::fill_n(static_cast<float *>(g.data), g.shape[0] * g.shape[1], grad);
+    if ((st = mfsdp_post_backward(step, u)))
+      return failed(st);
+  }
+  if ((st = mfsdp_optimizer_step(step)))
+    return failed(st);
+  std::string out;
+  for (int32_t i = 0; i < 2; ++i) {
+    std::vector<float> stored(p.params[i].rows * p.params[i].cols);
+    if ((st = mfsdp_store_param(step, i, stored.data())))
+      return failed(st);
+    if (stored == init[i])
+      return std::string("the step did not change ") + p.params[i].name;
+    out += p.params[i].name;
+    for (float x : stored) {
+      char text[32];
+      std::snprintf(text, sizeof(text), " %a", static_cast<double>(x));
+      out += text;
+    }
+    out += "\n";
+  }
+  mfsdp_destroy(step);
+  return out;
+}
+
 } // namespace
 
 TEST(Torchrun, TheRanksAgreeOverTcp) {
@@ -225,6 +290,17 @@ TEST(Torchrun, TheRanksAgreeOverTcp) {
             return "broadcast: " + error;
           if (blob.size() != 300 || blob[299] != static_cast<uint8_t>(299 * 7 + round))
             return "broadcast gave a wrong blob";
+          // Rank r's blob is r + 1 bytes of value r (rank 0's is one 0).
+          std::vector<std::vector<uint8_t>> all;
+          if (!control->allGather(std::vector<uint8_t>(r + 1, static_cast<uint8_t>(r)), all,
+                                  error))
+            return "allGather: " + error;
+          for (int k = 0; k < n; ++k)
+            if (all.size() != static_cast<size_t>(n) ||
+                all[k] != std::vector<uint8_t>(k + 1, static_cast<uint8_t>(k)))
+              return "allGather gave a wrong blob for rank " + std::to_string(k);
+          if (control->localAddress() != "127.0.0.1")
+            return "local address " + control->localAddress() + ", expected 127.0.0.1";
           if (control->world() != n || control->localRank() != r ||
               std::string(control->name()) != "torchrun" || !control->rankEnv())
             return "wrong world, local rank or name";
@@ -285,6 +361,117 @@ TEST(Torchrun, ADeadRankIsAnErrorNotATimeout) {
   EXPECT_LT(run.elapsedMs, 10000);
 }
 
+/// The gloo groups along dp_shard and dp_replicate of `mesh` for this
+/// process's torchrun world, or an empty list with `error`; `control`, when
+/// given, keeps the control plane they were created over.
+std::vector<std::unique_ptr<HostComm>>
+glooGroups(const std::vector<MeshDimSpec> &mesh, int timeoutMs, std::string &error,
+           std::unique_ptr<ControlPlane> *control = nullptr) {
+  std::vector<std::unique_ptr<HostComm>> comms;
+  std::unique_ptr<ControlPlane> plane = controlFromEnvironment(timeoutMs, error);
+  if (plane)
+    createGlooComms(mesh, {"dp_shard", "dp_replicate"}, *plane, timeoutMs, comms, error);
+  if (control)
+    *control = std::move(plane);
+  return comms;
+}
+
+TEST(Torchrun, GlooCollectivesOnEveryGroupOfTheMesh) {
+  if (!hasGloo())
+    GTEST_SKIP() << "libmfsdp_rt was built without gloo";
+  // One rank; a ring of 3 (not a power of two); HSDP 2x2, whose groups
+  // follow the row-major mesh as MPI's do.
+  const std::vector<std::vector<MeshDimSpec>> meshes = {
+      {{"dp_replicate", 1}, {"dp_shard", 1}},
+      {{"dp_replicate", 1}, {"dp_shard", 3}},
+      {{"dp_replicate", 2}, {"dp_shard", 2}}};
+  for (const std::vector<MeshDimSpec> &mesh : meshes) {
+    int n = 1;
+    for (const MeshDimSpec &d : mesh)
+      n *= static_cast<int>(d.size);
+    std::vector<Vars> vars = world(n, freePort());
+    // The ring of 3 listens on the interface named as PyTorch's is.
+    if (n == 3)
+      for (Vars &v : vars)
+        v["GLOO_SOCKET_IFNAME"] = "lo";
+    Outcome run = runProcesses(
+        vars,
+        [&](size_t i) -> std::string {
+          std::string error;
+          std::vector<std::unique_ptr<HostComm>> comms = glooGroups(mesh, 10000, error);
+          if (comms.size() != 2)
+            return "create: " + error;
+          std::string out;
+          const char *dims[2] = {"dp_shard", "dp_replicate"};
+          for (int d = 0; d < 2; ++d) {
+            int colour = 0, coord = 0;
+            if (!meshGroup(mesh, dims[d], static_cast<int>(i), n, colour, coord, error) ||
+                comms[d]->rank() != coord)
+              out += std::string(dims[d]) + ": rank " + std::to_string(comms[d]->rank()) +
+                     ", meshGroup's " + std::to_string(coord) + "; ";
+            mfsdp::test::CheckResults results;
+            mfsdp::test::checkCollectives(*comms[d], dims[d], results);
+            for (const std::string &what : results.failed)
+              out += what + "; ";
+            if (results.passed == 0)
+              out += std::string(dims[d]) + ": nothing checked; ";
+          }
+          return out.empty() ? "ok" : out;
+        },
+        60000);
+    for (int r = 0; r < n; ++r)
+      EXPECT_EQ(run.answers[r], "ok") << "rank " << r << " of " << n;
+  }
+}
+
+TEST(Torchrun, GlooWithAMissingInterfaceFailsOnEveryRank) {
+  if (!hasGloo())
+    GTEST_SKIP() << "libmfsdp_rt was built without gloo";
+  // Only rank 1 is told to listen on an interface that does not exist.
+  std::vector<Vars> vars = world(3, freePort());
+  vars[1]["GLOO_SOCKET_IFNAME"] = "mfsdp-no-such-if0";
+  Outcome run = runProcesses(
+      vars,
+      [](size_t) -> std::string {
+        std::string error;
+        return glooGroups({{"dp_replicate", 1}, {"dp_shard", 3}}, 5000, error).empty() ? error : "created";
+      },
+      30000);
+  for (int r = 0; r < 3; ++r)
+    EXPECT_TRUE(contains(run.answers[r],
+                         "rank 1: cannot create gloo's TCP device and pairs"))
+        << run.answers[r];
+  EXPECT_LT(run.elapsedMs, 10000);
+}
+
+TEST(Torchrun, AGlooPeerThatDiesIsAnErrorNotATimeout) {
+  if (!hasGloo())
+    GTEST_SKIP() << "libmfsdp_rt was built without gloo";
+  // Once every rank has connected its pairs (they agree on it over the
+  // control plane), rank 2 exits before the all-reduce; the others see its
+  // connections close, long before the 30-minute timeout.
+  Outcome run = runProcesses(
+      world(3, freePort()),
+      [](size_t i) -> std::string {
+        std::string error;
+        std::unique_ptr<ControlPlane> control;
+        std::vector<std::unique_ptr<HostComm>> comms =
+            glooGroups({{"dp_replicate", 1}, {"dp_shard", 3}}, 10000, error, &control);
+        std::vector<int64_t> lo, hi;
+        if (comms.empty() || !control->minMax({1}, lo, hi, error))
+          return "create: " + error;
+        if (i == 2)
+          _exit(3);
+        std::vector<float> buf(1000, 1.f);
+        return comms[0]->allReduce(buf.data(), 1000) ? HostComm::lastError() : "reduced";
+      },
+      30000);
+  for (int r : {0, 1})
+    EXPECT_TRUE(contains(run.answers[r], "gloo allReduce failed: ")) << run.answers[r];
+  EXPECT_FALSE(run.answered[2]);
+  EXPECT_LT(run.elapsedMs, 10000);
+}
+
 TEST(Torchrun, CudaWithoutADriverFailsOnEveryRank) {
   if (void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
     dlclose(driver);
@@ -304,32 +491,49 @@ TEST(Torchrun, CudaWithoutADriverFailsOnEveryRank) {
   EXPECT_LT(run.elapsedMs, 10000);
 }
 
-TEST(Torchrun, TheHostBackendIsRefusedOnEveryRank) {
-  const int n = 3, port = freePort();
-  // Every rank asks for the host backend.
+TEST(Torchrun, TheHostBackendRunsAStepOverGloo) {
+  const int n = 3;
+  if (!hasGloo()) {
+    // Built without gloo: refused on every rank, saying why.
+    Outcome run = runProcesses(
+        world(n, freePort()),
+        [](size_t) { return createUnderTorchrun(n, MFSDP_BACKEND_HOST, 5000); }, 30000);
+    for (int r = 0; r < n; ++r)
+      EXPECT_TRUE(contains(run.answers[r], std::to_string(MFSDP_ERROR_INVALID) +
+                                               ": this libmfsdp_rt was built without gloo"))
+          << run.answers[r];
+    return;
+  }
+  // Rank r's gradients are all r + 1; a world of one whose gradients are
+  // their average, 2, must end with the same parameters.
   Outcome run = runProcesses(
-      world(n, port),
-      [](size_t) { return createUnderTorchrun(n, MFSDP_BACKEND_HOST, 5000); }, 30000);
+      world(n, freePort()),
+      [](size_t i) { return stepUnderTorchrun(n, static_cast<float>(i + 1)); }, 30000);
+  Outcome alone = runProcesses(
+      world(1, freePort()), [](size_t) { return stepUnderTorchrun(1, 2.f); }, 30000);
+  ASSERT_TRUE(contains(alone.answers[0], "w ")) << alone.answers[0];
   for (int r = 0; r < n; ++r)
-    EXPECT_TRUE(contains(run.answers[r], std::to_string(MFSDP_ERROR_INVALID) +
-                                             ": the host backend takes its ranks from "
-                                             "MPI; with the torchrun bootstrap"))
-        << run.answers[r];
-  // Only rank 1 does: it says why, the others that it refused.
-  const int port2 = freePort();
-  run = runProcesses(
-      world(n, port2),
+    EXPECT_EQ(run.answers[r], alone.answers[0]) << "rank " << r;
+}
+
+TEST(Torchrun, TheRanksMustAskForOneBackend) {
+  // Only rank 1 asks for the host backend: every rank is told.
+  const int n = 3;
+  Outcome run = runProcesses(
+      world(n, freePort()),
       [](size_t i) {
         return createUnderTorchrun(n, i == 1 ? MFSDP_BACKEND_HOST : MFSDP_BACKEND_CUDA,
                                    5000);
       },
       30000);
-  EXPECT_TRUE(contains(run.answers[1], "the host backend takes its ranks from MPI"))
-      << run.answers[1];
-  for (int r : {0, 2})
-    EXPECT_TRUE(contains(run.answers[r], std::to_string(MFSDP_ERROR_INVALID) +
-                                             ": another rank refused the plan or its "
-                                             "config"))
+  // Without gloo rank 1 refuses the host backend itself, and the others
+  // hear that it refused.
+  for (int r = 0; r < n; ++r)
+    EXPECT_TRUE(contains(run.answers[r],
+                         std::to_string(MFSDP_ERROR_INVALID) +
+                             (hasGloo()  ? ": the ranks asked for different backends"
+                              : r == 1 ? ": this libmfsdp_rt was built without gloo"
+                                       : ": another rank refused the plan or its config")))
         << run.answers[r];
 }
 

@@ -6,7 +6,8 @@
 // operations below and nothing more. Two backends implement it:
 //
 //   host  (runtime/host/HostBackend.cpp, in libmfsdp_rt): buffers in host
-//         memory, MPI collectives (HostComm), the host kernels (Kernels.h);
+//         memory, MPI or (under torchrun) gloo collectives (HostComm), the
+//         host kernels (Kernels.h);
 //   cuda  (runtime/cuda/CudaBackend.cpp, in libmfsdp_rt_cuda): cudaMalloc'd
 //         buffers, NCCL collectives (NcclComm), the CUDA kernels
 //         (CudaKernels.h), a compute and a communication stream ordered by
@@ -53,8 +54,12 @@ struct BackendOptions {
   /// Where the ranks come from and how they agree (ControlPlane.h), alive
   /// while the backend is created; null is MPI. Under torchrun
   /// (control->rankEnv() set) the CUDA backend bootstraps NCCL through it
-  /// and uses device LOCAL_RANK; the host backend needs MPI.
+  /// and uses device LOCAL_RANK; the host backend connects its gloo
+  /// contexts through it.
   ControlPlane *control = nullptr;
+  /// Under torchrun: mfsdp_config::bootstrap_timeout_ms, which bounds
+  /// connecting the gloo contexts.
+  int timeoutMs = 0;
 };
 
 class Backend {
@@ -131,9 +136,10 @@ public:
   /// wait(handle), which every started collective must get exactly once
   /// before its buffers are read, released or handed to the trainer. Every
   /// rank of the group starts them, and any other collective, in the same
-  /// order. Host: MPI_Iallgather(v) and MPI_Wait; CUDA: issued on the
-  /// communication stream after the compute work issued so far, and wait
-  /// makes the compute work issued after it wait for the collective.
+  /// order. Host: MPI_Iallgather(v) and MPI_Wait, or (torchrun) gloo's on
+  /// the group's worker thread; CUDA: issued on the communication stream
+  /// after the compute work issued so far, and wait makes the compute work
+  /// issued after it wait for the collective.
   virtual int startAllGather(Group group, const float *send, float *recv,
                              int64_t count, CommHandle &handle) = 0;
   virtual int startAllGatherV(Group group, const float *send, float *recv,
@@ -191,8 +197,10 @@ public:
   virtual const char *lastError() const = 0;
 };
 
-/// The host backend. MPI must be initialised. Null with `error` when the
-/// communicators cannot be created.
+/// The host backend: collectives over MPI (which must be initialised), or
+/// under torchrun (options.control->rankEnv() set) over gloo
+/// (createGlooComms; collective over the control plane). Null with
+/// `error` when the communicators cannot be created.
 Backend *createHostBackend(const BackendOptions &options, std::string &error);
 
 /// The CUDA backend from libmfsdp_rt_cuda.so, looked for next to

@@ -48,6 +48,10 @@ struct BroadcastPart {
 bool meshGroup(const std::vector<MeshDimSpec> &mesh, const std::string &dim,
                int rank, int world, int &colour, int &coord, std::string &error);
 
+/// The most bytes one rank exchanges in one call (broadcastBlob, TcpStar,
+/// ControlPlane).
+constexpr uint64_t kMaxBlobBytes = uint64_t(1) << 20;
+
 /// Looks a variable up; returns false when it is not set.
 using EnvLookup = std::function<bool(const char *name, std::string &value)>;
 
@@ -101,6 +105,10 @@ public:
 
   const RankEnv &env() const { return env_; }
   int timeoutMs() const { return timeoutMs_; }
+  /// This host's numeric address on its connection to rank 0 (rank 0: on
+  /// its connection to rank 1; 127.0.0.1 in a world of one), an IPv4
+  /// address written as such even when the socket is IPv6.
+  std::string localAddress() const;
 
 private:
   TcpStar(const RankEnv &env, int timeoutMs) : env_(env), timeoutMs_(timeoutMs) {}

@@ -12,8 +12,10 @@
 //             every wait bounded: a missing or dead rank is an error on
 //             every rank, never a hang. No MPI call is made.
 //
-// The CUDA backend also bootstraps its NCCL communicators through it under
-// torchrun (the unique id goes out with broadcast).
+// Under torchrun the backends also bootstrap their collectives through it:
+// the CUDA backend's NCCL communicators (the unique id goes out with
+// broadcast), the host backend's gloo contexts (every pair's address with
+// allGather).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MFSDP_RUNTIME_CONTROLPLANE_H
@@ -43,8 +45,17 @@ public:
   /// Rank 0's `blob` (at most 1 MiB) into `blob` on every rank.
   /// Collective. False with `error`.
   virtual bool broadcast(std::vector<uint8_t> &blob, std::string &error) = 0;
+  /// `all` = every rank's `mine` (at most 1 MiB each), indexed by rank, on
+  /// every rank. Collective. False with `error`.
+  virtual bool allGather(const std::vector<uint8_t> &mine,
+                         std::vector<std::vector<uint8_t>> &all, std::string &error) = 0;
   /// The torchrun environment it was created from; null under MPI.
   virtual const RankEnv *rankEnv() const { return nullptr; }
+  /// Under torchrun, this host's numeric address on the interface it
+  /// reaches rank 0 over (rank 0: the one the others reached it on;
+  /// 127.0.0.1 in a world of one): where other connections between the
+  /// ranks (gloo's) can listen. Empty under MPI.
+  virtual std::string localAddress() const { return ""; }
 };
 
 /// MPI_COMM_WORLD; null when MPI is not initialised.

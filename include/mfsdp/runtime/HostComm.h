@@ -1,11 +1,23 @@
-//===- HostComm.h - Collectives of the host backend (MPI) ---------*- C++ -*-===//
+//===- HostComm.h - Collectives of the host backend --------------*- C++ -*-===//
 //
-// The host backend's collectives, over MPI: the same operations the CUDA
-// backend runs with NCCL (all-gather, reduce-scatter, all-reduce, and the
-// owner variants all-gather-v / reduce-scatter-v), on fp32 buffers in
-// host memory. Communicators for the data-parallel dims are split from
-// MPI_COMM_WORLD by the mesh (row-major rank order). Every call returns 0 or
-// an MPI error code; lastError() says what failed.
+// The host backend's collectives: the same operations the CUDA backend runs
+// with NCCL (all-gather, reduce-scatter, all-reduce, the owner variants
+// all-gather-v / reduce-scatter-v, broadcasts), on fp32 buffers in host
+// memory, in the group of this rank along one dim of the mesh (the ranks
+// that differ only in that coordinate, row-major: meshGroup), behind one
+// interface the host backend calls. Two implementations, chosen by where
+// the ranks come from:
+//
+//   MPI   (runtime/host/MpiComm.cpp) under mpirun: communicators split
+//         from MPI_COMM_WORLD, nonblocking MPI collectives for the starts;
+//   gloo  (runtime/host/GlooComm.cpp) under torchrun: one gloo context per
+//         group over gloo's TCP transport, its pairs connected with the
+//         addresses exchanged over the control plane (no gloo store); each
+//         group's operations run in issue order on a worker thread of its
+//         own, so a started one proceeds while the caller computes.
+//
+// Every call returns 0 or a nonzero code; lastError() (per thread) says what
+// failed.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MFSDP_RUNTIME_HOSTCOMM_H
@@ -20,23 +32,26 @@
 
 namespace mfsdp::rt {
 
-/// A started collective (HostComm::startAllGather / startAllGatherV): the
-/// MPI request and the arrays MPI reads until it completes. Destroying one
-/// that was not waited for waits for it first.
-struct HostRequest;
-struct HostRequestDeleter {
-  void operator()(HostRequest *r) const;
+class ControlPlane;
+
+/// A started collective (HostComm::startAllGather, ...): wait() completes
+/// it. Destroying one that was not waited for waits for it first: its
+/// buffers may be reused next.
+class HostRequest {
+public:
+  virtual ~HostRequest();
+  /// 0, or nonzero with HostComm::lastError() set. Called at most once.
+  virtual int wait() = 0;
 };
-using HostRequestPtr = std::unique_ptr<HostRequest, HostRequestDeleter>;
+using HostRequestPtr = std::unique_ptr<HostRequest>;
 
 class HostComm {
 public:
-  /// Splits MPI_COMM_WORLD into the group of this rank along `dim` of the
-  /// mesh (all ranks that differ only in that coordinate). The mesh product
-  /// must equal the world size.
-  static HostComm *create(const std::vector<MeshDimSpec> &mesh,
-                          const std::string &dim, std::string &error);
-  ~HostComm();
+  /// MPI: splits MPI_COMM_WORLD into the group of this rank along `dim` of
+  /// the mesh. The mesh product must equal the world size.
+  static HostComm *createMpi(const std::vector<MeshDimSpec> &mesh,
+                             const std::string &dim, std::string &error);
+  virtual ~HostComm();
   HostComm(const HostComm &) = delete;
   HostComm &operator=(const HostComm &) = delete;
 
@@ -44,51 +59,82 @@ public:
   int size() const { return size_; }
 
   /// recv (size() * count floats) = concatenation of every rank's send.
-  int allGather(const float *send, float *recv, int64_t count);
+  virtual int allGather(const float *send, float *recv, int64_t count) = 0;
   /// recv (count floats) = this rank's slice of the sum of every rank's
   /// send (size() * count floats).
-  int reduceScatter(const float *send, float *recv, int64_t count);
+  virtual int reduceScatter(const float *send, float *recv, int64_t count) = 0;
   /// buf (count floats) = sum over ranks, in place.
-  int allReduce(float *buf, int64_t count);
+  virtual int allReduce(float *buf, int64_t count) = 0;
   /// recv = concatenation of counts[r] floats from each rank r; this rank
   /// sends counts[rank()] floats from send (which may be null when zero).
-  int allGatherV(const float *send, float *recv,
-                 const std::vector<int64_t> &counts);
+  virtual int allGatherV(const float *send, float *recv,
+                         const std::vector<int64_t> &counts) = 0;
   /// recv (counts[rank()] floats) = this rank's segment of the sum of every
   /// rank's send (sum of counts floats).
-  int reduceScatterV(const float *send, float *recv,
-                     const std::vector<int64_t> &counts);
-  /// allGather / allGatherV started (MPI_Iallgather / MPI_Iallgatherv);
-  /// wait() completes them. recv must not be touched before.
-  int startAllGather(const float *send, float *recv, int64_t count,
-                     HostRequestPtr &out);
-  int startAllGatherV(const float *send, float *recv,
-                      const std::vector<int64_t> &counts, HostRequestPtr &out);
-  /// reduceScatter / reduceScatterV / allReduce started
-  /// (MPI_Ireduce_scatter_block / MPI_Ireduce_scatter / MPI_Iallreduce);
-  /// wait() completes them.
-  int startReduceScatter(const float *send, float *recv, int64_t count,
-                         HostRequestPtr &out);
-  int startReduceScatterV(const float *send, float *recv,
-                          const std::vector<int64_t> &counts, HostRequestPtr &out);
-  int startAllReduce(float *buf, int64_t count, HostRequestPtr &out);
-  /// Completes a started collective (MPI_Wait).
-  static int wait(HostRequest &request);
+  virtual int reduceScatterV(const float *send, float *recv,
+                             const std::vector<int64_t> &counts) = 0;
+  /// The operations above, started; the request's wait() completes them.
+  /// Buffers must not be touched (recv read, send or buf written) before.
+  virtual int startAllGather(const float *send, float *recv, int64_t count,
+                             HostRequestPtr &out) = 0;
+  virtual int startAllGatherV(const float *send, float *recv,
+                              const std::vector<int64_t> &counts,
+                              HostRequestPtr &out) = 0;
+  virtual int startReduceScatter(const float *send, float *recv, int64_t count,
+                                 HostRequestPtr &out) = 0;
+  virtual int startReduceScatterV(const float *send, float *recv,
+                                  const std::vector<int64_t> &counts,
+                                  HostRequestPtr &out) = 0;
+  virtual int startAllReduce(float *buf, int64_t count, HostRequestPtr &out) = 0;
   /// buf (count floats on every rank) = rank root's buf, in place.
-  int broadcast(float *buf, int64_t count, int root);
-  /// broadcast() of each (buf, count, root), all started (MPI_Ibcast)
-  /// before any is waited for (MPI_Waitall); every started one is waited
-  /// for, even after a failure.
-  int broadcastMany(const std::vector<BroadcastPart> &parts);
-  int barrier();
+  virtual int broadcast(float *buf, int64_t count, int root) = 0;
+  /// broadcast() of each (buf, count, root), issued together and complete
+  /// when it returns. A root out of range fails before any is issued.
+  virtual int broadcastMany(const std::vector<BroadcastPart> &parts) = 0;
+  virtual int barrier() = 0;
 
+  /// What the last failed call of this thread failed on.
   static const char *lastError();
+  /// Sets lastError() to `message`; returns `code` (for the
+  /// implementations and their requests).
+  static int fail(int code, const std::string &message);
+
+protected:
+  HostComm(int rank, int size) : rank_(rank), size_(size) {}
+  /// 0, or `code` with lastError() set, when `counts` has not one count per
+  /// rank.
+  int checkCounts(const char *what, const std::vector<int64_t> &counts,
+                  int code) const;
+  /// 0, or `code` with lastError() set, when a root is not a rank.
+  int checkRoot(const char *what, int root, int code) const;
 
 private:
-  HostComm() = default;
-  void *comm_ = nullptr; // MPI_Comm, kept opaque so callers need no mpi.h
-  int rank_ = 0, size_ = 1;
+  int rank_, size_;
 };
+
+/// How long a gloo collective waits for its peers: PyTorch's default for
+/// its gloo process groups (30 minutes). A rank that dies is seen at once
+/// (its connections close).
+constexpr int64_t kGlooCollectiveTimeoutMs = 30LL * 60 * 1000;
+
+/// Gloo: the groups of this rank along each of `dims` (in `out`, in that
+/// order), each a gloo context over TCP, created collectively over a
+/// torchrun control plane: every rank calls it with the same mesh and dims.
+/// Each rank listens on the address it reaches rank 0 from
+/// (ControlPlane::localAddress), or on the interface GLOO_SOCKET_IFNAME
+/// names (as PyTorch does); every pair's address goes to every rank in one
+/// ControlPlane::allGather, then each rank connects its pairs, within about
+/// `timeoutMs`. False with `error` on every rank, naming the rank, when
+/// one cannot create its device and pairs; false on a rank whose pairs do
+/// not connect in time (its peers' fail too, or the caller's agreement
+/// tells them). Without gloo in the build (hasGloo()), false saying so.
+bool createGlooComms(const std::vector<MeshDimSpec> &mesh,
+                     const std::vector<std::string> &dims, ControlPlane &control,
+                     int timeoutMs, std::vector<std::unique_ptr<HostComm>> &out,
+                     std::string &error);
+
+/// Whether this libmfsdp_rt was built with gloo (libgloo-dev).
+bool hasGloo();
 
 } // namespace mfsdp::rt
 
