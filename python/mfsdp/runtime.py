@@ -68,12 +68,49 @@ def open_step(library, backend="host", launch=None, timeout_ms=0):
     launch = launch or launcher()
     if launch == "torchrun":
         bootstrap = _C.BOOTSTRAP_TORCHRUN
+        _agree_on_port()
     else:
         ranks(launch)
         bootstrap = _C.BOOTSTRAP_MPI
     step = Step(library, backend=_BACKENDS[backend], bootstrap=bootstrap, timeout_ms=timeout_ms)
     _open_steps.append(step)
     return step
+
+
+_stores = []  # torch stores this process keeps open (rank 0's may serve the others)
+
+
+def _agree_on_port():
+    """Under torchrun, MASTER_PORT is taken by torch's own store: the ranks agree on
+    a free port for mfsdp's control plane through that store (MFSDP_MASTER_PORT,
+    unless the user set it)."""
+    if os.environ.get("MFSDP_MASTER_PORT"):
+        return
+    import socket
+    from datetime import timedelta
+    import torch.distributed as dist
+    rank, world = ranks("torchrun")
+    try:
+        addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    except (KeyError, ValueError) as e:
+        raise Error(f"torchrun: MASTER_ADDR and MASTER_PORT must be set ({e})")
+    # torchrun's agent keeps a store on MASTER_PORT for its workers; without
+    # one (a launcher that only sets the variables), rank 0 serves it.
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+    try:
+        store = dist.TCPStore(addr, port, world, is_master=(rank == 0 and not agent),
+                              timeout=timedelta(minutes=5), wait_for_workers=False)
+    except Exception as e:  # noqa: BLE001
+        raise Error(f"torchrun: cannot reach the store at {addr}:{port} to agree on a port "
+                    f"for mfsdp ({e}); set MFSDP_MASTER_PORT to a free port on rank 0's host")
+    _stores.append(store)
+    key = f"mfsdp/master_port/{len(_stores)}"
+    if rank == 0:
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            free = sock.getsockname()[1]
+        store.set(key, str(free))
+    os.environ["MFSDP_MASTER_PORT"] = store.get(key).decode()
 
 
 def compile_graph(graph_path, out_path, *, mesh, policy, zero=None, prefetch=False,

@@ -44,7 +44,9 @@ TORCH_DEFAULTS = {
              "ns_coefficients": (3.4445, -4.775, 2.0315), "eps": 1e-7, "ns_steps": 5,
              "adjust_lr_fn": None},
 }
-_ADJUST_LR = {None: 1, "original": 1, "match_rms_adamw": 0}
+_ADJUST_LR = {None: _C.ADJUST_LR_ORIGINAL, "original": _C.ADJUST_LR_ORIGINAL,
+              "match_rms_adamw": _C.ADJUST_LR_MATCH_RMS_ADAMW,
+              "spectral_unclamped": _C.ADJUST_LR_SPECTRAL_UNCLAMPED}
 
 
 def _in_backward():
@@ -650,8 +652,7 @@ class MFSDPOptimizer(torch.optim.Optimizer):
             h = _hparams(kind, g)
             for q in g["params"]:
                 p = index[id(q)]
-                if hasattr(st.step, "set_hparams"):
-                    st.step.set_hparams(p.index, h)
+                st.step.set_hparams(p.index, h)
         if self._external_opt is not None:
             ext = [g for g in self.param_groups if g["optimizer"] == "external"]
             for eg, g in zip(self._external_opt.param_groups, ext):
@@ -692,12 +693,12 @@ def _hparams(kind, g):
     if kind == "muon":
         fn = g["adjust_lr_fn"]
         if fn not in _ADJUST_LR:
-            raise Error(f"muon: adjust_lr_fn {fn!r} is not supported (None, 'original' or "
-                        "'match_rms_adamw')")
+            raise Error(f"muon: adjust_lr_fn {fn!r} is not supported (None, 'original', "
+                        "'match_rms_adamw' or 'spectral_unclamped')")
         a, b, c = g["ns_coefficients"]
         return {"lr": g["lr"], "weight_decay": g["weight_decay"], "momentum": g["momentum"],
                 "nesterov": bool(g["nesterov"]), "ns_steps": int(g["ns_steps"]), "ns_a": a,
-                "ns_b": b, "ns_c": c, "ns_eps": g["eps"], "ns_norm": 1,
+                "ns_b": b, "ns_c": c, "ns_eps": g["eps"], "ns_norm": _C.NS_NORM_CLAMP,
                 "adjust_lr": _ADJUST_LR[fn]}
     raise Error(f"unknown optimizer {kind!r}")
 
@@ -927,10 +928,23 @@ def _install(model, step, lib, external):
     # Hooks: the root brackets a forward; each unit's modules gather it.
     state.handles.append(model.register_forward_pre_hook(state._root_pre))
     state.handles.append(model.register_forward_hook(state._root_post, always_call=True))
+    names = {id(m): n for n, m in model.named_modules()}
+    owner = {id(m): u for u in state.units for m in u.modules}
     for unit in state.units:
         for m in unit.modules:
             state.handles.append(m.register_forward_pre_hook(
                 lambda mod, args, u=unit: state._unit_pre(u, mod)))
+        # pre_backward fires from the unit's outputs: those of the smallest module
+        # holding all of the unit's (a transformer block) when it holds no other
+        # unit's, else of each of its modules.
+        outer = _common_prefix([names[id(m)] for m in unit.modules])
+        inside = [m for n, m in model.named_modules()
+                  if outer and (n == outer or n.startswith(outer + "."))]
+        if outer and all(owner.get(id(m), unit) is unit for m in inside):
+            hooked = [modules[outer]]
+        else:
+            hooked = unit.modules
+        for m in hooked:
             state.handles.append(m.register_forward_hook(
                 lambda mod, args, out, u=unit: state._unit_post(u, mod, out)))
     for tie in state.ties:
@@ -945,6 +959,17 @@ def _install(model, step, lib, external):
 def _source(p):
     """The model's tensor a row of the plan comes from (a fused tensor's matrix)."""
     return p.param if p.fused is None else p.fused.param
+
+
+def _common_prefix(names):
+    """The longest module path that every name is inside ('' for the root)."""
+    parts = [n.split(".") if n else [] for n in names]
+    out = []
+    for level in zip(*parts):
+        if any(x != level[0] for x in level):
+            break
+        out.append(level[0])
+    return ".".join(out)
 
 
 def _load_values(state, init_fn):

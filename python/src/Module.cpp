@@ -251,6 +251,52 @@ struct Step {
   }
 };
 
+
+/// mfsdp_hparams <-> a dict with the C field names.
+nb::dict hparamsDict(const mfsdp_hparams &h) {
+  nb::dict d;
+  d["lr"] = h.lr;
+  d["weight_decay"] = h.weight_decay;
+  d["beta1"] = h.beta1;
+  d["beta2"] = h.beta2;
+  d["eps"] = h.eps;
+  d["momentum"] = h.momentum;
+  d["nesterov"] = h.nesterov != 0;
+  d["ns_steps"] = h.ns_steps;
+  d["ns_a"] = h.ns_a;
+  d["ns_b"] = h.ns_b;
+  d["ns_c"] = h.ns_c;
+  d["ns_eps"] = h.ns_eps;
+  d["ns_norm"] = h.ns_norm;
+  d["adjust_lr"] = h.adjust_lr;
+  return d;
+}
+
+/// Fields of `d` over `h`; an unknown key is an error naming it.
+void updateHparams(mfsdp_hparams &h, const nb::dict &d) {
+  for (auto [key, value] : d) {
+    const std::string k = nb::cast<std::string>(key);
+    if (k == "lr") h.lr = nb::cast<float>(value);
+    else if (k == "weight_decay") h.weight_decay = nb::cast<float>(value);
+    else if (k == "beta1") h.beta1 = nb::cast<float>(value);
+    else if (k == "beta2") h.beta2 = nb::cast<float>(value);
+    else if (k == "eps") h.eps = nb::cast<float>(value);
+    else if (k == "momentum") h.momentum = nb::cast<float>(value);
+    else if (k == "nesterov") h.nesterov = nb::cast<bool>(value) ? 1 : 0;
+    else if (k == "ns_steps") h.ns_steps = nb::cast<int32_t>(value);
+    else if (k == "ns_a") h.ns_a = nb::cast<float>(value);
+    else if (k == "ns_b") h.ns_b = nb::cast<float>(value);
+    else if (k == "ns_c") h.ns_c = nb::cast<float>(value);
+    else if (k == "ns_eps") h.ns_eps = nb::cast<float>(value);
+    else if (k == "ns_norm") h.ns_norm = nb::cast<int32_t>(value);
+    else if (k == "adjust_lr") h.adjust_lr = nb::cast<int32_t>(value);
+    else
+      raise("hyperparameters: unknown field '" + k +
+            "' (lr, weight_decay, beta1, beta2, eps, momentum, nesterov, ns_steps, ns_a, "
+            "ns_b, ns_c, ns_eps, ns_norm, adjust_lr)");
+  }
+}
+
 } // namespace
 
 NB_MODULE(_C, m) {
@@ -278,6 +324,11 @@ NB_MODULE(_C, m) {
   m.attr("OPT_MUON") = int(MFSDP_OPT_MUON);
   m.attr("COMPUTE_F32") = int(MFSDP_COMPUTE_F32);
   m.attr("COMPUTE_BF16") = int(MFSDP_COMPUTE_BF16);
+  m.attr("NS_NORM_ADD_EPS") = int(MFSDP_NS_NORM_ADD_EPS);
+  m.attr("NS_NORM_CLAMP") = int(MFSDP_NS_NORM_CLAMP);
+  m.attr("ADJUST_LR_MATCH_RMS_ADAMW") = int(MFSDP_ADJUST_LR_MATCH_RMS_ADAMW);
+  m.attr("ADJUST_LR_ORIGINAL") = int(MFSDP_ADJUST_LR_ORIGINAL);
+  m.attr("ADJUST_LR_SPECTRAL_UNCLAMPED") = int(MFSDP_ADJUST_LR_SPECTRAL_UNCLAMPED);
   m.attr("STATE_EXP_AVG") = int(MFSDP_STATE_EXP_AVG);
   m.attr("STATE_EXP_AVG_SQ") = int(MFSDP_STATE_EXP_AVG_SQ);
 
@@ -361,6 +412,23 @@ NB_MODULE(_C, m) {
              float *d = const_cast<float *>(s.whole(i, a));
              s.run("mfsdp_store_state", [&](mfsdp_step *p) { return mfsdp_store_state(p, i, which, d); });
            })
+      .def("get_hparams",
+           [](Step &s, int32_t i) {
+             mfsdp_hparams h;
+             std::memset(&h, 0, sizeof(h));
+             s.check(mfsdp_get_hparams(s.live(), i, &h), "mfsdp_get_hparams");
+             return hparamsDict(h);
+           },
+           "A parameter's hyperparameters (the C struct's fields).")
+      .def("set_hparams",
+           [](Step &s, int32_t i, const nb::dict &d) {
+             mfsdp_hparams h;
+             std::memset(&h, 0, sizeof(h));
+             s.check(mfsdp_get_hparams(s.live(), i, &h), "mfsdp_get_hparams");
+             updateHparams(h, d);
+             s.check(mfsdp_set_hparams(s.live(), i, &h), "mfsdp_set_hparams");
+           },
+           "Sets the given fields of a parameter's hyperparameters (from the next step on).")
       .def_prop_ro("step_count", &Step::stepCount)
       .def("set_step_count",
            [](Step &s, int64_t c) { s.check(mfsdp_set_step_count(s.live(), c), "mfsdp_set_step_count"); })

@@ -120,6 +120,29 @@ expect("optimizer.step() after a forward, before its backward", step_before_back
        "optimizer.step() while units are not through their backward")
 
 
+def step_twice():
+    m, o = mt.fully_shard(llama(), library=lib)
+    m(input_ids=ids, labels=ids).loss.backward()
+    o.step()
+    o.zero_grad()
+    o.step()  # no backward since the last step: refused, parameters unchanged
+
+
+expect("optimizer.step() twice with no backward between", step_twice,
+       "mfsdp_optimizer_step failed (order)", "no gradients were reduced since the last "
+       "optimizer_step")
+
+
+def hparams_refused():
+    m, o = mt.fully_shard(llama(), library=lib, adamw={"betas": (1.0, 0.999)})
+    m(input_ids=ids, labels=ids).loss.backward()
+    o.step()
+
+
+expect("a hyperparameter out of range (AdamW beta1 = 1)", hparams_refused,
+       "mfsdp_set_hparams failed (invalid)", "beta1")
+
+
 def runtime_order():
     m, _ = mt.fully_shard(llama(), library=lib)
     m.mfsdp_state.step.post_backward(0)
