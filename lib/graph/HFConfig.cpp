@@ -21,7 +21,13 @@
 //   mixtral none. head_dim is the config's "head_dim" when present and not
 //   null, else hidden_size / num_attention_heads -- except qwen3, whose
 //   Qwen3Config has head_dim = 128 by default, so an absent/null head_dim
-//   means 128 there, as transformers would build it.
+//   means 128 there, as transformers would build it. kv is
+//   num_key_value_heads; absent, it is the config class's default, as
+//   transformers reads it (LlamaConfig: num_attention_heads; MistralConfig
+//   and MixtralConfig 8; Qwen2Config and Qwen3Config 32; Qwen3MoeConfig 4;
+//   DeepseekV3Config 128, unused by MLA); null means num_attention_heads
+//   (the classes' fallback for None; transformers 5's strict MistralConfig,
+//   MixtralConfig and Qwen3MoeConfig refuse null).
 //
 //   MLA attention (deepseek_v3): [q_proj | q_a_proj, q_a_layernorm, q_b_proj],
 //   kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj.
@@ -188,6 +194,11 @@ public:
     return &*it;
   }
 
+  /// Whether `key` is in the object at all (null included).
+  bool present(const std::string &key) const {
+    return obj_.find(key) != obj_.end();
+  }
+
   /// Required integer >= `min` (min is 0 or 1).
   int64_t reqInt(const std::string &key, int64_t min = 1) {
     const json *v = get(key);
@@ -315,6 +326,37 @@ private:
 
 enum class MoEStyle { None, Mixtral, Qwen3Moe, DeepSeek };
 
+/// The transformers config class of a model_type, for messages.
+const char *configClass(const std::string &t) {
+  if (t == "llama")
+    return "LlamaConfig";
+  if (t == "mistral")
+    return "MistralConfig";
+  if (t == "qwen2")
+    return "Qwen2Config";
+  if (t == "qwen3")
+    return "Qwen3Config";
+  if (t == "qwen3_moe")
+    return "Qwen3MoeConfig";
+  if (t == "mixtral")
+    return "MixtralConfig";
+  return "DeepseekV3Config";
+}
+
+/// num_key_value_heads when config.json leaves it out: the config class's
+/// default (configuration_*.py of transformers 4.5x and 5.x alike).
+int64_t defaultKvHeads(const std::string &t, int64_t heads) {
+  if (t == "mistral" || t == "mixtral")
+    return 8;
+  if (t == "qwen2" || t == "qwen3")
+    return 32;
+  if (t == "qwen3_moe")
+    return 4;
+  if (t == "deepseek_v3")
+    return 128;
+  return heads; // llama
+}
+
 /// Everything the graph depends on, read and checked from the config.
 struct Arch {
   std::string type;
@@ -378,19 +420,29 @@ bool readArch(const json &root, Fields &f, Arch &a) {
   a.H = f.reqInt("hidden_size");
   a.layers = f.reqInt("num_hidden_layers");
   a.heads = f.reqInt("num_attention_heads");
-  a.kvHeads = f.optInt("num_key_value_heads", a.heads);
   a.vocab = f.reqInt("vocab_size");
   a.tie = f.optBool("tie_word_embeddings", false);
   if (!f.ok())
     return false;
-  if (a.heads % a.kvHeads != 0)
-    return f.error(
-        "/num_key_value_heads",
-        fmt::format("expected a divisor of num_attention_heads ({}), "
-                    "got {}",
-                    a.heads, a.kvHeads));
+  const bool kvGiven = f.present("num_key_value_heads");
+  a.kvHeads = f.optInt("num_key_value_heads",
+                       kvGiven ? a.heads : defaultKvHeads(t, a.heads));
+  if (!f.ok())
+    return false;
 
   a.mla = t == "deepseek_v3";
+  // MLA has no key/value heads of its own (K and V are `heads` wide after
+  // kv_b_proj), so only GQA needs them to divide the heads.
+  if (!a.mla && a.heads % a.kvHeads != 0)
+    return f.error(
+        "/num_key_value_heads",
+        kvGiven ? fmt::format("expected a divisor of num_attention_heads "
+                              "({}), got {}",
+                              a.heads, a.kvHeads)
+                : fmt::format("missing, so {}'s default {}, which does not "
+                              "divide num_attention_heads ({}); expected "
+                              "num_key_value_heads in the config",
+                              configClass(t), a.kvHeads, a.heads));
   if (!a.mla) {
     const json *hd = f.get("head_dim");
     if (hd) {

@@ -670,7 +670,7 @@ TEST(HFConfig, DTypeAndModelName) {
     EXPECT_EQ(p.dtype, DType::F32) << p.name;
   Graph h = load(R"({"model_type": "mistral", "hidden_size": 64,
     "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4,
-    "vocab_size": 256, "torch_dtype": "float16"})");
+    "num_key_value_heads": 4, "vocab_size": 256, "torch_dtype": "float16"})");
   EXPECT_EQ(h.findParam("lm_head.weight")->dtype, DType::F16);
 }
 
@@ -751,6 +751,48 @@ void expectError(const std::string &text, const std::string &pointer,
   EXPECT_EQ(g.model, "untouched") << "output graph written on failure";
 }
 
+TEST(HFConfig, KeyValueHeadsDefaultToTheConfigClass) {
+  // Without num_key_value_heads transformers uses the config class's default
+  // (Mistral/Mixtral 8, Qwen2/Qwen3 32, Qwen3-MoE 4, Llama the heads); null
+  // means num_attention_heads. 64 heads of 16: k_proj is kv * 16 rows.
+  struct Case {
+    const char *type;
+    int64_t kv;
+  } cases[] = {{"llama", 64}, {"mistral", 8}, {"mixtral", 8},
+               {"qwen2", 32}, {"qwen3", 32},  {"qwen3_moe", 4}};
+  for (const auto &c : cases) {
+    std::string body = std::string(R"({"model_type": ")") + c.type +
+                       R"(", "hidden_size": 1024, "intermediate_size": 128,
+      "num_hidden_layers": 1, "num_attention_heads": 64, "head_dim": 16,
+      "vocab_size": 256, "num_local_experts": 2, "num_experts": 2,
+      "num_experts_per_tok": 1, "moe_intermediate_size": 32)";
+    Graph g = load(body + "}");
+    const Param *k = g.findParam("model.layers.0.self_attn.k_proj.weight");
+    ASSERT_TRUE(k) << c.type;
+    EXPECT_EQ(k->shape, (Shape{c.kv * 16, 1024})) << c.type;
+    Graph n = load(body + R"(, "num_key_value_heads": null})");
+    EXPECT_EQ(n.findParam("model.layers.0.self_attn.k_proj.weight")->shape,
+              (Shape{64 * 16, 1024}))
+        << c.type << " with null";
+  }
+  // A default that does not divide the heads says where it came from.
+  expectError(R"({"model_type": "qwen2", "hidden_size": 64,
+    "intermediate_size": 128, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "vocab_size": 256})",
+              "/num_key_value_heads",
+              "missing, so Qwen2Config's default 32, which does not divide "
+              "num_attention_heads (4)");
+  // MLA has no key/value heads: DeepseekV3Config's default 128 is harmless.
+  Graph d = load(R"({"model_type": "deepseek_v3", "hidden_size": 64,
+    "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 256,
+    "q_lora_rank": 16, "kv_lora_rank": 8, "qk_nope_head_dim": 8,
+    "qk_rope_head_dim": 4, "v_head_dim": 8, "n_routed_experts": 2,
+    "n_shared_experts": 0, "num_experts_per_tok": 1,
+    "moe_intermediate_size": 32, "first_k_dense_replace": 0})");
+  EXPECT_EQ(d.findParam("model.layers.0.self_attn.kv_b_proj.weight")->shape,
+            (Shape{4 * (8 + 8), 8}));
+}
+
 TEST(HFConfig, ErrorInvalidJson) {
   expectError("{\"model_type\": \"llama\",", "", "parse error");
   expectError("", "", "parse error");
@@ -826,12 +868,13 @@ TEST(HFConfig, ErrorUnknownModelType) {
 TEST(HFConfig, ErrorHiddenNotDivisibleByHeads) {
   expectError(R"({"model_type": "mistral", "hidden_size": 66,
     "intermediate_size": 128, "num_hidden_layers": 2,
-    "num_attention_heads": 4, "vocab_size": 256})",
+    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256})",
               "/hidden_size", "not divisible by num_attention_heads 4");
   // An explicit head_dim makes it fine.
   Graph g = load(R"({"model_type": "mistral", "hidden_size": 66,
     "intermediate_size": 128, "num_hidden_layers": 1,
-    "num_attention_heads": 4, "vocab_size": 256, "head_dim": 16})");
+    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256,
+    "head_dim": 16})");
   EXPECT_EQ(g.findParam("model.layers.0.self_attn.o_proj.weight")->shape,
             (Shape{66, 64}));
 }
@@ -844,8 +887,8 @@ TEST(HFConfig, ErrorHeadsNotDivisibleByKvHeads) {
 TEST(HFConfig, ErrorTooManyExpertsPerToken) {
   expectError(R"({"model_type": "mixtral", "hidden_size": 64,
     "intermediate_size": 128, "num_hidden_layers": 2,
-    "num_attention_heads": 4, "vocab_size": 256, "num_local_experts": 4,
-    "num_experts_per_tok": 5})",
+    "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 256,
+    "num_local_experts": 4, "num_experts_per_tok": 5})",
               "/num_experts_per_tok",
               "expected at most num_local_experts (4), got 5");
   expectError(R"({"model_type": "qwen3_moe", "hidden_size": 64,
@@ -865,7 +908,8 @@ TEST(HFConfig, ErrorArchSpecificFields) {
               "/kv_lora_rank", "missing required field 'kv_lora_rank'");
   expectError(R"({"model_type": "mixtral", "hidden_size": 64,
     "intermediate_size": 128, "num_hidden_layers": 2,
-    "num_attention_heads": 4, "vocab_size": 256, "num_experts_per_tok": 2})",
+    "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 256,
+    "num_experts_per_tok": 2})",
               "/num_local_experts", "missing required field");
   expectError(R"({"model_type": "qwen3_moe", "hidden_size": 64,
     "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -886,8 +930,8 @@ TEST(HFConfig, ErrorTooLarge) {
               "/num_key_value_heads", "at most 2147483647");
   expectError(R"({"model_type": "mixtral", "hidden_size": 64,
     "intermediate_size": 128, "num_hidden_layers": 2000000,
-    "num_attention_heads": 4, "vocab_size": 256, "num_local_experts": 64,
-    "num_experts_per_tok": 2})",
+    "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 256,
+    "num_local_experts": 64, "num_experts_per_tok": 2})",
               "/num_hidden_layers", "parameter tensors");
 }
 
