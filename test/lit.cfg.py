@@ -42,6 +42,23 @@ def torch_python():
 
 
 config.substitutions.append(("%torch_python", torch_python()))
+
+
+# transformers 5 for that interpreter: tests that compare the HF config import
+# and the exporter with the models it builds. Read from the package metadata,
+# without importing it (seconds).
+def transformers_major(python):
+    try:
+        out = subprocess.check_output(
+            [python, "-c", "import importlib.metadata as m; print(m.version('transformers'))"],
+            text=True, stderr=subprocess.DEVNULL).strip()
+        return int(out.split(".")[0])
+    except (OSError, subprocess.CalledProcessError, ValueError):
+        return 0
+
+
+if transformers_major(torch_python()) >= 5:
+    config.available_features.add("transformers")
 config.substitutions.append(("%examples", os.path.join(config.mfsdp_src_root, "examples")))
 
 llvm_config.use_default_substitutions()

@@ -7,7 +7,9 @@
 //   all:          head_dim = hidden / heads (written explicitly, so qwen3's
 //                 default of 128 never applies), num_key_value_heads =
 //                 kvHeads (or heads), tie_word_embeddings = tie,
-//                 torch_dtype from dtype.
+//                 torch_dtype from dtype. Imported with the parameter names
+//                 of transformers `transformers` (5: fused experts written
+//                 as their matrices; 4: one module per expert).
 //   mixtral:      num_local_experts = experts, experts use intermediate
 //                 (moeIntermediate must be 0 or equal to it), no shared
 //                 experts, no dense layers.
@@ -238,6 +240,9 @@ bool checkSpec(const GenSpec &s, Diagnostic &d) {
   if (s.seqLen <= 0)
     return fail(d, "/seqLen",
                 fmt::format("expected a positive integer, got {}", s.seqLen));
+  if (s.transformers != 4 && s.transformers != 5)
+    return fail(d, "/transformers",
+                fmt::format("expected 4 or 5, got {}", s.transformers));
   if (s.expertsOwnedBy == "dp_shard" || s.expertsOwnedBy == "dp_replicate")
     return fail(d, "/expertsOwnedBy",
                 fmt::format("'{}' is a data-parallel dim; expected the "
@@ -341,6 +346,7 @@ bool generateHF(const GenSpec &s, Graph &out, Diagnostic &d) {
   o.expertsOwnedBy = s.expertsOwnedBy;
   o.dtype = s.dtype;
   o.modelName = s.name;
+  o.transformersVersion = static_cast<int>(s.transformers);
   Diagnostic cd;
   if (!graphFromHFConfig(text, o, out, cd)) {
     d = cd;

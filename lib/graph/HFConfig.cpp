@@ -1,7 +1,10 @@
 //===- HFConfig.cpp - Model graphs from Hugging Face config.json ----------===//
 //
-// Builds the graph that `named_parameters()` of the transformers 4.x (4.51 to
-// 4.57) implementation of a model would list, from its config.json alone.
+// Builds the graph that `named_parameters()` of the transformers
+// implementation of a model would list, from its config.json alone: of
+// transformers 5 (5.0 to 5.2x) by default, of 4.x (4.51 to 4.57) with
+// HFImportOptions::transformersVersion = 4. The two differ only in the
+// routed experts of MoE layers (below).
 //
 // Parameters (names, order, shapes) follow the module registration order of
 // modeling_{llama,mistral,qwen2,qwen3,qwen3_moe,mixtral,deepseek_v3}.py:
@@ -21,18 +24,41 @@
 //   mixtral none. head_dim is the config's "head_dim" when present and not
 //   null, else hidden_size / num_attention_heads -- except qwen3, whose
 //   Qwen3Config has head_dim = 128 by default, so an absent/null head_dim
-//   means 128 there, as transformers would build it.
+//   means 128 there, as transformers would build it. kv is
+//   num_key_value_heads; absent, it is the config class's default, as
+//   transformers reads it (LlamaConfig: num_attention_heads; MistralConfig
+//   and MixtralConfig 8; Qwen2Config and Qwen3Config 32; Qwen3MoeConfig 4;
+//   DeepseekV3Config 128, unused by MLA); null means num_attention_heads
+//   (the classes' fallback for None; transformers 5's strict MistralConfig,
+//   MixtralConfig and Qwen3MoeConfig refuse null).
 //
 //   MLA attention (deepseek_v3): [q_proj | q_a_proj, q_a_layernorm, q_b_proj],
 //   kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj.
 //
-//   MLP: gate_proj [I, H], up_proj [I, H], down_proj [H, I] (llama mlp_bias
-//   adds biases). mixtral: block_sparse_moe.gate [E, H], then experts.{j}.w1
-//   [I, H], w2 [H, I], w3 [I, H]. qwen3_moe sparse layers: mlp.gate [E, H],
-//   then mlp.experts.{j}.{gate,up,down}_proj with moe_intermediate_size.
-//   deepseek_v3 MoE layers: mlp.experts.{j}.*, then mlp.gate.weight [E, H]
-//   (e_score_correction_bias is a buffer, left out), then
-//   mlp.shared_experts.* with moe_intermediate_size * n_shared_experts.
+//   Dense MLP: gate_proj [I, H], up_proj [I, H], down_proj [H, I] (llama
+//   mlp_bias adds biases).
+//
+//   MoE layers, transformers 5: the routed experts are one module,
+//   mlp.experts, holding gate_up_proj [E, 2I, H] (expert e's gate rows, then
+//   its up rows: linear(x, gate_up_proj[e]).chunk(2, dim=-1)) and down_proj
+//   [E, H, I]. The graph writes each fused tensor as its matrices, one 2-D
+//   parameter each, so that Muon orthogonalises every expert's matrices on
+//   their own (docs/graph-format.md, "Fused experts"):
+//     mlp.experts.gate_up_proj.{e}.gate [I, H], mlp.experts.gate_up_proj.{e}.up
+//     [I, H] for e = 0..E-1 (e-major), then mlp.experts.down_proj.{e} [H, I],
+//   module "...mlp.experts", kind expert. The router is mlp.gate.weight
+//   [E, H] (a TopKRouter module). Order: mixtral (its block is now `mlp`)
+//   gate, experts; qwen3_moe experts, gate; deepseek_v3 experts, gate
+//   (e_score_correction_bias is a buffer, left out), shared_experts.* with
+//   moe_intermediate_size * n_shared_experts.
+//
+//   MoE layers, transformers 4: mixtral block_sparse_moe.gate [E, H], then
+//   experts.{j}.w1 [I, H], w2 [H, I], w3 [I, H]. qwen3_moe mlp.gate [E, H],
+//   then mlp.experts.{j}.{gate,up,down}_proj. deepseek_v3
+//   mlp.experts.{j}.{gate,up,down}_proj, then mlp.gate.weight [E, H], then
+//   mlp.shared_experts.*.
+//
+//   Either way the same matrices, so parameter counts and bytes agree.
 //   deepseek_v3 layer i is MoE when i >= first_k_dense_replace and
 //   i % moe_layer_freq == 0 (transformers itself ignores moe_layer_freq; the
 //   published configs all use 1, where the two agree).
@@ -188,6 +214,11 @@ public:
     return &*it;
   }
 
+  /// Whether `key` is in the object at all (null included).
+  bool present(const std::string &key) const {
+    return obj_.find(key) != obj_.end();
+  }
+
   /// Required integer >= `min` (min is 0 or 1).
   int64_t reqInt(const std::string &key, int64_t min = 1) {
     const json *v = get(key);
@@ -315,6 +346,37 @@ private:
 
 enum class MoEStyle { None, Mixtral, Qwen3Moe, DeepSeek };
 
+/// The transformers config class of a model_type, for messages.
+const char *configClass(const std::string &t) {
+  if (t == "llama")
+    return "LlamaConfig";
+  if (t == "mistral")
+    return "MistralConfig";
+  if (t == "qwen2")
+    return "Qwen2Config";
+  if (t == "qwen3")
+    return "Qwen3Config";
+  if (t == "qwen3_moe")
+    return "Qwen3MoeConfig";
+  if (t == "mixtral")
+    return "MixtralConfig";
+  return "DeepseekV3Config";
+}
+
+/// num_key_value_heads when config.json leaves it out: the config class's
+/// default (configuration_*.py of transformers 4.5x and 5.x alike).
+int64_t defaultKvHeads(const std::string &t, int64_t heads) {
+  if (t == "mistral" || t == "mixtral")
+    return 8;
+  if (t == "qwen2" || t == "qwen3")
+    return 32;
+  if (t == "qwen3_moe")
+    return 4;
+  if (t == "deepseek_v3")
+    return 128;
+  return heads; // llama
+}
+
 /// Everything the graph depends on, read and checked from the config.
 struct Arch {
   std::string type;
@@ -336,6 +398,9 @@ struct Arch {
   MoEStyle moe = MoEStyle::None;
   int64_t experts = 0, topK = 0, moeInter = 0, shared = 0;
   std::vector<bool> sparse; // per layer
+
+  /// The transformers major version whose names to write (4 or 5).
+  int transformers = 5;
 
   int64_t qkHeadDim() const { return mla ? qkNope + qkRope : headDim; }
   int64_t vHeadDim() const { return mla ? vHead : headDim; }
@@ -378,19 +443,29 @@ bool readArch(const json &root, Fields &f, Arch &a) {
   a.H = f.reqInt("hidden_size");
   a.layers = f.reqInt("num_hidden_layers");
   a.heads = f.reqInt("num_attention_heads");
-  a.kvHeads = f.optInt("num_key_value_heads", a.heads);
   a.vocab = f.reqInt("vocab_size");
   a.tie = f.optBool("tie_word_embeddings", false);
   if (!f.ok())
     return false;
-  if (a.heads % a.kvHeads != 0)
-    return f.error(
-        "/num_key_value_heads",
-        fmt::format("expected a divisor of num_attention_heads ({}), "
-                    "got {}",
-                    a.heads, a.kvHeads));
+  const bool kvGiven = f.present("num_key_value_heads");
+  a.kvHeads = f.optInt("num_key_value_heads",
+                       kvGiven ? a.heads : defaultKvHeads(t, a.heads));
+  if (!f.ok())
+    return false;
 
   a.mla = t == "deepseek_v3";
+  // MLA has no key/value heads of its own (K and V are `heads` wide after
+  // kv_b_proj), so only GQA needs them to divide the heads.
+  if (!a.mla && a.heads % a.kvHeads != 0)
+    return f.error(
+        "/num_key_value_heads",
+        kvGiven ? fmt::format("expected a divisor of num_attention_heads "
+                              "({}), got {}",
+                              a.heads, a.kvHeads)
+                : fmt::format("missing, so {}'s default {}, which does not "
+                              "divide num_attention_heads ({}); expected "
+                              "num_key_value_heads in the config",
+                              configClass(t), a.kvHeads, a.heads));
   if (!a.mla) {
     const json *hd = f.get("head_dim");
     if (hd) {
@@ -572,10 +647,10 @@ struct Builder {
   std::vector<std::string> ownedExperts;
   std::vector<std::string> *unit = nullptr;
 
-  void add(const std::string &module, const char *leaf,
+  void add(const std::string &module, std::string_view leaf,
            std::vector<int64_t> shape, ModuleKind kind) {
     Param p;
-    p.name = module + "." + leaf;
+    p.name = module + "." + std::string(leaf);
     p.shape = std::move(shape);
     p.dtype = dtype;
     p.module = module;
@@ -655,44 +730,75 @@ LayerWork buildLayer(Builder &b, const Arch &a, int64_t i) {
     n += b.linear(m + ".down_proj", H, inter, bias, kind);
     return n;
   };
+  // transformers 5's routed experts: gate_up_proj [E, 2I, H] and
+  // down_proj [E, H, I] of one module, written as their matrices, e-major.
+  auto fusedExperts = [&](const std::string &m) {
+    const std::string e = m + ".experts";
+    for (int64_t j = 0; j < a.experts; ++j) {
+      b.add(e, fmt::format("gate_up_proj.{}.gate", j), {a.moeInter, H},
+            ModuleKind::Expert);
+      b.add(e, fmt::format("gate_up_proj.{}.up", j), {a.moeInter, H},
+            ModuleKind::Expert);
+    }
+    for (int64_t j = 0; j < a.experts; ++j)
+      b.add(e, fmt::format("down_proj.{}", j), {H, a.moeInter},
+            ModuleKind::Expert);
+    return 3 * a.moeInter * H; // per expert
+  };
+  auto router = [&](const std::string &m) {
+    return b.linear(m + ".gate", a.experts, H, false, ModuleKind::Router);
+  };
+  const bool v5 = a.transformers >= 5;
   const bool sparse = a.sparse[static_cast<size_t>(i)];
   if (!sparse) {
     w.activeWeights +=
         gatedMLP(L + ".mlp", a.inter, a.mlpBias, ModuleKind::Linear);
     w.activeInter = static_cast<double>(a.inter);
   } else if (a.moe == MoEStyle::Mixtral) {
-    const std::string m = L + ".block_sparse_moe";
-    w.activeWeights +=
-        b.linear(m + ".gate", a.experts, H, false, ModuleKind::Router);
     int64_t perExpert = 0;
-    for (int64_t j = 0; j < a.experts; ++j) {
-      const std::string e = fmt::format("{}.experts.{}", m, j);
-      perExpert =
-          b.linear(e + ".w1", a.moeInter, H, false, ModuleKind::Expert) +
-          b.linear(e + ".w2", H, a.moeInter, false, ModuleKind::Expert) +
-          b.linear(e + ".w3", a.moeInter, H, false, ModuleKind::Expert);
+    if (v5) {
+      const std::string m = L + ".mlp";
+      w.activeWeights += router(m);
+      perExpert = fusedExperts(m);
+    } else {
+      const std::string m = L + ".block_sparse_moe";
+      w.activeWeights += router(m);
+      for (int64_t j = 0; j < a.experts; ++j) {
+        const std::string e = fmt::format("{}.experts.{}", m, j);
+        perExpert =
+            b.linear(e + ".w1", a.moeInter, H, false, ModuleKind::Expert) +
+            b.linear(e + ".w2", H, a.moeInter, false, ModuleKind::Expert) +
+            b.linear(e + ".w3", a.moeInter, H, false, ModuleKind::Expert);
+      }
     }
     w.activeWeights += static_cast<double>(a.topK) * perExpert;
     w.activeInter = static_cast<double>(a.topK * a.moeInter);
   } else if (a.moe == MoEStyle::Qwen3Moe) {
     const std::string m = L + ".mlp";
-    w.activeWeights +=
-        b.linear(m + ".gate", a.experts, H, false, ModuleKind::Router);
     int64_t perExpert = 0;
-    for (int64_t j = 0; j < a.experts; ++j)
-      perExpert = gatedMLP(fmt::format("{}.experts.{}", m, j), a.moeInter,
-                           false, ModuleKind::Expert);
+    if (v5) {
+      perExpert = fusedExperts(m);
+      w.activeWeights += router(m);
+    } else {
+      w.activeWeights += router(m);
+      for (int64_t j = 0; j < a.experts; ++j)
+        perExpert = gatedMLP(fmt::format("{}.experts.{}", m, j), a.moeInter,
+                             false, ModuleKind::Expert);
+    }
     w.activeWeights += static_cast<double>(a.topK) * perExpert;
     w.activeInter = static_cast<double>(a.topK * a.moeInter);
   } else { // DeepSeek
     const std::string m = L + ".mlp";
     int64_t perExpert = 0;
-    for (int64_t j = 0; j < a.experts; ++j)
-      perExpert = gatedMLP(fmt::format("{}.experts.{}", m, j), a.moeInter,
-                           false, ModuleKind::Expert);
+    if (v5) {
+      perExpert = fusedExperts(m);
+    } else {
+      for (int64_t j = 0; j < a.experts; ++j)
+        perExpert = gatedMLP(fmt::format("{}.experts.{}", m, j), a.moeInter,
+                             false, ModuleKind::Expert);
+    }
     w.activeWeights += static_cast<double>(a.topK) * perExpert;
-    b.add(m + ".gate", "weight", {a.experts, H}, ModuleKind::Router);
-    w.activeWeights += static_cast<double>(a.experts * H);
+    w.activeWeights += router(m);
     w.activeInter = static_cast<double>(a.topK * a.moeInter);
     if (a.shared > 0) {
       w.activeWeights += gatedMLP(m + ".shared_experts", a.moeInter * a.shared,
@@ -750,7 +856,12 @@ bool build(const json &root, const HFImportOptions &opts, Graph &out,
                                    "data-parallel dim '{}'; expected an "
                                    "expert-parallel mesh dim such as 'ep'",
                                    opts.expertsOwnedBy));
+  if (opts.transformersVersion != 4 && opts.transformersVersion != 5)
+    return f.error("", fmt::format("unsupported transformers version option "
+                                   "{}; expected 4 or 5",
+                                   opts.transformersVersion));
   Arch a;
+  a.transformers = opts.transformersVersion;
   if (!readArch(root, f, a))
     return false;
   DType dt = DType::BF16;

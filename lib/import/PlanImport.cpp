@@ -307,6 +307,13 @@ struct HFOptions {
       "hf-model-name",
       llvm::cl::desc("--import-hf-config: model name (default: from config)"),
       llvm::cl::init("")};
+  llvm::cl::opt<int> transformers{
+      "hf-transformers",
+      llvm::cl::desc("--import-hf-config: the transformers major version "
+                     "whose parameters to write: 5 (MoE experts fused into "
+                     "gate_up_proj/down_proj, written as their matrices) or "
+                     "4 (one module per expert)"),
+      llvm::cl::init(5)};
 };
 } // namespace
 
@@ -362,6 +369,7 @@ importFromBuffer(llvm::SourceMgr &sourceMgr, MLIRContext *ctx, bool hf) {
   opts.expertsOwnedBy = hfOptions().experts;
   opts.dtype = hfOptions().dtype;
   opts.modelName = hfOptions().name;
+  opts.transformersVersion = hfOptions().transformers;
   OwningOpRef<ModuleOp> module = importGraphText(
       buf->getBuffer(), buf->getBufferIdentifier(), hf ? &opts : nullptr, ctx);
   if (!module)

@@ -1,9 +1,10 @@
 //===- HFConfigTest.cpp - graphFromHFConfig and generateGraph -------------===//
 //
 // The expected parameter lists below are written out by hand from the
-// transformers 4.x modeling files (module registration order of
-// modeling_{llama,mistral,qwen2,qwen3,qwen3_moe,mixtral,deepseek_v3}.py), not
-// computed by the code under test.
+// transformers modeling files (module registration order of
+// modeling_{llama,mistral,qwen2,qwen3,qwen3_moe,mixtral,deepseek_v3}.py, of
+// 5.x by default and of 4.x for the Transformers4 tests), not computed by the
+// code under test.
 //
 //===----------------------------------------------------------------------===//
 #include "mfsdp/graph/HFConfig.h"
@@ -14,7 +15,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -336,6 +340,8 @@ TEST(HFConfig, TinyQwen3Moe) {
     l0.emplace_back("model.layers.0." + e.first, e.second);
   expectSame(paramsWithPrefix(g, "model.layers.0."), l0);
 
+  // transformers 5: Qwen3MoeSparseMoeBlock registers experts (fused
+  // gate_up_proj [4, 64, 64], down_proj [4, 64, 32]), then the router.
   expectSame(paramsWithPrefix(g, "model.layers.1."),
              {{"model.layers.1.self_attn.q_proj.weight", {64, 64}},
               {"model.layers.1.self_attn.k_proj.weight", {32, 64}},
@@ -343,30 +349,46 @@ TEST(HFConfig, TinyQwen3Moe) {
               {"model.layers.1.self_attn.o_proj.weight", {64, 64}},
               {"model.layers.1.self_attn.q_norm.weight", {16}},
               {"model.layers.1.self_attn.k_norm.weight", {16}},
+              {"model.layers.1.mlp.experts.gate_up_proj.0.gate", {32, 64}},
+              {"model.layers.1.mlp.experts.gate_up_proj.0.up", {32, 64}},
+              {"model.layers.1.mlp.experts.gate_up_proj.1.gate", {32, 64}},
+              {"model.layers.1.mlp.experts.gate_up_proj.1.up", {32, 64}},
+              {"model.layers.1.mlp.experts.gate_up_proj.2.gate", {32, 64}},
+              {"model.layers.1.mlp.experts.gate_up_proj.2.up", {32, 64}},
+              {"model.layers.1.mlp.experts.gate_up_proj.3.gate", {32, 64}},
+              {"model.layers.1.mlp.experts.gate_up_proj.3.up", {32, 64}},
+              {"model.layers.1.mlp.experts.down_proj.0", {64, 32}},
+              {"model.layers.1.mlp.experts.down_proj.1", {64, 32}},
+              {"model.layers.1.mlp.experts.down_proj.2", {64, 32}},
+              {"model.layers.1.mlp.experts.down_proj.3", {64, 32}},
               {"model.layers.1.mlp.gate.weight", {4, 64}},
-              {"model.layers.1.mlp.experts.0.gate_proj.weight", {32, 64}},
-              {"model.layers.1.mlp.experts.0.up_proj.weight", {32, 64}},
-              {"model.layers.1.mlp.experts.0.down_proj.weight", {64, 32}},
-              {"model.layers.1.mlp.experts.1.gate_proj.weight", {32, 64}},
-              {"model.layers.1.mlp.experts.1.up_proj.weight", {32, 64}},
-              {"model.layers.1.mlp.experts.1.down_proj.weight", {64, 32}},
-              {"model.layers.1.mlp.experts.2.gate_proj.weight", {32, 64}},
-              {"model.layers.1.mlp.experts.2.up_proj.weight", {32, 64}},
-              {"model.layers.1.mlp.experts.2.down_proj.weight", {64, 32}},
-              {"model.layers.1.mlp.experts.3.gate_proj.weight", {32, 64}},
-              {"model.layers.1.mlp.experts.3.up_proj.weight", {32, 64}},
-              {"model.layers.1.mlp.experts.3.down_proj.weight", {64, 32}},
               {"model.layers.1.input_layernorm.weight", {64}},
               {"model.layers.1.post_attention_layernorm.weight", {64}}});
   expectSame(topLevel(g), kTinyTopUntied);
   EXPECT_EQ(g.findParam("model.layers.1.mlp.gate.weight")->kind,
             ModuleKind::Router);
-  EXPECT_EQ(g.findParam("model.layers.1.mlp.experts.2.up_proj.weight")->kind,
-            ModuleKind::Expert);
-  EXPECT_EQ(g.findParam("model.layers.1.mlp.experts.2.up_proj.weight")->module,
-            "model.layers.1.mlp.experts.2.up_proj");
+  EXPECT_EQ(g.findParam("model.layers.1.mlp.gate.weight")->module,
+            "model.layers.1.mlp.gate");
+  // Every split matrix keeps the fused tensor's module, kind and dtype.
+  for (const char *n : {"model.layers.1.mlp.experts.gate_up_proj.2.up",
+                        "model.layers.1.mlp.experts.down_proj.3"}) {
+    const Param *p = g.findParam(n);
+    ASSERT_TRUE(p) << n;
+    EXPECT_EQ(p->kind, ModuleKind::Expert) << n;
+    EXPECT_EQ(p->module, "model.layers.1.mlp.experts") << n;
+    EXPECT_EQ(p->dtype, DType::BF16) << n;
+    EXPECT_TRUE(p->requiresGrad) << n;
+  }
   EXPECT_EQ(g.findParam("model.layers.0.mlp.gate_proj.weight")->kind,
             ModuleKind::Linear);
+  // The matrices are in their layer's unit, in parameter order.
+  const Unit *u1 = findUnit(g, "model.layers.1");
+  ASSERT_TRUE(u1);
+  std::vector<std::string> inOrder;
+  for (const auto &p : g.params)
+    if (p.name.rfind("model.layers.1.", 0) == 0)
+      inOrder.push_back(p.name);
+  EXPECT_EQ(u1->params, inOrder);
   expectValid(g);
 }
 
@@ -379,45 +401,46 @@ TEST(HFConfig, Qwen3MoeSparseStep) {
   EXPECT_TRUE(g.findParam("model.layers.0.mlp.gate_proj.weight"));
   EXPECT_TRUE(g.findParam("model.layers.1.mlp.gate.weight"));
   EXPECT_TRUE(g.findParam("model.layers.2.mlp.down_proj.weight"));
-  EXPECT_TRUE(g.findParam("model.layers.3.mlp.experts.1.down_proj.weight"));
+  EXPECT_TRUE(g.findParam("model.layers.3.mlp.experts.down_proj.1"));
   EXPECT_FALSE(g.findParam("model.layers.2.mlp.gate.weight"));
   // No intermediate_size needed when every layer is sparse.
   Graph all = load(R"({"model_type": "qwen3_moe", "hidden_size": 64,
     "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 256,
     "num_experts": 2, "num_experts_per_tok": 1, "moe_intermediate_size": 32})");
-  EXPECT_TRUE(all.findParam("model.layers.0.mlp.experts.0.gate_proj.weight"));
+  EXPECT_TRUE(all.findParam("model.layers.0.mlp.experts.gate_up_proj.0.gate"));
 }
 
 TEST(HFConfig, TinyMixtral) {
-  // MixtralSparseMoeBlock: gate, then experts; each expert w1, w2, w3.
+  // transformers 5: the block is `mlp` (4.x: block_sparse_moe); router,
+  // then experts: gate_up_proj [4, 256, 64] and down_proj [4, 64, 128].
   Graph g = loadExample("tiny-mixtral.json");
   Expected want = {
       {"model.layers.0.self_attn.q_proj.weight", {64, 64}},
       {"model.layers.0.self_attn.k_proj.weight", {32, 64}},
       {"model.layers.0.self_attn.v_proj.weight", {32, 64}},
       {"model.layers.0.self_attn.o_proj.weight", {64, 64}},
-      {"model.layers.0.block_sparse_moe.gate.weight", {4, 64}},
-      {"model.layers.0.block_sparse_moe.experts.0.w1.weight", {128, 64}},
-      {"model.layers.0.block_sparse_moe.experts.0.w2.weight", {64, 128}},
-      {"model.layers.0.block_sparse_moe.experts.0.w3.weight", {128, 64}},
-      {"model.layers.0.block_sparse_moe.experts.1.w1.weight", {128, 64}},
-      {"model.layers.0.block_sparse_moe.experts.1.w2.weight", {64, 128}},
-      {"model.layers.0.block_sparse_moe.experts.1.w3.weight", {128, 64}},
-      {"model.layers.0.block_sparse_moe.experts.2.w1.weight", {128, 64}},
-      {"model.layers.0.block_sparse_moe.experts.2.w2.weight", {64, 128}},
-      {"model.layers.0.block_sparse_moe.experts.2.w3.weight", {128, 64}},
-      {"model.layers.0.block_sparse_moe.experts.3.w1.weight", {128, 64}},
-      {"model.layers.0.block_sparse_moe.experts.3.w2.weight", {64, 128}},
-      {"model.layers.0.block_sparse_moe.experts.3.w3.weight", {128, 64}},
+      {"model.layers.0.mlp.gate.weight", {4, 64}},
+      {"model.layers.0.mlp.experts.gate_up_proj.0.gate", {128, 64}},
+      {"model.layers.0.mlp.experts.gate_up_proj.0.up", {128, 64}},
+      {"model.layers.0.mlp.experts.gate_up_proj.1.gate", {128, 64}},
+      {"model.layers.0.mlp.experts.gate_up_proj.1.up", {128, 64}},
+      {"model.layers.0.mlp.experts.gate_up_proj.2.gate", {128, 64}},
+      {"model.layers.0.mlp.experts.gate_up_proj.2.up", {128, 64}},
+      {"model.layers.0.mlp.experts.gate_up_proj.3.gate", {128, 64}},
+      {"model.layers.0.mlp.experts.gate_up_proj.3.up", {128, 64}},
+      {"model.layers.0.mlp.experts.down_proj.0", {64, 128}},
+      {"model.layers.0.mlp.experts.down_proj.1", {64, 128}},
+      {"model.layers.0.mlp.experts.down_proj.2", {64, 128}},
+      {"model.layers.0.mlp.experts.down_proj.3", {64, 128}},
       {"model.layers.0.input_layernorm.weight", {64}},
       {"model.layers.0.post_attention_layernorm.weight", {64}}};
   expectSame(paramsWithPrefix(g, "model.layers.0."), want);
   expectSame(topLevel(g), kTinyTopUntied);
-  EXPECT_EQ(g.findParam("model.layers.0.block_sparse_moe.gate.weight")->kind,
+  EXPECT_EQ(g.findParam("model.layers.0.mlp.gate.weight")->kind,
             ModuleKind::Router);
-  EXPECT_EQ(
-      g.findParam("model.layers.1.block_sparse_moe.experts.3.w2.weight")->kind,
-      ModuleKind::Expert);
+  EXPECT_EQ(g.findParam("model.layers.1.mlp.experts.down_proj.3")->kind,
+            ModuleKind::Expert);
+  EXPECT_TRUE(paramsWithPrefix(g, "model.layers.0.block_sparse_moe").empty());
   expectValid(g);
 }
 
@@ -441,7 +464,8 @@ TEST(HFConfig, TinyDeepseekV3) {
     l0.emplace_back("model.layers.0." + e.first, e.second);
   expectSame(paramsWithPrefix(g, "model.layers.0."), l0);
 
-  // DeepseekV3MoE registers experts, then gate, then shared_experts.
+  // DeepseekV3MoE registers experts (fused in transformers 5), then gate,
+  // then shared_experts.
   expectSame(paramsWithPrefix(g, "model.layers.1."),
              {{"model.layers.1.self_attn.q_a_proj.weight", {16, 64}},
               {"model.layers.1.self_attn.q_a_layernorm.weight", {16}},
@@ -450,18 +474,18 @@ TEST(HFConfig, TinyDeepseekV3) {
               {"model.layers.1.self_attn.kv_a_layernorm.weight", {8}},
               {"model.layers.1.self_attn.kv_b_proj.weight", {64, 8}},
               {"model.layers.1.self_attn.o_proj.weight", {64, 32}},
-              {"model.layers.1.mlp.experts.0.gate_proj.weight", {32, 64}},
-              {"model.layers.1.mlp.experts.0.up_proj.weight", {32, 64}},
-              {"model.layers.1.mlp.experts.0.down_proj.weight", {64, 32}},
-              {"model.layers.1.mlp.experts.1.gate_proj.weight", {32, 64}},
-              {"model.layers.1.mlp.experts.1.up_proj.weight", {32, 64}},
-              {"model.layers.1.mlp.experts.1.down_proj.weight", {64, 32}},
-              {"model.layers.1.mlp.experts.2.gate_proj.weight", {32, 64}},
-              {"model.layers.1.mlp.experts.2.up_proj.weight", {32, 64}},
-              {"model.layers.1.mlp.experts.2.down_proj.weight", {64, 32}},
-              {"model.layers.1.mlp.experts.3.gate_proj.weight", {32, 64}},
-              {"model.layers.1.mlp.experts.3.up_proj.weight", {32, 64}},
-              {"model.layers.1.mlp.experts.3.down_proj.weight", {64, 32}},
+              {"model.layers.1.mlp.experts.gate_up_proj.0.gate", {32, 64}},
+              {"model.layers.1.mlp.experts.gate_up_proj.0.up", {32, 64}},
+              {"model.layers.1.mlp.experts.gate_up_proj.1.gate", {32, 64}},
+              {"model.layers.1.mlp.experts.gate_up_proj.1.up", {32, 64}},
+              {"model.layers.1.mlp.experts.gate_up_proj.2.gate", {32, 64}},
+              {"model.layers.1.mlp.experts.gate_up_proj.2.up", {32, 64}},
+              {"model.layers.1.mlp.experts.gate_up_proj.3.gate", {32, 64}},
+              {"model.layers.1.mlp.experts.gate_up_proj.3.up", {32, 64}},
+              {"model.layers.1.mlp.experts.down_proj.0", {64, 32}},
+              {"model.layers.1.mlp.experts.down_proj.1", {64, 32}},
+              {"model.layers.1.mlp.experts.down_proj.2", {64, 32}},
+              {"model.layers.1.mlp.experts.down_proj.3", {64, 32}},
               {"model.layers.1.mlp.gate.weight", {4, 64}},
               {"model.layers.1.mlp.shared_experts.gate_proj.weight", {32, 64}},
               {"model.layers.1.mlp.shared_experts.up_proj.weight", {32, 64}},
@@ -477,7 +501,7 @@ TEST(HFConfig, TinyDeepseekV3) {
   EXPECT_EQ(
       g.findParam("model.layers.1.mlp.shared_experts.up_proj.weight")->kind,
       ModuleKind::Linear);
-  EXPECT_EQ(g.findParam("model.layers.1.mlp.experts.0.up_proj.weight")->kind,
+  EXPECT_EQ(g.findParam("model.layers.1.mlp.experts.gate_up_proj.0.up")->kind,
             ModuleKind::Expert);
   EXPECT_EQ(g.findParam("model.layers.0.self_attn.kv_a_layernorm.weight")->kind,
             ModuleKind::Norm);
@@ -506,12 +530,12 @@ TEST(HFConfig, DeepseekV3WithoutQLoraAndWithBias) {
               {"model.layers.0.self_attn.kv_b_proj.weight", {64, 8}},
               {"model.layers.0.self_attn.o_proj.weight", {64, 32}},
               {"model.layers.0.self_attn.o_proj.bias", {64}},
-              {"model.layers.0.mlp.experts.0.gate_proj.weight", {32, 64}},
-              {"model.layers.0.mlp.experts.0.up_proj.weight", {32, 64}},
-              {"model.layers.0.mlp.experts.0.down_proj.weight", {64, 32}},
-              {"model.layers.0.mlp.experts.1.gate_proj.weight", {32, 64}},
-              {"model.layers.0.mlp.experts.1.up_proj.weight", {32, 64}},
-              {"model.layers.0.mlp.experts.1.down_proj.weight", {64, 32}},
+              {"model.layers.0.mlp.experts.gate_up_proj.0.gate", {32, 64}},
+              {"model.layers.0.mlp.experts.gate_up_proj.0.up", {32, 64}},
+              {"model.layers.0.mlp.experts.gate_up_proj.1.gate", {32, 64}},
+              {"model.layers.0.mlp.experts.gate_up_proj.1.up", {32, 64}},
+              {"model.layers.0.mlp.experts.down_proj.0", {64, 32}},
+              {"model.layers.0.mlp.experts.down_proj.1", {64, 32}},
               {"model.layers.0.mlp.gate.weight", {2, 64}},
               {"model.layers.0.mlp.shared_experts.gate_proj.weight", {64, 64}},
               {"model.layers.0.mlp.shared_experts.up_proj.weight", {64, 64}},
@@ -535,6 +559,134 @@ TEST(HFConfig, DeepseekV3WithoutQLoraAndWithBias) {
               {"model.layers.0.self_attn.q_b_proj.weight", {48, 16}}});
   // n_shared_experts 0: no shared expert at all.
   EXPECT_TRUE(paramsWithPrefix(q, "model.layers.0.mlp.shared_experts").empty());
+}
+
+//===----------------------------------------------------------------------===//
+// transformers 4.x names (transformersVersion = 4)
+//===----------------------------------------------------------------------===//
+
+HFImportOptions transformers4() {
+  HFImportOptions o;
+  o.transformersVersion = 4;
+  return o;
+}
+
+TEST(HFConfig, Transformers4Qwen3Moe) {
+  // Qwen3MoeSparseMoeBlock of 4.x: gate, then experts.{j}.{gate,up,down}_proj.
+  Graph g = loadExample("tiny-qwen3-moe.json", transformers4());
+  Expected want = {{"model.layers.1.mlp.gate.weight", {4, 64}}};
+  for (int j = 0; j < 4; ++j) {
+    const std::string e = "model.layers.1.mlp.experts." + std::to_string(j);
+    want.push_back({e + ".gate_proj.weight", {32, 64}});
+    want.push_back({e + ".up_proj.weight", {32, 64}});
+    want.push_back({e + ".down_proj.weight", {64, 32}});
+  }
+  expectSame(paramsWithPrefix(g, "model.layers.1.mlp."), want);
+  EXPECT_EQ(g.findParam("model.layers.1.mlp.experts.2.up_proj.weight")->module,
+            "model.layers.1.mlp.experts.2.up_proj");
+  EXPECT_EQ(g.findParam("model.layers.1.mlp.experts.2.up_proj.weight")->kind,
+            ModuleKind::Expert);
+  expectValid(g);
+}
+
+TEST(HFConfig, Transformers4Mixtral) {
+  // MixtralSparseMoeBlock of 4.x: block_sparse_moe.gate, then each expert's
+  // w1 [I, H], w2 [H, I], w3 [I, H].
+  Graph g = loadExample("tiny-mixtral.json", transformers4());
+  Expected want = {{"model.layers.0.block_sparse_moe.gate.weight", {4, 64}}};
+  for (int j = 0; j < 4; ++j) {
+    const std::string e =
+        "model.layers.0.block_sparse_moe.experts." + std::to_string(j);
+    want.push_back({e + ".w1.weight", {128, 64}});
+    want.push_back({e + ".w2.weight", {64, 128}});
+    want.push_back({e + ".w3.weight", {128, 64}});
+  }
+  expectSame(paramsWithPrefix(g, "model.layers.0.block_sparse_moe."), want);
+  EXPECT_TRUE(paramsWithPrefix(g, "model.layers.0.mlp").empty());
+  EXPECT_EQ(
+      g.findParam("model.layers.1.block_sparse_moe.experts.3.w2.weight")->kind,
+      ModuleKind::Expert);
+  expectValid(g);
+}
+
+TEST(HFConfig, Transformers4DeepseekV3) {
+  // DeepseekV3MoE of 4.x: experts.{j}.{gate,up,down}_proj, gate, shared.
+  Graph g = loadExample("tiny-deepseek-v3.json", transformers4());
+  Expected want;
+  for (int j = 0; j < 4; ++j) {
+    const std::string e = "model.layers.1.mlp.experts." + std::to_string(j);
+    want.push_back({e + ".gate_proj.weight", {32, 64}});
+    want.push_back({e + ".up_proj.weight", {32, 64}});
+    want.push_back({e + ".down_proj.weight", {64, 32}});
+  }
+  want.push_back({"model.layers.1.mlp.gate.weight", {4, 64}});
+  want.push_back(
+      {"model.layers.1.mlp.shared_experts.gate_proj.weight", {32, 64}});
+  want.push_back(
+      {"model.layers.1.mlp.shared_experts.up_proj.weight", {32, 64}});
+  want.push_back(
+      {"model.layers.1.mlp.shared_experts.down_proj.weight", {64, 32}});
+  expectSame(paramsWithPrefix(g, "model.layers.1.mlp."), want);
+  expectValid(g);
+}
+
+/// Elements and bytes of one unit (tied parameters are in no unit).
+struct UnitSize {
+  int64_t elements = 0, bytes = 0;
+  std::multiset<Shape> shapes;
+  bool operator==(const UnitSize &o) const {
+    return elements == o.elements && bytes == o.bytes && shapes == o.shapes;
+  }
+};
+
+std::map<std::string, UnitSize> unitSizes(const Graph &g) {
+  std::map<std::string_view, const Param *> byName;
+  for (const auto &p : g.params)
+    byName[p.name] = &p;
+  std::map<std::string, UnitSize> out;
+  for (const auto &u : g.units) {
+    UnitSize &s = out[u.name];
+    for (const auto &n : u.params) {
+      const Param *p = byName.at(n);
+      s.elements += p->numElements();
+      s.bytes += p->numElements() * dtypeBytes(p->dtype);
+      s.shapes.insert(p->shape);
+    }
+  }
+  return out;
+}
+
+TEST(HFConfig, BothLayoutsHoldTheSameMatricesForEveryExample) {
+  // transformers 5 only renames and reorders the routed experts' matrices:
+  // for every bundled config, the same tensors, elements and bytes, unit by
+  // unit, the same costs, and the same ownership.
+  int configs = 0;
+  for (const auto &entry : std::filesystem::directory_iterator(examplesDir())) {
+    if (entry.path().extension() != ".json")
+      continue;
+    const std::string file = entry.path().filename().string();
+    HFImportOptions four = transformers4(), five;
+    four.expertsOwnedBy = five.expertsOwnedBy = "ep";
+    Graph g4 = loadExample(file, four), g5 = loadExample(file, five);
+    EXPECT_EQ(g4.params.size(), g5.params.size()) << file;
+    EXPECT_EQ(totalParams(g4), totalParams(g5)) << file;
+    EXPECT_TRUE(unitSizes(g4) == unitSizes(g5)) << file;
+    ASSERT_EQ(g4.units.size(), g5.units.size()) << file;
+    for (size_t i = 0; i < g4.units.size(); ++i) {
+      EXPECT_EQ(g4.units[i].name, g5.units[i].name) << file;
+      EXPECT_TRUE(g4.units[i].cost == g5.units[i].cost)
+          << file << " " << g4.units[i].name;
+    }
+    size_t owned4 = 0, owned5 = 0;
+    for (const auto &p : g4.params)
+      owned4 += !p.ownedBy.empty();
+    for (const auto &p : g5.params)
+      owned5 += !p.ownedBy.empty();
+    EXPECT_EQ(owned4, owned5) << file;
+    expectValid(g5);
+    ++configs;
+  }
+  EXPECT_EQ(configs, 15);
 }
 
 //===----------------------------------------------------------------------===//
@@ -623,7 +775,7 @@ TEST(HFConfig, DeepseekV3Total) {
   EXPECT_EQ(totalParams(g), 671'026'404'352);
   EXPECT_EQ(totalParams(g) + 58 * 256, 671'026'419'200);
   EXPECT_TRUE(g.findParam("model.layers.2.mlp.down_proj.weight"));
-  EXPECT_TRUE(g.findParam("model.layers.3.mlp.experts.255.down_proj.weight"));
+  EXPECT_TRUE(g.findParam("model.layers.3.mlp.experts.down_proj.255"));
   EXPECT_FALSE(g.findParam("model.layers.61.input_layernorm.weight"));
   expectValid(g);
 }
@@ -670,7 +822,7 @@ TEST(HFConfig, DTypeAndModelName) {
     EXPECT_EQ(p.dtype, DType::F32) << p.name;
   Graph h = load(R"({"model_type": "mistral", "hidden_size": 64,
     "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4,
-    "vocab_size": 256, "torch_dtype": "float16"})");
+    "num_key_value_heads": 4, "vocab_size": 256, "torch_dtype": "float16"})");
   EXPECT_EQ(h.findParam("lm_head.weight")->dtype, DType::F16);
 }
 
@@ -751,6 +903,48 @@ void expectError(const std::string &text, const std::string &pointer,
   EXPECT_EQ(g.model, "untouched") << "output graph written on failure";
 }
 
+TEST(HFConfig, KeyValueHeadsDefaultToTheConfigClass) {
+  // Without num_key_value_heads transformers uses the config class's default
+  // (Mistral/Mixtral 8, Qwen2/Qwen3 32, Qwen3-MoE 4, Llama the heads); null
+  // means num_attention_heads. 64 heads of 16: k_proj is kv * 16 rows.
+  struct Case {
+    const char *type;
+    int64_t kv;
+  } cases[] = {{"llama", 64}, {"mistral", 8}, {"mixtral", 8},
+               {"qwen2", 32}, {"qwen3", 32},  {"qwen3_moe", 4}};
+  for (const auto &c : cases) {
+    std::string body = std::string(R"({"model_type": ")") + c.type +
+                       R"(", "hidden_size": 1024, "intermediate_size": 128,
+      "num_hidden_layers": 1, "num_attention_heads": 64, "head_dim": 16,
+      "vocab_size": 256, "num_local_experts": 2, "num_experts": 2,
+      "num_experts_per_tok": 1, "moe_intermediate_size": 32)";
+    Graph g = load(body + "}");
+    const Param *k = g.findParam("model.layers.0.self_attn.k_proj.weight");
+    ASSERT_TRUE(k) << c.type;
+    EXPECT_EQ(k->shape, (Shape{c.kv * 16, 1024})) << c.type;
+    Graph n = load(body + R"(, "num_key_value_heads": null})");
+    EXPECT_EQ(n.findParam("model.layers.0.self_attn.k_proj.weight")->shape,
+              (Shape{64 * 16, 1024}))
+        << c.type << " with null";
+  }
+  // A default that does not divide the heads says where it came from.
+  expectError(R"({"model_type": "qwen2", "hidden_size": 64,
+    "intermediate_size": 128, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "vocab_size": 256})",
+              "/num_key_value_heads",
+              "missing, so Qwen2Config's default 32, which does not divide "
+              "num_attention_heads (4)");
+  // MLA has no key/value heads: DeepseekV3Config's default 128 is harmless.
+  Graph d = load(R"({"model_type": "deepseek_v3", "hidden_size": 64,
+    "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 256,
+    "q_lora_rank": 16, "kv_lora_rank": 8, "qk_nope_head_dim": 8,
+    "qk_rope_head_dim": 4, "v_head_dim": 8, "n_routed_experts": 2,
+    "n_shared_experts": 0, "num_experts_per_tok": 1,
+    "moe_intermediate_size": 32, "first_k_dense_replace": 0})");
+  EXPECT_EQ(d.findParam("model.layers.0.self_attn.kv_b_proj.weight")->shape,
+            (Shape{4 * (8 + 8), 8}));
+}
+
 TEST(HFConfig, ErrorInvalidJson) {
   expectError("{\"model_type\": \"llama\",", "", "parse error");
   expectError("", "", "parse error");
@@ -826,12 +1020,13 @@ TEST(HFConfig, ErrorUnknownModelType) {
 TEST(HFConfig, ErrorHiddenNotDivisibleByHeads) {
   expectError(R"({"model_type": "mistral", "hidden_size": 66,
     "intermediate_size": 128, "num_hidden_layers": 2,
-    "num_attention_heads": 4, "vocab_size": 256})",
+    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256})",
               "/hidden_size", "not divisible by num_attention_heads 4");
   // An explicit head_dim makes it fine.
   Graph g = load(R"({"model_type": "mistral", "hidden_size": 66,
     "intermediate_size": 128, "num_hidden_layers": 1,
-    "num_attention_heads": 4, "vocab_size": 256, "head_dim": 16})");
+    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256,
+    "head_dim": 16})");
   EXPECT_EQ(g.findParam("model.layers.0.self_attn.o_proj.weight")->shape,
             (Shape{66, 64}));
 }
@@ -844,8 +1039,8 @@ TEST(HFConfig, ErrorHeadsNotDivisibleByKvHeads) {
 TEST(HFConfig, ErrorTooManyExpertsPerToken) {
   expectError(R"({"model_type": "mixtral", "hidden_size": 64,
     "intermediate_size": 128, "num_hidden_layers": 2,
-    "num_attention_heads": 4, "vocab_size": 256, "num_local_experts": 4,
-    "num_experts_per_tok": 5})",
+    "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 256,
+    "num_local_experts": 4, "num_experts_per_tok": 5})",
               "/num_experts_per_tok",
               "expected at most num_local_experts (4), got 5");
   expectError(R"({"model_type": "qwen3_moe", "hidden_size": 64,
@@ -865,7 +1060,8 @@ TEST(HFConfig, ErrorArchSpecificFields) {
               "/kv_lora_rank", "missing required field 'kv_lora_rank'");
   expectError(R"({"model_type": "mixtral", "hidden_size": 64,
     "intermediate_size": 128, "num_hidden_layers": 2,
-    "num_attention_heads": 4, "vocab_size": 256, "num_experts_per_tok": 2})",
+    "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 256,
+    "num_experts_per_tok": 2})",
               "/num_local_experts", "missing required field");
   expectError(R"({"model_type": "qwen3_moe", "hidden_size": 64,
     "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -886,8 +1082,8 @@ TEST(HFConfig, ErrorTooLarge) {
               "/num_key_value_heads", "at most 2147483647");
   expectError(R"({"model_type": "mixtral", "hidden_size": 64,
     "intermediate_size": 128, "num_hidden_layers": 2000000,
-    "num_attention_heads": 4, "vocab_size": 256, "num_local_experts": 64,
-    "num_experts_per_tok": 2})",
+    "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 256,
+    "num_local_experts": 64, "num_experts_per_tok": 2})",
               "/num_hidden_layers", "parameter tensors");
 }
 
@@ -899,6 +1095,10 @@ TEST(HFConfig, ErrorOptions) {
   HFImportOptions s;
   s.seqLen = 0;
   expectError(readExample("tiny-llama.json"), "", "sequence length", s);
+  HFImportOptions v;
+  v.transformersVersion = 3;
+  expectError(readExample("tiny-llama.json"), "",
+              "unsupported transformers version option 3; expected 4 or 5", v);
 }
 
 TEST(HFConfig, NoExceptionEscapesOnTruncatedOrMutatedInput) {
@@ -943,19 +1143,23 @@ TEST(Generate, HFArchsMatchTheirConfig) {
       s.denseLayers = 1;
     }
     s.expertsOwnedBy = moe ? "ep" : "";
-    Graph g;
-    Diagnostic d;
-    ASSERT_TRUE(generateGraph(s, g, d))
-        << arch << ": " << d.pointer << " " << d.message;
-    std::string cfg = generatedHFConfig(s);
-    ASSERT_FALSE(cfg.empty()) << arch;
-    HFImportOptions o;
-    o.expertsOwnedBy = s.expertsOwnedBy;
-    Graph h = load(cfg, o);
-    EXPECT_TRUE(g == h) << arch;
-    EXPECT_EQ(g.model, arch);
-    EXPECT_EQ(g.units.size(), 4u) << arch;
-    expectValid(g);
+    for (int version : {5, 4}) {
+      s.transformers = version;
+      Graph g;
+      Diagnostic d;
+      ASSERT_TRUE(generateGraph(s, g, d))
+          << arch << ": " << d.pointer << " " << d.message;
+      std::string cfg = generatedHFConfig(s);
+      ASSERT_FALSE(cfg.empty()) << arch;
+      HFImportOptions o;
+      o.expertsOwnedBy = s.expertsOwnedBy;
+      o.transformersVersion = version;
+      Graph h = load(cfg, o);
+      EXPECT_TRUE(g == h) << arch << " " << version;
+      EXPECT_EQ(g.model, arch);
+      EXPECT_EQ(g.units.size(), 4u) << arch;
+      expectValid(g);
+    }
   }
 }
 
@@ -1070,6 +1274,9 @@ TEST(Generate, Errors) {
   s = GenSpec{};
   s.seqLen = 0;
   expectBad(s, "/seqLen", "positive");
+  s = GenSpec{};
+  s.transformers = 6;
+  expectBad(s, "/transformers", "expected 4 or 5, got 6");
   s = GenSpec{};
   s.arch = "mixtral";
   s.experts = 65536;

@@ -41,7 +41,7 @@ with warnings.catch_warnings():
     from torch import nn
     from torch.utils.flop_counter import FlopCounterMode
 
-__all__ = ["export_graph", "write_graph", "dumps", "ExportError", "KINDS"]
+__all__ = ["export_graph", "write_graph", "dumps", "expert_matrices", "ExportError", "KINDS"]
 
 FORMAT = "mfsdp.graph"
 VERSION = 1
@@ -284,6 +284,46 @@ def _infer_kind(pname, mname, module, tied_primary_kind):
     return "other"
 
 
+# ---------------------------------------------------------------- fused experts
+
+def expert_matrices(name, shape):
+    """The 2-D matrices a fused expert tensor `name` [E, A, B] is written as,
+    as (name, shape), e-major: for gate_up_proj (A even) each expert's gate
+    rows, then its up rows (transformers 5: linear(x, gate_up_proj[e]).chunk(2,
+    dim=-1)), `name.{e}.gate` and `name.{e}.up` [A/2, B]; for any other name
+    `name.{e}` [A, B]. mfsdp.torch puts the tensor back together by exactly
+    this naming."""
+    experts, rows, cols = shape
+    if name.rpartition(".")[2] == "gate_up_proj" and rows % 2 == 0:
+        out = []
+        for e in range(experts):
+            out.append((f"{name}.{e}.gate", [rows // 2, cols]))
+            out.append((f"{name}.{e}.up", [rows // 2, cols]))
+        return out
+    return [(f"{name}.{e}", [rows, cols]) for e in range(experts)]
+
+
+def _split_experts(params):
+    """{parameter name: its matrices} for every 3-D `expert` parameter, and for
+    each alias of one (its matrices tied to the primary's, one by one)."""
+    split = {}
+    for p in params:
+        if "tied_to" not in p and p["kind"] == "expert" and len(p["shape"]) == 3:
+            split[p["name"]] = expert_matrices(p["name"], p["shape"])
+    for p in params:
+        if "tied_to" in p and p["tied_to"] in split:
+            mine = expert_matrices(p["name"], p["shape"])
+            theirs = split[p["tied_to"]]
+            if [s for _, s in mine] != [s for _, s in theirs]:
+                raise ExportError(
+                    f"parameter {p['name']!r}: tied to the fused expert tensor "
+                    f"{p['tied_to']!r}, but its name splits it into other matrices "
+                    f"({len(mine)} of {mine[0][1]} against {len(theirs)} of {theirs[0][1]}); "
+                    "pass split_experts=False (--no-split-experts)")
+            split[p["name"]] = mine
+    return split
+
+
 # ---------------------------------------------------------------- measuring
 
 def _leaves(x, out):
@@ -470,7 +510,8 @@ def _resolve(segments, forward):
 
 def export_graph(model, units, example_inputs, name, seq_len=None, mesh=None, recompute=False,
                  *, example_kwargs=None, kinds=None, owned_by=None, dtype=None, policy=None,
-                 tokens=None, loss_fn=None, backward=True, device="meta", rest="groups"):
+                 tokens=None, loss_fn=None, backward=True, device="meta", rest="groups",
+                 split_experts=True):
     """Describe `model` as an mfsdp graph (format 1) and return it as a dict.
 
     units: the submodules that become units, in any order (they are sorted
@@ -504,6 +545,12 @@ def export_graph(model, units, example_inputs, name, seq_len=None, mesh=None, re
         their own, one per run of consecutive modules between units in forward
         order, named after the group's last module; 'root': all of them form
         one unit, 'root', gathered first (FSDP2's root module).
+    split_experts: True (default): a 3-D parameter of kind 'expert' [E, A, B]
+        (transformers 5's fused experts) is written as its 2-D matrices, in its
+        place and unit, each with its module, kind, dtype and owners (see
+        expert_matrices()), so that Muon and the owner balancer treat every
+        expert's matrices on their own; an alias of one is split alike. False
+        keeps the 3-D tensor (planned as one tensor, with AdamW).
     """
     if not isinstance(model, nn.Module):
         raise ExportError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
@@ -796,17 +843,24 @@ def export_graph(model, units, example_inputs, name, seq_len=None, mesh=None, re
                 raise ExportError(f"unit {uname!r}: {k} is not finite")
         out_units.append({"name": uname, "params": g[1], "cost": cost})
 
+    split = _split_experts(params) if split_experts else {}
     out_params = []
     for p in params:
-        e = {"name": p["name"], "shape": p["shape"], "dtype": p["dtype"], "module": p["module"],
-             "kind": p["kind"]}
-        if not p["requires_grad"]:
-            e["requires_grad"] = False
-        if "tied_to" in p:
-            e["tied_to"] = p["tied_to"]
-        if "owned_by" in p:
-            e["owned_by"] = p["owned_by"]
-        out_params.append(e)
+        pieces = split.get(p["name"], [(p["name"], p["shape"])])
+        for k, (pname, shape) in enumerate(pieces):
+            e = {"name": pname, "shape": shape, "dtype": p["dtype"], "module": p["module"],
+                 "kind": p["kind"]}
+            if not p["requires_grad"]:
+                e["requires_grad"] = False
+            if "tied_to" in p:
+                e["tied_to"] = split[p["tied_to"]][k][0] if p["name"] in split else p["tied_to"]
+            if "owned_by" in p:
+                e["owned_by"] = p["owned_by"]
+            out_params.append(e)
+    if split:
+        for u in out_units:
+            u["params"] = [n for fused in u["params"]
+                           for n, _ in split.get(fused, [(fused, None)])]
 
     graph = {"format": FORMAT, "version": VERSION, "model": name, "seq_len": int(seq_len),
              "params": out_params, "units": out_units}
@@ -909,6 +963,9 @@ def main(argv=None):
                     help="units for the parameters outside the units (default: groups)")
     ap.add_argument("--no-backward", action="store_true",
                     help="do not run backward; estimate it as 2x forward")
+    ap.add_argument("--no-split-experts", action="store_true",
+                    help="keep 3-D expert tensors (transformers 5's fused experts) whole "
+                         "instead of writing each as its matrices")
     args = ap.parse_args(argv)
     try:
         fn = _load_factory(args.factory)
@@ -938,6 +995,8 @@ def main(argv=None):
             kw["device"] = None if args.device == "none" else "meta"
         if args.no_backward:
             kw["backward"] = False
+        if args.no_split_experts:
+            kw["split_experts"] = False
         if args.kind:
             kw["kinds"] = {**kw.get("kinds", {}), **_pairs(args.kind, "--kind")}
         if args.owned_by:

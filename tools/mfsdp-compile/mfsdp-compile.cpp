@@ -1,7 +1,8 @@
 //===- mfsdp-compile.cpp - A model graph to a step library ----------------===//
 //
 //   mfsdp-compile model.json --mesh=dp_shard=2 --policy=mixed_muon_adamw
-//                 [--zero=3] [--layouts="owner-strategy=..."] [--hf]
+//                 [--zero=3] [--layouts="owner-strategy=..."]
+//                 [--hf [--hf-transformers=5]]
 //                 [--accumulate] [--prefetch] [--bucket-mb=25]
 //                 [--cuda [--emit-cu=kernels.cu] [--nvcc=nvcc]]
 //                 -o libstep.so [--emit-c=step.c] [--emit-mlir=plan.mlir]
@@ -48,6 +49,11 @@ using namespace llvm;
 static cl::opt<std::string> input(cl::Positional, cl::Required,
                                   cl::desc("<model graph .json>"));
 static cl::opt<bool> hf("hf", cl::desc("The input is a Hugging Face config.json"));
+static cl::opt<int> hfTransformers(
+    "hf-transformers",
+    cl::desc("With --hf, the transformers major version whose parameters to "
+             "write: 5 (MoE experts fused, written as their matrices) or 4"),
+    cl::init(5));
 static cl::opt<std::string> mesh("mesh", cl::desc("Device mesh, e.g. dp_shard=2 "
                                                   "or dp_replicate=2,dp_shard=2"));
 static cl::opt<std::string> policy("policy", cl::desc("adamw, sgd, muon or mixed_muon_adamw"));
@@ -143,6 +149,7 @@ int main(int argc, char **argv) {
   mlir::SourceMgrDiagnosticHandler diagHandler(sourceMgr, &ctx);
 
   mfsdp::graph::HFImportOptions hfOptions;
+  hfOptions.transformersVersion = hfTransformers;
   mlir::OwningOpRef<mlir::ModuleOp> module = mfsdp::importGraphText(
       sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID())->getBuffer(), input,
       hf ? &hfOptions : nullptr, &ctx);

@@ -46,6 +46,9 @@ static void usage(std::ostream &os) {
         "  --seq-len N          sequence length of the cost estimates "
         "(default 4096)\n"
         "  --recompute          units use activation checkpointing\n"
+        "  --transformers N     HF archs: names of transformers N, 5 (fused "
+        "experts\n"
+        "                       as their matrices; default) or 4\n"
         "  --mesh SPEC          default mesh, e.g. dp_replicate=2,dp_shard=4,ep=2\n"
         "  --policy NAME        default policy: adamw, sgd, muon, "
         "mixed_muon_adamw\n"
@@ -97,6 +100,7 @@ int main(int argc, char **argv) {
                 {"--shared-experts", &spec.sharedExperts},
                 {"--dense-layers", &spec.denseLayers},
                 {"--seq-len", &spec.seqLen},
+                {"--transformers", &spec.transformers},
                 {"--zero", &zero}};
     bool matched = false;
     for (auto &f : ints)

@@ -32,6 +32,9 @@ struct GenSpec {
   std::string expertsOwnedBy, dtype = "bf16", name;
   int64_t seqLen = 4096;
   bool recompute = false;
+  /// HF architectures: the transformers major version whose parameter names
+  /// the graph has (5: fused experts written as their matrices; 4).
+  int64_t transformers = 5;
 };
 
 /// Builds the graph `spec` describes. On a bad spec returns false and fills

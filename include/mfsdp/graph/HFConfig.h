@@ -1,9 +1,10 @@
 //===- HFConfig.h - Model graphs from Hugging Face config.json --*- C++ -*-===//
 //
 // Builds the graph that exporting the transformers implementation of a model
-// would give: parameter names as in `named_parameters()`, shapes from the
-// config (GQA, MLA, experts), tied embeddings where the config says so, one
-// unit per decoder layer plus an embedding unit and an output-head unit.
+// would give: parameter names as in `named_parameters()` (of transformers 5
+// by default, 4 on request), shapes from the config (GQA, MLA, experts), tied
+// embeddings where the config says so, one unit per decoder layer plus an
+// embedding unit and an output-head unit.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MFSDP_GRAPH_HFCONFIG_H
@@ -24,6 +25,10 @@ struct HFImportOptions {
   std::string dtype;
   /// Model name; empty means the config's `_name_or_path` or model_type.
   std::string modelName;
+  /// The transformers major version whose parameters to write: 5 (routed
+  /// experts fused into 3-D gate_up_proj / down_proj tensors, written as
+  /// their matrices) or 4 (one module per expert).
+  int transformersVersion = 5;
 };
 
 /// Architectures understood by graphFromHFConfig().
