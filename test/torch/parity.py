@@ -166,6 +166,20 @@ def main():
     # The reference optimizers: the plan's choice of optimizer per parameter, the
     # same groups.
     kind = {p.name: p.optimizer for p in st.params}
+    pieces = [p for p in st.params if p.fused is not None]
+    if args.model in ("qwen3-moe", "mixtral"):
+        # transformers 5's fused experts: planned as their matrices, and under a
+        # Muon policy every one of them orthogonalised on its own.
+        if not pieces:
+            raise SystemExit("the MoE model's fused experts were not planned as matrices")
+        if "muon" in args.policy and any(p.optimizer != _C.OPT_MUON for p in pieces):
+            raise SystemExit("a fused expert matrix is not under Muon: " +
+                             ", ".join(p.name for p in pieces if p.optimizer != _C.OPT_MUON))
+        if rank == 0:
+            owners = sorted({e["owner"] for e in st.table if e["name"] in
+                             {p.name for p in pieces} and e["placement"] == _C.OWNER})
+            print(f"{len(pieces)} expert matrices from {len({id(p.fused) for p in pieces})} "
+                  f"fused tensors; owners {owners}", flush=True)
     for p in st.params:  # a fused tensor's matrices share one optimizer in the reference
         if p.fused is not None:
             if kind.setdefault(p.fused.name, p.optimizer) != p.optimizer:
