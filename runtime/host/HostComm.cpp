@@ -30,6 +30,15 @@ int tooLarge(const char *what) {
 }
 
 MPI_Comm handle(void *c) { return reinterpret_cast<MPI_Comm>(c); }
+
+/// count elements of `type` at buf = their sum over `comm`, in place.
+int allReduceOf(void *comm, void *buf, int64_t count, MPI_Datatype type) {
+  if (count > INT_MAX)
+    return tooLarge("allReduce");
+  return check(MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count), type, MPI_SUM,
+                             handle(comm)),
+               "MPI_Allreduce");
+}
 } // namespace
 
 const char *HostComm::lastError() { return lastMessage; }
@@ -87,11 +96,11 @@ int HostComm::reduceScatter(const float *send, float *recv, int64_t count) {
 }
 
 int HostComm::allReduce(float *buf, int64_t count) {
-  if (count > INT_MAX)
-    return tooLarge("allReduce");
-  return check(MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count),
-                             MPI_FLOAT, MPI_SUM, handle(comm_)),
-               "MPI_Allreduce");
+  return allReduceOf(comm_, buf, count, MPI_FLOAT);
+}
+
+int HostComm::allReduce(double *buf, int64_t count) {
+  return allReduceOf(comm_, buf, count, MPI_DOUBLE);
 }
 
 int HostComm::allGatherV(const float *send, float *recv,

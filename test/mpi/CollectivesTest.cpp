@@ -83,6 +83,13 @@ void checkGroup(const std::vector<MeshDimSpec> &mesh, const std::string &dim) {
     ok &= buf[i] == rankSum * static_cast<float>(i);
   expect(ok, dim + " allReduce values");
 
+  // In double (gradient clipping's sums): values no float holds, 1 + r
+  // 2^-40, sum exactly W + rankSum 2^-40.
+  std::vector<double> sums = {1.0 + std::ldexp(double(r), -40), double(r)};
+  expect(comm->allReduce(sums.data(), 2) == 0, "allReduce of doubles");
+  expect(sums[0] == W + std::ldexp(double(rankSum), -40) && sums[1] == double(rankSum),
+         dim + " allReduce of doubles values");
+
   // Owners: rank k contributes k + 1 values (rank W-1 contributes none when
   // W > 1, to cover an empty chunk).
   std::vector<int64_t> counts(W);

@@ -50,6 +50,8 @@ public:
   int reduceScatter(const float *send, float *recv, int64_t count);
   /// buf (count floats) = sum over ranks, in place.
   int allReduce(float *buf, int64_t count);
+  /// The same on doubles (gradient clipping's sum of squares).
+  int allReduce(double *buf, int64_t count);
   /// recv = concatenation of counts[r] floats from each rank r; this rank
   /// sends counts[rank()] floats from send (which may be null when zero).
   int allGatherV(const float *send, float *recv,
