@@ -395,6 +395,27 @@ mfsdp_status mfsdp_get_hparams(mfsdp_step *step, int32_t param,
 mfsdp_status mfsdp_set_hparams(mfsdp_step *step, int32_t param,
                                const mfsdp_hparams *in);
 
+/* Gradient-norm clipping, as torch.nn.utils.clip_grad_norm_ (collective;
+ * after the post_backward of every unit, before optimizer_step; every rank
+ * passes the same max_norm and extra_sq). The total norm is sqrt(the sum
+ * of the squares of the reduced gradients of every parameter an optimizer
+ * steps (MFSDP_OPT_NONE left out), each element once over the
+ * data-parallel ranks, + extra_sq), where extra_sq >= 0 is the caller's
+ * sum of squares of gradients the runtime does not hold (external
+ * parameters). The sums are in double. *total_norm gets it on every rank
+ * of the data-parallel groups, the same bits everywhere. With max_norm
+ * finite and > 0, every reduced gradient is then multiplied by min(1,
+ * max_norm / (total + 1e-6)) (in fp32); with max_norm <= 0 or infinite the
+ * norm is only computed. A non-finite total (a gradient holds an inf or a
+ * nan) is returned as it is and nothing is scaled (torch would multiply
+ * by nan or 0: every gradient non-finite or zero): skip the step (zero_grad
+ * and the next backward), as torch's GradScaler does. The gradient views
+ * (this rank's, not reduced) are not changed. MFSDP_ERROR_ORDER before
+ * every unit's gradients are reduced, or once optimizer_step consumed
+ * them; MFSDP_ERROR_INVALID for a nan max_norm or a negative extra_sq. */
+mfsdp_status mfsdp_clip_grad_norm(mfsdp_step *step, double max_norm,
+                                  double extra_sq, double *total_norm);
+
 /* Views (fp32, row-major) of a gathered parameter and of its gradient
  * buffer (the trainer adds into it). Valid until the unit is freed. The
  * device is the backend's: kDLCPU, or kDLCUDA with the rank's device id.

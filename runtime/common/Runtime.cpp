@@ -113,6 +113,13 @@ mfsdp_hparams planHparams(const mfsdp_plan &p, int32_t optimizer) {
   return h;
 }
 
+/// A number as printf's %g writes it (1e-07, -0.5, inf, nan), for messages.
+std::string number(double x) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", x);
+  return text;
+}
+
 /// What is wrong with hyperparameters for `optimizer` (runtime.h,
 /// mfsdp_set_hparams): "" when nothing, else the first field and what it
 /// must be. Fields of other optimizers are not looked at.
@@ -120,11 +127,7 @@ std::string hparamsProblem(const mfsdp_hparams &h, int32_t optimizer) {
   // Field `name` holds `x`: "" when `ok`, else what it must be.
   auto field = [](const char *name, double x, bool ok,
                   const std::string &expected) -> std::string {
-    if (ok)
-      return "";
-    char text[32];
-    std::snprintf(text, sizeof(text), "%g", x);
-    return std::string(name) + " is " + text + "; expected " + expected;
+    return ok ? "" : std::string(name) + " is " + number(x) + "; expected " + expected;
   };
   auto atLeast0 = [&](const char *name, float x) {
     return field(name, x, std::isfinite(x) && x >= 0, "a finite value >= 0");
@@ -403,6 +406,56 @@ struct mfsdp_step {
                                            " were reduced (post_backward "
                                            "without no-sync)");
     }
+    return MFSDP_OK;
+  }
+
+  /// Whether clipping counts and scales `ps`'s reduced gradient on this
+  /// rank: it keeps some of it and an optimizer steps it.
+  static bool clipped(const ParamState &ps) {
+    return ps.ownsAny && ps.desc.optimizer != MFSDP_OPT_NONE;
+  }
+
+  /// clip_grad_norm (runtime.h): `total` = the norm of every reduced
+  /// gradient, each element once over the data-parallel ranks, with
+  /// `extraSq`; the gradients scaled when it exceeds `maxNorm`.
+  mfsdp_status clipGradNorm(double maxNorm, double extraSq, double &total) {
+    // Row shards' rows (not their padding), packed blocks and owned
+    // matrices on the dp_shard rank that keeps them; replicated tensors,
+    // whole on every rank, on dp_shard rank 0. The replicas hold the same
+    // reduced gradients: the sum runs over dp_shard only.
+    std::vector<FloatSpan> counted;
+    for (const ParamState &ps : params)
+      if (clipped(ps) && (ps.desc.placement != MFSDP_REPLICATE || shardRank == 0))
+        counted.push_back({ps.gradShard, ps.localCount});
+    double sum = 0;
+    if (auto s = device(backend->sumSquares(counted, sum), "the sum of squared gradients"))
+      return s;
+    if (auto s = comm(backend->allReduceDoubles(Group::Shard, &sum, 1),
+                      "the all-reduce of the squared gradient norm over dp_shard"))
+      return s;
+    if (R > 1) {
+      // Replica 0's sum everywhere (the others add zeros), so every replica
+      // scales its gradients by the same bits.
+      if (replicaRank != 0)
+        sum = 0;
+      if (auto s = comm(backend->allReduceDoubles(Group::Replicate, &sum, 1),
+                        "sending the squared gradient norm over dp_replicate"))
+        return s;
+    }
+    total = std::sqrt(sum + extraSq);
+    // torch.nn.utils.clip_grad_norm_, except that a non-finite total
+    // scales nothing (torch would multiply by nan or 0).
+    if (!(maxNorm > 0) || std::isinf(maxNorm) || !std::isfinite(total))
+      return MFSDP_OK;
+    const double coef = maxNorm / (total + 1e-6);
+    if (coef >= 1)
+      return MFSDP_OK;
+    for (ParamState &ps : params)
+      if (clipped(ps))
+        if (auto s = device(backend->scale(ps.gradShard, ps.localCount,
+                                           static_cast<float>(coef)),
+                            "clipping the gradient of '" + ps.name + "'"))
+          return s;
     return MFSDP_OK;
   }
 
@@ -1950,6 +2003,26 @@ mfsdp_status mfsdp_optimizer_step(mfsdp_step *step) {
     for (int32_t u = 0; u < p.num_units; ++u)
       if (auto st = step->gather(u))
         return st;
+  return step->finish();
+}
+
+mfsdp_status mfsdp_clip_grad_norm(mfsdp_step *step, double max_norm, double extra_sq,
+                                  double *total_norm) {
+  if (!step || !total_norm)
+    return MFSDP_ERROR_INVALID;
+  if (auto st = step->enter())
+    return st;
+  if (std::isnan(max_norm) || extra_sq < 0)
+    return step->fail(MFSDP_ERROR_INVALID,
+                      std::isnan(max_norm)
+                          ? "clip_grad_norm: max_norm is nan; expected a norm > 0, "
+                            "or <= 0 or infinity to compute the norm only"
+                          : "clip_grad_norm: extra_sq is " + number(extra_sq) +
+                                "; expected a sum of squares >= 0");
+  if (auto st = step->checkReduced("clip_grad_norm"))
+    return st;
+  if (auto st = step->clipGradNorm(max_norm, extra_sq, *total_norm))
+    return st;
   return step->finish();
 }
 

@@ -48,6 +48,8 @@ public:
       cudaStreamSynchronize(comm_);
     if (block_)
       cudaFree(block_);
+    if (sums_)
+      cudaFree(sums_);
     if (blas_)
       cublasDestroy(blas_);
     if (computeDone_)
@@ -261,6 +263,25 @@ public:
     return collective([&] { return comm(g).broadcastMany(parts, comm_); });
   }
 
+  int allReduceDoubles(Group g, double *values, int64_t count) override {
+    if (count <= 0)
+      return 0; // the same count on every rank: no call anywhere
+    const size_t size = sizeof(double) * static_cast<size_t>(count);
+    if (int rc = sums(count))
+      return rc;
+    if (int rc = checkCuda(cudaMemcpyAsync(sums_, values, size, cudaMemcpyHostToDevice,
+                                           compute_),
+                           "cudaMemcpyAsync (host to device)"))
+      return rc;
+    if (int rc = collective([&] { return comm(g).allReduce(sums_, count, comm_); }))
+      return rc;
+    if (int rc = checkCuda(cudaMemcpyAsync(values, sums_, size, cudaMemcpyDeviceToHost,
+                                           compute_),
+                           "cudaMemcpyAsync (device to host)"))
+      return rc;
+    return synchronize();
+  }
+
   int roundToBF16(float *buf, int64_t count) override {
     return kernel(cuda::roundToBF16(buf, count, compute_));
   }
@@ -287,6 +308,21 @@ public:
     if (count <= 0)
       return 0;
     return kernel(cuda::sgdStep(param, grad, buf, count, h, step, compute_));
+  }
+  int sumSquares(const std::vector<FloatSpan> &spans, double &out) override {
+    if (int rc = sums(1))
+      return rc;
+    if (int rc = checkCuda(cudaMemsetAsync(sums_, 0, sizeof(double), compute_),
+                           "cudaMemsetAsync"))
+      return rc;
+    for (const FloatSpan &s : spans)
+      if (int rc = kernel(cuda::sumSquares(s.buf, s.count, sums_, compute_)))
+        return rc;
+    if (int rc = checkCuda(cudaMemcpyAsync(&out, sums_, sizeof(double),
+                                           cudaMemcpyDeviceToHost, compute_),
+                           "cudaMemcpyAsync (device to host)"))
+      return rc;
+    return synchronize();
   }
   int64_t muonScratch(int64_t rows, int64_t cols) const override {
     const int64_t ws = cuda::newtonSchulzWorkspace(rows, cols);
@@ -339,6 +375,21 @@ private:
   }
   NcclComm &comm(Group g) const {
     return g == Group::Shard ? *shard_ : *replicate_;
+  }
+  /// At least `count` doubles of device memory, outside the arena, for
+  /// sumSquares and allReduceDoubles.
+  int sums(int64_t count) {
+    if (count <= sumsCount_)
+      return 0;
+    if (sums_)
+      cudaFree(sums_); // synchronises: no work still uses it
+    sums_ = nullptr;
+    sumsCount_ = 0;
+    if (int rc = checkCuda(cudaMalloc(&sums_, sizeof(double) * static_cast<size_t>(count)),
+                           "cudaMalloc (sums)"))
+      return rc;
+    sumsCount_ = count;
+    return 0;
   }
   int fail(std::string message) {
     error_ = std::move(message);
@@ -413,6 +464,8 @@ private:
   cudaEvent_t computeDone_ = nullptr, commDone_ = nullptr, trainerDone_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   void *block_ = nullptr;
+  double *sums_ = nullptr; // sums(): device doubles outside the arena
+  int64_t sumsCount_ = 0;
   Arena arena_;
   std::string error_;
 };

@@ -72,12 +72,17 @@ __global__ void momentumKernel(const float *g, float *buf, float *out, int64_t n
   }
 }
 
-__global__ void sumSquaresKernel(const float *x, int64_t n, float *sum) {
-  __shared__ float part[256];
-  float acc = 0.f;
+/// *sum += the sum of x[i]^2, accumulated in Acc: float for Newton-Schulz's
+/// norm, double for gradient clipping's.
+template <typename Acc>
+__global__ void sumSquaresKernel(const float *x, int64_t n, Acc *sum) {
+  __shared__ Acc part[256];
+  Acc acc = 0;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    acc += x[i] * x[i];
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const Acc v = x[i];
+    acc += v * v;
+  }
   part[threadIdx.x] = acc;
   __syncthreads();
   for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
@@ -251,6 +256,13 @@ int newtonSchulz(cublasHandle_t blas, const float *in, float *out, int64_t rows,
   }
   storeKernel<<<blocks(rows * cols), 256, 0, stream>>>(X, out, rows, cols, transposed);
   return check(cudaGetLastError(), "storeKernel");
+}
+
+int sumSquares(const float *x, int64_t n, double *sum, cudaStream_t stream) {
+  if (n <= 0)
+    return 0;
+  sumSquaresKernel<<<blocks(n), 256, 0, stream>>>(x, n, sum);
+  return check(cudaGetLastError(), "sumSquaresKernel");
 }
 
 int muonApply(float *p, const float *o, int64_t rows, int64_t cols,

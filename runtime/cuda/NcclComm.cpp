@@ -33,6 +33,14 @@ bool checkCuda(cudaError_t e, const char *what, std::string &error) {
 ncclComm_t handle(void *c) { return static_cast<ncclComm_t>(c); }
 cudaStream_t streamOf(void *s) { return static_cast<cudaStream_t>(s); }
 
+/// count elements of `type` at buf = their sum over `comm`, in place.
+int allReduceOf(void *comm, void *buf, int64_t count, ncclDataType_t type,
+                void *stream) {
+  return checkNccl(ncclAllReduce(buf, buf, static_cast<size_t>(count), type, ncclSum,
+                                 handle(comm), streamOf(stream)),
+                   "ncclAllReduce");
+}
+
 std::vector<size_t> offsetsOf(const std::vector<int64_t> &counts) {
   std::vector<size_t> off(counts.size() + 1, 0);
   for (size_t r = 0; r < counts.size(); ++r)
@@ -181,9 +189,11 @@ int NcclComm::reduceScatter(const float *send, float *recv, int64_t count,
 }
 
 int NcclComm::allReduce(float *buf, int64_t count, void *stream) {
-  return checkNccl(ncclAllReduce(buf, buf, static_cast<size_t>(count), ncclFloat,
-                                 ncclSum, handle(comm_), streamOf(stream)),
-                   "ncclAllReduce");
+  return allReduceOf(comm_, buf, count, ncclFloat, stream);
+}
+
+int NcclComm::allReduce(double *buf, int64_t count, void *stream) {
+  return allReduceOf(comm_, buf, count, ncclFloat64, stream);
 }
 
 int NcclComm::broadcast(float *buf, int64_t count, int root, void *stream) {

@@ -7,8 +7,9 @@
 // in one exchange over the control plane (instead of a gloo store), and
 // every rank connects its pairs. Then, per operation:
 //
-//   all-gather, all-gather-v, all-reduce, broadcast, barrier: gloo's own
-//     (gloo::allgather, allgatherv, allreduce (ring), broadcast, barrier);
+//   all-gather, all-gather-v, all-reduce (on floats, and on doubles for
+//     gradient clipping), broadcast, barrier: gloo's own (gloo::allgather,
+//     allgatherv, allreduce (ring), broadcast, barrier);
 //   reduce-scatter and reduce-scatter-v: a ring over gloo's point-to-point
 //     sends and receives (ringReduceScatter below): this version of gloo
 //     has no reduce-scatter in its option-based API, and composing one from
@@ -251,6 +252,9 @@ public:
   int allReduce(float *buf, int64_t count) override {
     return run("allReduce", allReduceOp(buf, count));
   }
+  int allReduce(double *buf, int64_t count) override {
+    return run("allReduce", allReduceOp(buf, count));
+  }
   int allGatherV(const float *send, float *recv,
                  const std::vector<int64_t> &counts) override {
     if (int rc = checkCounts("allGatherV", counts, 1))
@@ -361,7 +365,8 @@ private:
     };
   }
 
-  Op allReduceOp(float *buf, int64_t count) {
+  /// On floats, and on doubles (gradient clipping's sums).
+  template <typename T> Op allReduceOp(T *buf, int64_t count) {
     return [this, buf, count] {
       if (count <= 0)
         return;
@@ -370,7 +375,7 @@ private:
       opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
       opts.setReduceFunction(
           static_cast<void (*)(void *, const void *, const void *, size_t)>(
-              &gloo::sum<float>));
+              &gloo::sum<T>));
       gloo::allreduce(opts);
     };
   }

@@ -139,6 +139,9 @@ public:
   int broadcastMany(Group g, const std::vector<BroadcastPart> &parts) override {
     return check(comm(g).broadcastMany(parts));
   }
+  int allReduceDoubles(Group g, double *values, int64_t count) override {
+    return check(comm(g).allReduce(values, count));
+  }
 
   int roundToBF16(float *buf, int64_t count) override {
     for (int64_t i = 0; i < count; ++i)
@@ -168,6 +171,12 @@ public:
   int sgdStep(float *param, const float *grad, float *buf, int64_t count,
               const SGDHyper &h, int64_t step) override {
     host::sgdStep(param, grad, buf, count, h, step);
+    return 0;
+  }
+  int sumSquares(const std::vector<FloatSpan> &spans, double &out) override {
+    out = 0;
+    for (const FloatSpan &s : spans)
+      out += host::sumSquares(s.buf, s.count);
     return 0;
   }
   int64_t muonScratch(int64_t rows, int64_t cols) const override {

@@ -174,6 +174,13 @@ void muonStep(float *p, const float *g, float *buf, int64_t rows, int64_t cols,
   muonApply(p, update, rows, cols, h);
 }
 
+double sumSquares(const float *x, int64_t n) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i)
+    sum += static_cast<double>(x[i]) * x[i];
+  return sum;
+}
+
 namespace {
 /// Copies each block row (blockCols contiguous floats of the whole tensor)
 /// of the blocks at packed positions [first, first + n) between `whole`

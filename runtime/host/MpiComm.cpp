@@ -65,11 +65,11 @@ public:
   }
 
   int allReduce(float *buf, int64_t count) override {
-    if (count > INT_MAX)
-      return tooLarge("allReduce");
-    return check(MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count), MPI_FLOAT,
-                               MPI_SUM, comm_),
-                 "MPI_Allreduce");
+    return allReduceOf(buf, count, MPI_FLOAT);
+  }
+
+  int allReduce(double *buf, int64_t count) override {
+    return allReduceOf(buf, count, MPI_DOUBLE);
   }
 
   int allGatherV(const float *send, float *recv,
@@ -198,6 +198,15 @@ public:
   }
 
 private:
+  /// count elements of `type` at buf = their sum over the group, in place.
+  int allReduceOf(void *buf, int64_t count, MPI_Datatype type) {
+    if (count > INT_MAX)
+      return tooLarge("allReduce");
+    return check(MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count), type, MPI_SUM,
+                               comm_),
+                 "MPI_Allreduce");
+  }
+
   /// MPI's int counts of `counts` (one per rank), and with `displs` their
   /// offsets; MPI_ERR_COUNT with lastError() set when they do not fit.
   int toInts(const char *what, const std::vector<int64_t> &counts, std::vector<int> &c,

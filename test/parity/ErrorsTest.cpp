@@ -11,6 +11,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -293,6 +294,9 @@ int main(int argc, char **argv) {
              t.shape[0] == 4 && t.shape[1] == 3 && t.device.device_type == kDLCPU,
          "view of a gathered parameter, in host memory");
   fails(s, mfsdp_optimizer_step(s), MFSDP_ERROR_ORDER, "optimizer_step before the gradients of unit 0");
+  double norm = 0;
+  fails(s, mfsdp_clip_grad_norm(s, 1.0, 0.0, &norm), MFSDP_ERROR_ORDER,
+        "clip_grad_norm before the gradients of unit 0 were reduced");
   expect(mfsdp_post_forward(s, 0) == MFSDP_OK, "post_forward 0");
   if (die && rank == 1) {
     std::fprintf(stderr, "rank 1: dying mid-step on purpose\n");
@@ -337,12 +341,40 @@ int main(int argc, char **argv) {
   // Gradients live only during a unit's backward: no accumulation.
   fails(s, mfsdp_set_no_sync(s, 1), MFSDP_ERROR_ORDER,
         "no-sync needs the gradients kept between microbatches");
+  // Every rank's gradient of v (3x3, on its owner) is 1, of w (4x3, row
+  // shards) 2: the averages are the same.
   expect(mfsdp_pre_backward(s, 1) == MFSDP_OK && mfsdp_grad_view(s, 1, &t) == MFSDP_OK,
          "planned: a gradient view in backward");
+  std::fill_n(static_cast<float *>(t.data), 9, 1.f);
   expect(mfsdp_post_backward(s, 1) == MFSDP_OK, "planned: post_backward 1");
   fails(s, mfsdp_grad_view(s, 1, &t), MFSDP_ERROR_ORDER, "call pre_backward of unit 1 first");
-  expect(mfsdp_pre_backward(s, 0) == MFSDP_OK && mfsdp_post_backward(s, 0) == MFSDP_OK,
+  fails(s, mfsdp_clip_grad_norm(s, 1.0, 0.0, &norm), MFSDP_ERROR_ORDER,
+        "clip_grad_norm before the gradients of unit 0 were reduced");
+  expect(mfsdp_pre_backward(s, 0) == MFSDP_OK && mfsdp_grad_view(s, 0, &t) == MFSDP_OK,
          "planned: backward of unit 0");
+  std::fill_n(static_cast<float *>(t.data), 12, 2.f);
+  expect(mfsdp_post_backward(s, 0) == MFSDP_OK, "planned: post_backward 0");
+  // Clipping, worked by hand: the norm is sqrt(9 * 1 + 12 * 4 + 7) = 8 with
+  // 7 of the caller's, each element counted once over the two ranks;
+  // max_norm 4 scales the reduced gradients by 4 / (8 + 1e-6); then, only
+  // computed (max_norm 0), their norm is sqrt(57) times that.
+  fails(s, mfsdp_clip_grad_norm(s, NAN, 0.0, &norm), MFSDP_ERROR_INVALID,
+        "clip_grad_norm: max_norm is nan");
+  fails(s, mfsdp_clip_grad_norm(s, 1.0, -1.0, &norm), MFSDP_ERROR_INVALID,
+        "clip_grad_norm: extra_sq is -1; expected a sum of squares >= 0");
+  expect(mfsdp_clip_grad_norm(s, 4.0, 7.0, &norm) == MFSDP_OK && norm == 8.0,
+         "planned: the total norm is 8 (" + std::to_string(norm) + "): " +
+             mfsdp_last_error(s));
+  const double coef = 4.0 / (8.0 + 1e-6);
+  expect(mfsdp_clip_grad_norm(s, 0.0, 0.0, &norm) == MFSDP_OK &&
+             std::fabs(norm - std::sqrt(57.0) * coef) < 1e-6,
+         "planned: the clipped norm is sqrt(57) x 4 / (8 + 1e-6) (" +
+             std::to_string(norm) + ")");
+  // A non-finite total is returned, and nothing is scaled.
+  expect(mfsdp_clip_grad_norm(s, 1.0, INFINITY, &norm) == MFSDP_OK && std::isinf(norm) &&
+             mfsdp_clip_grad_norm(s, INFINITY, 0.0, &norm) == MFSDP_OK &&
+             std::fabs(norm - std::sqrt(57.0) * coef) < 1e-6,
+         "planned: an infinite total scales nothing (" + std::to_string(norm) + ")");
   expect(mfsdp_optimizer_step(s) == MFSDP_OK,
          std::string("planned: optimizer step: ") + mfsdp_last_error(s));
   std::vector<float> whole(12), again(12);
@@ -353,6 +385,8 @@ int main(int argc, char **argv) {
   // stay where they are.
   fails(s, mfsdp_optimizer_step(s), MFSDP_ERROR_ORDER,
         "optimizer_step: no gradients were reduced since the last optimizer_step");
+  fails(s, mfsdp_clip_grad_norm(s, 1.0, 0.0, &norm), MFSDP_ERROR_ORDER,
+        "clip_grad_norm: no gradients were reduced since the last optimizer_step");
   expect(mfsdp_store_param(s, 0, again.data()) == MFSDP_OK && again == whole,
          "planned: a refused step leaves the parameters as they were");
   // The freed gradients cannot be added to: a second backward before

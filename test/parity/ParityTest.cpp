@@ -1,6 +1,6 @@
 //===- ParityTest.cpp - Sharded training equals single-device training ----===//
 //
-//   mpirun -np N mfsdp-parity MESH POLICY ZERO MICROBATCHES [recompute|restart|bf16|dynamic|ns_split|prefetch|buckets|external|hparams|blocks=RxC|dump=FILE]
+//   mpirun -np N mfsdp-parity MESH POLICY ZERO MICROBATCHES [recompute|restart|bf16|dynamic|ns_split|prefetch|buckets|external|hparams|clip|blocks=RxC|replicate=BYTES|dump=FILE]
 //   (N processes with the torchrun variables) mfsdp-parity MESH ... torchrun
 //
 // Plans the example model with the layout planner (policy, ZeRO level,
@@ -44,6 +44,12 @@
 // runs with torch.optim.Muon's options: 4 steps of other coefficients,
 // eps 1e-3, Nesterov off, the `original` scale, and the clamping
 // normalisation on each block's first matrix (adding eps on the second).
+// With `clip`, mfsdp_clip_grad_norm runs before every step with a max_norm
+// that clips most steps and an extra sum of squares (as for an outer
+// stack's gradients), as the reference clips: the total norm it returns
+// must be the reference's and the same on every rank. With
+// `replicate=BYTES`, the planner replicates tensors smaller than BYTES
+// (the norms and biases: 48 bytes).
 // With `torchrun` no MPI call is made: the ranks come from the torchrun
 // variables (test/launch_torchrun.py starts them, or torchrun itself), the
 // driver's own exchanges go over the torchrun control plane, and the
@@ -83,6 +89,9 @@
 using namespace mfsdp;
 
 namespace {
+
+/// `clip`: the max_norm and the extra sum of squares.
+constexpr double kClipMaxNorm = 1.2, kClipExtraSq = 0.25;
 
 struct Mesh {
   int64_t replicate = 1, shard = 1;
@@ -125,10 +134,11 @@ Mesh parseMesh(const std::string &spec) {
 
 /// The ranks of the run, and the driver's own exchanges between them (its
 /// counts' sums and maxima, the outer stack's gradients, a checkpoint from
-/// rank 0) over one of the runtime's control planes: MPI_COMM_WORLD under
-/// mpirun; with `torchrun`, the torchrun variables and TCP through rank 0,
-/// no MPI call at all, and the runtime created on the host backend with
-/// MFSDP_BOOTSTRAP_TORCHRUN (its collectives over gloo).
+/// rank 0, the clipped total norm's minimum and maximum) over one of the
+/// runtime's control planes: MPI_COMM_WORLD under mpirun; with `torchrun`,
+/// the torchrun variables and TCP through rank 0, no MPI call at all, and
+/// the runtime created on the host backend with MFSDP_BOOTSTRAP_TORCHRUN
+/// (its collectives over gloo).
 struct World {
   bool torchrun = false;
   std::unique_ptr<rt::ControlPlane> plane;
@@ -200,6 +210,21 @@ struct World {
       die("max: " + (error.empty() ? "a negative value" : error));
     std::memcpy(&value, &hi[0], sizeof(value));
     return value;
+  }
+  /// The minimum and maximum of `value` over the ranks (any doubles but
+  /// NaN: their bit patterns mapped to integers that order as they do).
+  void minMax(double value, double &lo, double &hi) {
+    auto key = [](int64_t bits) { return bits < 0 ? bits ^ INT64_MAX : bits; };
+    int64_t bits;
+    std::memcpy(&bits, &value, sizeof(bits));
+    std::vector<int64_t> least, most;
+    std::string error;
+    if (!plane->minMax({key(bits)}, least, most, error))
+      die("minMax: " + error);
+    // The mapping is its own inverse.
+    const int64_t l = key(least[0]), h = key(most[0]);
+    std::memcpy(&lo, &l, sizeof(lo));
+    std::memcpy(&hi, &h, sizeof(hi));
   }
   /// Rank 0's `values` on every rank.
   void broadcast(std::vector<float> &values) {
@@ -282,7 +307,8 @@ int main(int argc, char **argv) {
     if (rank == 0)
       std::fprintf(stderr, "usage: mfsdp-parity MESH POLICY ZERO MICROBATCHES "
                            "[recompute|restart|bf16|dynamic|ns_split|prefetch|"
-                           "buckets|external|hparams|blocks=RxC|dump=FILE|torchrun]\n");
+                           "buckets|external|hparams|clip|blocks=RxC|"
+                           "replicate=BYTES|dump=FILE|torchrun]\n");
     ranks.finish();
     return 2;
   }
@@ -292,7 +318,8 @@ int main(int argc, char **argv) {
   int64_t micro = std::atoll(argv[4]);
   bool recompute = false, restart = false, bf16 = false, dynamic = false;
   bool nsSplit = false, prefetch = false, bucketed = false, external = false;
-  bool hparams = false;
+  bool hparams = false, clip = false;
+  int64_t replicateUnder = 0;      // replicate=BYTES: replicate smaller tensors
   std::vector<int64_t> blockShape; // blocks=RxC: block-shard the matrices
   std::string dumpPath;            // dump=FILE: rank 0 writes the result
   for (int i = 5; i < argc; ++i) {
@@ -312,6 +339,9 @@ int main(int argc, char **argv) {
     bucketed |= std::strcmp(argv[i], "buckets") == 0;
     external |= std::strcmp(argv[i], "external") == 0;
     hparams |= std::strcmp(argv[i], "hparams") == 0;
+    clip |= std::strcmp(argv[i], "clip") == 0;
+    if (std::strncmp(argv[i], "replicate=", 10) == 0)
+      replicateUnder = std::atoll(argv[i] + 10);
     recompute |= std::strcmp(argv[i], "recompute") == 0;
     restart |= std::strcmp(argv[i], "restart") == 0;
     bf16 |= std::strcmp(argv[i], "bf16") == 0;
@@ -360,6 +390,7 @@ int main(int argc, char **argv) {
   opts.replicate = mesh.replicate;
   opts.sgdMomentum = 0.9;
   opts.blockShape = blockShape;
+  opts.replicateUnderBytes = static_cast<double>(replicateUnder);
   opts.nsSplit = nsSplit ? planner::Options::Split::On : planner::Options::Split::Off;
   opts.hw = *planner::findHardwareProfile("a100");
   planner::Decisions decisions;
@@ -424,6 +455,13 @@ int main(int argc, char **argv) {
   plan.muon_ns_steps = ref.muon.nsSteps = 5;
   plan.muon_scale = 0;
   ref.muon.matchRmsAdamW = true;
+  // `clip`: a max_norm below most steps' total norm (1 to 2 over 5 steps,
+  // lower for larger global batches), and the squares of gradients the
+  // library does not hold (as an outer stack's).
+  if (clip) {
+    ref.clipMaxNorm = kClipMaxNorm;
+    ref.clipExtraSq = kClipExtraSq;
+  }
   // `hparams`: per step and parameter, what torch's param_groups and lr
   // scheduler would hold (the step counts from 0 over a restart).
   if (hparams)
@@ -508,6 +546,10 @@ int main(int argc, char **argv) {
                             " block-shards some parameter");
   }
 
+  if (replicateUnder > 0)
+    expect(std::any_of(descs.begin(), descs.end(),
+                       [](const mfsdp_param_desc &d) { return d.placement == MFSDP_REPLICATE; }),
+           "replicate=" + std::to_string(replicateUnder) + " replicates some parameter");
   if (external)
     expect(std::count(tableIndex.begin(), tableIndex.end(), -1) == 1 &&
                plan.num_params + 1 == static_cast<int32_t>(infos.size()),
@@ -698,58 +740,78 @@ int main(int argc, char **argv) {
   to.recompute = recompute;
   to.tableIndex = tableIndex;
   to.outer = &outer;
-  if (hparams)
-    to.beforeStep = [&](int64_t s, std::string &err) {
-      for (size_t i = 0; i < infos.size(); ++i) {
-        const int32_t idx = tableIndex[i];
-        if (idx < 0)
-          continue;
-        const reference::Hyper h = ref.hyperOf(s, infos[i]);
-        mfsdp_hparams set{}, got{};
-        if (mfsdp_get_hparams(step, idx, &set) != MFSDP_OK) {
-          err = std::string("get_hparams: ") + mfsdp_last_error(step);
-          return false;
-        }
-        switch (descs[idx].optimizer) {
-        case MFSDP_OPT_ADAMW:
-          set.lr = static_cast<float>(h.adamw.lr);
-          set.weight_decay = static_cast<float>(h.adamw.weightDecay);
-          set.beta1 = static_cast<float>(h.adamw.beta1);
-          set.beta2 = static_cast<float>(h.adamw.beta2);
-          set.eps = static_cast<float>(h.adamw.eps);
-          break;
-        case MFSDP_OPT_SGD:
-          set.lr = static_cast<float>(h.sgd.lr);
-          set.weight_decay = static_cast<float>(h.sgd.weightDecay);
-          set.momentum = static_cast<float>(h.sgd.momentum);
-          set.nesterov = h.sgd.nesterov;
-          break;
-        case MFSDP_OPT_MUON:
-          set.lr = static_cast<float>(h.muon.lr);
-          set.weight_decay = static_cast<float>(h.muon.weightDecay);
-          set.momentum = static_cast<float>(h.muon.momentum);
-          set.nesterov = h.muon.nesterov;
-          set.ns_steps = h.muon.nsSteps;
-          set.ns_a = static_cast<float>(h.muon.ns.a);
-          set.ns_b = static_cast<float>(h.muon.ns.b);
-          set.ns_c = static_cast<float>(h.muon.ns.c);
-          set.ns_eps = static_cast<float>(h.muon.ns.eps);
-          set.ns_norm = h.muon.ns.clamp ? MFSDP_NS_NORM_CLAMP : MFSDP_NS_NORM_ADD_EPS;
-          set.adjust_lr = h.muon.matchRmsAdamW ? MFSDP_ADJUST_LR_MATCH_RMS_ADAMW
-                                               : MFSDP_ADJUST_LR_ORIGINAL;
-          break;
-        }
-        if (mfsdp_set_hparams(step, idx, &set) != MFSDP_OK ||
-            mfsdp_get_hparams(step, idx, &got) != MFSDP_OK) {
-          err = std::string("set_hparams: ") + mfsdp_last_error(step);
-          return false;
-        }
-        if (std::memcmp(&set, &got, sizeof(set)) != 0) {
-          err = "get_hparams of " + infos[i].name + " differs from what was set";
-          return false;
-        }
+  // `hparams`: this step's hyperparameters, set as the reference's.
+  auto setHparams = [&](int64_t s, std::string &err) {
+    for (size_t i = 0; i < infos.size(); ++i) {
+      const int32_t idx = tableIndex[i];
+      if (idx < 0)
+        continue;
+      const reference::Hyper h = ref.hyperOf(s, infos[i]);
+      mfsdp_hparams set{}, got{};
+      if (mfsdp_get_hparams(step, idx, &set) != MFSDP_OK) {
+        err = std::string("get_hparams: ") + mfsdp_last_error(step);
+        return false;
       }
-      return true;
+      switch (descs[idx].optimizer) {
+      case MFSDP_OPT_ADAMW:
+        set.lr = static_cast<float>(h.adamw.lr);
+        set.weight_decay = static_cast<float>(h.adamw.weightDecay);
+        set.beta1 = static_cast<float>(h.adamw.beta1);
+        set.beta2 = static_cast<float>(h.adamw.beta2);
+        set.eps = static_cast<float>(h.adamw.eps);
+        break;
+      case MFSDP_OPT_SGD:
+        set.lr = static_cast<float>(h.sgd.lr);
+        set.weight_decay = static_cast<float>(h.sgd.weightDecay);
+        set.momentum = static_cast<float>(h.sgd.momentum);
+        set.nesterov = h.sgd.nesterov;
+        break;
+      case MFSDP_OPT_MUON:
+        set.lr = static_cast<float>(h.muon.lr);
+        set.weight_decay = static_cast<float>(h.muon.weightDecay);
+        set.momentum = static_cast<float>(h.muon.momentum);
+        set.nesterov = h.muon.nesterov;
+        set.ns_steps = h.muon.nsSteps;
+        set.ns_a = static_cast<float>(h.muon.ns.a);
+        set.ns_b = static_cast<float>(h.muon.ns.b);
+        set.ns_c = static_cast<float>(h.muon.ns.c);
+        set.ns_eps = static_cast<float>(h.muon.ns.eps);
+        set.ns_norm = h.muon.ns.clamp ? MFSDP_NS_NORM_CLAMP : MFSDP_NS_NORM_ADD_EPS;
+        set.adjust_lr = h.muon.matchRmsAdamW ? MFSDP_ADJUST_LR_MATCH_RMS_ADAMW
+                                             : MFSDP_ADJUST_LR_ORIGINAL;
+        break;
+      }
+      if (mfsdp_set_hparams(step, idx, &set) != MFSDP_OK ||
+          mfsdp_get_hparams(step, idx, &got) != MFSDP_OK) {
+        err = std::string("set_hparams: ") + mfsdp_last_error(step);
+        return false;
+      }
+      if (std::memcmp(&set, &got, sizeof(set)) != 0) {
+        err = "get_hparams of " + infos[i].name + " differs from what was set";
+        return false;
+      }
+    }
+    return true;
+  };
+  // `clip`: clip_grad_norm before each step, with a sum of squares of
+  // gradients the library does not hold; every rank gets the same total.
+  std::map<int64_t, double> clipTotals;
+  auto clipGrads = [&](int64_t s, std::string &err) {
+    double total = -1;
+    if (mfsdp_clip_grad_norm(step, ref.clipMaxNorm, ref.clipExtraSq, &total) != MFSDP_OK) {
+      err = std::string("clip_grad_norm: ") + mfsdp_last_error(step);
+      return false;
+    }
+    double lo = 0, hi = 0;
+    ranks.minMax(total, lo, hi);
+    expect(lo == hi, "step " + std::to_string(s) + ": every rank's total norm is the same (" +
+                         std::to_string(lo) + " .. " + std::to_string(hi) + ")");
+    clipTotals[s] = total;
+    return true;
+  };
+  if (hparams || clip)
+    to.beforeStep = [&](int64_t s, std::string &err) {
+      return (!hparams || setHparams(s, err)) && (!clip || clipGrads(s, err));
     };
   std::vector<double> losses;
   std::string error;
@@ -848,6 +910,23 @@ int main(int argc, char **argv) {
   expect(want.error.empty(), "reference: " + want.error);
   if (!want.error.empty())
     ranks.abort(1);
+  if (clip) {
+    // The runtime's total norm of each step (its steps after a restart)
+    // against the reference's, and clipping must have happened.
+    expect(clipTotals.size() == want.gradNorms.size(),
+           std::to_string(clipTotals.size()) + " steps clipped, expected " +
+               std::to_string(want.gradNorms.size()));
+    int64_t clipped = 0;
+    for (const auto &[s, total] : clipTotals) {
+      const double w = want.gradNorms.at(s);
+      clipped += w > ref.clipMaxNorm;
+      char msg[160];
+      std::snprintf(msg, sizeof(msg), "step %lld: total norm %.9g, reference %.9g",
+                    static_cast<long long>(s), total, w);
+      expect(std::fabs(total - w) <= tolerance * w, msg);
+    }
+    expect(clipped > 0, "max_norm clips some step");
+  }
 
   double worst = 0;
   std::vector<std::vector<float>> trained(infos.size());
@@ -925,6 +1004,8 @@ int main(int argc, char **argv) {
                 (std::string(recompute ? " recompute" : "") + (restart ? " restart" : "") +
                  (bf16 ? " bf16" : "") + (nsSplit ? " ns_split" : "") +
                  (prefetch ? " prefetch" : "") + (hparams ? " hparams" : "") +
+                 (clip ? " clip" : "") +
+                 (replicateUnder > 0 ? " replicate=" + std::to_string(replicateUnder) : "") +
                  (blockShape.empty() ? "" : " blocks=" + std::to_string(blockShape[0]) +
                                                 "x" + std::to_string(blockShape[1])) +
                  (torchrun ? " torchrun" : ""))

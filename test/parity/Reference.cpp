@@ -210,6 +210,18 @@ Result train(const TrainConfig &c) {
   }
   for (int64_t s = 0; s < c.steps; ++s) {
     res.losses.push_back(globalLossAndGrad(c, s, params, grads));
+    double squares = c.clipExtraSq;
+    for (const auto &kv : grads)
+      for (double x : kv.second)
+        squares += x * x;
+    const double total = std::sqrt(squares);
+    res.gradNorms.push_back(total);
+    if (c.clipMaxNorm > 0) {
+      const double coef = std::min(1.0, c.clipMaxNorm / (total + 1e-6));
+      for (auto &kv : grads)
+        for (double &x : kv.second)
+          x *= coef;
+    }
     for (size_t i = 0; i < infos.size(); ++i) {
       const std::string &name = infos[i].name;
       std::vector<double> &p = params[name];

@@ -87,6 +87,10 @@ struct TrainConfig {
   /// param_groups and an lr scheduler set them. Empty: adamw, sgd and muon
   /// above, for every parameter and step.
   std::function<Hyper(int64_t step, const example::ParamInfo &)> hyperOf;
+  /// torch.nn.utils.clip_grad_norm_ before each step: the total norm is
+  /// sqrt(sum of every gradient's squares + clipExtraSq); with clipMaxNorm
+  /// > 0 every gradient is scaled by min(1, clipMaxNorm / (total + 1e-6)).
+  double clipMaxNorm = 0, clipExtraSq = 0;
 };
 
 struct Result {
@@ -94,6 +98,8 @@ struct Result {
   std::map<std::string, std::vector<float>> params;
   /// losses[s]: mean loss of step s's global batch, before its update.
   std::vector<double> losses;
+  /// gradNorms[s]: the total gradient norm of step s, before clipping.
+  std::vector<double> gradNorms;
   /// Empty on success; otherwise why nothing was trained (bad config, Muon
   /// asked for a parameter that is not 2-D).
   std::string error;

@@ -6,7 +6,8 @@
 // variables). Every rank fills its buffers from its rank in the group, so
 // the expected results are computed in closed form, not by another
 // collective; each operation runs blocking and started (its start* variant
-// completed by the request's wait).
+// completed by the request's wait), the all-reduce on doubles (which has
+// no start* variant) blocking.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MFSDP_TEST_UNIT_COLLECTIVECHECKS_H
@@ -14,6 +15,7 @@
 
 #include "mfsdp/runtime/HostComm.h"
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -159,6 +161,29 @@ inline void checkCollectives(rt::HostComm &comm, const std::string &dim,
     for (int64_t i = 0; i < bigCounts[r]; ++i)
       ok &= shard[i] == rankSum + static_cast<float>(W * ((bigStart + i) % 1000));
     out.expect(ok, dim + " large allReduce and reduceScatterV values");
+  }
+
+  // In double (gradient clipping's sums of squares): values no float
+  // holds, 1 + r 2^-40, sum exactly W + rankSum 2^-40; and a large buffer
+  // (several of gloo's segments), element j of rank k being
+  // k + j % 1000 + 2^-30, exact when summed.
+  {
+    std::vector<double> sums = {1.0 + std::ldexp(double(r), -40), double(r)};
+    out.expect(comm.allReduce(sums.data(), 2) == 0,
+               dim + " allReduce of doubles: " + HostComm::lastError());
+    out.expect(sums[0] == W + std::ldexp(double(rankSum), -40) &&
+                   sums[1] == double(rankSum),
+               dim + " allReduce of doubles values");
+    const int64_t big = 200003;
+    std::vector<double> many(big);
+    for (int64_t j = 0; j < big; ++j)
+      many[j] = r + double(j % 1000) + std::ldexp(1.0, -30);
+    out.expect(comm.allReduce(many.data(), big) == 0,
+               dim + " large allReduce of doubles: " + HostComm::lastError());
+    bool ok = true;
+    for (int64_t j = 0; j < big; ++j)
+      ok &= many[j] == double(rankSum) + W * (double(j % 1000) + std::ldexp(1.0, -30));
+    out.expect(ok, dim + " large allReduce of doubles values");
   }
 
   // One broadcast from the last rank.

@@ -296,6 +296,20 @@ TEST(RuntimeKernels, MuonScalesByHand) {
     }
 }
 
+TEST(RuntimeKernels, SumSquaresAccumulatesInDouble) {
+  EXPECT_EQ(host::sumSquares(nullptr, 0), 0.0);
+  const float x[] = {3.f, -4.f, 12.f};
+  EXPECT_EQ(host::sumSquares(x, 3), 169.0);
+  // Squares beyond fp32's range, and small ones that an fp32 sum would
+  // lose beside 1: 1 + 10^6 x (2^-10)^2 = 1 + 10^6 / 2^20.
+  const float big[] = {1e20f, -1e20f};
+  EXPECT_NEAR(host::sumSquares(big, 2), 2 * double(1e20f) * double(1e20f), 1e25);
+  std::vector<float> many(1000001, 1.f / 1024);
+  many[0] = 1.f;
+  EXPECT_DOUBLE_EQ(host::sumSquares(many.data(), int64_t(many.size())),
+                   1.0 + 1e6 / 1048576.0);
+}
+
 TEST(RuntimeKernels, BF16RoundsToNearestEven) {
   EXPECT_EQ(host::toBF16(1.0f), 0x3f80);
   // 1 + 2^-8 is halfway between two bf16 values: ties go to even (1.0).

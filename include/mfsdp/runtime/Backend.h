@@ -45,6 +45,12 @@ class ControlPlane;
 /// A started asynchronous collective (Backend::startAllGather); > 0.
 using CommHandle = int64_t;
 
+/// The first `count` floats of a buffer (Backend::sumSquares).
+struct FloatSpan {
+  const float *buf = nullptr;
+  int64_t count = 0;
+};
+
 struct BackendOptions {
   /// The mesh, row-major, with dims named "dp_shard" and "dp_replicate";
   /// its product is the world size.
@@ -131,6 +137,11 @@ public:
     return 0;
   }
 
+  /// values (count doubles in host memory, the same count on every rank) =
+  /// their sum over the group, in double, in place; done when it returns
+  /// (gradient clipping's sum of squares).
+  virtual int allReduceDoubles(Group group, double *values, int64_t count) = 0;
+
   /// Asynchronous all-gather and all-gather-v (gather prefetch): the same
   /// result as allGather / allGatherV, started now and completed by
   /// wait(handle), which every started collective must get exactly once
@@ -176,6 +187,9 @@ public:
                         int64_t count, const AdamWHyper &h, int64_t step) = 0;
   virtual int sgdStep(float *param, const float *grad, float *buf,
                       int64_t count, const SGDHyper &h, int64_t step) = 0;
+  /// out (host memory, set when this returns) = the sum of the squares of
+  /// every float of `spans`, accumulated in double (host::sumSquares).
+  virtual int sumSquares(const std::vector<FloatSpan> &spans, double &out) = 0;
   /// Floats of scratch muonStep needs for a rows x cols matrix.
   virtual int64_t muonScratch(int64_t rows, int64_t cols) const = 0;
   /// Muon momentum, Newton-Schulz and the update of a whole matrix.

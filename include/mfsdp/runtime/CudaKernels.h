@@ -33,6 +33,9 @@ int newtonSchulz(cublasHandle_t blas, const float *in, float *out, int64_t rows,
                  cudaStream_t stream);
 int muonApply(float *param, const float *ortho, int64_t rows, int64_t cols,
               const MuonHyper &h, cudaStream_t stream);
+/// *sum (device memory) += host::sumSquares(x, n), accumulated in double
+/// (per block, then atomically: the order of the additions varies).
+int sumSquares(const float *x, int64_t n, double *sum, cudaStream_t stream);
 int castF32ToBF16(const float *in, uint16_t *out, int64_t n, cudaStream_t stream);
 int castBF16ToF32(const uint16_t *in, float *out, int64_t n, cudaStream_t stream);
 /// buf = fromBF16(toBF16(buf)), in place (the host backend's rounding of

@@ -3,7 +3,7 @@
 // The host backend's collectives: the same operations the CUDA backend runs
 // with NCCL (all-gather, reduce-scatter, all-reduce, the owner variants
 // all-gather-v / reduce-scatter-v, broadcasts), on fp32 buffers in host
-// memory, in the group of this rank along one dim of the mesh (the ranks
+// memory (and an all-reduce on doubles, for gradient clipping), in the group of this rank along one dim of the mesh (the ranks
 // that differ only in that coordinate, row-major: meshGroup), behind one
 // interface the host backend calls. Two implementations, chosen by where
 // the ranks come from:
@@ -65,6 +65,8 @@ public:
   virtual int reduceScatter(const float *send, float *recv, int64_t count) = 0;
   /// buf (count floats) = sum over ranks, in place.
   virtual int allReduce(float *buf, int64_t count) = 0;
+  /// The same on doubles (gradient clipping's sum of squares).
+  virtual int allReduce(double *buf, int64_t count) = 0;
   /// recv = concatenation of counts[r] floats from each rank r; this rank
   /// sends counts[rank()] floats from send (which may be null when zero).
   virtual int allGatherV(const float *send, float *recv,

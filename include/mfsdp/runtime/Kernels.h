@@ -157,6 +157,10 @@ void muonApply(float *param, const float *ortho, int64_t rows, int64_t cols,
 void muonStep(float *param, const float *grad, float *buf, int64_t rows,
               int64_t cols, const MuonHyper &h, float *scratch);
 
+/// The sum of x[i]^2 over n floats, accumulated in double (each square of
+/// an fp32 value is exact in double): gradient clipping's norm.
+double sumSquares(const float *x, int64_t n);
+
 /// Block shards: `packed` (numBlocks blocks) = the blocks of `whole` at
 /// packed positions [firstBlock, firstBlock + numBlocks) of `g`.
 void packBlocks(const float *whole, float *packed, const BlockGrid &g,

@@ -61,6 +61,7 @@ public:
   int allGather(const float *send, float *recv, int64_t count, void *stream);
   int reduceScatter(const float *send, float *recv, int64_t count, void *stream);
   int allReduce(float *buf, int64_t count, void *stream);
+  int allReduce(double *buf, int64_t count, void *stream);
   int allGatherV(const float *send, float *recv, const std::vector<int64_t> &counts,
                  void *stream);
   int reduceScatterV(const float *send, float *recv,
