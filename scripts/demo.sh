@@ -55,3 +55,6 @@ MPIRUN_FLAGS=(-np 2)
 if [ "$(id -u)" = 0 ]; then MPIRUN_FLAGS+=(--allow-run-as-root); fi
 MPIRUN_FLAGS+=(--oversubscribe)
 mpirun "${MPIRUN_FLAGS[@]}" "$BIN/mfsdp-example-trainer" "$BUILD/libexample-step.so" --steps 5
+echo
+echo "== mpirun -np 2 python3 examples/torch/train.py: a tiny Llama from transformers, through mfsdp.torch"
+MFSDP_PYTHON_DIR="$BUILD/python" mpirun "${MPIRUN_FLAGS[@]}" python3 examples/torch/train.py --steps 10

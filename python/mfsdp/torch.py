@@ -615,10 +615,8 @@ def clip_grad_norm_(model, max_norm, norm_type=2.0):
     ext_grads = [q.grad for _, q in st.external if q.grad is not None]
     for g in ext_grads:
         extra += float(g.detach().double().pow(2).sum())
-    if not hasattr(st.step, "clip_grad_norm"):
-        raise Error("clip_grad_norm_: this runtime has no mfsdp_clip_grad_norm")
     total = st.step.clip_grad_norm(float(max_norm), extra)
-    if ext_grads and max_norm > 0 and math.isfinite(max_norm):
+    if ext_grads and max_norm > 0 and math.isfinite(max_norm) and math.isfinite(total):
         coef = min(1.0, max_norm / (total + 1e-6))
         for g in ext_grads:
             g.mul_(coef)

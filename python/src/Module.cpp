@@ -429,6 +429,15 @@ NB_MODULE(_C, m) {
              s.check(mfsdp_set_hparams(s.live(), i, &h), "mfsdp_set_hparams");
            },
            "Sets the given fields of a parameter's hyperparameters (from the next step on).")
+      .def("clip_grad_norm",
+           [](Step &s, double maxNorm, double extraSq) {
+             double total = 0;
+             s.run("mfsdp_clip_grad_norm",
+                   [&](mfsdp_step *p) { return mfsdp_clip_grad_norm(p, maxNorm, extraSq, &total); });
+             return total;
+           },
+           nb::arg("max_norm"), nb::arg("extra_sq") = 0.0,
+           "The total 2-norm of the reduced gradients (collective); scales them when max_norm > 0.")
       .def_prop_ro("step_count", &Step::stepCount)
       .def("set_step_count",
            [](Step &s, int64_t c) { s.check(mfsdp_set_step_count(s.live(), c), "mfsdp_set_step_count"); })
