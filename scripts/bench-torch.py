@@ -71,8 +71,8 @@ def world_from_env():
         return int(env["OMPI_COMM_WORLD_RANK"]), int(env["OMPI_COMM_WORLD_SIZE"])
     if "RANK" in env and "WORLD_SIZE" in env:
         return int(env["RANK"]), int(env["WORLD_SIZE"])
-    raise SystemExit("bench-torch: start it with mpirun -np 2 (OMPI_COMM_WORLD_RANK / "
-                     "OMPI_COMM_WORLD_SIZE are not set)")
+    raise SystemExit("bench-torch: start it with mpirun -np 2 or torchrun --nproc-per-node 2 "
+                     "(no OMPI_COMM_WORLD_RANK, nor RANK and WORLD_SIZE)")
 
 
 def agree_on_port(rank, fixed):
@@ -130,28 +130,7 @@ def batch(args, step, rank, world):
     return ids[rank].contiguous()
 
 
-def ns_fp32(grad, ns_coefficients, ns_steps, eps):
-    """torch.optim._muon._zeropower_via_newtonschulz with the iterate in fp32
-    instead of bf16 (otherwise the same operations)."""
-    if ns_steps >= 100:
-        raise ValueError("Number of steps must be less than 100 for computational efficiency")
-    if len(grad.shape) != 2:
-        raise ValueError("Input tensor gradient must be a 2D matrix")
-    a, b, c = ns_coefficients
-    x = grad.to(dtype=torch.float32, copy=True)
-    if grad.size(0) > grad.size(1):
-        x = x.T
-    x.div_(x.norm().clamp(min=eps))
-    for _ in range(ns_steps):
-        gram = x @ x.T
-        update = torch.addmm(gram, gram, gram, beta=b, alpha=c)
-        x = torch.addmm(x, update, x, beta=a)
-    if grad.size(0) > grad.size(1):
-        x = x.T
-    return x
-
-
-NS_GATHER = [False]  # which form the FSDP2 run stepping now uses
+ns_fp32 = mt.newton_schulz_fp32  # torch's Newton-Schulz, the iterate in fp32
 
 
 def ns_fp32_dispatch(grad, ns_coefficients, ns_steps, eps):
@@ -432,11 +411,16 @@ def main():
     rank, world = world_from_env()
     torch.set_num_threads(1)
     load0 = os.getloadavg()
-    port, port_file = agree_on_port(rank, args.port)
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world)
+    if "OMPI_COMM_WORLD_RANK" in os.environ:
+        port, port_file = agree_on_port(rank, args.port)
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(port)
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=world)
+    else:
+        # torchrun: its variables; mfsdp's host backend then runs over gloo too.
+        port_file = None
+        dist.init_process_group("gloo", rank=rank, world_size=world)
     dist.barrier()
     if port_file:
         os.unlink(port_file)

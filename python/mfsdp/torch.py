@@ -49,6 +49,29 @@ _ADJUST_LR = {None: _C.ADJUST_LR_ORIGINAL, "original": _C.ADJUST_LR_ORIGINAL,
               "spectral_unclamped": _C.ADJUST_LR_SPECTRAL_UNCLAMPED}
 
 
+def newton_schulz_fp32(grad, ns_coefficients, ns_steps, eps):
+    """torch.optim.Muon's Newton-Schulz (torch.optim._muon._zeropower_via_newtonschulz)
+    with the iterate in fp32 instead of bf16, otherwise the same operations: the
+    precision the host runtime iterates in, for comparisons with torch.optim.Muon
+    (assign it to torch.optim._muon._zeropower_via_newtonschulz)."""
+    if ns_steps >= 100:
+        raise ValueError("Number of steps must be less than 100 for computational efficiency")
+    if len(grad.shape) != 2:
+        raise ValueError("Input tensor gradient must be a 2D matrix")
+    a, b, c = ns_coefficients
+    x = grad.to(dtype=torch.float32, copy=True)
+    if grad.size(0) > grad.size(1):
+        x = x.T
+    x.div_(x.norm().clamp(min=eps))
+    for _ in range(ns_steps):
+        gram = x @ x.T
+        update = torch.addmm(gram, gram, gram, beta=b, alpha=c)
+        x = torch.addmm(x, update, x, beta=a)
+    if grad.size(0) > grad.size(1):
+        x = x.T
+    return x
+
+
 def _in_backward():
     return torch._C._current_graph_task_id() != -1
 

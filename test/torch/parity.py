@@ -59,23 +59,6 @@ def build_model(kind, layers):
     raise SystemExit(f"unknown model {kind}")
 
 
-def ns_fp32(grad, ns_coefficients, ns_steps, eps):
-    """torch.optim.Muon's Newton-Schulz with the iterate in fp32 (torch's own runs
-    it in bf16): the reference the runtime's fp32 iteration must match."""
-    a, b, c = ns_coefficients
-    x = grad.to(dtype=torch.float32, copy=True)
-    if grad.size(0) > grad.size(1):
-        x = x.T
-    x.div_(x.norm().clamp(min=eps))
-    for _ in range(ns_steps):
-        gram = x @ x.T
-        update = torch.addmm(gram, gram, gram, beta=b, alpha=c)
-        x = torch.addmm(x, update, x, beta=a)
-    if grad.size(0) > grad.size(1):
-        x = x.T
-    return x
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", choices=MODELS, default="llama")
@@ -210,7 +193,7 @@ def main():
     mg = [g for g in mg if g["params"]]
     fg = [g for g in fg if g["params"]]
     if mg or fg:
-        torch_muon._zeropower_via_newtonschulz = ns_fp32
+        torch_muon._zeropower_via_newtonschulz = mt.newton_schulz_fp32
     if mg:
         ref_opts.append(torch.optim.Muon(mg, **muon_opts))
     if fg:
