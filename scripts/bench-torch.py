@@ -131,6 +131,7 @@ def batch(args, step, rank, world):
 
 
 ns_fp32 = mt.newton_schulz_fp32  # torch's Newton-Schulz, the iterate in fp32
+NS_GATHER = [False]  # which form the FSDP2 run stepping now uses
 
 
 def ns_fp32_dispatch(grad, ns_coefficients, ns_steps, eps):
