@@ -78,6 +78,10 @@ def main():
                     help="build on the meta device; each rank initialises unit by unit")
     ap.add_argument("--eval-between", action="store_true",
                     help="a no_grad forward between backward and step")
+    ap.add_argument("--external", default=None,
+                    help="a parameter the plan leaves to an outer stack (owned by a tp dim of "
+                         "size 1): compiled ahead of time, passed as fully_shard(library=, "
+                         "external=); it stays a torch parameter, stepped by torch's AdamW")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batch", type=int, default=2, help="sequences per rank per microbatch")
     ap.add_argument("--seq", type=int, default=12)
@@ -129,6 +133,26 @@ def main():
     kw = dict(mesh=mesh, policy=args.policy, zero=args.zero, prefetch=args.prefetch,
               accumulate=args.accum > 1, bucket_mb=args.bucket_mb, adamw=adamw_opts,
               muon=muon_opts, param_groups=groups)
+    if args.external:
+        # The outer stack's dim: tp of size 1, so that no rank differs in it and
+        # this test's reference (plain data parallelism) still applies; an outer
+        # stack would reduce the parameter's gradient itself, so only a world of
+        # one is compared here.
+        if world != 1:
+            raise SystemExit("--external runs on one rank (the outer stack does not reduce)")
+        import tempfile
+        from mfsdp import mfsdp_export
+        work = tempfile.mkdtemp(prefix="mfsdp-external-")
+        graph = mfsdp_export.export_graph(model, mt._default_units(model),
+                                          (torch.zeros(1, 8, dtype=torch.long),), name="ext",
+                                          mesh=f"{mesh},tp=1", owned_by={args.external: "tp"})
+        with open(os.path.join(work, "model.json"), "w") as f:
+            f.write(mfsdp_export.dumps(graph))
+        lib = rt.compile_graph(os.path.join(work, "model.json"), os.path.join(work, "lib.so"),
+                               mesh=f"{mesh},tp=1", policy=args.policy, zero=args.zero)
+        kw = {k: v for k, v in kw.items() if k not in ("mesh", "policy", "zero", "prefetch",
+                                                         "accumulate", "bucket_mb")}
+        kw.update(library=lib, external=[args.external])
     if args.meta_init:
         kw["init_fn"] = model._init_weights
         torch.manual_seed(1234)
@@ -149,6 +173,14 @@ def main():
     # The reference optimizers: the plan's choice of optimizer per parameter, the
     # same groups.
     kind = {p.name: p.optimizer for p in st.params}
+    for name, q in st.external:
+        # Left to the outer stack: an ordinary torch parameter, trained by
+        # torch.optim.AdamW inside the returned optimizer.
+        if not isinstance(q, torch.nn.Parameter) or q.device.type == "meta":
+            raise SystemExit(f"external parameter {name}: not an ordinary torch parameter")
+        kind[name] = _C.OPT_ADAMW
+    if args.external and [n for n, _ in st.external] != [args.external]:
+        raise SystemExit(f"expected {args.external} external, got {st.external}")
     pieces = [p for p in st.params if p.fused is not None]
     if args.model in ("qwen3-moe", "mixtral"):
         # transformers 5's fused experts: planned as their matrices, and under a
