@@ -118,18 +118,18 @@ class _SavedParam:
     backward, at the same place of the backward gather."""
     __slots__ = ("index", "size", "stride", "offset")
 
-    def __init__(self, index, t, base_offset):
+    def __init__(self, index, t):
         self.index = index
         self.size = t.size()
         self.stride = t.stride()
-        self.offset = t.storage_offset() - base_offset
+        self.offset = t.storage_offset()
 
 
 # ------------------------------------------------------------------ model side
 
 class _Param:
     __slots__ = ("index", "name", "module", "attr", "shape", "requires_grad", "param", "unit",
-                 "optimizer", "numel", "aliases", "fused", "where")
+                 "slot", "optimizer", "numel", "aliases", "fused", "where")
 
     def __init__(self, index, name, module, attr, param, unit, optimizer):
         self.index, self.name, self.module, self.attr = index, name, module, attr
@@ -138,6 +138,7 @@ class _Param:
         self.numel = param.numel()
         self.requires_grad = param.requires_grad
         self.unit = unit
+        self.slot = len(unit.params)  # its place in the unit's views and shadows
         self.optimizer = optimizer
         self.aliases = []  # (module, attr, name) of tied aliases
         self.fused = None  # the _Fused tensor this matrix is a piece of
@@ -214,7 +215,7 @@ def _glob(pattern, name):
 class _State:
     """The hooks of one model on one runtime."""
 
-    def __init__(self, model, step, library, external):
+    def __init__(self, model, step, library):
         self.model = model
         self.step = step
         self.library = library
@@ -223,26 +224,19 @@ class _State:
         self.params = []
         self.units = [_Unit(u) for u in range(self.info["num_units"])]
         self.ties = []
-        self.external = external  # [(name, Parameter)]
+        self.external = []  # [(name, Parameter)] the plan leaves to an outer stack
         self.handles = []
         self.ptrs = {}  # storage data_ptr of a gathered forward view -> _Param
         self.hooks_ctx = None
-        self.no_sync = False
         self.backward_queued = False
-        self.forward_units = []
         self.grad_forward = False
-        self.reduced_since_step = False
         self.generation = 0  # forwards so far: a backward belongs to the last one
         self.buffer_modules = []  # modules whose buffers a meta-device init filled
 
     # -------------------------------------------------------------- views
 
     def _views(self, unit):
-        views = []
-        for p in unit.params:
-            v = self.step.param_view(p.index)
-            views.append(v.view(p.shape))
-        return views
+        return [self.step.param_view(p.index).view(p.shape) for p in unit.params]
 
     def _shadow(self, unit, tensors):
         unit.shadows = tensors
@@ -253,8 +247,7 @@ class _State:
             for (m, a, _) in p.aliases:
                 m.__dict__[a] = t
         for f in unit.fused:
-            pos = {id(p): i for i, p in enumerate(unit.params)}
-            f.module.__dict__[f.attr] = f.assemble([tensors[pos[id(p)]] for p in f.pieces])
+            f.module.__dict__[f.attr] = f.assemble([tensors[p.slot] for p in f.pieces])
 
     def _unshadow(self, unit):
         for p in unit.params:
@@ -361,7 +354,7 @@ class _State:
         p = tie.primary
         if p.unit.shadows is not None:
             # The primary's unit is gathered: the alias reads the same tensor.
-            module.__dict__[tie.attr] = p.unit.shadows[p.unit.params.index(p)]
+            module.__dict__[tie.attr] = p.unit.shadows[p.slot]
             return
         if tie.copy is None:
             raise Error(f"tied parameter {tie.name!r} is read before the unit holding "
@@ -435,7 +428,6 @@ class _State:
         unit.views = None
         unit.recomputing = False
         unit.state = "idle"
-        self.reduced_since_step = True
 
     def _end_backward(self):
         # Units whose gradients never arrived (parameters unused this step) are
@@ -457,7 +449,7 @@ class _State:
         p = self.ptrs.get(ptr)
         if p is None:
             return t
-        return _SavedParam(p.index, t, 0)
+        return _SavedParam(p.index, t)
 
     def _unpack(self, saved):
         if not isinstance(saved, _SavedParam):
@@ -467,7 +459,7 @@ class _State:
         if unit.state != "bwd" or unit.views is None:
             raise Error(f"a tensor autograd saved from parameter {p.name!r} is read while unit "
                         f"{unit.index} is {unit.state}, not in its backward (pre_backward)")
-        base = unit.views[unit.params.index(p)]
+        base = unit.views[p.slot]
         return base.as_strided(saved.size, saved.stride, base.storage_offset() + saved.offset)
 
     # -------------------------------------------------------------- names
@@ -576,13 +568,11 @@ class MFSDPModule:
             self.set_requires_gradient_sync(True)
 
     def set_requires_gradient_sync(self, requires_gradient_sync):
-        st = self.mfsdp_state
         try:
-            st.step.set_no_sync(not requires_gradient_sync)
+            self.mfsdp_state.step.set_no_sync(not requires_gradient_sync)
         except Error as e:
             raise Error(f"{e} (fully_shard(..., accumulate=True) compiles such a library)") \
                 from None
-        st.no_sync = not requires_gradient_sync
 
     def clip_grad_norm_(self, max_norm, norm_type=2.0):
         return clip_grad_norm_(self, max_norm, norm_type)
@@ -655,6 +645,7 @@ class MFSDPOptimizer(torch.optim.Optimizer):
 
     def __init__(self, state, groups):
         self._mfsdp = state
+        self._table_index = {id(p.param): p.index for p in state.params}
         super().__init__(groups, {})
         self._external_opt = None
         ext = [g for g in self.param_groups if g["optimizer"] == "external"]
@@ -665,15 +656,13 @@ class MFSDPOptimizer(torch.optim.Optimizer):
 
     def _push(self):
         st = self._mfsdp
-        index = {id(p.param): p for p in st.params}
         for g in self.param_groups:
             kind = g["optimizer"]
             if kind == "external":
                 continue
             h = _hparams(kind, g)
             for q in g["params"]:
-                p = index[id(q)]
-                st.step.set_hparams(p.index, h)
+                st.step.set_hparams(self._table_index[id(q)], h)
         if self._external_opt is not None:
             ext = [g for g in self.param_groups if g["optimizer"] == "external"]
             for eg, g in zip(self._external_opt.param_groups, ext):
@@ -724,7 +713,7 @@ def _hparams(kind, g):
     raise Error(f"unknown optimizer {kind!r}")
 
 
-def _groups(state, named, options, param_groups):
+def _groups(state, options, param_groups):
     """param_groups: one per optimizer the plan uses (hyperparameters: torch's
     defaults, updated by options[kind]), split by the user's groups."""
     kinds = {}
@@ -849,7 +838,7 @@ def fully_shard(model, mesh="dp_shard=2", policy="adamw", zero=3, *, library=Non
     cls = model.__class__
     model.__class__ = type(f"MFSDP{cls.__name__}", (MFSDPModule, cls), {})
     model.__dict__["_mfsdp_state"] = state
-    groups = _groups(state, None, {"adamw": adamw, "muon": muon, "sgd": sgd}, param_groups)
+    groups = _groups(state, {"adamw": adamw, "muon": muon, "sgd": sgd}, param_groups)
     optimizer = MFSDPOptimizer(state, groups)
     return model, optimizer
 
@@ -898,7 +887,7 @@ def _compile(model, mesh, policy, zero, units, example_inputs, example_kwargs, e
 
 
 def _install(model, step, lib, external):
-    state = _State(model, step, lib, [])
+    state = _State(model, step, lib)
     modules = dict(model.named_modules(remove_duplicate=False))
     names, aliases = _table_of(model)
     table = {e["name"]: e for e in lib.params()}
