@@ -1,6 +1,6 @@
 //===- Backend.h - What the step engine needs of a device ---------*- C++ -*-===//
 //
-// The engine behind the C ABI (runtime/common/Runtime.cpp) keeps the plan's
+// The engine behind the C ABI (runtime/common/Step.h) keeps the plan's
 // bookkeeping (hook order, which buffers are live, sizes and offsets) and
 // asks a backend for everything that touches memory or other ranks: the
 // operations below and nothing more. Two backends implement it:

@@ -1,9 +1,10 @@
 //===- BufferSizes.h - The sizes of the engine's buffers ----------*- C++ -*-===//
 //
 // How many floats each of a parameter's buffers holds on a dp_shard rank,
-// as the engine (runtime/common/Runtime.cpp) lays them out. Header-only, so
-// the compiler's static memory plan (lib/step/RuntimeMemory.cpp) sizes the
-// buffers exactly as the runtime that places them at its offsets.
+// as the engine (runtime/common/PlanValidation.cpp) lays them out.
+// Header-only, so the compiler's static memory plan
+// (lib/step/RuntimeMemory.cpp) sizes the buffers exactly as the runtime that
+// places them at its offsets.
 //
 //  - row shard: each rank keeps ceil(rows / S) whole rows (the last ranks'
 //    tail padded with zeros), so every collective moves equal chunks; the

@@ -1,0 +1,292 @@
+//===- Buckets.cpp - The bucket engine ------------------------------------===//
+//
+// A bucket of the plan (mfsdp_bucket) is gathered and reduced by one
+// collective: row shards through a staging buffer holding every rank's
+// chunk (packed and unpacked by the plan's kernels, or by strided copies),
+// owned matrices straight between the members' buffers, which the memory
+// plan lays out in one piece.
+//
+//===----------------------------------------------------------------------===//
+#include "Step.h"
+
+#include <string>
+#include <vector>
+
+using namespace mfsdp::rt;
+
+mfsdp_status mfsdp_step::placeStaging(BucketState &bs, int which,
+                                      const std::string &what) {
+  const int64_t at[3] = {bs.stagingAt.gather, bs.stagingAt.gather_backward,
+                         bs.stagingAt.reduce};
+  bs.stagingAtNow = at[which];
+  return place(at[which], S * bs.chunk, bs.staging, what);
+}
+
+mfsdp_status mfsdp_step::gatherBucket(int32_t b, bool forBackward, CommHandle *handle) {
+  BucketState &bs = buckets[b];
+  const std::string what = "bucket " + std::to_string(b) + " (unit " +
+                           std::to_string(bs.unit) + ")";
+  for (int32_t p : bs.members)
+    releaseFull(params[p]);
+  for (int32_t p : bs.members) {
+    ParamState &ps = params[p];
+    ps.fullAt = forBackward ? ps.at.full_backward : ps.at.full;
+    if (auto s = place(ps.fullAt, ps.fullSize, ps.full,
+                       "the gathered '" + ps.name + "'" +
+                           (forBackward ? " for backward" : ""))) {
+      for (int32_t q : bs.members)
+        releaseFull(params[q]);
+      return s;
+    }
+  }
+  ParamState &first = params[bs.members.front()];
+  int rc = 0;
+  if (bs.rows) {
+    if (auto s = placeStaging(bs, forBackward && plan.zero >= 3 ? 1 : 0,
+                              "the gather staging of " + what)) {
+      for (int32_t q : bs.members)
+        releaseFull(params[q]);
+      return s;
+    }
+    rc = handle ? backend->startAllGather(Group::Shard, first.master, bs.staging,
+                                          bs.chunk, *handle)
+                : backend->allGather(Group::Shard, first.master, bs.staging, bs.chunk);
+  } else {
+    const float *send = bs.firstMine >= 0 ? params[bs.firstMine].master : nullptr;
+    rc = handle ? backend->startAllGatherV(Group::Shard, send, first.full, bs.counts,
+                                           *handle)
+                : backend->allGatherV(Group::Shard, send, first.full, bs.counts);
+  }
+  ++work.bucketGathers;
+  mfsdp_status s = comm(rc, ((handle ? "starting the all-gather of "
+                                     : "the all-gather of ") + what).c_str());
+  if (s || !handle)
+    return finishBucketGather(b, s);
+  return MFSDP_OK;
+}
+
+mfsdp_status mfsdp_step::finishBucketGather(int32_t b, mfsdp_status s) {
+  BucketState &bs = buckets[b];
+  if (!s && bs.rows && bs.kernels.unpack) {
+    // The plan's kernel: one pass with the bucket's constants.
+    std::vector<float *> full;
+    for (int32_t p : bs.members)
+      full.push_back(params[p].full);
+    s = device(bs.kernels.unpack(bs.staging, full.data(), backend->kernelStream()),
+               "the plan's unpack kernel of bucket " + std::to_string(b));
+  }
+  for (size_t j = 0; j < bs.members.size(); ++j) {
+    ParamState &ps = params[bs.members[j]];
+    if (!s && bs.rows && !bs.kernels.unpack)
+      s = device(backend->copy2D(ps.full, ps.localSize, bs.staging + bs.rel[j],
+                                 bs.chunk, ps.localSize, S),
+                 "unpacking bucket " + std::to_string(b));
+    if (!s && ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
+      s = device(backend->roundToBF16(ps.full, ps.elements()), "bf16 rounding");
+  }
+  if (bs.rows)
+    releaseStaging(bs);
+  if (s)
+    for (int32_t p : bs.members)
+      releaseFull(params[p]);
+  return s;
+}
+
+mfsdp_status mfsdp_step::reduceBucket(int32_t b, CommHandle *handle) {
+  BucketState &bs = buckets[b];
+  const std::string what = "bucket " + std::to_string(b) + " (unit " +
+                           std::to_string(bs.unit) + ")";
+  for (int32_t p : bs.members) {
+    ParamState &ps = params[p];
+    if (ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
+      if (auto s = device(backend->roundToBF16(ps.grad, ps.elements()), "bf16 rounding"))
+        return s;
+  }
+  ParamState &first = params[bs.members.front()];
+  float *shards = nullptr; // this rank's grad_shard span
+  int64_t count = 0;
+  shardSpan(bs, shards, count);
+  int rc = 0;
+  if (bs.rows) {
+    if (auto s = placeStaging(bs, 2, "the reduce staging of " + what))
+      return s;
+    mfsdp_status s = MFSDP_OK;
+    if (bs.kernels.pack) {
+      // The plan's kernel writes the whole staging buffer, gaps included.
+      std::vector<const float *> grad;
+      for (int32_t p : bs.members)
+        grad.push_back(params[p].grad);
+      s = device(bs.kernels.pack(grad.data(), bs.staging, backend->kernelStream()),
+                 "the plan's pack kernel of bucket " + std::to_string(b));
+    } else if (bs.gaps) {
+      s = device(backend->zero(bs.staging, S * bs.chunk), "zero-fill");
+    }
+    for (size_t j = 0; !s && !bs.kernels.pack && j < bs.members.size(); ++j) {
+      ParamState &ps = params[bs.members[j]];
+      s = device(backend->copy2D(bs.staging + bs.rel[j], bs.chunk, ps.grad, ps.localSize,
+                                 ps.localSize, S),
+                 "packing bucket " + std::to_string(b));
+    }
+    if (s) {
+      releaseStaging(bs);
+      return s;
+    }
+    rc = handle ? backend->startReduceScatter(Group::Shard, bs.staging, shards, count,
+                                              *handle)
+                : backend->reduceScatter(Group::Shard, bs.staging, shards, count);
+  } else {
+    rc = handle ? backend->startReduceScatterV(Group::Shard, first.grad, shards,
+                                               bs.counts, *handle)
+                : backend->reduceScatterV(Group::Shard, first.grad, shards, bs.counts);
+  }
+  ++work.bucketReductions;
+  mfsdp_status s = comm(rc, ((handle ? "starting the reduce-scatter of "
+                                     : "the reduce-scatter of ") + what).c_str());
+  if (handle && !s)
+    return MFSDP_OK; // staging released by completeReduction
+  if (bs.rows)
+    releaseStaging(bs);
+  if (s)
+    return s;
+  if (R > 1)
+    // Every rank calls it, with nothing when it keeps nothing.
+    if (auto st = comm(backend->allReduce(Group::Replicate, shards, count),
+                       ("the all-reduce over replicas of " + what).c_str()))
+      return st;
+  const float scale = 1.f / static_cast<float>(S * R);
+  for (int32_t p : bs.members) {
+    ParamState &ps = params[p];
+    if (auto st = device(backend->scale(ps.gradShard, ps.localCount, scale), "scaling"))
+      return st;
+    ps.gradReduced = true;
+  }
+  return MFSDP_OK;
+}
+
+mfsdp_status mfsdp_step::layOutBuckets() {
+  unitBuckets.assign(plan.num_units, {});
+  if (plan.num_buckets == 0 && !plan.buckets)
+    return MFSDP_OK;
+  auto bad = [&](std::string why) {
+    return fail(MFSDP_ERROR_PLAN, "invalid plan: " + why);
+  };
+  if (plan.num_buckets < 0 || (plan.num_buckets > 0 && !plan.buckets))
+    return bad("num_buckets is " + std::to_string(plan.num_buckets) +
+               " with buckets " + (plan.buckets ? "set" : "NULL"));
+  if (!memory || !memory->buckets)
+    return bad("buckets need the static memory plan, with their staging "
+               "offsets (mfsdp_memory_plan.buckets), which lays their "
+               "members out in one piece");
+  auto off = [](int64_t bytes) { return bytes / static_cast<int64_t>(sizeof(float)); };
+  for (int32_t b = 0; b < plan.num_buckets; ++b) {
+    const mfsdp_bucket &k = plan.buckets[b];
+    const std::string name = "bucket " + std::to_string(b);
+    if (k.unit < 0 || k.unit >= plan.num_units || k.num_params < 1 || !k.params ||
+        (k.placement != MFSDP_ROW_SHARD && k.placement != MFSDP_OWNER))
+      return bad(name + " needs a unit in [0, " + std::to_string(plan.num_units) +
+                 "), members, and placement MFSDP_ROW_SHARD or MFSDP_OWNER");
+    BucketState bs;
+    bs.unit = k.unit;
+    bs.rows = k.placement == MFSDP_ROW_SHARD;
+    bs.stagingAt = memory->buckets[b];
+    const mfsdp_bucket_kernels *table =
+        backend->device().device_type == kDLCUDA ? plan.cuda_kernels : plan.host_kernels;
+    if (table)
+      bs.kernels = table[b];
+    for (int32_t j = 0; j < k.num_params; ++j) {
+      const int32_t p = k.params[j];
+      if (p < 0 || p >= plan.num_params)
+        return bad(name + " names parameter " + std::to_string(p) + ", out of range");
+      ParamState &ps = params[p];
+      if (ps.bucket >= 0)
+        return bad("'" + ps.name + "' is in bucket " + std::to_string(ps.bucket) +
+                   " and in " + name);
+      if (ps.desc.unit != k.unit || ps.desc.placement != k.placement)
+        return bad("'" + ps.name + "' (unit " + std::to_string(ps.desc.unit) +
+                   ") is in " + name + " of unit " + std::to_string(k.unit) +
+                   " and another placement or unit");
+      if (!bs.rows && j > 0 && params[bs.members.back()].desc.owner > ps.desc.owner)
+        return bad(name + " is not ordered by owner at '" + ps.name + "'");
+      ps.bucket = b;
+      bs.members.push_back(p);
+    }
+    // Offsets relative to the first member, in floats; each kind's must
+    // repeat the reference layout.
+    auto rel = [&](int32_t p, int64_t mfsdp_param_offsets::*f, int32_t base) {
+      return off(params[p].at.*f - params[base].at.*f);
+    };
+    const int32_t m0 = bs.members.front();
+    int64_t end = 0;
+    // Each member starts where the one before it ends, rounded up to the
+    // arena's alignment: the gap between them belongs to the one before
+    // (its arena block), so no other buffer can lie there, and a
+    // collective over the bucket's span reads and writes only its own.
+    auto next = [](int64_t floats) {
+      return Arena::roundUp(floats * static_cast<int64_t>(sizeof(float))) /
+             static_cast<int64_t>(sizeof(float));
+    };
+    if (bs.rows) {
+      for (int32_t p : bs.members) {
+        const int64_t r = rel(p, &mfsdp_param_offsets::master, m0);
+        if (r != next(end) || rel(p, &mfsdp_param_offsets::grad_shard, m0) != r)
+          return bad("the memory plan does not lay out " + name +
+                     "'s masters and reduced gradients in one piece, in order, "
+                     "each at the aligned end of the one before, at the same "
+                     "distances ('" + params[p].name + "')");
+        bs.gaps |= r != end;
+        bs.rel.push_back(r);
+        end = r + params[p].localSize;
+      }
+      bs.chunk = end;
+      if (bs.stagingAt.gather < 0 || bs.stagingAt.reduce < 0 ||
+          (plan.zero >= 3 && bs.stagingAt.gather_backward < 0))
+        return bad("the memory plan has no staging buffers for " + name);
+    } else {
+      bs.counts.assign(S, 0);
+      std::vector<int64_t> start(S, -1);
+      for (int32_t p : bs.members) {
+        const ParamState &ps = params[p];
+        const int64_t r = rel(p, &mfsdp_param_offsets::full, m0);
+        const int32_t o = ps.desc.owner;
+        if (start[o] < 0)
+          start[o] = r;
+        if (r != next(end) || rel(p, &mfsdp_param_offsets::grad, m0) != r ||
+            (plan.zero >= 3 && rel(p, &mfsdp_param_offsets::full_backward, m0) != r))
+          return bad("the memory plan does not lay out " + name +
+                     "'s gathered copies and gradients in one piece, in owner "
+                     "order, each at the aligned end of the one before, at the "
+                     "same distances ('" + ps.name + "')");
+        end = r + ps.elements();
+      }
+      // Each owner's span runs from its first member to the next owner's.
+      int64_t next = end;
+      for (int32_t o = static_cast<int32_t>(S) - 1; o >= 0; --o)
+        if (start[o] >= 0) {
+          bs.counts[o] = next - start[o];
+          next = start[o];
+        }
+      for (int32_t p : bs.members) {
+        const ParamState &ps = params[p];
+        const int32_t o = ps.desc.owner;
+        int32_t firstOfOwner = -1;
+        for (int32_t q : bs.members)
+          if (params[q].desc.owner == o) {
+            firstOfOwner = q;
+            break;
+          }
+        const int64_t r = rel(p, &mfsdp_param_offsets::full, m0) - start[o];
+        if (rel(p, &mfsdp_param_offsets::master, firstOfOwner) != r ||
+            rel(p, &mfsdp_param_offsets::grad_shard, firstOfOwner) != r)
+          return bad("the memory plan does not lay out owner " + std::to_string(o) +
+                     "'s masters and reduced gradients of " + name +
+                     " as they lie in its gathered copy ('" + ps.name + "')");
+        if (o == shardRank && bs.firstMine < 0)
+          bs.firstMine = p;
+      }
+      bs.mine = bs.counts[shardRank];
+    }
+    unitBuckets[k.unit].push_back(b);
+    buckets.push_back(std::move(bs));
+  }
+  return MFSDP_OK;
+}

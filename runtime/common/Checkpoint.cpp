@@ -1,0 +1,140 @@
+//===- Checkpoint.cpp - Parameters and optimizer state in and out ---------===//
+//
+// load / store of a parameter's fp32 master or optimizer state as the
+// whole tensor on the host: this rank's part scattered in, every rank's
+// gathered out through the memory plan's staging buffer.
+//
+//===----------------------------------------------------------------------===//
+#include "Step.h"
+
+#include <string>
+#include <vector>
+
+using namespace mfsdp::rt;
+
+mfsdp_status mfsdp_step::scatterWhole(const ParamState &ps, const float *full,
+                                      float *local) {
+  if (ps.localCount == 0)
+    return MFSDP_OK;
+  if (ps.desc.placement == MFSDP_BLOCK_SHARD) {
+    // This rank's blocks, packed on the host.
+    std::vector<float> packed(static_cast<size_t>(ps.localCount));
+    host::packBlocks(full, packed.data(), ps.grid, ps.grid.firstBlockOf(shardRank),
+                     ps.grid.blocksOf(shardRank));
+    return device(backend->copyFromHost(local, packed.data(), ps.localCount),
+                  "copy from the host");
+  }
+  const float *from = full;
+  if (ps.desc.placement == MFSDP_ROW_SHARD)
+    from += shardRank * ps.chunkRows * ps.desc.cols;
+  return device(backend->copyFromHost(local, from, ps.localCount),
+                "copy from the host");
+}
+
+mfsdp_status mfsdp_step::storeWhole(const ParamState &ps, const float *local, float *full,
+                                    int32_t fromReplica) {
+  float *whole = nullptr;
+  if (auto s = place(memory ? memory->staging : -1, ps.fullSize, whole,
+                     "the staging buffer for storing '" + ps.name + "'"))
+    return s;
+  if (ps.desc.placement == MFSDP_BLOCK_SHARD) {
+    // The packed blocks of every rank, put in place on the host (the
+    // staging buffer is the only whole-tensor buffer a store takes).
+    mfsdp_status s = gatherPacked(ps, local, whole);
+    std::vector<float> packed(static_cast<size_t>(ps.fullSize));
+    if (!s)
+      s = device(backend->copyToHost(packed.data(), whole, ps.fullSize),
+                 "copy to the host");
+    backend->release(whole);
+    if (!s)
+      host::unpackBlocks(packed.data(), full, ps.grid, 0, ps.grid.blocks());
+    return s;
+  }
+  mfsdp_status s = fromReplica < 0 || fromReplica == replicaRank
+                       ? gatherWhole(ps, local, whole)
+                       : MFSDP_OK;
+  if (!s && fromReplica >= 0)
+    s = comm(backend->broadcast(Group::Replicate, whole, ps.elements(), fromReplica),
+             "broadcast over replicas");
+  if (!s)
+    s = device(backend->copyToHost(full, whole, ps.elements()), "copy to the host");
+  backend->release(whole);
+  return s;
+}
+
+mfsdp_status mfsdp::rt::loadParam(mfsdp_step *step, int32_t param, const float *full) {
+  if (!step || !full)
+    return MFSDP_ERROR_INVALID;
+  if (auto st = step->enter())
+    return st;
+  if (auto st = step->checkParam(param))
+    return st;
+  ParamState &ps = step->params[param];
+  if (auto st = step->scatterWhole(ps, full, ps.master))
+    return st;
+  step->releaseFull(ps);
+  if (step->plan.zero < 3)
+    if (auto st = step->gather(ps.desc.unit))
+      return st;
+  return step->finish();
+}
+
+mfsdp_status mfsdp::rt::storeParam(mfsdp_step *step, int32_t param, float *full) {
+  if (!step || !full)
+    return MFSDP_ERROR_INVALID;
+  if (auto st = step->enter())
+    return st;
+  if (auto st = step->checkParam(param))
+    return st;
+  // The fp32 masters, whole (not the compute copy, which may be bf16).
+  return step->storeWhole(step->params[param], step->params[param].master, full);
+}
+
+static mfsdp_status stateOf(mfsdp_step *step, int32_t param, int32_t which,
+                            float *&state) {
+  if (auto st = step->checkParam(param))
+    return st;
+  ParamState &ps = step->params[param];
+  const int32_t opt = ps.desc.optimizer;
+  if (which == MFSDP_STATE_EXP_AVG && opt != MFSDP_OPT_NONE) {
+    state = ps.m;
+    return MFSDP_OK;
+  }
+  if (which == MFSDP_STATE_EXP_AVG_SQ && opt == MFSDP_OPT_ADAMW) {
+    state = ps.v;
+    return MFSDP_OK;
+  }
+  return step->fail(MFSDP_ERROR_INVALID,
+                    "parameter " + std::to_string(param) + " ('" + ps.name +
+                        "') has " + optimizerName(opt) +
+                        ", which keeps no state " + std::to_string(which) +
+                        " (exp_avg = 0 for AdamW, SGD and Muon; exp_avg_sq = "
+                        "1 for AdamW)");
+}
+
+mfsdp_status mfsdp::rt::loadState(mfsdp_step *step, int32_t param, int32_t which,
+                                   const float *full) {
+  if (!step || !full)
+    return MFSDP_ERROR_INVALID;
+  if (auto st = step->enter())
+    return st;
+  float *state = nullptr;
+  if (auto s = stateOf(step, param, which, state))
+    return s;
+  return step->scatterWhole(step->params[param], full, state);
+}
+
+mfsdp_status mfsdp::rt::storeState(mfsdp_step *step, int32_t param, int32_t which,
+                                    float *full) {
+  if (!step || !full)
+    return MFSDP_ERROR_INVALID;
+  if (auto st = step->enter())
+    return st;
+  float *state = nullptr;
+  if (auto s = stateOf(step, param, which, state))
+    return s;
+  // Under ns_split the momentum is current only on the replica that steps
+  // the matrix (the others keep the buffer but never update it).
+  const ParamState &ps = step->params[param];
+  return step->storeWhole(ps, state, full, ps.nsReplica);
+}

@@ -1,0 +1,197 @@
+//===- Collectives.cpp - A unit's gathers and reductions ------------------===//
+//
+// A unit's parameters gathered (row shards and owned matrices by one
+// collective each, block shards through a staging buffer, replicated
+// tensors copied) and its gradients reduced into the shards this rank
+// keeps (averaged over the data-parallel ranks; HSDP adds an all-reduce
+// over dp_replicate). Buckets (Buckets.cpp) take one collective for all
+// their members.
+//
+//===----------------------------------------------------------------------===//
+#include "Step.h"
+
+#include <string>
+#include <vector>
+
+using namespace mfsdp::rt;
+
+mfsdp_status mfsdp_step::gatherWhole(const ParamState &ps, const float *local,
+                                     float *full) {
+  switch (ps.desc.placement) {
+  case MFSDP_ROW_SHARD:
+    return comm(backend->allGather(Group::Shard, local, full, ps.localSize),
+                "all-gather");
+  case MFSDP_OWNER: {
+    std::vector<int64_t> counts(S, 0);
+    counts[ps.desc.owner] = ps.elements();
+    return comm(backend->allGatherV(Group::Shard, ps.ownsAny ? local : nullptr,
+                                    full, counts),
+                "all-gather-v");
+  }
+  case MFSDP_BLOCK_SHARD: {
+    // Every rank's packed blocks into a staging buffer, then each block
+    // to its place in the whole tensor.
+    float *packed = nullptr;
+    if (auto s = blockStaging(ps, packed, "gathering"))
+      return s;
+    mfsdp_status s = gatherPacked(ps, local, packed);
+    if (!s)
+      s = device(backend->unpackBlocks(packed, full, ps.grid, 0, ps.grid.blocks()),
+                 "unpacking the blocks of '" + ps.name + "'");
+    backend->release(packed);
+    return s;
+  }
+  default:
+    return device(backend->copy(full, local, ps.elements()), "copy");
+  }
+}
+
+mfsdp_status mfsdp_step::gatherPacked(const ParamState &ps, const float *local,
+                                      float *packed) {
+  return comm(backend->allGatherV(Group::Shard, ps.ownsAny ? local : nullptr,
+                                  packed, ps.blockCounts),
+              "all-gather-v of blocks");
+}
+
+mfsdp_status mfsdp_step::gather(int32_t unit, bool forBackward) {
+  for (int32_t b : unitBuckets[unit])
+    if (!bucketGathered(b))
+      if (auto s = gatherBucket(b, forBackward, nullptr))
+        return s;
+  for (int32_t p : unitParams[unit]) {
+    ParamState &ps = params[p];
+    if (ps.full || ps.bucket >= 0)
+      continue;
+    ps.fullAt = forBackward ? ps.at.full_backward : ps.at.full;
+    if (auto s = place(ps.fullAt, ps.fullSize, ps.full,
+                       "the gathered '" + ps.name + "'" +
+                           (forBackward ? " for backward" : "")))
+      return s;
+    mfsdp_status s = gatherWhole(ps, ps.master, ps.full);
+    if (!s && ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
+      s = device(backend->roundToBF16(ps.full, ps.elements()), "bf16 rounding");
+    if (s) {
+      backend->release(ps.full);
+      ps.full = nullptr;
+      return s;
+    }
+  }
+  return MFSDP_OK;
+}
+
+mfsdp_status mfsdp_step::reduce(int32_t unit, bool async) {
+  const float scale = 1.f / static_cast<float>(S * R);
+  for (int32_t b : unitBuckets[unit]) {
+    CommHandle handle = 0;
+    const bool start = async;
+    if (auto s = reduceBucket(b, start ? &handle : nullptr))
+      return s;
+    if (start) {
+      reduceStarted.push_back({-1, b, handle});
+      ++work.reduceStarts;
+    }
+  }
+  for (int32_t p : unitParams[unit]) {
+    ParamState &ps = params[p];
+    if (ps.bucket >= 0)
+      continue;
+    const int64_t n = ps.elements();
+    if (ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
+      if (auto s = device(backend->roundToBF16(ps.grad, n), "bf16 rounding"))
+        return s;
+    // A block shard's gradient is packed by rank into the unit's gathered
+    // copy, which nothing reads once the unit's backward is over and
+    // which the memory plan keeps until the reduction's wait (the shared
+    // staging buffer is not: the next unit's gather may use it).
+    const bool packInCopy = ps.desc.placement == MFSDP_BLOCK_SHARD && ps.full;
+    if (async && (ps.desc.placement != MFSDP_BLOCK_SHARD || packInCopy)) {
+      CommHandle handle = 0;
+      int rc = 0;
+      if (packInCopy) {
+        if (auto s = device(backend->packBlocks(ps.grad, ps.full, ps.grid, 0,
+                                                ps.grid.blocks()),
+                            "packing the blocks of '" + ps.name + "'"))
+          return s;
+        rc = backend->startReduceScatterV(Group::Shard, ps.full,
+                                          ps.ownsAny ? ps.gradShard : nullptr,
+                                          ps.blockCounts, handle);
+      } else if (ps.desc.placement == MFSDP_ROW_SHARD) {
+        rc = backend->startReduceScatter(Group::Shard, ps.grad, ps.gradShard,
+                                         ps.localSize, handle);
+      } else if (ps.desc.placement == MFSDP_OWNER) {
+        std::vector<int64_t> counts(S, 0);
+        counts[ps.desc.owner] = n;
+        rc = backend->startReduceScatterV(Group::Shard, ps.grad,
+                                          ps.ownsAny ? ps.gradShard : nullptr,
+                                          counts, handle);
+      } else {
+        if (auto s = device(backend->copy(ps.gradShard, ps.grad, n), "copy"))
+          return s;
+        rc = backend->startAllReduce(Group::Shard, ps.gradShard, n, handle);
+      }
+      if (auto s = comm(rc, "starting the reduction"))
+        return s;
+      reduceStarted.push_back({p, -1, handle});
+      ++work.reduceStarts;
+      continue;
+    }
+    switch (ps.desc.placement) {
+    case MFSDP_ROW_SHARD:
+      // grad is padded with zeros to S whole chunks.
+      if (auto s = comm(backend->reduceScatter(Group::Shard, ps.grad,
+                                               ps.gradShard, ps.localSize),
+                        "reduce-scatter"))
+        return s;
+      break;
+    case MFSDP_OWNER: {
+      std::vector<int64_t> counts(S, 0);
+      counts[ps.desc.owner] = n;
+      if (auto s = comm(backend->reduceScatterV(Group::Shard, ps.grad,
+                                                ps.ownsAny ? ps.gradShard : nullptr,
+                                                counts),
+                        "reduce-scatter-v"))
+        return s;
+      break;
+    }
+    case MFSDP_BLOCK_SHARD: {
+      // The whole gradient packed by rank, then each rank's blocks
+      // reduced to it.
+      float *packed = nullptr;
+      if (auto s = blockStaging(ps, packed, "reducing"))
+        return s;
+      mfsdp_status s =
+          device(backend->packBlocks(ps.grad, packed, ps.grid, 0, ps.grid.blocks()),
+                 "packing the blocks of '" + ps.name + "'");
+      if (!s)
+        s = comm(backend->reduceScatterV(Group::Shard, packed,
+                                         ps.ownsAny ? ps.gradShard : nullptr,
+                                         ps.blockCounts),
+                 "reduce-scatter-v of blocks");
+      backend->release(packed);
+      if (s)
+        return s;
+      break;
+    }
+    default:
+      // Reduced in the shard buffer, so the trainer's gradient (kept for
+      // accumulation) is never summed twice.
+      if (auto s = device(backend->copy(ps.gradShard, ps.grad, n), "copy"))
+        return s;
+      if (auto s = comm(backend->allReduce(Group::Shard, ps.gradShard, n),
+                        "all-reduce"))
+        return s;
+    }
+    if (R > 1) {
+      // Every rank calls it, with nothing when it keeps nothing.
+      if (auto s = comm(backend->allReduce(Group::Replicate, ps.gradShard,
+                                           ps.localCount),
+                        "all-reduce over replicas"))
+        return s;
+    }
+    if (auto s = device(backend->scale(ps.gradShard, ps.localCount, scale),
+                        "scaling"))
+      return s;
+    ps.gradReduced = true;
+  }
+  return MFSDP_OK;
+}

@@ -1,0 +1,173 @@
+//===- Pipeline.cpp - Prefetched gathers, overlapped reductions -----------===//
+//
+// With a memory plan that made room for it (prefetch 1, ZeRO-3) a hook
+// starts the next unit's gather, and post_backward leaves its reduction
+// running during the previous unit's backward. The next call that touches
+// buffers waits for both (enter), so no collective is left unwaited and
+// every rank waits in the same order.
+//
+//===----------------------------------------------------------------------===//
+#include "Step.h"
+
+#include <string>
+#include <vector>
+
+using namespace mfsdp::rt;
+
+mfsdp_status mfsdp_step::completeReduction() {
+  std::vector<Started> started;
+  started.swap(reduceStarted);
+  const int32_t unit = reduceUnit;
+  reduceUnit = -1;
+  const float scale = 1.f / static_cast<float>(S * R);
+  mfsdp_status first = MFSDP_OK;
+  std::string firstError;
+  for (const Started &st : started) {
+    const std::string what =
+        st.bucket >= 0 ? "the reduction of bucket " + std::to_string(st.bucket)
+                       : "the reduction of '" + params[st.param].name + "'";
+    mfsdp_status s = comm(backend->wait(st.handle), what.c_str());
+    ++work.reduceWaits;
+    if (st.bucket >= 0)
+      releaseStaging(buckets[st.bucket]);
+    // HSDP: the shard reduction has landed; the all-reduce over replicas
+    // of what this rank keeps follows (every rank calls it, with nothing
+    // when it keeps nothing). It is called even after a failure, so
+    // every rank issues the same sequence and no rank's all-reduce pairs
+    // with another entry's on its replicas; the step has failed anyway.
+    if (R > 1) {
+      float *span = nullptr;
+      int64_t count = 0;
+      if (st.bucket >= 0) {
+        shardSpan(buckets[st.bucket], span, count);
+      } else {
+        span = params[st.param].gradShard;
+        count = params[st.param].localCount;
+      }
+      const std::string waitError = s ? error : std::string();
+      const mfsdp_status r =
+          comm(backend->allReduce(Group::Replicate, span, count),
+               ("the all-reduce over replicas after " + what).c_str());
+      if (!s)
+        s = r;
+      else
+        error = waitError; // the first failure is the one to report
+    }
+    const std::vector<int32_t> one{st.param};
+    for (int32_t p : st.bucket >= 0 ? buckets[st.bucket].members : one) {
+      ParamState &ps = params[p];
+      if (!s)
+        s = device(backend->scale(ps.gradShard, ps.localCount, scale), "scaling");
+      if (!s)
+        ps.gradReduced = true;
+    }
+    if (s && !first) {
+      first = s;
+      firstError = error;
+    }
+  }
+  if (unit >= 0) {
+    if (!first)
+      markReduced(unit);
+    release(unit);
+    releaseGrads(unit);
+  }
+  if (first)
+    error = firstError;
+  return first;
+}
+
+mfsdp_status mfsdp_step::startPrefetch(int32_t unit, bool forBackward) {
+  if (!prefetching() || unit < 0 || unit >= plan.num_units ||
+      !prefetchStarted.empty())
+    return MFSDP_OK;
+  for (int32_t b : unitBuckets[unit]) {
+    if (bucketGathered(b))
+      continue;
+    CommHandle handle = 0;
+    if (auto s = gatherBucket(b, forBackward, &handle))
+      return s;
+    prefetchUnit = unit;
+    prefetchStarted.push_back({-1, b, handle});
+    ++work.prefetchStarts;
+  }
+  for (int32_t p : unitParams[unit]) {
+    ParamState &ps = params[p];
+    if (ps.full || ps.bucket >= 0 || (ps.desc.placement != MFSDP_ROW_SHARD &&
+                    ps.desc.placement != MFSDP_OWNER))
+      continue;
+    ps.fullAt = forBackward ? ps.at.full_backward : ps.at.full;
+    if (auto s = place(ps.fullAt, ps.fullSize, ps.full,
+                       "the prefetched '" + ps.name + "'" +
+                           (forBackward ? " for backward" : "")))
+      return s;
+    CommHandle handle = 0;
+    int rc = 0;
+    if (ps.desc.placement == MFSDP_ROW_SHARD) {
+      rc = backend->startAllGather(Group::Shard, ps.master, ps.full, ps.localSize,
+                                   handle);
+    } else {
+      std::vector<int64_t> counts(S, 0);
+      counts[ps.desc.owner] = ps.elements();
+      rc = backend->startAllGatherV(Group::Shard, ps.ownsAny ? ps.master : nullptr,
+                                    ps.full, counts, handle);
+    }
+    if (rc) {
+      releaseFull(ps);
+      return comm(rc, "starting the prefetch all-gather");
+    }
+    prefetchUnit = unit;
+    prefetchStarted.push_back({p, -1, handle});
+    ++work.prefetchStarts;
+  }
+  return MFSDP_OK;
+}
+
+mfsdp_status mfsdp_step::completePrefetch() {
+  std::vector<Started> started;
+  started.swap(prefetchStarted);
+  prefetchUnit = -1;
+  mfsdp_status first = MFSDP_OK;
+  std::string firstError;
+  for (const Started &st : started) {
+    mfsdp_status s = MFSDP_OK;
+    if (st.bucket >= 0) {
+      s = comm(backend->wait(st.handle),
+               ("the prefetched all-gather of bucket " + std::to_string(st.bucket))
+                   .c_str());
+      s = finishBucketGather(st.bucket, s);
+    } else {
+      ParamState &ps = params[st.param];
+      s = comm(backend->wait(st.handle),
+               ("the prefetched all-gather of '" + ps.name + "'").c_str());
+      if (!s && ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
+        s = device(backend->roundToBF16(ps.full, ps.elements()), "bf16 rounding");
+      if (s)
+        releaseFull(ps);
+    }
+    ++work.prefetchWaits;
+    if (s && !first) {
+      first = s;
+      firstError = error;
+    }
+  }
+  if (first)
+    error = firstError;
+  return first;
+}
+
+mfsdp_status mfsdp_step::enter(bool keepReduction) {
+  if (auto s = usable())
+    return s;
+  if (auto s = device(backend->afterTrainer(), "ordering after the trainer's stream"))
+    return s;
+  // A gather prefetched by the last hook is complete before anything
+  // else runs (the collectives of every rank stay in one order).
+  mfsdp_status s = completePrefetch();
+  if (!keepReduction) {
+    mfsdp_status r = completeReduction();
+    if (!s)
+      s = r;
+  }
+  return s;
+}

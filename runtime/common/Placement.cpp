@@ -1,0 +1,164 @@
+//===- Placement.cpp - Buffers in the arena -------------------------------===//
+//
+// Where each buffer lives: at the offset the library's static memory plan
+// chose (an occupied place is a hook-order error naming who holds it), or,
+// without a plan, anywhere in an arena sized for every buffer at once; the
+// gradient buffers a plan keeps only during a unit's backward.
+//
+//===----------------------------------------------------------------------===//
+#include "Step.h"
+
+#include <algorithm>
+#include <string>
+
+using namespace mfsdp::rt;
+
+std::string mfsdp_step::occupant(int64_t lo, int64_t hi) const {
+  auto overlaps = [&](const float *buf, int64_t at, int64_t count) {
+    const int64_t bytes = count * static_cast<int64_t>(sizeof(float));
+    return buf && at >= 0 && count > 0 && at < hi && lo < at + bytes;
+  };
+  for (const ParamState &ps : params) {
+    const std::string unit = " (unit " + std::to_string(ps.desc.unit) + ")";
+    if (overlaps(ps.full, ps.fullAt, ps.fullSize))
+      return "the gathered '" + ps.name + "'" + unit;
+    if (overlaps(ps.grad, ps.at.grad, ps.fullSize))
+      return "the gradient of '" + ps.name + "'" + unit;
+    if (overlaps(ps.master, ps.at.master, ps.localSize) ||
+        overlaps(ps.m, ps.at.exp_avg, ps.localSize) ||
+        overlaps(ps.v, ps.at.exp_avg_sq, ps.localSize) ||
+        overlaps(ps.gradShard, ps.at.grad_shard, ps.localSize))
+      return "the sharded state of '" + ps.name + "'";
+  }
+  return "";
+}
+
+mfsdp_status mfsdp_step::place(int64_t offset, int64_t count, float *&out,
+                               const std::string &what) {
+  if (!memory || count <= 0)
+    return allocate(count, out, what);
+  if (offset < 0)
+    return fail(MFSDP_ERROR_PLAN, "the library's memory plan has no place for " +
+                                      what);
+  if (backend->allocateAt(offset, count, out) == 0)
+    return MFSDP_OK;
+  const std::string reason = backend->lastError();
+  const int64_t bytes = count * static_cast<int64_t>(sizeof(float));
+  const std::string who = occupant(offset, offset + bytes);
+  if (who.empty())
+    return fail(MFSDP_ERROR_PLAN, "the library's memory plan does not fit this "
+                                  "runtime: no room for " + what + " at arena "
+                                  "offset " + std::to_string(offset) + ": " +
+                                  reason);
+  return fail(MFSDP_ERROR_ORDER,
+              "the memory plan puts " + what + " at arena bytes [" +
+                  std::to_string(offset) + ", " + std::to_string(offset + bytes) +
+                  "), which " + who +
+                  " still holds: the plan has one unit's gathered parameters "
+                  "and gradients live at a time" +
+                  (prefetching() ? std::string(" (and the next unit's gathered "
+                                               "copy, prefetched)")
+                                 : std::string()) +
+                  ", forward in unit order and "
+                  "backward in reverse (finish that unit's hooks first)");
+}
+
+mfsdp_status mfsdp_step::blockStaging(const ParamState &ps, float *&out,
+                                      const char *why) {
+  return place(memory ? memory->staging : -1, ps.fullSize, out,
+               std::string("the staging buffer for ") + why + " the blocks of '" +
+                   ps.name + "'");
+}
+
+void mfsdp_step::release(int32_t unit) {
+  if (plan.zero < 3)
+    return;
+  for (int32_t p : unitParams[unit])
+    releaseFull(params[p]);
+}
+
+int64_t mfsdp_step::arenaBytes() const {
+  auto bytes = [](int64_t count) {
+    return Arena::roundUp(count * static_cast<int64_t>(sizeof(float)));
+  };
+  int64_t total = 0, largestFull = 0, scratch = 0, largestBlocks = 0;
+  for (const ParamState &ps : params) {
+    total += bytes(ps.localSize) * (2 + (ps.desc.optimizer != MFSDP_OPT_NONE) +
+                                    (ps.desc.optimizer == MFSDP_OPT_ADAMW));
+    total += bytes(ps.fullSize) * 2;
+    largestFull = std::max(largestFull, ps.fullSize);
+    if (ps.desc.placement == MFSDP_BLOCK_SHARD) // its staging buffer
+      largestBlocks = std::max(largestBlocks, ps.fullSize);
+    if (ps.ownsAny && ps.desc.optimizer == MFSDP_OPT_MUON)
+      scratch = std::max(scratch, backend->muonScratch(ps.desc.rows, ps.desc.cols));
+  }
+  return total + bytes(largestFull) + bytes(largestBlocks) + bytes(scratch);
+}
+
+mfsdp_status mfsdp_step::placeGrads(int32_t unit) {
+  if (gradsKept())
+    return MFSDP_OK;
+  for (int32_t p : unitParams[unit])
+    if (params[p].gradReduced)
+      // The freed gradient cannot be added to: a second backward would
+      // replace the reduced gradient instead of adding to it.
+      return fail(MFSDP_ERROR_ORDER,
+                  "the gradients of unit " + std::to_string(unit) +
+                      " were already reduced in this step, and this "
+                      "library's memory plan frees them after the "
+                      "reduction: call zero_grad (after optimizer_step) "
+                      "before the next backward, or accumulate microbatches "
+                      "with no-sync in a library built with --accumulate");
+  for (int32_t p : unitParams[unit]) {
+    ParamState &ps = params[p];
+    if (ps.grad)
+      continue;
+    if (auto s = place(ps.at.grad, ps.fullSize, ps.grad,
+                       "the gradient of '" + ps.name + "'"))
+      return s;
+    if (auto s = device(backend->zero(ps.grad, ps.fullSize), "zero-fill")) {
+      backend->release(ps.grad);
+      ps.grad = nullptr;
+      return s;
+    }
+  }
+  return MFSDP_OK;
+}
+
+void mfsdp_step::releaseGrads(int32_t unit) {
+  if (gradsKept())
+    return;
+  for (int32_t p : unitParams[unit]) {
+    ParamState &ps = params[p];
+    backend->release(ps.grad);
+    ps.grad = nullptr;
+    ps.gradLive = false;
+  }
+}
+
+mfsdp_status mfsdp_step::allocateKept(ParamState &ps) {
+  const int32_t opt = ps.desc.optimizer;
+  struct Kept {
+    float *&buf;
+    int64_t count;
+    const char *what;
+    int64_t offset;
+  } kept[] = {
+      {ps.master, ps.localSize, "master", ps.at.master},
+      {ps.m, opt != MFSDP_OPT_NONE ? ps.localSize : 0, "exp_avg", ps.at.exp_avg},
+      {ps.v, opt == MFSDP_OPT_ADAMW ? ps.localSize : 0, "exp_avg_sq",
+       ps.at.exp_avg_sq},
+      {ps.gradShard, ps.localSize, "reduced gradient", ps.at.grad_shard},
+      // Gradients the plan does not keep live from pre_backward to
+      // post_backward only.
+      {ps.grad, gradsKept() ? ps.fullSize : 0, "gradient", ps.at.grad},
+  };
+  for (Kept &k : kept) {
+    if (auto s = place(k.offset, k.count, k.buf,
+                       std::string("the ") + k.what + " of '" + ps.name + "'"))
+      return s;
+    if (auto s = device(backend->zero(k.buf, k.count), "zero-fill"))
+      return s;
+  }
+  return MFSDP_OK;
+}

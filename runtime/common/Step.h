@@ -1,0 +1,429 @@
+//===- Step.h - The step engine's state, private to libmfsdp_rt -*- C++ -*-===//
+//
+// What one rank's runtime (an mfsdp_step, opaque in the C ABI) holds: the
+// plan, each parameter's buffers and sizes, the buckets, the collectives in
+// flight, and the engine's operations on them. The operations are defined
+// by responsibility:
+//   Runtime.cpp         the C entry points (runtime.h), thin shims
+//   PlanValidation.cpp  mfsdp_create: the plan checked, laid out, agreed on
+//   Placement.cpp       buffers in the arena (the static memory plan)
+//   Collectives.cpp     a unit's gathers and reductions
+//   Buckets.cpp         the bucket engine: one collective per bucket
+//   Pipeline.cpp        prefetched gathers and overlapped reductions
+//   Optimizer.cpp       the optimizer step
+//   Clipping.cpp        hyperparameters and gradient clipping
+//   Checkpoint.cpp      load / store of parameters and optimizer state
+//
+//===----------------------------------------------------------------------===//
+#ifndef MFSDP_RUNTIME_COMMON_STEP_H
+#define MFSDP_RUNTIME_COMMON_STEP_H
+
+#include "mfsdp/runtime.h"
+#include "mfsdp/runtime/Arena.h"
+#include "mfsdp/runtime/Backend.h"
+#include "mfsdp/runtime/Counters.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mfsdp::rt {
+
+enum class UnitState { Idle, Forward, ForwardDone, Backward };
+
+struct ParamState {
+  mfsdp_param_desc desc;
+  std::string name;
+  mfsdp_param_offsets at{-1, -1, -1, -1, -1, -1, -1}; // the static plan's places
+  int64_t fullAt = -1; // where `full` is: at.full or at.full_backward
+  int64_t chunkRows = 0;  // row shard: ceil(rows / S)
+  int64_t localRows = 0;  // rows this rank keeps
+  bool ownsAny = false;   // this rank updates something of it
+  int64_t localCount = 0; // elements this rank updates (no padding)
+  int64_t localSize = 0;  // elements of master, m, v, gradShard (padded)
+  int64_t fullSize = 0;   // elements of full and grad (padded)
+  BlockGrid grid;                  // block shard: the tiling over dp_shard
+  std::vector<int64_t> blockCounts; // block shard: floats per dp_shard rank
+  float *master = nullptr;    // shard, owned matrix, or whole
+  float *m = nullptr, *v = nullptr; // AdamW / SGD / Muon state
+  float *gradShard = nullptr; // the reduced gradient this rank keeps
+  float *full = nullptr;      // gathered parameter (null when freed)
+  float *grad = nullptr;      // gradient buffer handed to the trainer
+  bool gradLive = false;      // grad handed out (pre_backward ran)
+  bool gradReduced = false;   // gradShard holds a reduced gradient
+  int32_t nsReplica = -1;     // ns_split: the replica that steps it (-1: all)
+  int32_t bucket = -1;        // the plan's bucket it is in (-1: none)
+  mfsdp_hparams hparams{};    // its optimizer's, from the next step on
+  int64_t elements() const { return desc.rows * desc.cols; }
+};
+
+/// A bucket of the plan (mfsdp_bucket) as this rank runs it.
+struct BucketState {
+  std::vector<int32_t> members;
+  int32_t unit = -1;
+  bool rows = false; // MFSDP_ROW_SHARD; else MFSDP_OWNER
+  // Row shards: one rank's chunk (floats) and each member's place in it.
+  int64_t chunk = 0;
+  std::vector<int64_t> rel;
+  bool gaps = false; // the chunk has alignment gaps between members
+  // Owners: each rank's span (floats) of the gathered buffer, and the
+  // first member this rank owns (-1: none).
+  std::vector<int64_t> counts;
+  int32_t firstMine = -1;
+  int64_t mine = 0;
+  mfsdp_bucket_offsets stagingAt{-1, -1, -1};
+  mfsdp_bucket_kernels kernels{nullptr, nullptr}; // the plan's, this backend's
+  float *staging = nullptr; // a row-shard gather or reduction in flight
+  int64_t stagingAtNow = -1;
+};
+
+/// A collective started and not yet waited for: one parameter's or one
+/// bucket's.
+struct Started {
+  int32_t param = -1;
+  int32_t bucket = -1;
+  CommHandle handle = 0;
+};
+
+/// An optimizer's name, for messages.
+const char *optimizerName(int32_t optimizer);
+
+/// A parameter's hyperparameters after mfsdp_create (runtime.h): the
+/// plan's constants of its optimizer, Muon's defaults for Newton-Schulz.
+mfsdp_hparams planHparams(const mfsdp_plan &p, int32_t optimizer);
+
+/// A number as printf's %g writes it (1e-07, -0.5, inf, nan), for messages.
+std::string number(double x);
+
+/// What is wrong with hyperparameters for `optimizer` (runtime.h,
+/// mfsdp_set_hparams): "" when nothing, else the first field and what it
+/// must be. Fields of other optimizers are not looked at.
+std::string hparamsProblem(const mfsdp_hparams &h, int32_t optimizer);
+
+/// mfsdp_create_with_config without its exception barrier (PlanValidation.cpp).
+mfsdp_status createStep(const mfsdp_plan *plan, const mfsdp_config *config,
+                        mfsdp_step **out);
+/// mfsdp_optimizer_step (Optimizer.cpp).
+mfsdp_status optimizerStep(mfsdp_step *step);
+/// mfsdp_load_param, mfsdp_store_param, mfsdp_load_state and
+/// mfsdp_store_state (Checkpoint.cpp).
+mfsdp_status loadParam(mfsdp_step *step, int32_t param, const float *full);
+mfsdp_status storeParam(mfsdp_step *step, int32_t param, float *full);
+mfsdp_status loadState(mfsdp_step *step, int32_t param, int32_t which,
+                       const float *full);
+mfsdp_status storeState(mfsdp_step *step, int32_t param, int32_t which, float *full);
+
+} // namespace mfsdp::rt
+
+struct mfsdp_step {
+  // The engine's types (namespace mfsdp::rt), by their short names.
+  using Backend = mfsdp::rt::Backend;
+  using BucketState = mfsdp::rt::BucketState;
+  using CommHandle = mfsdp::rt::CommHandle;
+  using ParamState = mfsdp::rt::ParamState;
+  using Started = mfsdp::rt::Started;
+  using UnitState = mfsdp::rt::UnitState;
+  using WorkCounters = mfsdp::rt::WorkCounters;
+
+  mfsdp_plan plan;
+  std::vector<ParamState> params;
+  std::vector<std::vector<int32_t>> unitParams;
+  std::vector<UnitState> state;
+  std::vector<bool> reduced;
+  /// reduced[u] when u's forward started: an evaluation forward that ends
+  /// with mfsdp_end_forward leaves the gradients reduced as they were.
+  std::vector<bool> reducedBeforeForward;
+  /// The last optimizer_step consumed the reduced gradients, and no unit's
+  /// gradients were reduced since: another step is refused.
+  bool stepped = false;
+  std::unique_ptr<Backend> backend;
+  float *muonScratch = nullptr;
+  const mfsdp_memory_plan *memory = nullptr; // the static plan, if any
+  int64_t S = 1, R = 1, shardRank = 0;
+  int64_t steps = 0;
+  int64_t replicaRank = 0; // this rank's dp_replicate replica
+  WorkCounters work;       // for tests (Counters.h)
+  bool noSync = false;
+  /// Gather prefetch in flight: the unit whose gathered copies are being
+  /// gathered ahead of its hook (-1: none), and each parameter's started
+  /// collective. Completed (completePrefetch) at the start of the next call
+  /// that touches buffers, so no collective is ever left unwaited and every
+  /// rank waits in the same order.
+  int32_t prefetchUnit = -1;
+  std::vector<Started> prefetchStarted;
+  /// Gradient reduction in flight (with prefetch 1, overlapped with the
+  /// previous unit's backward): the unit post_backward left it running for
+  /// (-1: none) and each parameter's started collective. Completed
+  /// (completeReduction: wait, scale, then the unit's gathered copy and
+  /// transient gradients released) by the next post_backward before its own
+  /// reduction, or by any call that needs it (enter()).
+  int32_t reduceUnit = -1;
+  std::vector<Started> reduceStarted;
+  /// The plan's buckets, and each unit's.
+  std::vector<BucketState> buckets;
+  std::vector<std::vector<int32_t>> unitBuckets;
+  std::string error;
+  bool created = false;    // mfsdp_create succeeded on every rank
+  std::string createError; // why it did not
+
+  ~mfsdp_step() {
+    if (backend) {
+      completePrefetch();
+      completeReduction();
+      backend->synchronize();
+    }
+  }
+
+  /// Whether this runtime prefetches gathers: a static memory plan that
+  /// made room for it, under ZeRO-3 (ZeRO-1/2 keep the copies all step).
+  bool prefetching() const {
+    return memory && memory->prefetch == 1 && plan.zero >= 3;
+  }
+  bool prefetchPending(int32_t param) const {
+    for (const Started &started : prefetchStarted)
+      if (started.param == param ||
+          (started.bucket >= 0 && started.bucket == params[param].bucket))
+        return true;
+    return false;
+  }
+
+  /// Whether post_backward(u) leaves unit u's reduction running until
+  /// post_backward(u - 1) (or the next call that needs it): the same flag.
+  bool overlapping() const { return prefetching(); }
+  /// Whether a hook of `unit` may leave the reduction in flight running:
+  /// the unit right before it (its backward, or its recomputation, in
+  /// state `during`), whose buffers the memory plan keeps apart from it.
+  bool keepsReductionFor(int32_t unit, UnitState during) const {
+    return reduceUnit >= 0 && unit + 1 == reduceUnit && state[unit] == during;
+  }
+  /// Whether a reduction in flight reads `param`'s buffers.
+  bool reductionPending(int32_t param) const {
+    return reduceUnit >= 0 && params[param].desc.unit == reduceUnit;
+  }
+
+  /// Waits for the reduction in flight, if any: every started collective,
+  /// even after a failure; then the scaling, and the unit's gathered copy
+  /// and transient gradient buffers are released.
+  mfsdp_status completeReduction();
+
+  /// Unit `unit`'s gradients are reduced: an optimizer step may use them.
+  void markReduced(int32_t unit) {
+    reduced[unit] = true;
+    stepped = false;
+  }
+
+  /// MFSDP_ERROR_ORDER, with `call` in the message, unless every unit's
+  /// gradients were reduced since the last optimizer step and zero_grad.
+  mfsdp_status checkReduced(const char *call);
+
+  /// Whether clipping counts and scales `ps`'s reduced gradient on this
+  /// rank: it keeps some of it and an optimizer steps it.
+  static bool clipped(const ParamState &ps) {
+    return ps.ownsAny && ps.desc.optimizer != MFSDP_OPT_NONE;
+  }
+
+  /// clip_grad_norm (runtime.h): `total` = the norm of every reduced
+  /// gradient, each element once over the data-parallel ranks, with
+  /// `extraSq`; the gradients scaled when it exceeds `maxNorm`.
+  mfsdp_status clipGradNorm(double maxNorm, double extraSq, double &total);
+
+  /// Starts gathering `unit` (for its backward: at the memory plan's
+  /// backward place) without waiting, where that needs no work after the
+  /// collective but bf16 rounding: row shards and owned matrices not yet
+  /// gathered. Block shards (reordered after the collective) and
+  /// replicated tensors (a copy) are gathered at the unit's own hook.
+  mfsdp_status startPrefetch(int32_t unit, bool forBackward);
+
+  /// Waits for the prefetch in flight, if any (then bf16 rounding). Every
+  /// started collective is waited for, even after a failure.
+  mfsdp_status completePrefetch();
+
+  /// A row-shard bucket's staging buffer for a gather (forward or
+  /// backward) or a reduction: `which` 0, 1 or 2 (mfsdp_bucket_offsets).
+  mfsdp_status placeStaging(BucketState &bs, int which, const std::string &what);
+  void releaseStaging(BucketState &bs) {
+    backend->release(bs.staging);
+    bs.staging = nullptr;
+  }
+
+  /// Whether every member of bucket `b` has its gathered copy (a load
+  /// releases one member's: the whole bucket is gathered again).
+  bool bucketGathered(int32_t b) const {
+    for (int32_t p : buckets[b].members)
+      if (!params[p].full)
+        return false;
+    return true;
+  }
+
+  /// Gathers bucket `b` into its members' gathered copies (for backward:
+  /// the memory plan's backward places): one all-gather of every rank's
+  /// chunk into staging (row shards) or one all-gather-v straight into the
+  /// copies (owners). With `handle` it is only started, and
+  /// finishBucketGather completes it after the wait.
+  mfsdp_status gatherBucket(int32_t b, bool forBackward, CommHandle *handle);
+
+  /// After a bucket's all-gather (status `s`): row shards unpacked from
+  /// staging, bf16 rounding; on failure the copies are released.
+  mfsdp_status finishBucketGather(int32_t b, mfsdp_status s);
+
+  /// This rank's reduced-gradient span of a bucket: row shards its chunk,
+  /// owners the matrices it owns (none: null and 0).
+  void shardSpan(const BucketState &bs, float *&span, int64_t &count) const {
+    if (bs.rows) {
+      span = params[bs.members.front()].gradShard;
+      count = bs.chunk;
+    } else {
+      span = bs.firstMine >= 0 ? params[bs.firstMine].gradShard : nullptr;
+      count = bs.mine;
+    }
+  }
+
+  /// Reduces bucket `b`'s gradients into the members' shards: row shards
+  /// packed by rank into staging, one reduce-scatter into the grad_shard
+  /// span; owners one reduce-scatter-v from the gradient span. With
+  /// `handle` it is only started; completeReduction runs HSDP's all-reduce
+  /// over replicas and the scaling. Otherwise they follow here.
+  mfsdp_status reduceBucket(int32_t b, CommHandle *handle);
+
+  /// Checks the plan's buckets against the parameters and the memory
+  /// plan's offsets (mfsdp_bucket) and lays them out for this rank; a
+  /// message in `error` when they do not fit.
+  mfsdp_status layOutBuckets();
+
+  mfsdp_status fail(mfsdp_status s, std::string message) {
+    error = std::move(message);
+    return s;
+  }
+  /// MFSDP_ERROR_INVALID with a message unless `param` indexes the plan.
+  mfsdp_status checkParam(int32_t param) {
+    if (auto s = usable())
+      return s;
+    if (param < 0 || static_cast<size_t>(param) >= params.size())
+      return fail(MFSDP_ERROR_INVALID,
+                  "parameter " + std::to_string(param) + " is out of range");
+    return MFSDP_OK;
+  }
+  /// ns_split (runtime.h): the replica that steps each owned Muon matrix,
+  /// the i-th of each owner's (by unit, then table order) on replica
+  /// i % R. False when the plan's flag is neither 0 nor 1.
+  bool assignNsReplicas();
+  /// Whether this rank runs the optimizer step of `ps` (when it keeps any
+  /// of it): under ns_split only the owner on the chosen replica does.
+  bool stepsHere(const ParamState &ps) const {
+    return ps.nsReplica < 0 || ps.nsReplica == replicaRank;
+  }
+  /// The status of a collective.
+  mfsdp_status comm(int code, const char *what) {
+    if (code == 0)
+      return MFSDP_OK;
+    return fail(MFSDP_ERROR_COMM, std::string(what) + ": " + backend->lastError());
+  }
+  /// The status of any other backend call.
+  mfsdp_status device(int code, const std::string &what) {
+    if (code == 0)
+      return MFSDP_OK;
+    return fail(MFSDP_ERROR_BACKEND, what + " on the " + backend->name() +
+                                         " backend: " + backend->lastError());
+  }
+  mfsdp_status allocate(int64_t count, float *&out, const std::string &what) {
+    return device(backend->allocate(count, out), "allocating " + what);
+  }
+
+  /// What holds arena bytes [lo, hi) of the static plan now (empty if
+  /// nothing the engine knows of).
+  std::string occupant(int64_t lo, int64_t hi) const;
+
+  /// `count` floats for `what`: at `offset` of the static plan, else from
+  /// the arena. A place still held by another buffer is a hook-order
+  /// error naming both.
+  mfsdp_status place(int64_t offset, int64_t count, float *&out,
+                     const std::string &what);
+  /// The start of a call that touches buffers the trainer may still be
+  /// using: the runtime's work goes after the trainer's.
+  /// With `keepReduction` a reduction in flight stays so (the hooks of the
+  /// unit before it, whose buffers the memory plan keeps apart from it).
+  mfsdp_status enter(bool keepReduction = false);
+  /// MFSDP_ERROR_INVALID unless mfsdp_create succeeded on this runtime.
+  mfsdp_status usable() {
+    if (!created)
+      return fail(MFSDP_ERROR_INVALID,
+                  "this runtime was not created (mfsdp_create failed: " +
+                      createError + ")");
+    return MFSDP_OK;
+  }
+
+  /// The end of a call that hands buffers to the trainer or reads its
+  /// writes: everything issued is done.
+  mfsdp_status finish() { return device(backend->synchronize(), "synchronize"); }
+
+  /// Gathers `local`, laid out like `ps.master` (this rank's padded rows,
+  /// the owned matrix, or the whole tensor), into the whole tensor `full`
+  /// (ps.fullSize elements) on every rank of the dp_shard group.
+  mfsdp_status gatherWhole(const ParamState &ps, const float *local, float *full);
+
+  /// Block shards: every rank's packed blocks (`local`) concatenated in
+  /// packed order (BlockGrid) into `packed` (ps.fullSize floats).
+  mfsdp_status gatherPacked(const ParamState &ps, const float *local, float *packed);
+
+  /// Block shards: a whole-tensor buffer for the packed blocks while a
+  /// gather or reduction reorders them (the memory plan's staging place,
+  /// else from the arena); released by the caller.
+  mfsdp_status blockStaging(const ParamState &ps, float *&out, const char *why);
+
+  /// This rank's part of the whole tensor `full` (host memory) into
+  /// `local`, laid out like ps.master.
+  mfsdp_status scatterWhole(const ParamState &ps, const float *full, float *local);
+
+  /// The whole tensor laid out like ps.master (`local`) into `full` (host
+  /// memory, ps.elements() floats) on every rank. With `fromReplica` >= 0
+  /// only that dp_replicate replica's `local` is read (ns_split momentum,
+  /// which only the replica that steps the matrix keeps) and broadcast to
+  /// the other replicas.
+  mfsdp_status storeWhole(const ParamState &ps, const float *local, float *full,
+                          int32_t fromReplica = -1);
+
+  /// Gathers a unit's parameters (for its backward: where the memory plan
+  /// puts the backward gather).
+  mfsdp_status gather(int32_t unit, bool forBackward = false);
+
+  void releaseFull(ParamState &ps) {
+    backend->release(ps.full);
+    ps.full = nullptr;
+  }
+
+  void release(int32_t unit);
+
+  /// Reduces a unit's gradients into the shards. With `async`, the
+  /// dp_shard reduction of every bucket and parameter is started and left
+  /// to completeReduction (recorded in reduceStarted), which runs HSDP's
+  /// all-reduce over replicas and the scaling once it has landed; block
+  /// shards are packed into their gathered copy first (a block shard with
+  /// no copy, which a hook protocol kept by the runtime never leaves, is
+  /// packed through the shared staging buffer and reduced here).
+  mfsdp_status reduce(int32_t unit, bool async = false);
+
+  /// The sizes of a parameter's buffers on this rank, and whether the plan
+  /// entry is one the engine can run.
+  bool layOut(ParamState &ps);
+
+  /// Bytes of the arena: every buffer the engine can hold at once (all
+  /// units gathered, one more gathered copy for a store, the Muon scratch).
+  int64_t arenaBytes() const;
+
+  /// Whether gradient buffers live for the whole run (no static plan, or
+  /// one that keeps them for no-sync accumulation).
+  bool gradsKept() const { return !memory || memory->keep_grads; }
+
+  /// A unit's gradient buffers, zeroed, when the plan keeps them only
+  /// during its backward.
+  mfsdp_status placeGrads(int32_t unit);
+
+  /// Frees a unit's gradient buffers after their reduction (plans that do
+  /// not keep them).
+  void releaseGrads(int32_t unit);
+
+  /// The buffers a parameter keeps for the whole run, zeroed.
+  mfsdp_status allocateKept(ParamState &ps);
+};
+
+#endif // MFSDP_RUNTIME_COMMON_STEP_H
