@@ -26,6 +26,7 @@
 #include "mfsdp/runtime/Counters.h"
 #include "mfsdp/runtime/BufferSizes.h"
 #include "mfsdp/runtime/PlanHash.h"
+#include "Trace.h"
 
 #include <algorithm>
 #include <cmath>
@@ -251,6 +252,7 @@ struct mfsdp_step {
   /// The last optimizer_step consumed the reduced gradients, and no unit's
   /// gradients were reduced since: another step is refused.
   bool stepped = false;
+  std::unique_ptr<Trace> trace; // MFSDP_TRACE (Trace.h); null: off
   std::unique_ptr<Backend> backend;
   float *muonScratch = nullptr;
   const mfsdp_memory_plan *memory = nullptr; // the static plan, if any
@@ -287,6 +289,12 @@ struct mfsdp_step {
       completeReduction();
       backend->synchronize();
     }
+  }
+
+  /// What the next backend calls work on, for the trace.
+  void about(int32_t bucket, int32_t param) {
+    if (trace)
+      trace->about(bucket, param);
   }
 
   /// Whether this runtime prefetches gathers: a static memory plan that
@@ -328,6 +336,7 @@ struct mfsdp_step {
     mfsdp_status first = MFSDP_OK;
     std::string firstError;
     for (const Started &st : started) {
+      about(st.bucket, st.param);
       const std::string what =
           st.bucket >= 0 ? "the reduction of bucket " + std::to_string(st.bucket)
                          : "the reduction of '" + params[st.param].name + "'";
@@ -472,6 +481,7 @@ struct mfsdp_step {
       if (bucketGathered(b))
         continue;
       CommHandle handle = 0;
+      about(b, -1);
       if (auto s = gatherBucket(b, forBackward, &handle))
         return s;
       prefetchUnit = unit;
@@ -490,6 +500,7 @@ struct mfsdp_step {
         return s;
       CommHandle handle = 0;
       int rc = 0;
+      about(-1, p);
       if (ps.desc.placement == MFSDP_ROW_SHARD) {
         rc = backend->startAllGather(Group::Shard, ps.master, ps.full, ps.localSize,
                                      handle);
@@ -520,6 +531,7 @@ struct mfsdp_step {
     std::string firstError;
     for (const Started &st : started) {
       mfsdp_status s = MFSDP_OK;
+      about(st.bucket, st.param);
       if (st.bucket >= 0) {
         s = comm(backend->wait(st.handle),
                  ("the prefetched all-gather of bucket " + std::to_string(st.bucket))
@@ -624,6 +636,7 @@ struct mfsdp_step {
       std::vector<float *> full;
       for (int32_t p : bs.members)
         full.push_back(params[p].full);
+      Trace::Span span = Trace::kernel(trace.get(), "unpack");
       s = device(bs.kernels.unpack(bs.staging, full.data(), backend->kernelStream()),
                  "the plan's unpack kernel of bucket " + std::to_string(b));
     }
@@ -685,6 +698,7 @@ struct mfsdp_step {
         std::vector<const float *> grad;
         for (int32_t p : bs.members)
           grad.push_back(params[p].grad);
+        Trace::Span span = Trace::kernel(trace.get(), "pack");
         s = device(bs.kernels.pack(grad.data(), bs.staging, backend->kernelStream()),
                    "the plan's pack kernel of bucket " + std::to_string(b));
       } else if (bs.gaps) {
@@ -866,6 +880,8 @@ struct mfsdp_step {
 
   mfsdp_status fail(mfsdp_status s, std::string message) {
     error = std::move(message);
+    if (trace)
+      trace->flush(); // complete JSON, whatever the trainer does next
     return s;
   }
   /// MFSDP_ERROR_INVALID with a message unless `param` indexes the plan.
@@ -1111,10 +1127,12 @@ struct mfsdp_step {
   /// Gathers a unit's parameters (for its backward: where the memory plan
   /// puts the backward gather).
   mfsdp_status gather(int32_t unit, bool forBackward = false) {
-    for (int32_t b : unitBuckets[unit])
+    for (int32_t b : unitBuckets[unit]) {
+      about(b, -1);
       if (!bucketGathered(b))
         if (auto s = gatherBucket(b, forBackward, nullptr))
           return s;
+    }
     for (int32_t p : unitParams[unit]) {
       ParamState &ps = params[p];
       if (ps.full || ps.bucket >= 0)
@@ -1124,6 +1142,7 @@ struct mfsdp_step {
                          "the gathered '" + ps.name + "'" +
                              (forBackward ? " for backward" : "")))
         return s;
+      about(-1, p);
       mfsdp_status s = gatherWhole(ps, ps.master, ps.full);
       if (!s && ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
         s = device(backend->roundToBF16(ps.full, ps.elements()), "bf16 rounding");
@@ -1160,6 +1179,7 @@ struct mfsdp_step {
     for (int32_t b : unitBuckets[unit]) {
       CommHandle handle = 0;
       const bool start = async;
+      about(b, -1);
       if (auto s = reduceBucket(b, start ? &handle : nullptr))
         return s;
       if (start) {
@@ -1171,6 +1191,7 @@ struct mfsdp_step {
       ParamState &ps = params[p];
       if (ps.bucket >= 0)
         continue;
+      about(-1, p);
       const int64_t n = ps.elements();
       if (ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
         if (auto s = device(backend->roundToBF16(ps.grad, n), "bf16 rounding"))
@@ -1343,6 +1364,7 @@ struct mfsdp_step {
   /// A unit's gradient buffers, zeroed, when the plan keeps them only
   /// during its backward.
   mfsdp_status placeGrads(int32_t unit) {
+    about(-1, -1);
     if (gradsKept())
       return MFSDP_OK;
     for (int32_t p : unitParams[unit])
@@ -1414,6 +1436,24 @@ struct mfsdp_step {
   }
 };
 
+/// The trace span of a C ABI call (Trace.h), in the phase of the step it
+/// belongs to (a pre_forward during the unit's backward recomputes); an
+/// empty span when tracing is off.
+static Trace::Span traced(mfsdp_step *step, const char *call, int32_t unit = -1) {
+  if (!step || !step->trace)
+    return Trace::Span();
+  const bool inRange = unit >= 0 && unit < static_cast<int32_t>(step->state.size());
+  const char *phase = "";
+  if (std::strstr(call, "backward") ||
+      (std::strstr(call, "forward") && inRange &&
+       step->state[unit] == UnitState::Backward))
+    phase = "backward";
+  else if (std::strstr(call, "forward"))
+    phase = "forward";
+  else if (std::strcmp(call, "optimizer_step") == 0)
+    phase = "optimizer";
+  return Trace::hook(step->trace.get(), call, unit, phase);
+}
 
 namespace {
 
@@ -1505,6 +1545,18 @@ uint64_t mfsdp_plan_hash(const mfsdp_plan *p) {
 
 mfsdp_status mfsdp_create(const mfsdp_plan *plan, mfsdp_step **out) {
   return mfsdp_create_with_config(plan, nullptr, out);
+}
+
+/// MFSDP_TRACE or config->trace_path: this rank's trace opened and the
+/// backend wrapped to record every call (Trace.h).
+static mfsdp_status startTrace(mfsdp_step &step, const mfsdp_config *config, int rank) {
+  std::string error;
+  step.trace = Trace::open(config ? config->trace_path : nullptr, rank, step.plan, error);
+  if (!error.empty())
+    return step.fail(MFSDP_ERROR_INVALID, error);
+  if (step.trace)
+    step.backend = Trace::wrap(std::move(step.backend), *step.trace);
+  return MFSDP_OK;
 }
 
 static mfsdp_status createRuntime(const mfsdp_plan *plan,
@@ -1640,6 +1692,8 @@ static mfsdp_status createRuntime(const mfsdp_plan *plan,
     if (!step->backend)
       s = step->fail(MFSDP_ERROR_COMM, "cannot create communicators: " + error);
   }
+  if (!s)
+    s = startTrace(*step, config, control->rank());
   // Rank-dependent checks and the buffers: failures are collected, so the
   // ranks still agree below.
   auto layOutAll = [&]() -> mfsdp_status {
@@ -1787,6 +1841,7 @@ const char *mfsdp_last_error(mfsdp_step *step) {
   } while (0)
 
 mfsdp_status mfsdp_pre_forward(mfsdp_step *step, int32_t unit) {
+  Trace::Span hook = traced(step, "pre_forward", unit);
   ENTER_UNIT(step, unit, step->keepsReductionFor(unit, UnitState::Backward));
   UnitState &s = step->state[unit];
   if (s == UnitState::Forward || s == UnitState::ForwardDone)
@@ -1812,6 +1867,7 @@ mfsdp_status mfsdp_pre_forward(mfsdp_step *step, int32_t unit) {
 }
 
 mfsdp_status mfsdp_post_forward(mfsdp_step *step, int32_t unit) {
+  Trace::Span hook = traced(step, "post_forward", unit);
   ENTER_UNIT(step, unit, step->keepsReductionFor(unit, UnitState::Backward));
   UnitState &s = step->state[unit];
   if (s == UnitState::Backward)
@@ -1826,6 +1882,7 @@ mfsdp_status mfsdp_post_forward(mfsdp_step *step, int32_t unit) {
 }
 
 mfsdp_status mfsdp_end_forward(mfsdp_step *step, int32_t unit) {
+  Trace::Span hook = traced(step, "end_forward", unit);
   ENTER_UNIT(step, unit, step->keepsReductionFor(unit, UnitState::Backward));
   UnitState &s = step->state[unit];
   if (s == UnitState::Forward) { // a forward that stopped (an exception)
@@ -1845,6 +1902,7 @@ mfsdp_status mfsdp_end_forward(mfsdp_step *step, int32_t unit) {
 }
 
 mfsdp_status mfsdp_pre_backward(mfsdp_step *step, int32_t unit) {
+  Trace::Span hook = traced(step, "pre_backward", unit);
   ENTER_UNIT(step, unit, step->keepsReductionFor(unit, UnitState::ForwardDone));
   UnitState &s = step->state[unit];
   if (s != UnitState::ForwardDone)
@@ -1870,6 +1928,7 @@ mfsdp_status mfsdp_pre_backward(mfsdp_step *step, int32_t unit) {
 }
 
 mfsdp_status mfsdp_post_backward(mfsdp_step *step, int32_t unit) {
+  Trace::Span hook = traced(step, "post_backward", unit);
   ENTER_UNIT(step, unit, false);
   UnitState &s = step->state[unit];
   if (s != UnitState::Backward)
@@ -1918,6 +1977,7 @@ mfsdp_status mfsdp_set_no_sync(mfsdp_step *step, int32_t noSync) {
 }
 
 mfsdp_status mfsdp_zero_grad(mfsdp_step *step) {
+  Trace::Span hook = traced(step, "zero_grad");
   if (!step)
     return MFSDP_ERROR_INVALID;
   if (auto st = step->enter())
@@ -1933,6 +1993,7 @@ mfsdp_status mfsdp_zero_grad(mfsdp_step *step) {
 }
 
 mfsdp_status mfsdp_optimizer_step(mfsdp_step *step) {
+  Trace::Span hook = traced(step, "optimizer_step");
   if (!step)
     return MFSDP_ERROR_INVALID;
   if (auto st = step->enter())
@@ -1953,6 +2014,7 @@ mfsdp_status mfsdp_optimizer_step(mfsdp_step *step) {
                                                "' has no reduced gradient");
     if (!step->stepsHere(ps))
       continue; // ns_split: another replica steps it and sends the result
+    step->about(-1, static_cast<int32_t>(&ps - step->params.data()));
     const int64_t n = ps.localCount;
     int rc = 0;
     switch (ps.desc.optimizer) {
@@ -1997,6 +2059,7 @@ mfsdp_status mfsdp_optimizer_step(mfsdp_step *step) {
     ++(step->stepsHere(*ps) ? step->work.nsSplitSends : step->work.nsSplitReceives);
   // Gathered copies are stale now: ZeRO-1/2 keep parameters whole, so
   // gather the updated ones; ZeRO-3 gathers at the next use.
+  step->about(-1, -1);
   for (ParamState &ps : step->params)
     step->releaseFull(ps);
   if (p.zero < 3)
@@ -2008,6 +2071,7 @@ mfsdp_status mfsdp_optimizer_step(mfsdp_step *step) {
 
 mfsdp_status mfsdp_clip_grad_norm(mfsdp_step *step, double max_norm, double extra_sq,
                                   double *total_norm) {
+  Trace::Span hook = traced(step, "clip_grad_norm");
   if (!step || !total_norm)
     return MFSDP_ERROR_INVALID;
   if (auto st = step->enter())
@@ -2071,6 +2135,7 @@ mfsdp_status mfsdp_grad_view(mfsdp_step *step, int32_t param, DLTensor *out) {
 }
 
 mfsdp_status mfsdp_load_param(mfsdp_step *step, int32_t param, const float *full) {
+  Trace::Span hook = traced(step, "load_param");
   if (!step || !full)
     return MFSDP_ERROR_INVALID;
   if (auto st = step->enter())
@@ -2088,6 +2153,7 @@ mfsdp_status mfsdp_load_param(mfsdp_step *step, int32_t param, const float *full
 }
 
 mfsdp_status mfsdp_store_param(mfsdp_step *step, int32_t param, float *full) {
+  Trace::Span hook = traced(step, "store_param");
   if (!step || !full)
     return MFSDP_ERROR_INVALID;
   if (auto st = step->enter())
@@ -2122,6 +2188,7 @@ static mfsdp_status stateOf(mfsdp_step *step, int32_t param, int32_t which,
 
 mfsdp_status mfsdp_load_state(mfsdp_step *step, int32_t param, int32_t which,
                               const float *full) {
+  Trace::Span hook = traced(step, "load_state");
   if (!step || !full)
     return MFSDP_ERROR_INVALID;
   if (auto st = step->enter())
@@ -2134,6 +2201,7 @@ mfsdp_status mfsdp_load_state(mfsdp_step *step, int32_t param, int32_t which,
 
 mfsdp_status mfsdp_store_state(mfsdp_step *step, int32_t param, int32_t which,
                                float *full) {
+  Trace::Span hook = traced(step, "store_state");
   if (!step || !full)
     return MFSDP_ERROR_INVALID;
   if (auto st = step->enter())
