@@ -250,8 +250,8 @@ Trace::Span Trace::kernel(Trace *trace, const char *name) {
 
 /// Forwards every call to the backend it wraps and records it: collectives
 /// (synchronous ones on the communication thread; started ones as a start
-/// on the host thread, a wait, and their flight on the communication
-/// thread), kernels and copies on the host thread. Allocation, release and
+/// on the host thread, a wait, and their flight on an "in flight" thread),
+/// kernels and copies on the host thread. Allocation, release and
 /// queries are not recorded.
 class TracedBackend final : public Backend {
 public:
@@ -372,7 +372,8 @@ public:
     if (it != inFlight.end()) {
       const Started &st = it->second;
       t.complete("wait " + st.kind, "wait", 0, begin, end - begin, st.args);
-      t.complete(st.kind, "in flight", 1, st.ts, end - st.ts, st.args);
+      t.complete(st.kind, "in flight", 2 + st.lane, st.ts, end - st.ts, st.args);
+      laneBusy[st.lane] = false;
       inFlight.erase(it);
     }
     return rc;
@@ -435,6 +436,7 @@ private:
   struct Started {
     std::string kind, args;
     double ts = 0;
+    size_t lane = 0;
   };
 
   std::string collectiveArgs(const char *kind, Group g, int64_t bytes, bool async) {
@@ -460,8 +462,20 @@ private:
   int started(Started st, int rc, CommHandle handle) {
     const double end = Trace::now();
     t.complete("start " + st.kind, "collective", 0, st.ts, end - st.ts, st.args);
-    if (rc == 0)
-      inFlight[handle] = std::move(st);
+    if (rc != 0)
+      return rc;
+    // Collectives in flight at once overlap without nesting: each gets a
+    // thread ("lane") of its own, the first one free.
+    st.lane = 0;
+    while (st.lane < laneBusy.size() && laneBusy[st.lane])
+      ++st.lane;
+    if (st.lane == laneBusy.size()) {
+      laneBusy.push_back(false);
+      t.complete("thread_name", "__metadata", 2 + static_cast<int>(st.lane), 0, 0,
+                 "\"name\":\"in flight " + std::to_string(st.lane + 1) + "\"");
+    }
+    laneBusy[st.lane] = true;
+    inFlight[handle] = std::move(st);
     return rc;
   }
   Trace::Span kernel(const char *name, int64_t floats) {
@@ -481,6 +495,7 @@ private:
   std::unique_ptr<Backend> inner;
   Trace &t;
   std::unordered_map<CommHandle, Started> inFlight;
+  std::vector<bool> laneBusy; // thread 2 + i holds a collective in flight
 };
 
 std::unique_ptr<Backend> Trace::wrap(std::unique_ptr<Backend> inner, Trace &trace) {

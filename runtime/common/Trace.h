@@ -4,9 +4,10 @@
 // wall time of what it runs as Trace Event Format JSON (docs/runtime.md,
 // "Trace"): "X" complete events, ts and dur in microseconds of the
 // monotonic clock (one clock for every rank of a machine), pid the world
-// rank, tid 0 the host thread (hooks, kernels, starts and waits) and tid 1
-// the communication (each collective from its start to the end of its
-// wait). Every collective carries its kind, phase, hook, unit, bucket,
+// rank, tid 0 the host thread (hooks, kernels, starts and waits), tid 1 the
+// synchronous collectives and tid 2, 3, ... the started ones, each from its
+// start to the end of its wait (one thread per collective in flight at
+// once, so that every thread's spans nest). Every collective carries its kind, phase, hook, unit, bucket,
 // parameters and bytes in "args", every optimizer kernel its optimizer and
 // parameter: tools compare the order with mfsdp-sim --trace
 // (test/trace/compare_trace.py).

@@ -13,7 +13,8 @@ this takes, from both, the sequence of
     parameter in its order,
 and requires the runtime's sequence of every complete training step (one
 optimizer_step each) to equal the simulator's. Ops outside a training
-step's calls (create, load, store, clip_grad_norm) are not compared.
+step's calls (create, load, store, clip_grad_norm) are not compared. The
+runtime's spans must nest on each of its threads (what Perfetto draws).
 
 Usage:
   compare_trace.py SIM.json RUNTIME_PATTERN --ranks N [--phases forward,backward]
@@ -24,6 +25,8 @@ differ (the first difference of each rank printed), 2 on bad input.
 import argparse
 import json
 import sys
+
+from traced_run import nesting_problem
 
 COLLECTIVES = {"all_gather", "reduce_scatter", "all_reduce", "all_gather_v",
                "reduce_scatter_v", "broadcast"}
@@ -144,7 +147,11 @@ def main():
             die(f"the simulator's trace '{o.sim}' has no collective or optimizer "
                 f"op for rank {rank}")
         path = runtime_file(o.runtime, rank)
-        steps = runtime_steps(load(path), rank, path, phases)
+        events = load(path)
+        problem = nesting_problem(events, rank)
+        if problem:
+            die(f"'{path}': {problem}")
+        steps = runtime_steps(events, rank, path, phases)
         for k, got in enumerate(steps):
             at = first_difference(want, got)
             if at < 0:

@@ -4,13 +4,34 @@
 Usage: traced_run.py DIR RANKS COMMAND [ARGS...]
 MFSDP_TRACE is DIR/trace-%r.json. The command must succeed, and every rank
 must have left a file that is complete JSON (Trace Event Format, a
-traceEvents list holding this rank's thread names), whatever errors the
-runtime returned on the way.
+traceEvents list holding this rank's thread names) whose spans nest on
+each thread, whatever errors the runtime returned on the way.
 """
 import json
 import os
 import subprocess
 import sys
+
+
+def nesting_problem(events, rank):
+    """The first pair of "X" spans of one thread that overlap without one
+    holding the other (Perfetto cannot draw them), or None."""
+    threads = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("pid") == rank:
+            threads.setdefault(e.get("tid"), []).append(e)
+    for tid, spans in threads.items():
+        spans.sort(key=lambda e: (e["ts"], -e["dur"]))
+        open_spans = []
+        for e in spans:
+            start, end = e["ts"], e["ts"] + e["dur"]
+            while open_spans and open_spans[-1][0] <= start:
+                open_spans.pop()
+            if open_spans and end > open_spans[-1][0]:
+                return (f"thread {tid}: '{e['name']}' at {start} overlaps "
+                        f"'{open_spans[-1][1]}' without nesting in it")
+            open_spans.append((end, e["name"]))
+    return None
 
 
 def main():
@@ -41,7 +62,11 @@ def main():
             sys.stderr.write(f"traced_run: rank {r}'s trace '{f}' lacks its "
                              f"process and thread names\n")
             return 1
-        print(f"rank {r}: {len(events)} events, complete JSON")
+        problem = nesting_problem(events, r)
+        if problem:
+            sys.stderr.write(f"traced_run: rank {r}'s trace '{f}': {problem}\n")
+            return 1
+        print(f"rank {r}: {len(events)} events, complete JSON, spans nested")
     return 0
 
 
