@@ -291,6 +291,14 @@ typedef struct mfsdp_config {
    * in milliseconds; 0 is MFSDP_BOOTSTRAP_TIMEOUT_MS_DEFAULT. Ignored
    * under MPI. */
   int32_t bootstrap_timeout_ms;
+  /* Where each rank writes a Chrome / Perfetto trace of the run (the wall
+   * time of every hook, collective, wait, copy and optimizer kernel;
+   * docs/runtime.md, "Trace"): every "%r" replaced by the world rank, or,
+   * without one, ".rank<N>.json" appended. NULL or "": the MFSDP_TRACE
+   * environment variable, the same way; unset or empty, no trace. A file
+   * that cannot be written fails mfsdp_create with MFSDP_ERROR_INVALID.
+   * Last; a zero-initialised config holds NULL. */
+  const char *trace_path;
 } mfsdp_config;
 
 #define MFSDP_BOOTSTRAP_TIMEOUT_MS_DEFAULT 300000 /* 5 minutes */

@@ -666,6 +666,17 @@ std::string chromeTrace(const Step &s, const SimResult &r, int64_t maxRanks) {
                             op.comm, op.async ? "true" : "false");
       if (op.kind == OpKind::Wait)
         args += fmt::format(",\"waitFor\":{}", op.waitFor);
+      // What the op works on, for comparing orders with the runtime's
+      // trace (docs/runtime.md, "Trace").
+      args += fmt::format(",\"unit\":{},\"group\":{}", op.unit, op.group);
+      if (op.kind == OpKind::Optimizer)
+        args += ",\"optimizer\":" + jsonString(op.optimizer);
+      if (!op.params.empty()) {
+        args += ",\"params\":[";
+        for (size_t k = 0; k < op.params.size(); ++k)
+          args += (k ? "," : "") + jsonString(op.params[k]);
+        args += "]";
+      }
       emit(fmt::format("{{\"name\":{},\"cat\":{},\"ph\":\"X\",\"pid\":{},"
                        "\"tid\":{},\"ts\":{},\"dur\":{},\"args\":{{{}}}}}",
                        jsonString(op.name),

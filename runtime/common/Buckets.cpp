@@ -72,6 +72,7 @@ mfsdp_status mfsdp_step::finishBucketGather(int32_t b, mfsdp_status s) {
     std::vector<float *> full;
     for (int32_t p : bs.members)
       full.push_back(params[p].full);
+    Trace::Span span = Trace::kernel(trace.get(), "unpack");
     s = device(bs.kernels.unpack(bs.staging, full.data(), backend->kernelStream()),
                "the plan's unpack kernel of bucket " + std::to_string(b));
   }
@@ -116,6 +117,7 @@ mfsdp_status mfsdp_step::reduceBucket(int32_t b, CommHandle *handle) {
       std::vector<const float *> grad;
       for (int32_t p : bs.members)
         grad.push_back(params[p].grad);
+      Trace::Span span = Trace::kernel(trace.get(), "pack");
       s = device(bs.kernels.pack(grad.data(), bs.staging, backend->kernelStream()),
                  "the plan's pack kernel of bucket " + std::to_string(b));
     } else if (bs.gaps) {

@@ -54,10 +54,12 @@ mfsdp_status mfsdp_step::gatherPacked(const ParamState &ps, const float *local,
 }
 
 mfsdp_status mfsdp_step::gather(int32_t unit, bool forBackward) {
-  for (int32_t b : unitBuckets[unit])
+  for (int32_t b : unitBuckets[unit]) {
+    about(b, -1);
     if (!bucketGathered(b))
       if (auto s = gatherBucket(b, forBackward, nullptr))
         return s;
+  }
   for (int32_t p : unitParams[unit]) {
     ParamState &ps = params[p];
     if (ps.full || ps.bucket >= 0)
@@ -67,6 +69,7 @@ mfsdp_status mfsdp_step::gather(int32_t unit, bool forBackward) {
                        "the gathered '" + ps.name + "'" +
                            (forBackward ? " for backward" : "")))
       return s;
+    about(-1, p);
     mfsdp_status s = gatherWhole(ps, ps.master, ps.full);
     if (!s && ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
       s = device(backend->roundToBF16(ps.full, ps.elements()), "bf16 rounding");
@@ -84,6 +87,7 @@ mfsdp_status mfsdp_step::reduce(int32_t unit, bool async) {
   for (int32_t b : unitBuckets[unit]) {
     CommHandle handle = 0;
     const bool start = async;
+    about(b, -1);
     if (auto s = reduceBucket(b, start ? &handle : nullptr))
       return s;
     if (start) {
@@ -95,6 +99,7 @@ mfsdp_status mfsdp_step::reduce(int32_t unit, bool async) {
     ParamState &ps = params[p];
     if (ps.bucket >= 0)
       continue;
+    about(-1, p);
     const int64_t n = ps.elements();
     if (ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
       if (auto s = device(backend->roundToBF16(ps.grad, n), "bf16 rounding"))

@@ -75,6 +75,7 @@ mfsdp_status mfsdp::rt::optimizerStep(mfsdp_step *step) {
                                                "' has no reduced gradient");
     if (!step->stepsHere(ps))
       continue; // ns_split: another replica steps it and sends the result
+    step->about(-1, static_cast<int32_t>(&ps - step->params.data()));
     const int64_t n = ps.localCount;
     int rc = 0;
     switch (ps.desc.optimizer) {
@@ -119,6 +120,7 @@ mfsdp_status mfsdp::rt::optimizerStep(mfsdp_step *step) {
     ++(step->stepsHere(*ps) ? step->work.nsSplitSends : step->work.nsSplitReceives);
   // Gathered copies are stale now: ZeRO-1/2 keep parameters whole, so
   // gather the updated ones; ZeRO-3 gathers at the next use.
+  step->about(-1, -1);
   for (ParamState &ps : step->params)
     step->releaseFull(ps);
   if (p.zero < 3)

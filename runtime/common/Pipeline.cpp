@@ -23,6 +23,7 @@ mfsdp_status mfsdp_step::completeReduction() {
   mfsdp_status first = MFSDP_OK;
   std::string firstError;
   for (const Started &st : started) {
+    about(st.bucket, st.param);
     const std::string what =
         st.bucket >= 0 ? "the reduction of bucket " + std::to_string(st.bucket)
                        : "the reduction of '" + params[st.param].name + "'";
@@ -85,6 +86,7 @@ mfsdp_status mfsdp_step::startPrefetch(int32_t unit, bool forBackward) {
     if (bucketGathered(b))
       continue;
     CommHandle handle = 0;
+    about(b, -1);
     if (auto s = gatherBucket(b, forBackward, &handle))
       return s;
     prefetchUnit = unit;
@@ -103,6 +105,7 @@ mfsdp_status mfsdp_step::startPrefetch(int32_t unit, bool forBackward) {
       return s;
     CommHandle handle = 0;
     int rc = 0;
+    about(-1, p);
     if (ps.desc.placement == MFSDP_ROW_SHARD) {
       rc = backend->startAllGather(Group::Shard, ps.master, ps.full, ps.localSize,
                                    handle);
@@ -131,6 +134,7 @@ mfsdp_status mfsdp_step::completePrefetch() {
   std::string firstError;
   for (const Started &st : started) {
     mfsdp_status s = MFSDP_OK;
+    about(st.bucket, st.param);
     if (st.bucket >= 0) {
       s = comm(backend->wait(st.handle),
                ("the prefetched all-gather of bucket " + std::to_string(st.bucket))

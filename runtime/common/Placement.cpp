@@ -96,6 +96,7 @@ int64_t mfsdp_step::arenaBytes() const {
 }
 
 mfsdp_status mfsdp_step::placeGrads(int32_t unit) {
+  about(-1, -1);
   if (gradsKept())
     return MFSDP_OK;
   for (int32_t p : unitParams[unit])

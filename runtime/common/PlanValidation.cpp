@@ -186,6 +186,18 @@ std::vector<MeshDimSpec> planMesh(const mfsdp_plan &plan, int world,
 
 } // namespace
 
+/// MFSDP_TRACE or config->trace_path: this rank's trace opened and the
+/// backend wrapped to record every call (Trace.h).
+static mfsdp_status startTrace(mfsdp_step &step, const mfsdp_config *config, int rank) {
+  std::string error;
+  step.trace = Trace::open(config ? config->trace_path : nullptr, rank, step.plan, error);
+  if (!error.empty())
+    return step.fail(MFSDP_ERROR_INVALID, error);
+  if (step.trace)
+    step.backend = Trace::wrap(std::move(step.backend), *step.trace);
+  return MFSDP_OK;
+}
+
 mfsdp_status mfsdp::rt::createStep(const mfsdp_plan *plan,
                                    const mfsdp_config *config, mfsdp_step **out) {
   if (!plan || !out)
@@ -318,6 +330,8 @@ mfsdp_status mfsdp::rt::createStep(const mfsdp_plan *plan,
     if (!step->backend)
       s = step->fail(MFSDP_ERROR_COMM, "cannot create communicators: " + error);
   }
+  if (!s)
+    s = startTrace(*step, config, control->rank());
   // Rank-dependent checks and the buffers: failures are collected, so the
   // ranks still agree below.
   auto layOutAll = [&]() -> mfsdp_status {

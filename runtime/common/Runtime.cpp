@@ -39,6 +39,25 @@ uint64_t mfsdp_plan_hash(const mfsdp_plan *p) {
   return p ? mfsdp::runtime::planHash(*p) : 0;
 }
 
+/// The trace span of a C ABI call (Trace.h), in the phase of the step it
+/// belongs to (a pre_forward during the unit's backward recomputes); an
+/// empty span when tracing is off.
+static Trace::Span traced(mfsdp_step *step, const char *call, int32_t unit = -1) {
+  if (!step || !step->trace)
+    return Trace::Span();
+  const bool inRange = unit >= 0 && unit < static_cast<int32_t>(step->state.size());
+  const char *phase = "";
+  if (std::strstr(call, "backward") ||
+      (std::strstr(call, "forward") && inRange &&
+       step->state[unit] == UnitState::Backward))
+    phase = "backward";
+  else if (std::strstr(call, "forward"))
+    phase = "forward";
+  else if (std::strcmp(call, "optimizer_step") == 0)
+    phase = "optimizer";
+  return Trace::hook(step->trace.get(), call, unit, phase);
+}
+
 mfsdp_status mfsdp_create(const mfsdp_plan *plan, mfsdp_step **out) {
   return mfsdp_create_with_config(plan, nullptr, out);
 }
@@ -85,6 +104,7 @@ const char *mfsdp_last_error(mfsdp_step *step) {
   } while (0)
 
 mfsdp_status mfsdp_pre_forward(mfsdp_step *step, int32_t unit) {
+  Trace::Span hook = traced(step, "pre_forward", unit);
   ENTER_UNIT(step, unit, step->keepsReductionFor(unit, UnitState::Backward));
   UnitState &s = step->state[unit];
   if (s == UnitState::Forward || s == UnitState::ForwardDone)
@@ -110,6 +130,7 @@ mfsdp_status mfsdp_pre_forward(mfsdp_step *step, int32_t unit) {
 }
 
 mfsdp_status mfsdp_post_forward(mfsdp_step *step, int32_t unit) {
+  Trace::Span hook = traced(step, "post_forward", unit);
   ENTER_UNIT(step, unit, step->keepsReductionFor(unit, UnitState::Backward));
   UnitState &s = step->state[unit];
   if (s == UnitState::Backward)
@@ -124,6 +145,7 @@ mfsdp_status mfsdp_post_forward(mfsdp_step *step, int32_t unit) {
 }
 
 mfsdp_status mfsdp_end_forward(mfsdp_step *step, int32_t unit) {
+  Trace::Span hook = traced(step, "end_forward", unit);
   ENTER_UNIT(step, unit, step->keepsReductionFor(unit, UnitState::Backward));
   UnitState &s = step->state[unit];
   if (s == UnitState::Forward) { // a forward that stopped (an exception)
@@ -143,6 +165,7 @@ mfsdp_status mfsdp_end_forward(mfsdp_step *step, int32_t unit) {
 }
 
 mfsdp_status mfsdp_pre_backward(mfsdp_step *step, int32_t unit) {
+  Trace::Span hook = traced(step, "pre_backward", unit);
   ENTER_UNIT(step, unit, step->keepsReductionFor(unit, UnitState::ForwardDone));
   UnitState &s = step->state[unit];
   if (s != UnitState::ForwardDone)
@@ -168,6 +191,7 @@ mfsdp_status mfsdp_pre_backward(mfsdp_step *step, int32_t unit) {
 }
 
 mfsdp_status mfsdp_post_backward(mfsdp_step *step, int32_t unit) {
+  Trace::Span hook = traced(step, "post_backward", unit);
   ENTER_UNIT(step, unit, false);
   UnitState &s = step->state[unit];
   if (s != UnitState::Backward)
@@ -216,6 +240,7 @@ mfsdp_status mfsdp_set_no_sync(mfsdp_step *step, int32_t noSync) {
 }
 
 mfsdp_status mfsdp_zero_grad(mfsdp_step *step) {
+  Trace::Span hook = traced(step, "zero_grad");
   if (!step)
     return MFSDP_ERROR_INVALID;
   if (auto st = step->enter())
@@ -230,10 +255,14 @@ mfsdp_status mfsdp_zero_grad(mfsdp_step *step) {
   return step->finish();
 }
 
-mfsdp_status mfsdp_optimizer_step(mfsdp_step *step) { return optimizerStep(step); }
+mfsdp_status mfsdp_optimizer_step(mfsdp_step *step) {
+  Trace::Span hook = traced(step, "optimizer_step");
+  return optimizerStep(step);
+}
 
 mfsdp_status mfsdp_clip_grad_norm(mfsdp_step *step, double max_norm, double extra_sq,
                                   double *total_norm) {
+  Trace::Span hook = traced(step, "clip_grad_norm");
   if (!step || !total_norm)
     return MFSDP_ERROR_INVALID;
   if (auto st = step->enter())
@@ -297,20 +326,24 @@ mfsdp_status mfsdp_grad_view(mfsdp_step *step, int32_t param, DLTensor *out) {
 }
 
 mfsdp_status mfsdp_load_param(mfsdp_step *step, int32_t param, const float *full) {
+  Trace::Span hook = traced(step, "load_param");
   return loadParam(step, param, full);
 }
 
 mfsdp_status mfsdp_store_param(mfsdp_step *step, int32_t param, float *full) {
+  Trace::Span hook = traced(step, "store_param");
   return storeParam(step, param, full);
 }
 
 mfsdp_status mfsdp_load_state(mfsdp_step *step, int32_t param, int32_t which,
                               const float *full) {
+  Trace::Span hook = traced(step, "load_state");
   return loadState(step, param, which, full);
 }
 
 mfsdp_status mfsdp_store_state(mfsdp_step *step, int32_t param, int32_t which,
                                float *full) {
+  Trace::Span hook = traced(step, "store_state");
   return storeState(step, param, which, full);
 }
 

@@ -22,6 +22,7 @@
 #include "mfsdp/runtime/Arena.h"
 #include "mfsdp/runtime/Backend.h"
 #include "mfsdp/runtime/Counters.h"
+#include "Trace.h"
 
 #include <memory>
 #include <string>
@@ -136,6 +137,7 @@ struct mfsdp_step {
   /// The last optimizer_step consumed the reduced gradients, and no unit's
   /// gradients were reduced since: another step is refused.
   bool stepped = false;
+  std::unique_ptr<mfsdp::rt::Trace> trace; // MFSDP_TRACE (Trace.h); null: off
   std::unique_ptr<Backend> backend;
   float *muonScratch = nullptr;
   const mfsdp_memory_plan *memory = nullptr; // the static plan, if any
@@ -172,6 +174,12 @@ struct mfsdp_step {
       completeReduction();
       backend->synchronize();
     }
+  }
+
+  /// What the next backend calls work on, for the trace.
+  void about(int32_t bucket, int32_t param) {
+    if (trace)
+      trace->about(bucket, param);
   }
 
   /// Whether this runtime prefetches gathers: a static memory plan that
@@ -292,6 +300,8 @@ struct mfsdp_step {
 
   mfsdp_status fail(mfsdp_status s, std::string message) {
     error = std::move(message);
+    if (trace)
+      trace->flush(); // complete JSON, whatever the trainer does next
     return s;
   }
   /// MFSDP_ERROR_INVALID with a message unless `param` indexes the plan.

@@ -11,6 +11,7 @@
 #include "mfsdp/runtime/Backend.h"
 #include "mfsdp/runtime/ControlPlane.h"
 #include "mfsdp/runtime/HostComm.h"
+#include "../common/Trace.h"
 
 #include <sanitizer/asan_interface.h>
 
@@ -185,7 +186,18 @@ public:
   }
   int muonStep(float *param, const float *grad, float *buf, int64_t rows,
                int64_t cols, const MuonHyper &h, float *scratch) override {
-    host::muonStep(param, grad, buf, rows, cols, h, scratch);
+    if (!Trace::current()) {
+      host::muonStep(param, grad, buf, rows, cols, h, scratch);
+      return 0;
+    }
+    // Traced: host::muonStep's three parts, Newton-Schulz a span of its own.
+    float *update = scratch;
+    host::muonMomentum(grad, buf, update, rows * cols, h.momentum, h.nesterov);
+    {
+      Trace::Span ns = Trace::kernel(Trace::current(), "newton_schulz");
+      host::newtonSchulz(update, update, rows, cols, h.ns, scratch + rows * cols);
+    }
+    host::muonApply(param, update, rows, cols, h);
     return 0;
   }
 

@@ -661,6 +661,10 @@ Step traceProgram() {
                        wait(2), mem(OpKind::Free, 0), optimizer(1e12, 0, 1)});
   s.name = "trace \"quoted\"";
   s.ops[1].name = "forward \"layers.0\"\n";
+  s.ops[2].params = {"layers.0.w", "layers.0.b"};
+  s.ops[2].group = 0;
+  s.ops[5].params = {"layers.0.w"};
+  s.ops[5].optimizer = "muon";
   s.buffers = {{"gathered", 64, false, -1}, {"state", 8, true, -1}};
   return s;
 }
@@ -710,10 +714,24 @@ TEST(Output, ChromeTraceParsesAndHasOneEventPerOpAndRank) {
       EXPECT_EQ(e["tid"], 2);
       EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 1e6);
       EXPECT_DOUBLE_EQ(e["args"]["collBytes"].get<double>(), kOneSecondAG);
+      // What it carries, for comparing orders with the runtime's trace.
+      EXPECT_EQ(e["args"]["params"],
+                nlohmann::json::array({"layers.0.w", "layers.0.b"}));
+      EXPECT_EQ(e["args"]["group"], 0);
+      EXPECT_EQ(e["args"]["unit"], -1);
     }
   }
   EXPECT_TRUE(sawCompute);
   EXPECT_TRUE(sawGather);
+  // The optimizer kernel on rank 1 names its kernel and parameter.
+  bool sawOptimizer = false;
+  for (const auto &e : j["traceEvents"])
+    if (e["ph"] == "X" && e["pid"] == 1 && e["args"]["kind"] == "optimizer") {
+      sawOptimizer = true;
+      EXPECT_EQ(e["args"]["optimizer"], "muon");
+      EXPECT_EQ(e["args"]["params"], nlohmann::json::array({"layers.0.w"}));
+    }
+  EXPECT_TRUE(sawOptimizer);
   // The live-bytes counter: 8 persistent, 72 after the alloc, 8 after free.
   std::vector<double> live;
   for (const auto &e : j["traceEvents"])
