@@ -331,7 +331,7 @@ public:
   int muonStep(float *param, const float *grad, float *buf, int64_t rows,
                int64_t cols, const MuonHyper &h, float *scratch) override {
     // The update, then the Newton-Schulz workspace on an aligned boundary
-    // (its bf16 matrices are GEMM operands).
+    // (its matrices, fp32 or bf16, are GEMM operands).
     float *update = scratch, *ws = scratch + updateFloats(rows, cols);
     const int64_t n = rows * cols;
     if (int rc = kernel(cuda::muonMomentum(grad, buf, update, n, h.momentum,
