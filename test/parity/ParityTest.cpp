@@ -93,6 +93,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -248,7 +249,16 @@ struct World {
     std::memcpy(values.data(), bytes.data(), bytes.size());
   }
   /// mfsdp_create, or under torchrun the host backend with its bootstrap.
+  /// MFSDP_PARITY_BACKEND=cuda (scripts/gpu-check.sh): the CUDA backend,
+  /// its arena in managed memory (MFSDP_CUDA_MANAGED_ARENA=1) so that the
+  /// trainer's host code can use the views.
   mfsdp_status create(const mfsdp_plan &plan, mfsdp_step **step) {
+    const char *backend = std::getenv("MFSDP_PARITY_BACKEND");
+    if (!torchrun && backend && std::strcmp(backend, "cuda") == 0) {
+      mfsdp_config config{};
+      config.backend = MFSDP_BACKEND_CUDA;
+      return mfsdp_create_with_config(&plan, &config, step);
+    }
     if (!torchrun)
       return mfsdp_create(&plan, step);
     mfsdp_config config{};
