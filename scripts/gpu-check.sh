@@ -52,7 +52,8 @@ failed=0
 
 say "gpu-check: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 say "$gpus"
-say "driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1), $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo 'nvcc not on PATH')"
+nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+say "driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1), nvcc $("$nvcc" --version 2>/dev/null | grep -o 'release [0-9.]*' || echo 'not found')"
 say "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores"
 
 # Configure and build (the CUDA kernels and backend are required).

@@ -211,7 +211,7 @@ void checkBF16() {
   x[1] = -0.f;
   x[2] = 1.00390625f;    // a tie: rounds to even (1.0)
   x[3] = 1.01171875f;    // a tie: rounds to even (1.015625)
-  x[4] = 3.3895314e38f;  // rounds past the largest bf16 to infinity
+  x[4] = 3.4e38f;        // past the largest bf16 and half an ulp: infinity
   x[5] = 1e-40f;         // a subnormal
   Device<float> dx(x);
   std::vector<uint16_t> bits(n);
