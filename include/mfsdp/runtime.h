@@ -349,6 +349,16 @@ typedef enum mfsdp_ns_norm {
   MFSDP_NS_NORM_CLAMP = 1,   /* G / max(||G||_F, ns_eps), torch.optim.Muon */
 } mfsdp_ns_norm;
 
+/* The precision of Muon's Newton-Schulz products; the same choice gives the
+ * same numbers (up to the order of the fp32 sums) on every backend. */
+typedef enum mfsdp_ns_precision {
+  MFSDP_NS_PRECISION_FP32 = 0, /* fp32 operands, accumulation and results */
+  MFSDP_NS_PRECISION_BF16 = 1, /* torch.optim.Muon's: X, A = X X^T and
+                                  B = b A + c A A held in bf16, every product
+                                  from bf16 operands accumulated in fp32,
+                                  each result rounded once to bf16 */
+} mfsdp_ns_precision;
+
 /* Muon's update scale for a matrix of A rows and B columns (torch.optim.Muon's
  * adjust_lr_fn; the plan's muon_scale). */
 typedef enum mfsdp_adjust_lr {
@@ -376,6 +386,7 @@ typedef struct mfsdp_hparams {
   float ns_eps;
   int32_t ns_norm;
   int32_t adjust_lr;
+  int32_t ns_precision; /* Muon: mfsdp_ns_precision (default fp32) */
 } mfsdp_hparams;
 
 /* A parameter's hyperparameters (local). After mfsdp_create each holds the
@@ -383,7 +394,8 @@ typedef struct mfsdp_hparams {
  * MFSDP_OPT_NONE), beta1, beta2 and eps AdamW's, momentum and nesterov
  * SGD's for an SGD parameter and Muon's for the others, ns_steps and
  * adjust_lr Muon's (muon_ns_steps, muon_scale), the Newton-Schulz
- * coefficients and epsilon the defaults above with MFSDP_NS_NORM_ADD_EPS:
+ * coefficients and epsilon the defaults above with MFSDP_NS_NORM_ADD_EPS
+ * and MFSDP_NS_PRECISION_FP32:
  * a runtime whose hyperparameters are never set steps exactly as before
  * they existed. */
 mfsdp_status mfsdp_get_hparams(mfsdp_step *step, int32_t param,
@@ -396,7 +408,7 @@ mfsdp_status mfsdp_get_hparams(mfsdp_step *step, int32_t param,
  * weight_decay finite and >= 0; AdamW 0 <= beta1, beta2 < 1 and eps finite
  * and > 0; SGD and Muon momentum finite and >= 0, nesterov 0 or 1; Muon
  * ns_steps >= 0, ns_a, ns_b and ns_c finite, ns_eps finite and > 0,
- * ns_norm and adjust_lr one of their enums. Anything else is
+ * ns_norm, adjust_lr and ns_precision one of their enums. Anything else is
  * MFSDP_ERROR_INVALID naming the parameter and the field, and nothing
  * changes. The step count (AdamW's bias correction) is the runtime's,
  * whatever the hyperparameters. */

@@ -502,6 +502,14 @@ double newtonSchulzFlops(int64_t rows, int64_t cols, int64_t steps) {
     return 0;
   const double s = static_cast<double>(std::min(rows, cols));
   const double l = static_cast<double>(std::max(rows, cols));
+  return static_cast<double>(steps) * (3 * s * s * l + s * s * s);
+}
+
+double newtonSchulzGemmFlops(int64_t rows, int64_t cols, int64_t steps) {
+  if (rows <= 0 || cols <= 0 || steps <= 0)
+    return 0;
+  const double s = static_cast<double>(std::min(rows, cols));
+  const double l = static_cast<double>(std::max(rows, cols));
   return static_cast<double>(steps) * (4 * s * s * l + 2 * s * s * s);
 }
 

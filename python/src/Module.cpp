@@ -269,6 +269,7 @@ nb::dict hparamsDict(const mfsdp_hparams &h) {
   d["ns_eps"] = h.ns_eps;
   d["ns_norm"] = h.ns_norm;
   d["adjust_lr"] = h.adjust_lr;
+  d["ns_precision"] = h.ns_precision;
   return d;
 }
 
@@ -290,10 +291,11 @@ void updateHparams(mfsdp_hparams &h, const nb::dict &d) {
     else if (k == "ns_eps") h.ns_eps = nb::cast<float>(value);
     else if (k == "ns_norm") h.ns_norm = nb::cast<int32_t>(value);
     else if (k == "adjust_lr") h.adjust_lr = nb::cast<int32_t>(value);
+    else if (k == "ns_precision") h.ns_precision = nb::cast<int32_t>(value);
     else
       raise("hyperparameters: unknown field '" + k +
             "' (lr, weight_decay, beta1, beta2, eps, momentum, nesterov, ns_steps, ns_a, "
-            "ns_b, ns_c, ns_eps, ns_norm, adjust_lr)");
+            "ns_b, ns_c, ns_eps, ns_norm, adjust_lr, ns_precision)");
   }
 }
 
@@ -326,6 +328,8 @@ NB_MODULE(_C, m) {
   m.attr("COMPUTE_BF16") = int(MFSDP_COMPUTE_BF16);
   m.attr("NS_NORM_ADD_EPS") = int(MFSDP_NS_NORM_ADD_EPS);
   m.attr("NS_NORM_CLAMP") = int(MFSDP_NS_NORM_CLAMP);
+  m.attr("NS_PRECISION_FP32") = int(MFSDP_NS_PRECISION_FP32);
+  m.attr("NS_PRECISION_BF16") = int(MFSDP_NS_PRECISION_BF16);
   m.attr("ADJUST_LR_MATCH_RMS_ADAMW") = int(MFSDP_ADJUST_LR_MATCH_RMS_ADAMW);
   m.attr("ADJUST_LR_ORIGINAL") = int(MFSDP_ADJUST_LR_ORIGINAL);
   m.attr("ADJUST_LR_SPECTRAL_UNCLAMPED") = int(MFSDP_ADJUST_LR_SPECTRAL_UNCLAMPED);

@@ -105,6 +105,8 @@ std::string mfsdp::rt::hparamsProblem(const mfsdp_hparams &h, int32_t optimizer)
          finite("ns_b", h.ns_b), finite("ns_c", h.ns_c), positive("ns_eps", h.ns_eps),
          choice("ns_norm", h.ns_norm, MFSDP_NS_NORM_CLAMP,
                 "MFSDP_NS_NORM_ADD_EPS (0) or MFSDP_NS_NORM_CLAMP (1)"),
+         choice("ns_precision", h.ns_precision, MFSDP_NS_PRECISION_BF16,
+                "MFSDP_NS_PRECISION_FP32 (0) or MFSDP_NS_PRECISION_BF16 (1)"),
          choice("adjust_lr", h.adjust_lr, MFSDP_ADJUST_LR_SPECTRAL_UNCLAMPED,
                 "MFSDP_ADJUST_LR_MATCH_RMS_ADAMW (0), MFSDP_ADJUST_LR_ORIGINAL (1) "
                 "or MFSDP_ADJUST_LR_SPECTRAL_UNCLAMPED (2)")});

@@ -28,7 +28,8 @@ MuonHyper muonHyper(const mfsdp_hparams &h) {
   muon.weightDecay = h.weight_decay;
   muon.nesterov = h.nesterov != 0;
   muon.ns = {h.ns_steps, h.ns_a, h.ns_b, h.ns_c, h.ns_eps,
-             h.ns_norm == MFSDP_NS_NORM_CLAMP ? NsNorm::Clamp : NsNorm::AddEps};
+             h.ns_norm == MFSDP_NS_NORM_CLAMP ? NsNorm::Clamp : NsNorm::AddEps,
+             static_cast<NsPrecision>(h.ns_precision)};
   muon.scale = static_cast<MuonScale>(h.adjust_lr);
   return muon;
 }

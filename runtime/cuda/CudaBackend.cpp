@@ -30,6 +30,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 
@@ -108,10 +110,18 @@ public:
 
   int reserve(int64_t bytes) override {
     const int64_t capacity = Arena::roundUp(bytes);
+    // MFSDP_CUDA_MANAGED_ARENA=1 (checks only): the arena in managed
+    // memory, so that a trainer written for host views (the parity driver)
+    // can read and write the views the hooks hand it.
+    const char *managed = std::getenv("MFSDP_CUDA_MANAGED_ARENA");
+    const bool inManaged = managed && std::strcmp(managed, "1") == 0;
+    const size_t size = static_cast<size_t>(capacity);
     if (capacity > 0)
-      if (int rc = checkCuda(cudaMalloc(&block_, static_cast<size_t>(capacity)),
-                        ("cudaMalloc of the " + std::to_string(capacity) +
-                         "-byte arena").c_str()))
+      if (int rc = checkCuda(inManaged ? cudaMallocManaged(&block_, size)
+                                       : cudaMalloc(&block_, size),
+                             ((inManaged ? "cudaMallocManaged of the " : "cudaMalloc of the ") +
+                              std::to_string(capacity) + "-byte arena")
+                                 .c_str()))
         return rc;
     arena_.reset(block_, capacity);
     return 0;
@@ -331,7 +341,7 @@ public:
   int muonStep(float *param, const float *grad, float *buf, int64_t rows,
                int64_t cols, const MuonHyper &h, float *scratch) override {
     // The update, then the Newton-Schulz workspace on an aligned boundary
-    // (its bf16 matrices are GEMM operands).
+    // (its matrices, fp32 or bf16, are GEMM operands).
     float *update = scratch, *ws = scratch + updateFloats(rows, cols);
     const int64_t n = rows * cols;
     if (int rc = kernel(cuda::muonMomentum(grad, buf, update, n, h.momentum,

@@ -94,9 +94,19 @@ __global__ void sumSquaresKernel(const float *x, int64_t n, Acc *sum) {
     atomicAdd(sum, part[0]);
 }
 
-/// X (s x l, row-major, bf16) = in / (||in|| + eps), or in / max(||in||,
-/// eps) with `clamp`, transposed when the input is tall.
-__global__ void normalizeKernel(const float *in, __nv_bfloat16 *X, int64_t rows,
+/// Newton-Schulz's element type: float (NsPrecision::FP32) or bf16.
+template <typename T> __device__ T fromFloat(float x);
+template <> __device__ float fromFloat<float>(float x) { return x; }
+template <> __device__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+__device__ float toFloat(float x) { return x; }
+__device__ float toFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+/// X (s x l, row-major) = in / (||in|| + eps), or in / max(||in||, eps)
+/// with `clamp`, transposed when the input is tall.
+template <typename T>
+__global__ void normalizeKernel(const float *in, T *X, int64_t rows,
                                 int64_t cols, bool transposed, const float *sum,
                                 float eps, bool clamp) {
   const float norm = sqrtf(*sum);
@@ -106,17 +116,29 @@ __global__ void normalizeKernel(const float *in, __nv_bfloat16 *X, int64_t rows,
        i += int64_t(gridDim.x) * blockDim.x) {
     int64_t r = i / cols, c = i % cols;
     int64_t at = transposed ? c * rows + r : i;
-    X[at] = __float2bfloat16_rn(in[i] * inv);
+    X[at] = fromFloat<T>(in[i] * inv);
   }
 }
 
-__global__ void storeKernel(const __nv_bfloat16 *X, float *out, int64_t rows,
-                            int64_t cols, bool transposed) {
+template <typename T>
+__global__ void storeKernel(const T *X, float *out, int64_t rows, int64_t cols,
+                            bool transposed) {
   const int64_t n = rows * cols;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     int64_t r = i / cols, c = i % cols;
-    out[i] = __bfloat162float(X[transposed ? c * rows + r : i]);
+    out[i] = toFloat(X[transposed ? c * rows + r : i]);
+  }
+}
+
+/// C (n x n, row-major) whose lower triangle holds a symmetric matrix: the
+/// upper triangle gets its mirror.
+template <typename T> __global__ void mirrorLowerKernel(T *C, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / n, c = i % n;
+    if (c > r)
+      C[i] = C[c * n + r];
   }
 }
 
@@ -176,16 +198,84 @@ int moveBlocks(const float *src, float *dst, const BlockGrid &g,
   return check(cudaGetLastError(), "moveBlocksKernel");
 }
 
-/// Row-major C (m x n) = alpha A (m x k) op B + beta C on bf16 data with
-/// fp32 accumulation; cuBLAS is column-major, so compute C^T = B^T A^T.
+template <typename T> constexpr cudaDataType_t dataType();
+template <> constexpr cudaDataType_t dataType<float>() { return CUDA_R_32F; }
+template <> constexpr cudaDataType_t dataType<__nv_bfloat16>() { return CUDA_R_16BF; }
+
+/// Row-major C (m x n) = alpha A (m x k) op B + beta C on T data (fp32 or
+/// bf16) with fp32 accumulation (CUBLAS_COMPUTE_32F: no TF32), C rounded
+/// once to T; cuBLAS is column-major, so compute C^T = B^T A^T.
+template <typename T>
 int gemm(cublasHandle_t blas, bool transB, int m, int n, int k, float alpha,
-         const __nv_bfloat16 *A, int lda, const __nv_bfloat16 *B, int ldb,
-         float beta, __nv_bfloat16 *C, int ldc) {
+         const T *A, int lda, const T *B, int ldb, float beta, T *C, int ldc) {
   return check(cublasGemmEx(blas, transB ? CUBLAS_OP_T : CUBLAS_OP_N,
-                            CUBLAS_OP_N, n, m, k, &alpha, B, CUDA_R_16BF, ldb,
-                            A, CUDA_R_16BF, lda, &beta, C, CUDA_R_16BF, ldc,
+                            CUBLAS_OP_N, n, m, k, &alpha, B, dataType<T>(), ldb,
+                            A, dataType<T>(), lda, &beta, C, dataType<T>(), ldc,
                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                "cublasGemmEx");
+}
+
+/// The rows of a strip of syrkLower.
+constexpr int kSyrkStrip = 256;
+
+/// Row-major C (n x n) = alpha A A^T + beta C (A n x k), symmetric: one
+/// GEMM per strip of kSyrkStrip rows of C, rows [i0, i1) against columns
+/// [0, i1), so only the tiles on and below the diagonal are computed
+/// (n^2 k (1 + kSyrkStrip / n) FLOPs instead of 2 n^2 k; cuBLAS has no
+/// bf16 syrk), then the upper triangle mirrored from the lower.
+template <typename T>
+int syrkLower(cublasHandle_t blas, int n, int k, float alpha, const T *A,
+              int lda, float beta, T *C, int ldc, cudaStream_t stream) {
+  for (int i0 = 0; i0 < n; i0 += kSyrkStrip) {
+    const int i1 = std::min(n, i0 + kSyrkStrip);
+    if (int e = gemm<T>(blas, true, i1 - i0, i1, k, alpha, A + int64_t(i0) * lda,
+                        lda, A, lda, beta, C + int64_t(i0) * ldc, ldc))
+      return e;
+  }
+  mirrorLowerKernel<<<blocks(int64_t(n) * n), 256, 0, stream>>>(C, n);
+  return check(cudaGetLastError(), "mirrorLowerKernel");
+}
+
+/// Newton-Schulz's iterations on X (s x l) in T: A, B and the new X in
+/// the workspace after it.
+template <typename T>
+int newtonSchulzIn(cublasHandle_t blas, const float *in, float *out,
+                   int64_t rows, int64_t cols, const NewtonSchulzHyper &h,
+                   float *sum, void *matrices, cudaStream_t stream) {
+  const bool transposed = rows > cols;
+  const int64_t s = std::min(rows, cols), l = std::max(rows, cols);
+  T *X = static_cast<T *>(matrices);
+  T *A = X + s * l, *B = A + s * s, *Y = B + s * s;
+  normalizeKernel<T><<<blocks(rows * cols), 256, 0, stream>>>(
+      in, X, rows, cols, transposed, sum, h.eps, h.norm == NsNorm::Clamp);
+  if (int e = check(cudaGetLastError(), "normalizeKernel"))
+    return e;
+  const bool syrk = h.form == NsForm::Syrk;
+  const int S = static_cast<int>(s), L = static_cast<int>(l);
+  for (int64_t k = 0; k < h.steps; ++k) {
+    // A = X X^T
+    if (int e = syrk ? syrkLower<T>(blas, S, L, 1.f, X, L, 0.f, A, S, stream)
+                     : gemm<T>(blas, true, S, S, L, 1.f, X, L, X, L, 0.f, A, S))
+      return e;
+    // B = b A + c A A (A symmetric: A A = A A^T)
+    if (int e = check(cudaMemcpyAsync(B, A, sizeof(T) * s * s,
+                                      cudaMemcpyDeviceToDevice, stream),
+                      "cudaMemcpyAsync"))
+      return e;
+    if (int e = syrk ? syrkLower<T>(blas, S, S, h.c, A, S, h.b, B, S, stream)
+                     : gemm<T>(blas, false, S, S, S, h.c, A, S, A, S, h.b, B, S))
+      return e;
+    // X = a X + B X
+    if (int e = check(cudaMemcpyAsync(Y, X, sizeof(T) * s * l,
+                                      cudaMemcpyDeviceToDevice, stream),
+                      "cudaMemcpyAsync"))
+      return e;
+    if (int e = gemm<T>(blas, false, S, L, S, 1.f, B, S, X, L, h.a, Y, L))
+      return e;
+    std::swap(X, Y);
+  }
+  storeKernel<T><<<blocks(rows * cols), 256, 0, stream>>>(X, out, rows, cols, transposed);
+  return check(cudaGetLastError(), "storeKernel");
 }
 
 } // namespace
@@ -214,48 +304,25 @@ int muonMomentum(const float *g, float *buf, float *out, int64_t n, float mu,
 
 int64_t newtonSchulzWorkspace(int64_t rows, int64_t cols) {
   int64_t s = std::min(rows, cols), l = std::max(rows, cols);
-  // X and the new X (s x l), A and B (s x s) in bf16, plus the norm.
-  return static_cast<int64_t>(sizeof(__nv_bfloat16)) * (2 * s * l + 2 * s * s) +
-         256;
+  // The norm, then X and the new X (s x l), A and B (s x s), in fp32 (the
+  // larger of the two precisions).
+  return 256 + static_cast<int64_t>(sizeof(float)) * (2 * s * l + 2 * s * s);
 }
 
 int newtonSchulz(cublasHandle_t blas, const float *in, float *out, int64_t rows,
                  int64_t cols, const NewtonSchulzHyper &h, void *workspace,
                  cudaStream_t stream) {
-  const bool transposed = rows > cols;
-  const int64_t s = std::min(rows, cols), l = std::max(rows, cols);
   float *sum = static_cast<float *>(workspace);
-  auto *X = reinterpret_cast<__nv_bfloat16 *>(static_cast<char *>(workspace) + 256);
-  __nv_bfloat16 *A = X + s * l, *B = A + s * s, *Y = B + s * s;
+  void *matrices = static_cast<char *>(workspace) + 256;
   if (int e = check(cublasSetStream(blas, stream), "cublasSetStream"))
     return e;
   if (int e = check(cudaMemsetAsync(sum, 0, sizeof(float), stream), "cudaMemsetAsync"))
     return e;
   sumSquaresKernel<<<blocks(rows * cols), 256, 0, stream>>>(in, rows * cols, sum);
-  normalizeKernel<<<blocks(rows * cols), 256, 0, stream>>>(
-      in, X, rows, cols, transposed, sum, h.eps, h.norm == NsNorm::Clamp);
-  if (int e = check(cudaGetLastError(), "normalizeKernel"))
-    return e;
-  const int S = static_cast<int>(s), L = static_cast<int>(l);
-  for (int64_t k = 0; k < h.steps; ++k) {
-    if (int e = gemm(blas, true, S, S, L, 1.f, X, L, X, L, 0.f, A, S))
-      return e;
-    if (int e = check(cudaMemcpyAsync(B, A, sizeof(__nv_bfloat16) * s * s,
-                                      cudaMemcpyDeviceToDevice, stream),
-                      "cudaMemcpyAsync"))
-      return e;
-    if (int e = gemm(blas, false, S, S, S, h.c, A, S, A, S, h.b, B, S))
-      return e;
-    if (int e = check(cudaMemcpyAsync(Y, X, sizeof(__nv_bfloat16) * s * l,
-                                      cudaMemcpyDeviceToDevice, stream),
-                      "cudaMemcpyAsync"))
-      return e;
-    if (int e = gemm(blas, false, S, L, S, 1.f, B, S, X, L, h.a, Y, L))
-      return e;
-    std::swap(X, Y);
-  }
-  storeKernel<<<blocks(rows * cols), 256, 0, stream>>>(X, out, rows, cols, transposed);
-  return check(cudaGetLastError(), "storeKernel");
+  if (h.precision == NsPrecision::BF16)
+    return newtonSchulzIn<__nv_bfloat16>(blas, in, out, rows, cols, h, sum,
+                                         matrices, stream);
+  return newtonSchulzIn<float>(blas, in, out, rows, cols, h, sum, matrices, stream);
 }
 
 int sumSquares(const float *x, int64_t n, double *sum, cudaStream_t stream) {

@@ -113,6 +113,25 @@ int64_t newtonSchulzWorkspace(int64_t rows, int64_t cols) {
   return static_cast<int64_t>(sizeof(float)) * (2 * s * l + 2 * s * s);
 }
 
+namespace {
+/// C (n x n, row-major) whose lower triangle holds a symmetric matrix:
+/// the upper triangle gets its mirror, tile by tile.
+void mirrorLower(float *C, int64_t n) {
+  constexpr int64_t T = 64;
+  for (int64_t i0 = 0; i0 < n; i0 += T)
+    for (int64_t j0 = i0; j0 < n; j0 += T)
+      for (int64_t i = i0; i < std::min(i0 + T, n); ++i)
+        for (int64_t j = std::max(j0, i + 1); j < std::min(j0 + T, n); ++j)
+          C[i * n + j] = C[j * n + i];
+}
+
+/// Each of n floats rounded to the nearest bf16 (kept in fp32).
+void roundBF16(float *x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    x[i] = fromBF16(toBF16(x[i]));
+}
+} // namespace
+
 void newtonSchulz(const float *in, float *out, int64_t rows, int64_t cols,
                   const NewtonSchulzHyper &h, float *ws) {
   const bool transposed = rows > cols;
@@ -133,19 +152,44 @@ void newtonSchulz(const float *in, float *out, int64_t rows, int64_t cols,
       for (int64_t c = 0; c < cols; ++c)
         X[c * l + r] = in[r * cols + c] * inv;
   }
+  // bf16 (NsPrecision::BF16): every matrix rounded to bf16 when it is
+  // made, so each product below has bf16 operands; its fp32 accumulation
+  // and the fused combination are rounded once, as a bf16 GEMM does.
+  const bool bf16 = h.precision == NsPrecision::BF16;
+  if (bf16)
+    roundBF16(X, s * l);
+  const bool syrk = h.form == NsForm::Syrk;
   const int S = static_cast<int>(s), L = static_cast<int>(l);
   for (int64_t k = 0; k < h.steps; ++k) {
-    // A = X X^T
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, S, S, L, 1.f, X, L, X,
-                L, 0.f, A, S);
-    // B = b A + c A A
+    // A = X X^T: syrk computes the lower triangle (s^2 l FLOPs, not 2 s^2 l).
+    if (syrk) {
+      cblas_ssyrk(CblasRowMajor, CblasLower, CblasNoTrans, S, L, 1.f, X, L,
+                  0.f, A, S);
+      mirrorLower(A, s);
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, S, S, L, 1.f, X, L,
+                  X, L, 0.f, A, S);
+    }
+    if (bf16)
+      roundBF16(A, s * s);
+    // B = b A + c A A; A is symmetric, so A A = A A^T, a syrk of A.
     std::memcpy(B, A, sizeof(float) * s * s);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, S, S, h.c, A, S, A,
-                S, h.b, B, S);
+    if (syrk) {
+      cblas_ssyrk(CblasRowMajor, CblasLower, CblasNoTrans, S, S, h.c, A, S,
+                  h.b, B, S);
+      mirrorLower(B, s);
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, S, S, h.c, A,
+                  S, A, S, h.b, B, S);
+    }
+    if (bf16)
+      roundBF16(B, s * s);
     // X = a X + B X
     std::memcpy(Y, X, sizeof(float) * s * l);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, L, S, 1.f, B, S, X,
                 L, h.a, Y, L);
+    if (bf16)
+      roundBF16(Y, s * l);
     std::swap(X, Y);
   }
   if (!transposed) {

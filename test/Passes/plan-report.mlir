@@ -10,23 +10,24 @@
 // element), on dp_shard = 2. Every figure below is worked out by hand:
 //   ZeRO-3, rank 0: params 32*4 (w1) + 2*4 (norm shard) = 136 B; grads the
 //   same; no fp32 master (the parameters are f32); state 32*4 + 2*8 = 144 B;
-//   memory 416 B. Newton-Schulz: 5 steps of 4*4^2*8 + 2*4^3 = 640 FLOPs.
+//   memory 416 B. Newton-Schulz: 5 steps of 3*4^2*8 + 4^3 = 448 FLOPs
+//   (X X^T and A A as symmetric products, as the runtime runs them).
 //   Per step it sends: all-gather of the norm twice (forward, backward),
 //   (2-1)/2 * 16 B each = 16 B; its reduce-scatter 8 B; the owners'
 //   all-gather-v twice, everything but the successor's 128 B = 256 B; the
 //   reduce-scatter-v everything but its own = 128 B.
 // ZERO3: "optimizers": {"adamw": 1, "muon": 2},
 // ZERO3: "memory_bytes": {"max": 416, "mean": 416},
-// ZERO3: {"rank": 0, "owned": ["w1"], "ns_flops": 3200, "optimizer_seconds": {{[0-9.e-]+}}, "param_bytes": 136, "grad_bytes": 136, "master_bytes": 0, "optimizer_state_bytes": 144, "memory_bytes": 416, "comm_bytes": {"all_gather": 16, "all_gather_v": 256, "reduce_scatter": 8, "reduce_scatter_v": 128}},
+// ZERO3: {"rank": 0, "owned": ["w1"], "ns_flops": 2240, "optimizer_seconds": {{[0-9.e-]+}}, "param_bytes": 136, "grad_bytes": 136, "master_bytes": 0, "optimizer_state_bytes": 144, "memory_bytes": 416, "comm_bytes": {"all_gather": 16, "all_gather_v": 256, "reduce_scatter": 8, "reduce_scatter_v": 128}},
 // ZERO3: {"rank": 1, "owned": ["w2"],
 
 //   ZeRO-2: parameters whole on every rank (8*4*4*2 + 16 = 272 B), gradients
 //   sharded (136 B); one all-gather per step, after the optimizer.
-// ZERO2: {"rank": 0, "owned": ["w1"], "ns_flops": 3200, "optimizer_seconds": {{[0-9.e-]+}}, "param_bytes": 272, "grad_bytes": 136, "master_bytes": 0, "optimizer_state_bytes": 144, "memory_bytes": 552, "comm_bytes": {"all_gather": 8, "all_gather_v": 128, "reduce_scatter": 8, "reduce_scatter_v": 128}},
+// ZERO2: {"rank": 0, "owned": ["w1"], "ns_flops": 2240, "optimizer_seconds": {{[0-9.e-]+}}, "param_bytes": 272, "grad_bytes": 136, "master_bytes": 0, "optimizer_state_bytes": 144, "memory_bytes": 552, "comm_bytes": {"all_gather": 8, "all_gather_v": 128, "reduce_scatter": 8, "reduce_scatter_v": 128}},
 
 //   ZeRO-1: gradients whole too (272 B) and all-reduced: 2 * (2-1)/2 * (256
 //   + 16) = 272 B.
-// ZERO1: {"rank": 0, "owned": ["w1"], "ns_flops": 3200, "optimizer_seconds": {{[0-9.e-]+}}, "param_bytes": 272, "grad_bytes": 272, "master_bytes": 0, "optimizer_state_bytes": 144, "memory_bytes": 688, "comm_bytes": {"all_gather": 8, "all_gather_v": 128, "all_reduce": 272}},
+// ZERO1: {"rank": 0, "owned": ["w1"], "ns_flops": 2240, "optimizer_seconds": {{[0-9.e-]+}}, "param_bytes": 272, "grad_bytes": 272, "master_bytes": 0, "optimizer_state_bytes": 144, "memory_bytes": 688, "comm_bytes": {"all_gather": 8, "all_gather_v": 128, "all_reduce": 272}},
 
 // TEXT-LABEL: graph @hand
 // TEXT: plan report: policy mixed_muon_adamw, ZeRO-3, dp_shard 2 x dp_replicate 1; times predicted for a100

@@ -225,7 +225,8 @@ int main(int argc, char **argv) {
                v.momentum == plan.muon_momentum && v.nesterov == plan.muon_nesterov &&
                v.ns_steps == plan.muon_ns_steps && v.ns_a == 3.4445f &&
                v.ns_b == -4.7750f && v.ns_c == 2.0315f && v.ns_eps == 1e-7f &&
-               v.ns_norm == MFSDP_NS_NORM_ADD_EPS && v.adjust_lr == plan.muon_scale,
+               v.ns_norm == MFSDP_NS_NORM_ADD_EPS && v.adjust_lr == plan.muon_scale &&
+               v.ns_precision == MFSDP_NS_PRECISION_FP32,
            "the Muon parameter's hyperparameters are the plan's and Muon's defaults");
     struct Bad {
       int32_t param;
@@ -247,6 +248,8 @@ int main(int argc, char **argv) {
         {1, [](mfsdp_hparams &h) { h.ns_eps = 0; }, "ns_eps is 0; expected a finite value > 0"},
         {1, [](mfsdp_hparams &h) { h.ns_norm = 2; },
          "ns_norm is 2; expected MFSDP_NS_NORM_ADD_EPS (0) or MFSDP_NS_NORM_CLAMP (1)"},
+        {1, [](mfsdp_hparams &h) { h.ns_precision = 2; },
+         "ns_precision is 2; expected MFSDP_NS_PRECISION_FP32 (0) or MFSDP_NS_PRECISION_BF16 (1)"},
         {1, [](mfsdp_hparams &h) { h.adjust_lr = 3; },
          "adjust_lr is 3; expected MFSDP_ADJUST_LR_MATCH_RMS_ADAMW (0), "
          "MFSDP_ADJUST_LR_ORIGINAL (1) or MFSDP_ADJUST_LR_SPECTRAL_UNCLAMPED (2)"},

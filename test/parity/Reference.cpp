@@ -148,6 +148,23 @@ void sgdStep(const SGD &h, int64_t step, std::vector<double> &p,
   }
 }
 
+namespace {
+/// x rounded to the nearest bf16 (8 significant bits), ties to even.
+double roundBF16(double x) {
+  if (x == 0 || !std::isfinite(x))
+    return x;
+  int e;
+  std::frexp(x, &e); // |x| = m 2^e, 0.5 <= m < 1
+  const double ulp = std::ldexp(1.0, e - 8);
+  return std::nearbyint(x / ulp) * ulp; // the default mode: ties to even
+}
+void roundAll(std::vector<double> &m, bool bf16) {
+  if (bf16)
+    for (double &x : m)
+      x = roundBF16(x);
+}
+} // namespace
+
 std::vector<double> newtonSchulz(const std::vector<double> &g, int64_t rows,
                                  int64_t cols, int steps, const NewtonSchulz &o) {
   double norm = 0.0;
@@ -159,17 +176,21 @@ std::vector<double> newtonSchulz(const std::vector<double> &g, int64_t rows,
   const int64_t s = tall ? cols : rows, l = tall ? rows : cols; // s <= l
   for (double &x : X)
     x /= norm;
+  roundAll(X, o.bf16);
   std::vector<double> A(s * s), AA(s * s), B(s * s), BX(s * l);
   std::vector<double> Xt(l * s);
   for (int it = 0; it < steps; ++it) {
     Xt = transpose(X, s, l);
     matmul(X.data(), Xt.data(), A.data(), s, l, s); // A = X X^T
+    roundAll(A, o.bf16);
     matmul(A.data(), A.data(), AA.data(), s, s, s);
     for (int64_t i = 0; i < s * s; ++i)
       B[i] = o.b * A[i] + o.c * AA[i];
+    roundAll(B, o.bf16);
     matmul(B.data(), X.data(), BX.data(), s, s, l);
     for (int64_t i = 0; i < s * l; ++i)
       X[i] = o.a * X[i] + BX[i];
+    roundAll(X, o.bf16);
   }
   return tall ? transpose(X, s, l) : X;
 }

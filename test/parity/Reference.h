@@ -42,10 +42,13 @@ struct SGD {
 };
 
 /// Newton-Schulz's coefficients and normalisation: X = G / (||G||_F + eps),
-/// or with `clamp` G / max(||G||_F, eps) (torch.optim.Muon's).
+/// or with `clamp` G / max(||G||_F, eps) (torch.optim.Muon's). With `bf16`
+/// (MFSDP_NS_PRECISION_BF16) X, A, B and each new X are rounded to the
+/// nearest bf16 when they are made; the products stay exact (double).
 struct NewtonSchulz {
   double a = 3.4445, b = -4.7750, c = 2.0315, eps = 1e-7;
   bool clamp = false;
+  bool bf16 = false;
 };
 
 /// torch.optim.Muon, EMA momentum: buf = mu*buf + (1-mu)*g (buf starts at 0);

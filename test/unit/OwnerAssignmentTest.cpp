@@ -128,16 +128,23 @@ double optimalMax(const std::vector<double> &cost, int world) {
 //===----------------------------------------------------------------------===//
 
 TEST(OwnerAssignment, NewtonSchulzFlops) {
+  // What runs: X X^T and A A as symmetric rank-k products, 3 s^2 l + s^3
+  // per step; the GEMM form 4 s^2 l + 2 s^3, 1.5x that for a square matrix.
   const double k = 4096;
-  EXPECT_DOUBLE_EQ(newtonSchulzFlops(4096, 4096, 5), 5 * 6 * k * k * k);
+  EXPECT_DOUBLE_EQ(newtonSchulzFlops(4096, 4096, 5), 5 * 4 * k * k * k);
+  EXPECT_DOUBLE_EQ(newtonSchulzGemmFlops(4096, 4096, 5), 5 * 6 * k * k * k);
   EXPECT_DOUBLE_EQ(newtonSchulzFlops(4096, 16384, 5),
+                   5 * (3 * k * k * 16384 + k * k * k));
+  EXPECT_DOUBLE_EQ(newtonSchulzGemmFlops(4096, 16384, 5),
                    5 * (4 * k * k * 16384 + 2 * k * k * k));
   EXPECT_DOUBLE_EQ(newtonSchulzFlops(16384, 4096, 5),
                    newtonSchulzFlops(4096, 16384, 5));
-  EXPECT_DOUBLE_EQ(newtonSchulzFlops(2, 3, 1), 4 * 4 * 3 + 2 * 8);
+  EXPECT_DOUBLE_EQ(newtonSchulzFlops(2, 3, 1), 3 * 4 * 3 + 8);
+  EXPECT_DOUBLE_EQ(newtonSchulzGemmFlops(2, 3, 1), 4 * 4 * 3 + 2 * 8);
   EXPECT_DOUBLE_EQ(newtonSchulzFlops(1024, 4096, 1),
-                   4.0 * 1024 * 1024 * 4096 + 2.0 * 1024 * 1024 * 1024);
+                   3.0 * 1024 * 1024 * 4096 + 1.0 * 1024 * 1024 * 1024);
   EXPECT_EQ(newtonSchulzFlops(0, 4096, 5), 0);
+  EXPECT_EQ(newtonSchulzGemmFlops(0, 4096, 5), 0);
   EXPECT_EQ(newtonSchulzFlops(4096, -1, 5), 0);
   EXPECT_EQ(newtonSchulzFlops(4096, 4096, 0), 0);
   EXPECT_EQ(newtonSchulzFlops(4096, 4096, -3), 0);
@@ -260,16 +267,18 @@ TEST(OwnerAssignment, Llama8BLikeModel) {
       EXPECT_LE(bal.maxMemory / bal.meanMemory, 1.05);
     }
     if (world == 64) {
-      EXPECT_LE(bal.maxCost / bal.meanCost, 1.06);
+      // 1.072: the lower bound itself (checked above) under the symmetric
+      // Newton-Schulz FLOPs, 3 s^2 l + s^3.
+      EXPECT_LE(bal.maxCost / bal.meanCost, 1.08);
     }
     if (world == 256) {
       EXPECT_LE(bal.maxCost, bal.lowerBound * 1.02);
     }
     // Counting elements misjudges Newton-Schulz cost (k/v are thin, the MLP
-    // matrices wide): at W = 64 MatrixFSDP is 1.32 of the mean, we 1.057.
+    // matrices wide): at W = 64 MatrixFSDP is 1.28 of the mean, we 1.072.
     EXPECT_GE(mf.maxCost, bal.maxCost * (1 - 1e-12));
     if (world == 64) {
-      EXPECT_GT(mf.maxCost, bal.maxCost * 1.2);
+      EXPECT_GT(mf.maxCost, bal.maxCost * 1.15);
     }
     if (world < 256) {
       EXPECT_GE(rr.maxCost, bal.maxCost * (1 - 1e-12));

@@ -39,12 +39,32 @@ Mat transpose(const Mat &a, int64_t r, int64_t c) {
 }
 
 /// Newton-Schulz's options: Muon's by default; `clamp` is torch.optim.Muon's
-/// X / max(||X||, eps) instead of X / (||X|| + eps).
+/// X / max(||X||, eps) instead of X / (||X|| + eps); `bf16` rounds X, A, B
+/// and each new X to the nearest bf16 when they are made (the products
+/// themselves exact, in double).
 struct Ns {
   int64_t steps = 5;
   double a = 3.4445, b = -4.7750, c = 2.0315, eps = 1e-7;
   bool clamp = false;
+  bool bf16 = false;
 };
+
+/// x rounded to the nearest bf16, ties to even, from double: the nearest
+/// multiple of 2^(e-7) where 2^e <= |x| < 2^(e+1) (normal range only).
+double roundBF16(double x) {
+  if (x == 0 || !std::isfinite(x))
+    return x;
+  int e;
+  std::frexp(x, &e); // |x| = m 2^e, 0.5 <= m < 1
+  const double ulp = std::ldexp(1.0, e - 8);
+  return std::nearbyint(x / ulp) * ulp; // the default mode: ties to even
+}
+
+void roundAll(Mat &m, bool bf16) {
+  if (bf16)
+    for (double &x : m)
+      x = roundBF16(x);
+}
 
 Mat newtonSchulz(Mat g, int64_t rows, int64_t cols, const Ns &o = {}) {
   const double a = o.a, b = o.b, c = o.c;
@@ -57,15 +77,19 @@ Mat newtonSchulz(Mat g, int64_t rows, int64_t cols, const Ns &o = {}) {
   bool tall = rows > cols;
   int64_t s = tall ? cols : rows, l = tall ? rows : cols;
   Mat X = tall ? transpose(g, rows, cols) : g;
+  roundAll(X, o.bf16);
   for (int64_t k = 0; k < o.steps; ++k) {
     Mat A = matmul(X, transpose(X, s, l), s, l, s);
+    roundAll(A, o.bf16);
     Mat AA = matmul(A, A, s, s, s);
     Mat B(s * s);
     for (int64_t i = 0; i < s * s; ++i)
       B[i] = b * A[i] + c * AA[i];
+    roundAll(B, o.bf16);
     Mat BX = matmul(B, X, s, s, l);
     for (int64_t i = 0; i < s * l; ++i)
       X[i] = a * X[i] + BX[i];
+    roundAll(X, o.bf16);
   }
   return tall ? transpose(X, s, l) : X;
 }
@@ -217,6 +241,85 @@ TEST(RuntimeKernels, NewtonSchulzOptionsMatchReference) {
                                          cols, o),
                   1e-4, "newton-schulz with options");
     }
+}
+
+/// The largest |got - want| over the largest |want|.
+double relDiff(const std::vector<float> &got, const std::vector<float> &want) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff = std::max(diff, std::fabs(double(got[i]) - want[i]));
+    scale = std::max(scale, std::fabs(double(want[i])));
+  }
+  return diff / scale;
+}
+
+/// Square, wide and tall shapes, with sides that are not multiples of a
+/// BLAS block.
+const std::pair<int64_t, int64_t> nsShapes[] = {{64, 64}, {37, 101}, {101, 37}, {5, 200}};
+
+TEST(RuntimeKernels, NewtonSchulzSyrkFormMatchesGemmForm) {
+  // The symmetric form (ssyrk, one triangle mirrored) and the three GEMMs
+  // compute the same products in another order: in fp32 they agree within
+  // 2e-5 of the largest magnitude after 5 steps, and each is within 1e-4 of
+  // the double reference.
+  for (auto [rows, cols] : nsShapes) {
+    std::vector<float> g = random(rows * cols, 11);
+    std::vector<float> ws(host::newtonSchulzWorkspace(rows, cols) / sizeof(float));
+    NewtonSchulzHyper h;
+    std::vector<float> syrk(rows * cols), gemm(rows * cols);
+    h.form = NsForm::Syrk;
+    host::newtonSchulz(g.data(), syrk.data(), rows, cols, h, ws.data());
+    h.form = NsForm::Gemm;
+    host::newtonSchulz(g.data(), gemm.data(), rows, cols, h, ws.data());
+    EXPECT_LE(relDiff(syrk, gemm), 2e-5) << rows << "x" << cols;
+    const ref::Mat want =
+        ref::newtonSchulz(std::vector<double>(g.begin(), g.end()), rows, cols);
+    expectClose(syrk, want, 1e-4, "newton-schulz, syrk form");
+    expectClose(gemm, want, 1e-4, "newton-schulz, gemm form");
+  }
+}
+
+/// ||got - want||_F / ||want||_F.
+double frobeniusRel(const std::vector<float> &got, const ref::Mat &want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff += (got[i] - want[i]) * (got[i] - want[i]);
+    norm += want[i] * want[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+TEST(RuntimeKernels, NewtonSchulzBF16MatchesRoundingReference) {
+  // NsPrecision::BF16 against the double reference that rounds X, A, B and
+  // each new X to bf16 at the same points. Every output is a bf16 value.
+  // A value near a rounding tie may round the other way from the
+  // reference's (double there, fp32 sums here), and the iteration carries
+  // that on, so the bound is on the whole matrix: within 8e-3 of the
+  // reference in the Frobenius norm (4.1e-3 at most on these matrices),
+  // while the unrounded fp32 reference is more than 1e-2 away (1.3e-2 or
+  // more): the rounding is the reference's, not merely some rounding. Both
+  // forms give the same.
+  for (auto [rows, cols] : nsShapes) {
+    std::vector<float> g = random(rows * cols, 13);
+    std::vector<float> ws(host::newtonSchulzWorkspace(rows, cols) / sizeof(float));
+    NewtonSchulzHyper h;
+    h.precision = NsPrecision::BF16;
+    std::vector<float> syrk(rows * cols), gemm(rows * cols);
+    h.form = NsForm::Syrk;
+    host::newtonSchulz(g.data(), syrk.data(), rows, cols, h, ws.data());
+    h.form = NsForm::Gemm;
+    host::newtonSchulz(g.data(), gemm.data(), rows, cols, h, ws.data());
+    for (float x : syrk)
+      ASSERT_EQ(host::fromBF16(host::toBF16(x)), x) << "not a bf16 value";
+    const std::vector<double> in(g.begin(), g.end());
+    ref::Ns o;
+    o.bf16 = true;
+    const ref::Mat want = ref::newtonSchulz(in, rows, cols, o);
+    const ref::Mat fp32 = ref::newtonSchulz(in, rows, cols);
+    EXPECT_LE(frobeniusRel(syrk, want), 8e-3) << rows << "x" << cols << " syrk";
+    EXPECT_LE(frobeniusRel(gemm, want), 8e-3) << rows << "x" << cols << " gemm";
+    EXPECT_GT(frobeniusRel(syrk, fp32), 1e-2) << rows << "x" << cols;
+  }
 }
 
 TEST(RuntimeKernels, NewtonSchulzApproximatelyOrthogonalises) {

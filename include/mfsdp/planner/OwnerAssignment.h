@@ -25,10 +25,15 @@
 
 namespace mfsdp::planner {
 
-/// FLOPs of `steps` quintic Newton-Schulz iterations on a rows x cols matrix:
-/// with s = min(rows, cols), l = max(rows, cols), each step costs
-/// 4 s^2 l + 2 s^3 (X X^T, then B = bA + cAA, then B X).
+/// FLOPs of `steps` quintic Newton-Schulz iterations on a rows x cols matrix
+/// as the runtime runs them: with s = min(rows, cols), l = max(rows, cols),
+/// each step costs 3 s^2 l + s^3 (X X^T and A A as symmetric rank-k
+/// products, s^2 l and s^3, then B X, 2 s^2 l).
 double newtonSchulzFlops(int64_t rows, int64_t cols, int64_t steps);
+
+/// The same iterations as three general products (X X^T, A A, B X):
+/// 4 s^2 l + 2 s^3 per step, what torch.optim.Muon runs.
+double newtonSchulzGemmFlops(int64_t rows, int64_t cols, int64_t steps);
 
 /// One matrix to place.
 struct OwnerItem {

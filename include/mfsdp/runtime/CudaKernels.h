@@ -1,9 +1,11 @@
 //===- CudaKernels.h - CUDA twins of the runtime kernels ----------*- C++ -*-===//
 //
 // The same semantics as mfsdp/runtime/Kernels.h (host), on device pointers
-// and a stream. Newton-Schulz runs its GEMMs in bf16 with fp32 accumulation
-// (cuBLAS), as Muon does; the host twin computes in fp32. Every call returns
-// a status; nothing here runs on machines without a GPU.
+// and a stream. Newton-Schulz runs its products in the precision its
+// hyperparameters name (NsPrecision: fp32, or bf16 operands with fp32
+// accumulation as torch.optim.Muon; cuBLAS GemmEx, never TF32), the
+// symmetric ones over the tiles on and below the diagonal (NsForm::Syrk).
+// Every call returns a status; nothing here runs on machines without a GPU.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MFSDP_RUNTIME_CUDAKERNELS_H

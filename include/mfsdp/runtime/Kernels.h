@@ -51,14 +51,40 @@ enum class NsNorm : int {
   Clamp = 1,  ///< X = G / max(||G||_F, eps), as torch.optim.Muon
 };
 
+/// The precision of Newton-Schulz's products; the same choice means the
+/// same numbers (up to the order of the fp32 sums) on every backend.
+enum class NsPrecision : int {
+  FP32 = 0, ///< fp32 operands, fp32 accumulation, fp32 results
+  /// As torch.optim.Muon: X, A and B are held in bf16 (round to nearest
+  /// even); each product takes bf16 operands and accumulates in fp32, and
+  /// its fused combination (A = X X^T, B = b A + c A A, X = a X + B X) is
+  /// rounded once to bf16. The host emulates it exactly: a product of two
+  /// bf16 values is exact in fp32, so an fp32 product of bf16-rounded
+  /// operands is a bf16 product with fp32 accumulation.
+  BF16 = 1,
+};
+
+/// How Newton-Schulz forms its products (the same values up to rounding).
+enum class NsForm : int {
+  /// X X^T and A A (A is symmetric) as symmetric rank-k products, one
+  /// triangle computed and mirrored: 3 s^2 l + s^3 FLOPs per iteration
+  /// (s = min(rows, cols), l = max(rows, cols)).
+  Syrk = 0,
+  /// Three general products: 4 s^2 l + 2 s^3 FLOPs per iteration.
+  Gemm = 1,
+};
+
 /// Quintic Newton-Schulz: `steps` times A = X X^T, B = b A + c A A,
 /// X = a X + B X, after the normalisation `norm` with `eps`. The defaults
-/// are Muon's (a, b, c) = (3.4445, -4.7750, 2.0315), 5 steps, eps 1e-7.
+/// are Muon's (a, b, c) = (3.4445, -4.7750, 2.0315), 5 steps, eps 1e-7,
+/// fp32 products in the symmetric form.
 struct NewtonSchulzHyper {
   int64_t steps = 5;
   float a = 3.4445f, b = -4.7750f, c = 2.0315f;
   float eps = 1e-7f;
   NsNorm norm = NsNorm::AddEps;
+  NsPrecision precision = NsPrecision::FP32;
+  NsForm form = NsForm::Syrk;
 };
 
 struct MuonHyper {
@@ -142,7 +168,8 @@ int64_t newtonSchulzWorkspace(int64_t rows, int64_t cols);
 
 /// X = NS(G) (NewtonSchulzHyper): normalise by the Frobenius norm (the
 /// norm in double, its inverse in float), work on the wide orientation
-/// (rows <= cols), repeat A = X X^T, B = b A + c A A, X = a X + B X.
+/// (rows <= cols), repeat A = X X^T, B = b A + c A A, X = a X + B X, in
+/// the precision and form `h` names (OpenBLAS ssyrk / sgemm).
 /// `out` may alias `in`. `workspace` holds newtonSchulzWorkspace() bytes.
 void newtonSchulz(const float *in, float *out, int64_t rows, int64_t cols,
                   const NewtonSchulzHyper &h, float *workspace);

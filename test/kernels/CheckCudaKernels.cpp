@@ -1,0 +1,301 @@
+//===- CheckCudaKernels.cpp - Every CUDA kernel against its host twin -----===//
+//
+//   mfsdp-check-cuda-kernels
+//
+// Runs every kernel of mfsdp/runtime/CudaKernels.h on the first CUDA device
+// and its twin of mfsdp/runtime/Kernels.h on the host, on the same random
+// inputs, and compares the results: AdamW and SGD over three steps, Muon's
+// momentum, Newton-Schulz in both precisions and both forms on square,
+// wide and tall matrices (sides past one 256-row strip of the symmetric
+// products), Muon's update, the sum of squares, the bf16 casts and
+// rounding, the scaling and the block packing. Tolerances, as a fraction
+// of the host result's largest magnitude: 1e-5 for the elementwise
+// optimizer kernels (the device may contract a multiply and an add into an
+// FMA), 1e-4 for fp32 Newton-Schulz and 2e-2 for bf16 Newton-Schulz (the
+// fp32 sums in another order move a value across a bf16 rounding tie),
+// 1e-12 for the sum of squares (double, summed in another order); the
+// casts, rounding, scaling and packing must be bitwise equal.
+//
+// Prints one line per check and "N checks, N failed"; exits 0 when every
+// check passes, 1 when one fails, 3 when there is no CUDA device (nothing
+// was checked), 2 on another error.
+//
+//===----------------------------------------------------------------------===//
+#include "mfsdp/runtime/CudaKernels.h"
+#include "mfsdp/runtime/Kernels.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace mfsdp::rt;
+
+namespace {
+
+int checks = 0, failures = 0;
+
+[[noreturn]] void die(const std::string &what) {
+  std::fprintf(stderr, "mfsdp-check-cuda-kernels: error: %s\n", what.c_str());
+  std::exit(2);
+}
+
+void cudaOk(cudaError_t e, const char *what) {
+  if (e != cudaSuccess)
+    die(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+void kernelOk(int rc, const char *what) {
+  if (rc != 0)
+    die(std::string(what) + ": " + cuda::lastError());
+  cudaOk(cudaDeviceSynchronize(), what);
+}
+
+/// A device copy of a host array, freed with the object.
+template <typename T> struct Device {
+  T *ptr = nullptr;
+  size_t n = 0;
+  explicit Device(const std::vector<T> &host) : n(host.size()) {
+    cudaOk(cudaMalloc(&ptr, std::max<size_t>(1, n) * sizeof(T)), "cudaMalloc");
+    cudaOk(cudaMemcpy(ptr, host.data(), n * sizeof(T), cudaMemcpyHostToDevice),
+           "cudaMemcpy to the device");
+  }
+  explicit Device(size_t bytes) : n(bytes / sizeof(T)) {
+    cudaOk(cudaMalloc(&ptr, std::max<size_t>(1, bytes)), "cudaMalloc");
+  }
+  Device(const Device &) = delete;
+  Device &operator=(const Device &) = delete;
+  ~Device() { cudaFree(ptr); }
+  std::vector<T> get() const {
+    std::vector<T> host(n);
+    cudaOk(cudaMemcpy(host.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost),
+           "cudaMemcpy to the host");
+    return host;
+  }
+};
+
+std::vector<float> random(int64_t n, unsigned seed, float lo, float hi) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = d(gen);
+  return v;
+}
+
+/// The largest |device - host| over the host's largest magnitude (0 when
+/// both are zero); a NaN on either side fails.
+template <typename T>
+void compare(const std::string &what, const std::vector<T> &device,
+             const std::vector<T> &host, double tolerance) {
+  ++checks;
+  double diff = 0, scale = 0;
+  bool nan = device.size() != host.size();
+  for (size_t i = 0; !nan && i < host.size(); ++i) {
+    const double d = std::fabs(double(device[i]) - double(host[i]));
+    nan |= std::isnan(d);
+    diff = std::max(diff, d);
+    scale = std::max(scale, std::fabs(double(host[i])));
+  }
+  const double rel = scale > 0 ? diff / scale : diff;
+  const bool ok = !nan && (tolerance == 0 ? diff == 0 : rel <= tolerance);
+  failures += !ok;
+  char limit[32] = "bitwise";
+  if (tolerance != 0)
+    std::snprintf(limit, sizeof(limit), "%g relative", tolerance);
+  std::printf("%-48s %s (max diff %.3g of %.3g, limit %s)\n", what.c_str(),
+              ok ? "ok" : "FAILED", diff, scale, limit);
+}
+
+void checkAdamW() {
+  const int64_t n = 100003;
+  std::vector<float> p = random(n, 1, -1, 1), m(n, 0.f), v(n, 0.f);
+  Device<float> dp(p), dm(m), dv(v);
+  AdamWHyper h;
+  for (int64_t step = 1; step <= 3; ++step) {
+    std::vector<float> g = random(n, 10 + unsigned(step), -0.1f, 0.1f);
+    Device<float> dg(g);
+    host::adamwStep(p.data(), g.data(), m.data(), v.data(), n, h, step);
+    kernelOk(cuda::adamwStep(dp.ptr, dg.ptr, dm.ptr, dv.ptr, n, h, step, nullptr),
+             "adamwStep");
+  }
+  compare("adamwStep (3 steps): param", dp.get(), p, 1e-5);
+  compare("adamwStep (3 steps): exp_avg_sq", dv.get(), v, 1e-5);
+}
+
+void checkSGD() {
+  const int64_t n = 65537;
+  std::vector<float> p = random(n, 2, -1, 1), buf(n, 0.f);
+  Device<float> dp(p), db(buf);
+  SGDHyper h;
+  h.momentum = 0.9f;
+  h.weightDecay = 0.01f;
+  h.nesterov = true;
+  for (int64_t step = 1; step <= 3; ++step) {
+    std::vector<float> g = random(n, 20 + unsigned(step), -0.1f, 0.1f);
+    Device<float> dg(g);
+    host::sgdStep(p.data(), g.data(), buf.data(), n, h, step);
+    kernelOk(cuda::sgdStep(dp.ptr, dg.ptr, db.ptr, n, h, step, nullptr), "sgdStep");
+  }
+  compare("sgdStep (3 steps, Nesterov): param", dp.get(), p, 1e-5);
+}
+
+void checkMuonMomentum() {
+  const int64_t n = 4099;
+  std::vector<float> g = random(n, 3, -1, 1), buf = random(n, 4, -1, 1), out(n);
+  Device<float> dg(g), db(buf), dout(out);
+  host::muonMomentum(g.data(), buf.data(), out.data(), n, 0.95f, true);
+  kernelOk(cuda::muonMomentum(dg.ptr, db.ptr, dout.ptr, n, 0.95f, true, nullptr),
+           "muonMomentum");
+  compare("muonMomentum: update", dout.get(), out, 1e-5);
+  compare("muonMomentum: buffer", db.get(), buf, 1e-5);
+}
+
+void checkNewtonSchulz(cublasHandle_t blas) {
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {64, 64}, {37, 101}, {101, 37}, {300, 700}, {700, 300}, {512, 512}};
+  for (auto [rows, cols] : shapes) {
+    const std::vector<float> g = random(rows * cols, 5, -0.01f, 0.01f);
+    Device<float> dg(g);
+    for (NsPrecision prec : {NsPrecision::FP32, NsPrecision::BF16})
+      for (NsForm form : {NsForm::Syrk, NsForm::Gemm}) {
+        NewtonSchulzHyper h;
+        h.precision = prec;
+        h.form = form;
+        std::vector<float> out(rows * cols);
+        std::vector<float> ws(host::newtonSchulzWorkspace(rows, cols) / sizeof(float));
+        host::newtonSchulz(g.data(), out.data(), rows, cols, h, ws.data());
+        Device<float> dout(out.size() * sizeof(float));
+        Device<char> dws(static_cast<size_t>(cuda::newtonSchulzWorkspace(rows, cols)));
+        kernelOk(cuda::newtonSchulz(blas, dg.ptr, dout.ptr, rows, cols, h, dws.ptr,
+                                    nullptr),
+                 "newtonSchulz");
+        const std::string what = "newtonSchulz " + std::to_string(rows) + "x" +
+                                 std::to_string(cols) +
+                                 (prec == NsPrecision::FP32 ? " fp32" : " bf16") +
+                                 (form == NsForm::Syrk ? " syrk" : " gemm");
+        compare(what, dout.get(), out, prec == NsPrecision::FP32 ? 1e-4 : 2e-2);
+      }
+  }
+}
+
+void checkMuonApply() {
+  const int64_t rows = 48, cols = 80;
+  std::vector<float> p = random(rows * cols, 6, -1, 1), o = random(rows * cols, 7, -1, 1);
+  Device<float> dp(p), dout(o);
+  MuonHyper h;
+  host::muonApply(p.data(), o.data(), rows, cols, h);
+  kernelOk(cuda::muonApply(dp.ptr, dout.ptr, rows, cols, h, nullptr), "muonApply");
+  compare("muonApply: param", dp.get(), p, 1e-5);
+}
+
+void checkSumSquares() {
+  const int64_t n = 1000003;
+  std::vector<float> x = random(n, 8, -2, 2);
+  Device<float> dx(x);
+  Device<double> sum(std::vector<double>{0.0});
+  kernelOk(cuda::sumSquares(dx.ptr, n, sum.ptr, nullptr), "sumSquares");
+  compare("sumSquares (double)", sum.get(), {host::sumSquares(x.data(), n)}, 1e-12);
+}
+
+void checkBF16() {
+  const int64_t n = 70001;
+  std::vector<float> x = random(n, 9, -3, 3);
+  x[0] = 0.f;
+  x[1] = -0.f;
+  x[2] = 1.00390625f;    // a tie: rounds to even (1.0)
+  x[3] = 1.01171875f;    // a tie: rounds to even (1.015625)
+  x[4] = 3.4e38f;        // past the largest bf16 and half an ulp: infinity
+  x[5] = 1e-40f;         // a subnormal
+  Device<float> dx(x);
+  std::vector<uint16_t> bits(n);
+  host::castF32ToBF16(x.data(), bits.data(), n);
+  Device<uint16_t> dbits(n * sizeof(uint16_t));
+  kernelOk(cuda::castF32ToBF16(dx.ptr, dbits.ptr, n, nullptr), "castF32ToBF16");
+  compare("castF32ToBF16", dbits.get(), bits, 0);
+  std::vector<float> back(n);
+  host::castBF16ToF32(bits.data(), back.data(), n);
+  Device<uint16_t> dsrc(bits);
+  Device<float> dback(n * sizeof(float));
+  kernelOk(cuda::castBF16ToF32(dsrc.ptr, dback.ptr, n, nullptr), "castBF16ToF32");
+  compare("castBF16ToF32", dback.get(), back, 0);
+  kernelOk(cuda::roundToBF16(dx.ptr, n, nullptr), "roundToBF16");
+  compare("roundToBF16", dx.get(), back, 0);
+}
+
+void checkScale() {
+  const int64_t n = 5000;
+  std::vector<float> x = random(n, 11, -1, 1);
+  Device<float> dx(x);
+  for (float &v : x)
+    v *= 0.125f;
+  kernelOk(cuda::scale(dx.ptr, n, 0.125f, nullptr), "scale");
+  compare("scale", dx.get(), x, 0);
+}
+
+void checkBlocks() {
+  BlockGrid g;
+  g.rows = 12;
+  g.cols = 18;
+  g.blockRows = 4;
+  g.blockCols = 6;
+  g.ranks = 4; // 9 blocks: rank 0 keeps 3, the others 2
+  const std::vector<float> whole = random(g.rows * g.cols, 12, -1, 1);
+  Device<float> dwhole(whole);
+  for (int64_t r = 0; r < g.ranks; ++r) {
+    const int64_t first = g.firstBlockOf(r), count = g.blocksOf(r);
+    std::vector<float> packed(count * g.blockElems());
+    host::packBlocks(whole.data(), packed.data(), g, first, count);
+    Device<float> dpacked(packed.size() * sizeof(float));
+    kernelOk(cuda::packBlocks(dwhole.ptr, dpacked.ptr, g, first, count, nullptr),
+             "packBlocks");
+    compare("packBlocks, rank " + std::to_string(r), dpacked.get(), packed, 0);
+    std::vector<float> target(whole.size(), 0.f);
+    Device<float> dtarget(target);
+    host::unpackBlocks(packed.data(), target.data(), g, first, count);
+    kernelOk(cuda::unpackBlocks(dpacked.ptr, dtarget.ptr, g, first, count, nullptr),
+             "unpackBlocks");
+    compare("unpackBlocks, rank " + std::to_string(r), dtarget.get(), target, 0);
+  }
+}
+
+} // namespace
+
+int main(int argc, char **) {
+  if (argc != 1) {
+    std::fprintf(stderr, "usage: mfsdp-check-cuda-kernels\n");
+    return 2;
+  }
+  int devices = 0;
+  cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess || devices == 0) {
+    std::printf("mfsdp-check-cuda-kernels: no CUDA device (%s); nothing checked\n",
+                e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+    return 3;
+  }
+  cudaDeviceProp prop;
+  cudaOk(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  std::printf("mfsdp-check-cuda-kernels: device 0: %s (sm_%d%d)\n", prop.name, prop.major,
+              prop.minor);
+  cublasHandle_t blas = nullptr;
+  if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS)
+    die("cublasCreate failed");
+  checkAdamW();
+  checkSGD();
+  checkMuonMomentum();
+  checkNewtonSchulz(blas);
+  checkMuonApply();
+  checkSumSquares();
+  checkBF16();
+  checkScale();
+  checkBlocks();
+  cublasDestroy(blas);
+  std::printf("%d checks, %d failed\n", checks, failures);
+  return failures ? 1 : 0;
+}
