@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <new>
 #include <string>
@@ -112,13 +113,14 @@ mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
                                       mfsdp_step **out) {
   // Nothing may escape the C ABI: an exception (a plan too large for host
   // memory, say) becomes a status and a message.
-  const char *what = "an unknown exception";
+  // The message is copied while the exception lives (without allocating).
+  char what[512] = "an unknown exception";
   try {
     return createStep(plan, config, out);
   } catch (const std::bad_alloc &) {
-    what = "out of host memory (std::bad_alloc)";
+    std::snprintf(what, sizeof(what), "out of host memory (std::bad_alloc)");
   } catch (const std::exception &e) {
-    what = e.what();
+    std::snprintf(what, sizeof(what), "%s", e.what());
   } catch (...) {
   }
   if (!out)
