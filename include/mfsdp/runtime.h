@@ -7,19 +7,72 @@
  * the trainer DLPack views of gathered parameters and of gradient buffers.
  *
  * Every call returns a status; on failure mfsdp_last_error() says what
- * happened and where. Collective calls (create, the hooks, the optimizer
- * step, load and store) must be made by every rank in the same order.
+ * happened and where (mfsdp_status_string() names the status). Collective
+ * calls (create, the hooks, the optimizer step, load and store) must be
+ * made by every rank in the same order.
+ *
+ * Versions. The header and the library carry a version
+ * (MFSDP_VERSION_CODE; mfsdp_get_version() is the library's), and the two
+ * structs a caller fills, mfsdp_plan and mfsdp_config, carry their size and
+ * layout version in their first fields: initialise them with
+ * MFSDP_PLAN_INITIALIZER / MFSDP_CONFIG_INITIALIZER (as NCCL's
+ * ncclConfig_t), then set what differs. mfsdp_create refuses a struct whose
+ * size or version this library does not read (a plan or step library
+ * built against another header): MFSDP_ERROR_PLAN for a plan,
+ * MFSDP_ERROR_INVALID for a config, with the sizes and versions in the
+ * message. A zero-initialised struct is refused the same way.
+ *
+ * Ownership and lifetime. The caller owns every struct and array it
+ * passes. mfsdp_create copies the plan struct, but keeps the pointers in
+ * it: the parameter table, the memory plan and the bucket tables must stay
+ * valid and unchanged until mfsdp_destroy (a step library's plan is static
+ * data, valid while the library is loaded); the config is read during
+ * mfsdp_create only. The runtime owns every buffer it hands out: a view's
+ * data is valid until its unit's buffers are released (see the hooks), its
+ * shape until mfsdp_destroy. mfsdp_last_error's string belongs to the
+ * runtime and is valid until the next call on that runtime. Strings and
+ * tables returned by functions without a runtime (mfsdp_status_string) are
+ * static.
+ *
+ * Threads. A runtime is not thread-safe: calls on one mfsdp_step must not
+ * overlap (one thread, or the caller's lock); the DLPack views may be read
+ * and written from any thread between calls. Separate runtimes share
+ * nothing but the communication library: under MPI, calls on two runtimes
+ * from two threads at once need MPI_THREAD_MULTIPLE. mfsdp_plan_hash,
+ * mfsdp_get_version and mfsdp_status_string are thread-safe.
+ *
+ * Exceptions. No C++ exception leaves an entry point: one thrown inside
+ * the runtime (out of host memory, a failure in a backend or its
+ * libraries) becomes MFSDP_ERROR_BACKEND with the call and the
+ * exception's message in mfsdp_last_error. The runtime's state after such
+ * a failure is that of a failed call: destroy it, or retry only calls that
+ * are not collective.
  *
  *===---------------------------------------------------------------------===*/
 #ifndef MFSDP_RUNTIME_H
 #define MFSDP_RUNTIME_H
 
 #include <dlpack/dlpack.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The version of this header (and of the library built with it):
+ * MFSDP_VERSION_CODE = major * 10000 + minor * 100 + patch. */
+#define MFSDP_VERSION_MAJOR 0
+#define MFSDP_VERSION_MINOR 12
+#define MFSDP_VERSION_PATCH 0
+#define MFSDP_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
+#define MFSDP_VERSION_CODE \
+  MFSDP_VERSION(MFSDP_VERSION_MAJOR, MFSDP_VERSION_MINOR, MFSDP_VERSION_PATCH)
+
+/* The layout versions of mfsdp_plan and mfsdp_config (their `version`
+ * field), raised whenever a field is added, removed or changed. */
+#define MFSDP_PLAN_VERSION 1
+#define MFSDP_CONFIG_VERSION 1
 
 typedef enum mfsdp_status {
   MFSDP_OK = 0,
@@ -30,6 +83,14 @@ typedef enum mfsdp_status {
   MFSDP_ERROR_BACKEND = 5, /* the backend is unavailable (no CUDA driver or
                               device) or failed (out of memory, a kernel) */
 } mfsdp_status;
+
+/* A status's name ("MFSDP_ERROR_PLAN"), or "unknown mfsdp_status" for a
+ * value that is not one; static, never NULL. */
+const char *mfsdp_status_string(mfsdp_status status);
+
+/* The library's MFSDP_VERSION_CODE (which may differ from the header's a
+ * trainer was built with). MFSDP_ERROR_INVALID when `version` is NULL. */
+mfsdp_status mfsdp_get_version(int32_t *version);
 
 typedef enum mfsdp_placement {
   MFSDP_ROW_SHARD = 0, /* torch.chunk rows over dp_shard */
@@ -186,6 +247,12 @@ typedef struct mfsdp_mesh_dim {
 
 /* The plan: what the compiler decided, as constants. */
 typedef struct mfsdp_plan {
+  /* sizeof(mfsdp_plan) and MFSDP_PLAN_VERSION of the header the plan was
+   * built with (MFSDP_PLAN_INITIALIZER sets them). First, so a library
+   * reads them from a plan of any layout; not part of the hash, which
+   * covers the plan's contents. */
+  uint32_t struct_size;
+  uint32_t version;
   uint64_t hash; /* mfsdp_plan_hash() of the rest */
   int32_t zero;  /* 1, 2 or 3 */
   int32_t dp_replicate, dp_shard;
@@ -236,15 +303,33 @@ typedef struct mfsdp_plan {
   const mfsdp_bucket_kernels *cuda_kernels;
 } mfsdp_plan;
 
+/* An empty plan of this header's layout: every field 0 or NULL but
+ * struct_size and version (every field listed, so C and C++ compilers
+ * warn of none missing; keep it in the order of the fields). */
+#define MFSDP_PLAN_INITIALIZER                                                \
+  {                                                                           \
+    (uint32_t)sizeof(mfsdp_plan), MFSDP_PLAN_VERSION, 0, /* hash */           \
+        0, 0, 0, 0, 0, 0, NULL, /* zero .. params */                          \
+        0.f, 0.f, 0.f, 0.f, 0.f, /* adamw_* */                                \
+        0.f, 0.f, 0.f, 0,        /* sgd_* */                                  \
+        0.f, 0.f, 0.f, 0, 0, 0,  /* muon_* */                                 \
+        0, NULL,                 /* ns_split, memory */                       \
+        0, NULL, 0, NULL,        /* mesh_dims, buckets */                     \
+        NULL, NULL               /* host_kernels, cuda_kernels */             \
+  }
+
 typedef struct mfsdp_step mfsdp_step;
 
-/* The hash a plan must carry; a library refuses a plan whose hash differs. */
+/* The hash a plan must carry; a library refuses a plan whose hash differs.
+ * Reads the plan only; thread-safe; 0 for NULL. */
 uint64_t mfsdp_plan_hash(const mfsdp_plan *plan);
 
 /* Creates the runtime on every rank (MPI must be initialised). Fails with
  * MFSDP_ERROR_PLAN when the plan was built for another world size. Runs
  * the host backend with ranks from MPI: mfsdp_create_with_config(plan,
- * NULL, out). */
+ * NULL, out). Collective. *out is set even on failure (a runtime that
+ * holds the message, NULL only when not even that could be allocated):
+ * the caller owns it and frees it with mfsdp_destroy. */
 mfsdp_status mfsdp_create(const mfsdp_plan *plan, mfsdp_step **out);
 
 /* Where the runtime keeps its buffers and runs its collectives and
@@ -275,9 +360,13 @@ typedef enum mfsdp_bootstrap {
   MFSDP_BOOTSTRAP_TORCHRUN = 1,
 } mfsdp_bootstrap;
 
-/* Options of mfsdp_create_with_config; a zero-initialised config (or NULL)
- * is the host backend with ranks from MPI. */
+/* Options of mfsdp_create_with_config. MFSDP_CONFIG_INITIALIZER (or a NULL
+ * config) is the host backend with ranks from MPI. */
 typedef struct mfsdp_config {
+  /* sizeof(mfsdp_config) and MFSDP_CONFIG_VERSION (MFSDP_CONFIG_INITIALIZER
+   * sets them); a config of another size or version is refused. */
+  uint32_t struct_size;
+  uint32_t version;
   int32_t backend; /* mfsdp_backend */
   /* CUDA backend: the trainer's stream (a cudaStream_t). Every call that
    * touches buffers the trainer may still be reading or writing (the hooks,
@@ -296,10 +385,17 @@ typedef struct mfsdp_config {
    * docs/runtime.md, "Trace"): every "%r" replaced by the world rank, or,
    * without one, ".rank<N>.json" appended. NULL or "": the MFSDP_TRACE
    * environment variable, the same way; unset or empty, no trace. A file
-   * that cannot be written fails mfsdp_create with MFSDP_ERROR_INVALID.
-   * Last; a zero-initialised config holds NULL. */
+   * that cannot be written fails mfsdp_create with MFSDP_ERROR_INVALID. */
   const char *trace_path;
 } mfsdp_config;
+
+/* The default config of this header's layout (every field listed; keep it
+ * in the order of the fields). */
+#define MFSDP_CONFIG_INITIALIZER                                              \
+  {                                                                           \
+    (uint32_t)sizeof(mfsdp_config), MFSDP_CONFIG_VERSION, MFSDP_BACKEND_HOST, \
+        NULL, MFSDP_BOOTSTRAP_MPI, 0, NULL                                    \
+  }
 
 #define MFSDP_BOOTSTRAP_TIMEOUT_MS_DEFAULT 300000 /* 5 minutes */
 
@@ -314,6 +410,9 @@ typedef struct mfsdp_config {
 mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
                                       const mfsdp_config *config,
                                       mfsdp_step **out);
+/* Frees a runtime and every buffer it handed out (views become invalid).
+ * Waits for the collectives it started, so every rank destroys its runtime
+ * (after the same calls). NULL is ignored. */
 void mfsdp_destroy(mfsdp_step *step);
 
 /* Per-unit hooks. pre_forward gathers the unit's parameters (it may be
@@ -339,8 +438,11 @@ mfsdp_status mfsdp_end_forward(mfsdp_step *step, int32_t unit);
  * a backward has reduced new ones is MFSDP_ERROR_ORDER (zero_grad does not
  * make them new), as is a step before every unit's gradients are reduced. */
 mfsdp_status mfsdp_optimizer_step(mfsdp_step *step);
+/* Zeroes the gradient buffers handed out. Every rank calls it: it first
+ * completes the collectives still in flight (overlapped reductions). */
 mfsdp_status mfsdp_zero_grad(mfsdp_step *step);
-/* While set, post_backward accumulates locally and does not reduce. */
+/* While set, post_backward accumulates locally and does not reduce (local;
+ * every rank sets the same). */
 mfsdp_status mfsdp_set_no_sync(mfsdp_step *step, int32_t no_sync);
 
 /* How Muon's Newton-Schulz normalises its input G. */
@@ -441,7 +543,9 @@ mfsdp_status mfsdp_clip_grad_norm(mfsdp_step *step, double max_norm,
  * device is the backend's: kDLCPU, or kDLCUDA with the rank's device id.
  * Work on them is done when the hook that provides them returns; the
  * trainer's own writes must be done (its stream synchronised) before it
- * calls the next hook. */
+ * calls the next hook. Local (no collective); the memory is the runtime's,
+ * the trainer reads and writes it in place, and the shape array is valid
+ * until mfsdp_destroy. */
 mfsdp_status mfsdp_param_view(mfsdp_step *step, int32_t param, DLTensor *out);
 mfsdp_status mfsdp_grad_view(mfsdp_step *step, int32_t param, DLTensor *out);
 
@@ -464,9 +568,12 @@ mfsdp_status mfsdp_load_state(mfsdp_step *step, int32_t param, int32_t which,
                               const float *full);
 mfsdp_status mfsdp_store_state(mfsdp_step *step, int32_t param, int32_t which,
                                float *full);
+/* The optimizer step count (AdamW's bias correction); local. */
 mfsdp_status mfsdp_step_count(mfsdp_step *step, int64_t *count);
 mfsdp_status mfsdp_set_step_count(mfsdp_step *step, int64_t count);
 
+/* What the last failing call on `step` said; owned by the runtime, valid
+ * until the next call on it. A static message for NULL. */
 const char *mfsdp_last_error(mfsdp_step *step);
 
 /* A generated step library (mfsdp-compile) exports these two functions:

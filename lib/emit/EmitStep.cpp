@@ -687,7 +687,11 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
   if (!buckets.empty())
     os << "  .buckets = mfsdp_bucket_staging,\n";
   os << "};\n\n";
+  // The layout of the header the library is compiled with (runtime.h,
+  // "Versions"); the runtime refuses a plan of another. Not in the hash.
   os << "static const mfsdp_plan mfsdp_the_plan = {\n"
+     << "  .struct_size = sizeof(mfsdp_plan),\n"
+     << "  .version = MFSDP_PLAN_VERSION,\n"
      << "  .hash = UINT64_C(" << llvm::format_hex(plan.hash, 18) << "),\n"
      << "  .zero = " << plan.zero << ",\n"
      << "  .dp_replicate = " << plan.dp_replicate << ",\n"

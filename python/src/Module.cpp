@@ -147,8 +147,7 @@ struct Step {
   Step(nb::object lib, int32_t backend, int32_t bootstrap, int32_t timeoutMs)
       : library(std::move(lib)) {
     const Library &l = nb::cast<const Library &>(library);
-    mfsdp_config config;
-    std::memset(&config, 0, sizeof(config));
+    mfsdp_config config = MFSDP_CONFIG_INITIALIZER;
     config.backend = backend;
     config.bootstrap = bootstrap;
     config.bootstrap_timeout_ms = timeoutMs;

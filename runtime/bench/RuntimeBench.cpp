@@ -409,7 +409,7 @@ BucketResult benchBuckets(int world) {
   out.params = static_cast<int64_t>(descs.size());
   out.buckets = static_cast<int64_t>(buckets.size());
   auto run = [&](bool bucketed, std::vector<double> &reps) {
-    mfsdp_plan plan{};
+    mfsdp_plan plan = MFSDP_PLAN_INITIALIZER;
     plan.zero = 3;
     plan.dp_replicate = 1;
     plan.dp_shard = world;

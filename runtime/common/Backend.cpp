@@ -4,10 +4,13 @@
 // machines without the toolkit. The CUDA backend lives in libmfsdp_rt_cuda,
 // opened here when a trainer asks for it. The driver (libcuda.so.1, which
 // the CUDA runtime itself opens) is looked for first: without it no CUDA
-// call could succeed, and none is made.
+// call could succeed, and none is made. What crosses dlopen is C only
+// (BackendTable.h): the options and the control plane go as C structs,
+// the backend comes back as a table of functions.
 //
 //===----------------------------------------------------------------------===//
 #include "mfsdp/runtime/Backend.h"
+#include "mfsdp/runtime/BackendTable.h"
 #include "mfsdp/runtime/ControlPlane.h"
 
 #include <dlfcn.h>
@@ -38,7 +41,7 @@ std::string ownFolder() {
 }
 
 /// This rank's factory, or null with `why`.
-CreateBackendFn findFactory(std::string &why) {
+mfsdp_rt_create_backend_fn findFactory(std::string &why) {
   if (!dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
     why = "no CUDA driver on this machine (" + dlMessage() + ")";
     return nullptr;
@@ -59,10 +62,11 @@ CreateBackendFn findFactory(std::string &why) {
     return nullptr;
   }
   // The library stays loaded: the backend's code lives in it.
-  auto create = reinterpret_cast<CreateBackendFn>(dlsym(lib, MFSDP_CUDA_BACKEND_SYMBOL));
+  auto create =
+      reinterpret_cast<mfsdp_rt_create_backend_fn>(dlsym(lib, MFSDP_RT_CUDA_BACKEND_SYMBOL));
   if (!create)
-    why = std::string(kCudaLibrary) + " has no " + MFSDP_CUDA_BACKEND_SYMBOL +
-          " (it was built without NCCL)";
+    why = std::string(kCudaLibrary) + " has no " + MFSDP_RT_CUDA_BACKEND_SYMBOL +
+          " (it was built without NCCL, or by another mfsdp version)";
   return create;
 }
 
@@ -71,7 +75,7 @@ CreateBackendFn findFactory(std::string &why) {
 Backend *loadCudaBackend(const BackendOptions &options, std::string &error) {
   const std::string prefix = "the CUDA backend is not available: ";
   std::string why;
-  CreateBackendFn create = findFactory(why);
+  mfsdp_rt_create_backend_fn create = findFactory(why);
   // Every rank goes on, or none does: a rank left alone would wait in the
   // factory's collectives forever.
   std::unique_ptr<ControlPlane> mpi;
@@ -97,10 +101,29 @@ Backend *loadCudaBackend(const BackendOptions &options, std::string &error) {
             (found ? "another rank cannot load it (see that rank's error)" : why);
     return nullptr;
   }
-  Backend *backend = create(&options, &why);
-  if (!backend)
-    error = prefix + why;
-  return backend;
+  // The options in C: the mesh's names stay alive in options.mesh.
+  std::vector<mfsdp_mesh_dim> mesh;
+  for (const MeshDimSpec &d : options.mesh)
+    mesh.push_back({d.name.c_str(), static_cast<int32_t>(d.size)});
+  const mfsdp_rt_control_table controlC = controlTable(*control);
+  mfsdp_rt_backend_options c{};
+  c.struct_size = sizeof(c);
+  c.version = MFSDP_RT_BACKEND_TABLE_VERSION;
+  c.num_mesh_dims = static_cast<int32_t>(mesh.size());
+  c.mesh_dims = mesh.data();
+  c.trainer_stream = options.trainerStream;
+  c.control = &controlC;
+  c.timeout_ms = options.timeoutMs;
+  mfsdp_rt_backend_table table{};
+  table.struct_size = sizeof(table);
+  table.version = MFSDP_RT_BACKEND_TABLE_VERSION;
+  char message[1024] = "";
+  if (create(&c, &table, message, sizeof(message)) != 0) {
+    error = prefix + message;
+    return nullptr;
+  }
+  // The callee checked the layouts; a table it filled is this layout.
+  return backendFromTable(table);
 }
 
 } // namespace mfsdp::rt

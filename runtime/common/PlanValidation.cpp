@@ -45,6 +45,21 @@ std::string blockProblem(const mfsdp_param_desc &d) {
   return "";
 }
 
+/// What is wrong with the size and layout version a caller's struct
+/// carries ("" when nothing): this library reads `size` bytes of layout
+/// `version` only.
+std::string layoutProblem(const char *type, uint32_t gotSize, uint32_t gotVersion,
+                          size_t size, uint32_t version, const char *initializer) {
+  if (gotSize == size && gotVersion == version)
+    return "";
+  return std::string("the ") + type + " has struct_size " + std::to_string(gotSize) +
+         " and version " + std::to_string(gotVersion) + ", but this libmfsdp_rt (mfsdp " +
+         std::to_string(MFSDP_VERSION_MAJOR) + "." + std::to_string(MFSDP_VERSION_MINOR) +
+         "." + std::to_string(MFSDP_VERSION_PATCH) + ") reads a " + type + " of " +
+         std::to_string(size) + " bytes, version " + std::to_string(version) +
+         ": initialise it with " + initializer + " from this version's runtime.h";
+}
+
 } // namespace
 
 bool mfsdp_step::assignNsReplicas() {
@@ -204,7 +219,6 @@ mfsdp_status mfsdp::rt::createStep(const mfsdp_plan *plan,
     return MFSDP_ERROR_INVALID;
   *out = nullptr;
   auto step = std::make_unique<mfsdp_step>();
-  step->plan = *plan;
   // Every failure below is returned with the runtime, for its message.
   auto failed = [&](mfsdp_status s, std::string message) {
     step->error = std::move(message);
@@ -212,6 +226,25 @@ mfsdp_status mfsdp::rt::createStep(const mfsdp_plan *plan,
     *out = step.release();
     return s;
   };
+  // The layouts first: nothing else of a struct of another layout is read.
+  // Every rank loads the same library and config, so every rank stops
+  // here alike, before the ranks agree.
+  const std::string planLayout =
+      layoutProblem("mfsdp_plan", plan->struct_size, plan->version, sizeof(mfsdp_plan),
+                    MFSDP_PLAN_VERSION, "MFSDP_PLAN_INITIALIZER");
+  if (!planLayout.empty())
+    return failed(MFSDP_ERROR_PLAN,
+                  planLayout + " (a step library built by another mfsdp-compile: "
+                               "rebuild it with this version's)");
+  if (config) {
+    const std::string configLayout =
+        layoutProblem("mfsdp_config", config->struct_size, config->version,
+                      sizeof(mfsdp_config), MFSDP_CONFIG_VERSION,
+                      "MFSDP_CONFIG_INITIALIZER");
+    if (!configLayout.empty())
+      return failed(MFSDP_ERROR_INVALID, configLayout);
+  }
+  step->plan = *plan;
   const int32_t choice = config ? config->backend : MFSDP_BACKEND_HOST;
   const int32_t bootstrap = config ? config->bootstrap : MFSDP_BOOTSTRAP_MPI;
   // The world and the agreements below: MPI, or the torchrun variables

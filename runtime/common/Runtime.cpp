@@ -27,16 +27,81 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <new>
 #include <string>
 
 using namespace mfsdp::rt;
 
+namespace {
+
+/// The end of an entry point that caught an exception: its message in
+/// the runtime's error (a fixed one when the message cannot be built).
+mfsdp_status caught(mfsdp_step *step, const char *call, const char *what) noexcept {
+  if (step) {
+    try {
+      step->error = std::string(call) + ": an exception inside the runtime: " + what;
+    } catch (...) {
+      step->error.assign("out of memory"); // fits without allocating
+    }
+  }
+  return MFSDP_ERROR_BACKEND;
+}
+
+/// Runs an entry point's body: nothing escapes the C ABI (runtime.h,
+/// "Exceptions"), whatever the engine, a backend or a library under it
+/// throws.
+template <typename Body>
+mfsdp_status barrier(mfsdp_step *step, const char *call, Body &&body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc &) {
+    return caught(step, call, "out of host memory (std::bad_alloc)");
+  } catch (const std::exception &e) {
+    return caught(step, call, e.what());
+  } catch (...) {
+    return caught(step, call, "an unknown exception");
+  }
+}
+
+} // namespace
+
 extern "C" {
 
+const char *mfsdp_status_string(mfsdp_status status) {
+  switch (status) {
+  case MFSDP_OK:
+    return "MFSDP_OK";
+  case MFSDP_ERROR_INVALID:
+    return "MFSDP_ERROR_INVALID";
+  case MFSDP_ERROR_ORDER:
+    return "MFSDP_ERROR_ORDER";
+  case MFSDP_ERROR_PLAN:
+    return "MFSDP_ERROR_PLAN";
+  case MFSDP_ERROR_COMM:
+    return "MFSDP_ERROR_COMM";
+  case MFSDP_ERROR_BACKEND:
+    return "MFSDP_ERROR_BACKEND";
+  }
+  return "unknown mfsdp_status";
+}
+
+mfsdp_status mfsdp_get_version(int32_t *version) {
+  if (!version)
+    return MFSDP_ERROR_INVALID;
+  *version = MFSDP_VERSION_CODE;
+  return MFSDP_OK;
+}
+
 uint64_t mfsdp_plan_hash(const mfsdp_plan *p) {
-  return p ? mfsdp::runtime::planHash(*p) : 0;
+  // The hash reads the plan only (no allocation); the barrier is for
+  // whatever a future field's hashing might throw.
+  try {
+    return p ? mfsdp::runtime::planHash(*p) : 0;
+  } catch (...) {
+    return 0;
+  }
 }
 
 /// The trace span of a C ABI call (Trace.h), in the phase of the step it
@@ -67,22 +132,33 @@ mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
                                       mfsdp_step **out) {
   // Nothing may escape the C ABI: an exception (a plan too large for host
   // memory, say) becomes a status and a message.
+  // The message is copied while the exception lives (without allocating).
+  char what[512] = "an unknown exception";
   try {
     return createStep(plan, config, out);
+  } catch (const std::bad_alloc &) {
+    std::snprintf(what, sizeof(what), "out of host memory (std::bad_alloc)");
   } catch (const std::exception &e) {
-    if (!out)
-      return MFSDP_ERROR_BACKEND;
-    auto *failed = new (std::nothrow) mfsdp_step();
-    if (failed) {
-      failed->error = failed->createError =
-          std::string("mfsdp_create failed: ") + e.what();
-    }
-    *out = failed;
-    return MFSDP_ERROR_BACKEND;
+    std::snprintf(what, sizeof(what), "%s", e.what());
+  } catch (...) {
   }
+  if (!out)
+    return MFSDP_ERROR_BACKEND;
+  // The runtime that failed was freed while the exception left createStep;
+  // a new one carries the message (NULL when even that cannot be had).
+  mfsdp_step *failed = nullptr;
+  try {
+    failed = new mfsdp_step();
+    failed->error = failed->createError = std::string("mfsdp_create failed: ") + what;
+  } catch (...) {
+  }
+  *out = failed;
+  return MFSDP_ERROR_BACKEND;
 }
 
-void mfsdp_destroy(mfsdp_step *step) { delete step; }
+void mfsdp_destroy(mfsdp_step *step) {
+  delete step; // the destructor lets no exception out (Step.h)
+}
 
 const char *mfsdp_last_error(mfsdp_step *step) {
   return step ? step->error.c_str() : "no runtime (mfsdp_create failed to allocate)";
@@ -104,181 +180,200 @@ const char *mfsdp_last_error(mfsdp_step *step) {
   } while (0)
 
 mfsdp_status mfsdp_pre_forward(mfsdp_step *step, int32_t unit) {
-  Trace::Span hook = traced(step, "pre_forward", unit);
-  ENTER_UNIT(step, unit, step->keepsReductionFor(unit, UnitState::Backward));
-  UnitState &s = step->state[unit];
-  if (s == UnitState::Forward || s == UnitState::ForwardDone)
-    return step->fail(MFSDP_ERROR_ORDER,
-                      "pre_forward of unit " + std::to_string(unit) +
-                          " called again before its backward");
-  // During backward this is activation-checkpoint recomputation (unit
-  // already gathered, by pre_backward).
-  const bool recomputing = s == UnitState::Backward;
-  if (auto st = step->gather(unit, recomputing))
-    return st;
-  s = recomputing ? UnitState::Backward : UnitState::Forward;
-  if (!recomputing)
-    step->reducedBeforeForward[unit] = step->reduced[unit];
-  step->reduced[unit] = false;
-  // Prefetch: the next unit's gather runs while the trainer computes this
-  // one (waited for by the next call).
-  if (!recomputing && unit + 1 < step->plan.num_units &&
-      step->state[unit + 1] == UnitState::Idle)
-    if (auto st = step->startPrefetch(unit + 1, false))
+  return barrier(step, "mfsdp_pre_forward", [&]() -> mfsdp_status {
+    Trace::Span hook = traced(step, "pre_forward", unit);
+    ENTER_UNIT(step, unit, step->keepsReductionFor(unit, UnitState::Backward));
+    UnitState &s = step->state[unit];
+    if (s == UnitState::Forward || s == UnitState::ForwardDone)
+      return step->fail(MFSDP_ERROR_ORDER,
+                        "pre_forward of unit " + std::to_string(unit) +
+                            " called again before its backward");
+    // During backward this is activation-checkpoint recomputation (unit
+    // already gathered, by pre_backward).
+    const bool recomputing = s == UnitState::Backward;
+    if (auto st = step->gather(unit, recomputing))
       return st;
-  return step->finish();
+    s = recomputing ? UnitState::Backward : UnitState::Forward;
+    if (!recomputing)
+      step->reducedBeforeForward[unit] = step->reduced[unit];
+    step->reduced[unit] = false;
+    // Prefetch: the next unit's gather runs while the trainer computes this
+    // one (waited for by the next call).
+    if (!recomputing && unit + 1 < step->plan.num_units &&
+        step->state[unit + 1] == UnitState::Idle)
+      if (auto st = step->startPrefetch(unit + 1, false))
+        return st;
+    return step->finish();
+  });
 }
 
 mfsdp_status mfsdp_post_forward(mfsdp_step *step, int32_t unit) {
-  Trace::Span hook = traced(step, "post_forward", unit);
-  ENTER_UNIT(step, unit, step->keepsReductionFor(unit, UnitState::Backward));
-  UnitState &s = step->state[unit];
-  if (s == UnitState::Backward)
-    return MFSDP_OK; // end of a recomputation: keep the gathered parameters
-  if (s != UnitState::Forward)
-    return step->fail(MFSDP_ERROR_ORDER, "post_forward of unit " +
-                                             std::to_string(unit) +
-                                             " without its pre_forward");
-  step->release(unit);
-  s = UnitState::ForwardDone;
-  return MFSDP_OK;
+  return barrier(step, "mfsdp_post_forward", [&]() -> mfsdp_status {
+    Trace::Span hook = traced(step, "post_forward", unit);
+    ENTER_UNIT(step, unit, step->keepsReductionFor(unit, UnitState::Backward));
+    UnitState &s = step->state[unit];
+    if (s == UnitState::Backward)
+      return MFSDP_OK; // end of a recomputation: keep the gathered parameters
+    if (s != UnitState::Forward)
+      return step->fail(MFSDP_ERROR_ORDER, "post_forward of unit " +
+                                               std::to_string(unit) +
+                                               " without its pre_forward");
+    step->release(unit);
+    s = UnitState::ForwardDone;
+    return MFSDP_OK;
+  });
 }
 
 mfsdp_status mfsdp_end_forward(mfsdp_step *step, int32_t unit) {
-  Trace::Span hook = traced(step, "end_forward", unit);
-  ENTER_UNIT(step, unit, step->keepsReductionFor(unit, UnitState::Backward));
-  UnitState &s = step->state[unit];
-  if (s == UnitState::Forward) { // a forward that stopped (an exception)
-    step->release(unit);
-    s = UnitState::ForwardDone;
-  }
-  if (s != UnitState::ForwardDone)
-    return step->fail(MFSDP_ERROR_ORDER,
-                      "end_forward of unit " + std::to_string(unit) +
-                          ": expected a forward of it with no backward started, "
-                          "but " +
-                          (s == UnitState::Backward ? "its backward has started"
-                                                    : "it has no forward in progress"));
-  s = UnitState::Idle;
-  step->reduced[unit] = step->reducedBeforeForward[unit];
-  return step->finish();
+  return barrier(step, "mfsdp_end_forward", [&]() -> mfsdp_status {
+    Trace::Span hook = traced(step, "end_forward", unit);
+    ENTER_UNIT(step, unit, step->keepsReductionFor(unit, UnitState::Backward));
+    UnitState &s = step->state[unit];
+    if (s == UnitState::Forward) { // a forward that stopped (an exception)
+      step->release(unit);
+      s = UnitState::ForwardDone;
+    }
+    if (s != UnitState::ForwardDone)
+      return step->fail(MFSDP_ERROR_ORDER,
+                        "end_forward of unit " + std::to_string(unit) +
+                            ": expected a forward of it with no backward started, "
+                            "but " +
+                            (s == UnitState::Backward ? "its backward has started"
+                                                      : "it has no forward in progress"));
+    s = UnitState::Idle;
+    step->reduced[unit] = step->reducedBeforeForward[unit];
+    return step->finish();
+  });
 }
 
 mfsdp_status mfsdp_pre_backward(mfsdp_step *step, int32_t unit) {
-  Trace::Span hook = traced(step, "pre_backward", unit);
-  ENTER_UNIT(step, unit, step->keepsReductionFor(unit, UnitState::ForwardDone));
-  UnitState &s = step->state[unit];
-  if (s != UnitState::ForwardDone)
-    return step->fail(MFSDP_ERROR_ORDER,
-                      "pre_backward of unit " + std::to_string(unit) +
-                          " before its forward finished (post_forward)");
-  if (auto st = step->gather(unit, true))
-    return st;
-  // The gradient buffers are zero from mfsdp_create or the last zero_grad,
-  // or placed and zeroed now when the memory plan keeps them only during
-  // the unit's backward.
-  if (auto st = step->placeGrads(unit))
-    return st;
-  for (int32_t p : step->unitParams[unit])
-    step->params[p].gradLive = true;
-  s = UnitState::Backward;
-  // Prefetch: the backward gather of the unit before runs while the
-  // trainer computes this one's backward.
-  if (unit > 0 && step->state[unit - 1] == UnitState::ForwardDone)
-    if (auto st = step->startPrefetch(unit - 1, true))
+  return barrier(step, "mfsdp_pre_backward", [&]() -> mfsdp_status {
+    Trace::Span hook = traced(step, "pre_backward", unit);
+    ENTER_UNIT(step, unit, step->keepsReductionFor(unit, UnitState::ForwardDone));
+    UnitState &s = step->state[unit];
+    if (s != UnitState::ForwardDone)
+      return step->fail(MFSDP_ERROR_ORDER,
+                        "pre_backward of unit " + std::to_string(unit) +
+                            " before its forward finished (post_forward)");
+    if (auto st = step->gather(unit, true))
       return st;
-  return step->finish();
+    // The gradient buffers are zero from mfsdp_create or the last zero_grad,
+    // or placed and zeroed now when the memory plan keeps them only during
+    // the unit's backward.
+    if (auto st = step->placeGrads(unit))
+      return st;
+    for (int32_t p : step->unitParams[unit])
+      step->params[p].gradLive = true;
+    s = UnitState::Backward;
+    // Prefetch: the backward gather of the unit before runs while the
+    // trainer computes this one's backward.
+    if (unit > 0 && step->state[unit - 1] == UnitState::ForwardDone)
+      if (auto st = step->startPrefetch(unit - 1, true))
+        return st;
+    return step->finish();
+  });
 }
 
 mfsdp_status mfsdp_post_backward(mfsdp_step *step, int32_t unit) {
-  Trace::Span hook = traced(step, "post_backward", unit);
-  ENTER_UNIT(step, unit, false);
-  UnitState &s = step->state[unit];
-  if (s != UnitState::Backward)
-    return step->fail(MFSDP_ERROR_ORDER, "post_backward of unit " +
-                                             std::to_string(unit) +
-                                             " without its pre_backward");
-  if (!step->noSync) {
-    // Overlap: this unit's reductions run during the previous unit's
-    // backward; its gathered copy and gradients are released when they
-    // are waited for (completeReduction).
-    const bool overlap = step->overlapping();
-    if (auto st = step->reduce(unit, overlap)) {
-      const std::string why = step->error;
-      step->completeReduction(); // waits for what was started (reduceUnit -1)
-      step->error = why;
-      return st;
+  return barrier(step, "mfsdp_post_backward", [&]() -> mfsdp_status {
+    Trace::Span hook = traced(step, "post_backward", unit);
+    ENTER_UNIT(step, unit, false);
+    UnitState &s = step->state[unit];
+    if (s != UnitState::Backward)
+      return step->fail(MFSDP_ERROR_ORDER, "post_backward of unit " +
+                                               std::to_string(unit) +
+                                               " without its pre_backward");
+    if (!step->noSync) {
+      // Overlap: this unit's reductions run during the previous unit's
+      // backward; its gathered copy and gradients are released when they
+      // are waited for (completeReduction).
+      const bool overlap = step->overlapping();
+      if (auto st = step->reduce(unit, overlap)) {
+        const std::string why = step->error;
+        step->completeReduction(); // waits for what was started (reduceUnit -1)
+        step->error = why;
+        return st;
+      }
+      if (overlap) {
+        step->reduceUnit = unit;
+        s = UnitState::Idle;
+        return step->finish();
+      }
+      step->markReduced(unit);
     }
-    if (overlap) {
-      step->reduceUnit = unit;
-      s = UnitState::Idle;
-      return step->finish();
-    }
-    step->markReduced(unit);
-  }
-  step->release(unit);
-  step->releaseGrads(unit);
-  s = UnitState::Idle;
-  // The trainer adds into the gradient buffers next: the reduction that
-  // reads them is done first.
-  return step->finish();
+    step->release(unit);
+    step->releaseGrads(unit);
+    s = UnitState::Idle;
+    // The trainer adds into the gradient buffers next: the reduction that
+    // reads them is done first.
+    return step->finish();
+  });
 }
 
 mfsdp_status mfsdp_set_no_sync(mfsdp_step *step, int32_t noSync) {
-  if (!step)
-    return MFSDP_ERROR_INVALID;
-  if (auto st = step->usable())
-    return st;
-  if (noSync && !step->gradsKept())
-    return step->fail(MFSDP_ERROR_ORDER,
-                      "no-sync needs the gradients kept between microbatches, "
-                      "but this library's memory plan frees each unit's "
-                      "gradients at post_backward: build it for gradient "
-                      "accumulation (mfsdp-compile --accumulate)");
-  step->noSync = noSync != 0;
-  return MFSDP_OK;
+  return barrier(step, "mfsdp_set_no_sync", [&]() -> mfsdp_status {
+    if (!step)
+      return MFSDP_ERROR_INVALID;
+    if (auto st = step->usable())
+      return st;
+    if (noSync && !step->gradsKept())
+      return step->fail(MFSDP_ERROR_ORDER,
+                        "no-sync needs the gradients kept between microbatches, "
+                        "but this library's memory plan frees each unit's "
+                        "gradients at post_backward: build it for gradient "
+                        "accumulation (mfsdp-compile --accumulate)");
+    step->noSync = noSync != 0;
+    return MFSDP_OK;
+  });
 }
 
 mfsdp_status mfsdp_zero_grad(mfsdp_step *step) {
-  Trace::Span hook = traced(step, "zero_grad");
-  if (!step)
-    return MFSDP_ERROR_INVALID;
-  if (auto st = step->enter())
-    return st;
-  for (ParamState &ps : step->params) {
-    if (ps.gradLive)
-      if (auto s = step->device(step->backend->zero(ps.grad, ps.fullSize), "zero-fill"))
-        return s;
-    ps.gradReduced = false;
-  }
-  std::fill(step->reduced.begin(), step->reduced.end(), false);
-  return step->finish();
+  return barrier(step, "mfsdp_zero_grad", [&]() -> mfsdp_status {
+    Trace::Span hook = traced(step, "zero_grad");
+    if (!step)
+      return MFSDP_ERROR_INVALID;
+    if (auto st = step->enter())
+      return st;
+    for (ParamState &ps : step->params) {
+      if (ps.gradLive)
+        if (auto s = step->device(step->backend->zero(ps.grad, ps.fullSize), "zero-fill"))
+          return s;
+      ps.gradReduced = false;
+    }
+    std::fill(step->reduced.begin(), step->reduced.end(), false);
+    return step->finish();
+  });
 }
 
 mfsdp_status mfsdp_optimizer_step(mfsdp_step *step) {
-  Trace::Span hook = traced(step, "optimizer_step");
-  return optimizerStep(step);
+  return barrier(step, "mfsdp_optimizer_step",
+                 [&]() -> mfsdp_status {
+                   Trace::Span hook = traced(step, "optimizer_step");
+                   return optimizerStep(step);
+                 });
 }
 
 mfsdp_status mfsdp_clip_grad_norm(mfsdp_step *step, double max_norm, double extra_sq,
                                   double *total_norm) {
-  Trace::Span hook = traced(step, "clip_grad_norm");
-  if (!step || !total_norm)
-    return MFSDP_ERROR_INVALID;
-  if (auto st = step->enter())
-    return st;
-  if (std::isnan(max_norm) || extra_sq < 0)
-    return step->fail(MFSDP_ERROR_INVALID,
-                      std::isnan(max_norm)
-                          ? "clip_grad_norm: max_norm is nan; expected a norm > 0, "
-                            "or <= 0 or infinity to compute the norm only"
-                          : "clip_grad_norm: extra_sq is " + number(extra_sq) +
-                                "; expected a sum of squares >= 0");
-  if (auto st = step->checkReduced("clip_grad_norm"))
-    return st;
-  if (auto st = step->clipGradNorm(max_norm, extra_sq, *total_norm))
-    return st;
-  return step->finish();
+  return barrier(step, "mfsdp_clip_grad_norm", [&]() -> mfsdp_status {
+    Trace::Span hook = traced(step, "clip_grad_norm");
+    if (!step || !total_norm)
+      return MFSDP_ERROR_INVALID;
+    if (auto st = step->enter())
+      return st;
+    if (std::isnan(max_norm) || extra_sq < 0)
+      return step->fail(MFSDP_ERROR_INVALID,
+                        std::isnan(max_norm)
+                            ? "clip_grad_norm: max_norm is nan; expected a norm > 0, "
+                              "or <= 0 or infinity to compute the norm only"
+                            : "clip_grad_norm: extra_sq is " + number(extra_sq) +
+                                  "; expected a sum of squares >= 0");
+    if (auto st = step->checkReduced("clip_grad_norm"))
+      return st;
+    if (auto st = step->clipGradNorm(max_norm, extra_sq, *total_norm))
+      return st;
+    return step->finish();
+  });
 }
 
 static mfsdp_status view(mfsdp_step *step, int32_t param, DLTensor *out,
@@ -318,76 +413,96 @@ static mfsdp_status view(mfsdp_step *step, int32_t param, DLTensor *out,
 }
 
 mfsdp_status mfsdp_param_view(mfsdp_step *step, int32_t param, DLTensor *out) {
-  return view(step, param, out, false);
+  return barrier(step, "mfsdp_param_view", [&]() -> mfsdp_status {
+    return view(step, param, out, false);
+  });
 }
 
 mfsdp_status mfsdp_grad_view(mfsdp_step *step, int32_t param, DLTensor *out) {
-  return view(step, param, out, true);
+  return barrier(step, "mfsdp_grad_view", [&]() -> mfsdp_status {
+    return view(step, param, out, true);
+  });
 }
 
 mfsdp_status mfsdp_load_param(mfsdp_step *step, int32_t param, const float *full) {
-  Trace::Span hook = traced(step, "load_param");
-  return loadParam(step, param, full);
+  return barrier(step, "mfsdp_load_param", [&]() -> mfsdp_status {
+    Trace::Span hook = traced(step, "load_param");
+    return loadParam(step, param, full);
+  });
 }
 
 mfsdp_status mfsdp_store_param(mfsdp_step *step, int32_t param, float *full) {
-  Trace::Span hook = traced(step, "store_param");
-  return storeParam(step, param, full);
+  return barrier(step, "mfsdp_store_param", [&]() -> mfsdp_status {
+    Trace::Span hook = traced(step, "store_param");
+    return storeParam(step, param, full);
+  });
 }
 
 mfsdp_status mfsdp_load_state(mfsdp_step *step, int32_t param, int32_t which,
                               const float *full) {
-  Trace::Span hook = traced(step, "load_state");
-  return loadState(step, param, which, full);
+  return barrier(step, "mfsdp_load_state", [&]() -> mfsdp_status {
+    Trace::Span hook = traced(step, "load_state");
+    return loadState(step, param, which, full);
+  });
 }
 
 mfsdp_status mfsdp_store_state(mfsdp_step *step, int32_t param, int32_t which,
                                float *full) {
-  Trace::Span hook = traced(step, "store_state");
-  return storeState(step, param, which, full);
+  return barrier(step, "mfsdp_store_state", [&]() -> mfsdp_status {
+    Trace::Span hook = traced(step, "store_state");
+    return storeState(step, param, which, full);
+  });
 }
 
 mfsdp_status mfsdp_get_hparams(mfsdp_step *step, int32_t param, mfsdp_hparams *out) {
-  if (!step || !out)
-    return MFSDP_ERROR_INVALID;
-  if (auto st = step->checkParam(param))
-    return st;
-  *out = step->params[param].hparams;
-  return MFSDP_OK;
+  return barrier(step, "mfsdp_get_hparams", [&]() -> mfsdp_status {
+    if (!step || !out)
+      return MFSDP_ERROR_INVALID;
+    if (auto st = step->checkParam(param))
+      return st;
+    *out = step->params[param].hparams;
+    return MFSDP_OK;
+  });
 }
 
 mfsdp_status mfsdp_set_hparams(mfsdp_step *step, int32_t param,
                                const mfsdp_hparams *in) {
-  if (!step || !in)
-    return MFSDP_ERROR_INVALID;
-  if (auto st = step->checkParam(param))
-    return st;
-  ParamState &ps = step->params[param];
-  const std::string why = hparamsProblem(*in, ps.desc.optimizer);
-  if (!why.empty())
-    return step->fail(MFSDP_ERROR_INVALID,
-                      "set_hparams of parameter " + std::to_string(param) + " ('" +
-                          ps.name + "', " + optimizerName(ps.desc.optimizer) + "): " +
-                          why);
-  ps.hparams = *in;
-  return MFSDP_OK;
+  return barrier(step, "mfsdp_set_hparams", [&]() -> mfsdp_status {
+    if (!step || !in)
+      return MFSDP_ERROR_INVALID;
+    if (auto st = step->checkParam(param))
+      return st;
+    ParamState &ps = step->params[param];
+    const std::string why = hparamsProblem(*in, ps.desc.optimizer);
+    if (!why.empty())
+      return step->fail(MFSDP_ERROR_INVALID,
+                        "set_hparams of parameter " + std::to_string(param) + " ('" +
+                            ps.name + "', " + optimizerName(ps.desc.optimizer) + "): " +
+                            why);
+    ps.hparams = *in;
+    return MFSDP_OK;
+  });
 }
 
 mfsdp_status mfsdp_step_count(mfsdp_step *step, int64_t *count) {
-  if (!step || !count)
-    return MFSDP_ERROR_INVALID;
-  *count = step->steps;
-  return MFSDP_OK;
+  return barrier(step, "mfsdp_step_count", [&]() -> mfsdp_status {
+    if (!step || !count)
+      return MFSDP_ERROR_INVALID;
+    *count = step->steps;
+    return MFSDP_OK;
+  });
 }
 
 mfsdp_status mfsdp_set_step_count(mfsdp_step *step, int64_t count) {
-  if (!step)
-    return MFSDP_ERROR_INVALID;
-  if (count < 0)
-    return step->fail(MFSDP_ERROR_INVALID,
-                      "step count " + std::to_string(count) + " is negative");
-  step->steps = count;
-  return MFSDP_OK;
+  return barrier(step, "mfsdp_set_step_count", [&]() -> mfsdp_status {
+    if (!step)
+      return MFSDP_ERROR_INVALID;
+    if (count < 0)
+      return step->fail(MFSDP_ERROR_INVALID,
+                        "step count " + std::to_string(count) + " is negative");
+    step->steps = count;
+    return MFSDP_OK;
+  });
 }
 
 } // extern "C"

@@ -168,11 +168,17 @@ struct mfsdp_step {
   bool created = false;    // mfsdp_create succeeded on every rank
   std::string createError; // why it did not
 
+  /// Waits for the collectives in flight. A destructor lets no exception
+  /// out (it would end the process): one thrown while waiting is dropped,
+  /// as the runtime is going away.
   ~mfsdp_step() {
     if (backend) {
-      completePrefetch();
-      completeReduction();
-      backend->synchronize();
+      try {
+        completePrefetch();
+        completeReduction();
+        backend->synchronize();
+      } catch (...) {
+      }
     }
   }
 

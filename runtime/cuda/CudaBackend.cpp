@@ -14,7 +14,8 @@
 // engine's and the trainer's compute run meanwhile.
 //
 // libmfsdp_rt opens this library with dlopen and calls
-// mfsdp_rt_create_cuda_backend (Backend.h). Ranks come from MPI, the device
+// mfsdp_rt_cuda_backend_create, which hands the backend back as a C table
+// (BackendTable.h), the only thing that crosses. Ranks come from MPI, the device
 // being the rank's index on its node, or from the torchrun environment
 // through mfsdp_create's control plane (ControlPlane.h), the device being
 // LOCAL_RANK. Compiled and linked for sm_80 and sm_90;
@@ -23,6 +24,7 @@
 //===----------------------------------------------------------------------===//
 #include "mfsdp/runtime/Arena.h"
 #include "mfsdp/runtime/Backend.h"
+#include "mfsdp/runtime/BackendTable.h"
 #include "mfsdp/runtime/ControlPlane.h"
 #include "mfsdp/runtime/CudaKernels.h"
 #include "mfsdp/runtime/NcclComm.h"
@@ -517,35 +519,88 @@ bool haveDevice(const ControlPlane &control, std::string &why) {
 
 using namespace mfsdp::rt;
 
-/// The factory libmfsdp_rt looks up (MFSDP_CUDA_BACKEND_SYMBOL). Collective
-/// over the world of options->control (MPI when null), like mfsdp_create:
-/// every rank returns a backend or every rank returns null.
-extern "C" __attribute__((visibility("default"))) Backend *
-mfsdp_rt_create_cuda_backend(const BackendOptions *options, std::string *error) {
-  std::unique_ptr<ControlPlane> mpi;
-  ControlPlane *control = options->control;
-  if (!control) {
-    mpi.reset(createMpiControlPlane());
-    if (!mpi) {
-      *error = "MPI is not initialized (and no other bootstrap was given)";
-      return nullptr;
-    }
-    control = mpi.get();
-  }
+namespace {
+
+/// The factory's body: a backend, or null with `error`.
+Backend *createCudaBackend(const mfsdp_rt_backend_options &c, std::string &error) {
+  std::unique_ptr<ControlPlane> control(controlFromTable(*c.control));
+  BackendOptions options;
+  for (int32_t i = 0; i < c.num_mesh_dims; ++i)
+    options.mesh.push_back({c.mesh_dims[i].name, c.mesh_dims[i].size});
+  options.trainerStream = c.trainer_stream;
+  options.control = control.get();
+  options.timeoutMs = c.timeout_ms;
   std::string why;
   if (!everyRank(*control, haveDevice(*control, why), why)) {
-    *error = why.empty() ? "another rank has no CUDA device (see its error)" : why;
+    error = why.empty() ? "another rank has no CUDA device (see its error)" : why;
     return nullptr;
   }
   auto backend = std::make_unique<CudaBackend>();
-  bool ok = backend->init(*options, why);
+  bool ok = backend->init(options, why);
   std::string agreeing;
   if (!everyRank(*control, ok, agreeing)) {
-    *error = !ok ? "cannot set up the device: " + why
-                 : !agreeing.empty() ? agreeing
-                                     : "another rank could not set up its device (see "
-                                       "its error)";
+    error = !ok ? "cannot set up the device: " + why
+                : !agreeing.empty() ? agreeing
+                                    : "another rank could not set up its device (see "
+                                      "its error)";
     return nullptr;
   }
   return backend.release();
+}
+
+/// What is wrong with a struct's layout ("" when nothing).
+std::string layoutProblem(const char *type, uint32_t size, uint32_t version,
+                          size_t want) {
+  if (size == want && version == MFSDP_RT_BACKEND_TABLE_VERSION)
+    return "";
+  return std::string("libmfsdp_rt passed an ") + type + " of " + std::to_string(size) +
+         " bytes, version " + std::to_string(version) + "; this libmfsdp_rt_cuda reads " +
+         std::to_string(want) + " bytes, version " +
+         std::to_string(MFSDP_RT_BACKEND_TABLE_VERSION) +
+         " (the two libraries are of different mfsdp versions)";
+}
+
+} // namespace
+
+/// The factory libmfsdp_rt looks up (MFSDP_RT_CUDA_BACKEND_SYMBOL).
+/// Collective over the world of options->control, like mfsdp_create: every
+/// rank fills its table or every rank returns nonzero with `error`. No
+/// exception leaves it.
+extern "C" __attribute__((visibility("default"))) int
+mfsdp_rt_cuda_backend_create(const mfsdp_rt_backend_options *options,
+                             mfsdp_rt_backend_table *table, char *error,
+                             size_t errorSize) {
+  try {
+    std::string why;
+    if (!options || !table || !options->control)
+      why = "no options, control plane or table";
+    else
+      why = layoutProblem("mfsdp_rt_backend_options", options->struct_size,
+                          options->version, sizeof(*options));
+    if (why.empty())
+      why = layoutProblem("mfsdp_rt_backend_table", table->struct_size, table->version,
+                          sizeof(*table));
+    if (why.empty())
+      why = layoutProblem("mfsdp_rt_control_table", options->control->struct_size,
+                          options->control->version, sizeof(*options->control));
+    // A layout problem is the same on every rank (one pair of libraries),
+    // so the ranks stop alike before any collective.
+    if (!why.empty()) {
+      copyError(why, error, errorSize);
+      return 1;
+    }
+    Backend *backend = createCudaBackend(*options, why);
+    if (!backend) {
+      copyError(why, error, errorSize);
+      return 1;
+    }
+    *table = backendTable(backend);
+    return 0;
+  } catch (const std::exception &e) {
+    copyError(std::string("an exception while creating the CUDA backend: ") + e.what(),
+              error, errorSize);
+  } catch (...) {
+    copyError("an unknown exception while creating the CUDA backend", error, errorSize);
+  }
+  return 1;
 }

@@ -24,7 +24,10 @@
 // CHECK-NEXT: {"a.conv", 4, 24, 1, MFSDP_REPLICATE, 0, MFSDP_OPT_ADAMW, MFSDP_COMPUTE_BF16, 0, 0},
 // CHECK-NEXT: {"a.norm", 8, 1, 1, MFSDP_ROW_SHARD, 0, MFSDP_OPT_NONE, MFSDP_COMPUTE_F32, 0, 0},
 // CHECK-NEXT: };
+// The plan carries the layout it was compiled with (not hashed).
 // CHECK-LABEL: static const mfsdp_plan mfsdp_the_plan = {
+// CHECK-NEXT: .struct_size = sizeof(mfsdp_plan),
+// CHECK-NEXT: .version = MFSDP_PLAN_VERSION,
 // CHECK-NEXT: .hash = UINT64_C(0x{{[0-9a-f]+}}),
 // CHECK-NEXT: .zero = 2,
 // CHECK-NEXT: .dp_replicate = 2,

@@ -16,8 +16,30 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 #include <vector>
+
+// An allocator that fails on request: the runtime's C++ allocations go
+// through this executable's operator new, so a case can make the next one
+// on this thread throw std::bad_alloc, as an exhausted heap would.
+namespace {
+thread_local int allocationsBeforeFailure = -1; // -1: never fail
+} // namespace
+
+void *operator new(std::size_t size) {
+  if (allocationsBeforeFailure >= 0 && allocationsBeforeFailure-- == 0)
+    throw std::bad_alloc();
+  if (void *p = std::malloc(size ? size : 1))
+    return p;
+  throw std::bad_alloc();
+}
+// The replacement pair above allocates with malloc, so free is its delete.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void operator delete(void *p) noexcept { std::free(p); }
+void operator delete(void *p, std::size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 
 namespace {
 int passed = 0, failed = 0, rank = 0;
@@ -53,7 +75,7 @@ int main(int argc, char **argv) {
       {"w", 4, 3, 0, MFSDP_ROW_SHARD, 0, MFSDP_OPT_ADAMW, MFSDP_COMPUTE_F32},
       {"v", 3, 3, 1, MFSDP_OWNER, 1, MFSDP_OPT_MUON, MFSDP_COMPUTE_F32},
   };
-  mfsdp_plan plan{};
+  mfsdp_plan plan = MFSDP_PLAN_INITIALIZER;
   plan.zero = 3;
   plan.dp_replicate = 1;
   plan.dp_shard = world;
@@ -69,6 +91,47 @@ int main(int argc, char **argv) {
   plan.muon_momentum = 0.95f;
   plan.muon_ns_steps = 5;
   plan.hash = mfsdp_plan_hash(&plan);
+
+  // Versions: the library's is the header's, statuses have names, and a
+  // plan or config of another layout (size or version) is refused before
+  // anything else in it is read, naming both layouts.
+  {
+    int32_t version = 0;
+    expect(mfsdp_get_version(&version) == MFSDP_OK && version == MFSDP_VERSION_CODE,
+           "mfsdp_get_version is " + std::to_string(version) + "; expected " +
+               std::to_string(MFSDP_VERSION_CODE));
+    expect(mfsdp_get_version(nullptr) == MFSDP_ERROR_INVALID,
+           "mfsdp_get_version(NULL) is MFSDP_ERROR_INVALID");
+    expect(std::strcmp(mfsdp_status_string(MFSDP_ERROR_ORDER), "MFSDP_ERROR_ORDER") == 0 &&
+               std::strcmp(mfsdp_status_string(MFSDP_OK), "MFSDP_OK") == 0 &&
+               std::strcmp(mfsdp_status_string(static_cast<mfsdp_status>(42)),
+                           "unknown mfsdp_status") == 0,
+           "mfsdp_status_string");
+    mfsdp_step *s = nullptr;
+    mfsdp_plan zeroed{}; // not initialised with MFSDP_PLAN_INITIALIZER
+    fails(s, mfsdp_create(&zeroed, &s), MFSDP_ERROR_PLAN,
+          "the mfsdp_plan has struct_size 0 and version 0, but this libmfsdp_rt");
+    mfsdp_destroy(s);
+    s = nullptr;
+    mfsdp_plan newer = plan;
+    newer.version = MFSDP_PLAN_VERSION + 1;
+    fails(s, mfsdp_create(&newer, &s), MFSDP_ERROR_PLAN,
+          ("version " + std::to_string(MFSDP_PLAN_VERSION + 1) + ", but").c_str());
+    mfsdp_destroy(s);
+    s = nullptr;
+    mfsdp_plan smaller = plan;
+    smaller.struct_size -= 8;
+    fails(s, mfsdp_create(&smaller, &s), MFSDP_ERROR_PLAN, "MFSDP_PLAN_INITIALIZER");
+    mfsdp_destroy(s);
+    s = nullptr;
+    mfsdp_config config = MFSDP_CONFIG_INITIALIZER;
+    config.struct_size += 4;
+    fails(s, mfsdp_create_with_config(&plan, &config, &s), MFSDP_ERROR_INVALID,
+          ("the mfsdp_config has struct_size " + std::to_string(sizeof(config) + 4))
+              .c_str());
+    mfsdp_destroy(s);
+    s = nullptr;
+  }
 
   // A library built for another world size is refused.
   mfsdp_plan other = plan;
@@ -176,7 +239,7 @@ int main(int argc, char **argv) {
   }
 
   // A backend that does not exist is refused.
-  mfsdp_config config{};
+  mfsdp_config config = MFSDP_CONFIG_INITIALIZER;
   config.backend = 7;
   fails(s, mfsdp_create_with_config(&plan, &config, &s), MFSDP_ERROR_INVALID,
         "unknown backend 7 in mfsdp_config");
@@ -206,7 +269,7 @@ int main(int argc, char **argv) {
   mfsdp_destroy(s);
   s = nullptr;
 
-  // A zero-initialised config is the host backend.
+  // The default config (MFSDP_CONFIG_INITIALIZER) is the host backend.
   config.backend = 0;
   expect(mfsdp_create_with_config(&plan, &config, &s) == MFSDP_OK, "create");
   // Hyperparameters start as the plan's constants of each parameter's
@@ -604,6 +667,18 @@ int main(int argc, char **argv) {
   fails(s, mfsdp_set_no_sync(s, 0), MFSDP_ERROR_INVALID, "this runtime was not created");
   fails(s, mfsdp_store_param(s, 0, whole.data()), MFSDP_ERROR_INVALID,
         "this runtime was not created");
+  mfsdp_destroy(s);
+  s = nullptr;
+
+  // No exception crosses the C ABI: an allocation that fails inside a hook
+  // (on every rank at the same point, before any collective) is
+  // MFSDP_ERROR_BACKEND naming the call, not the end of the process.
+  expect(mfsdp_create(&plan, &s) == MFSDP_OK, "create (allocation failure)");
+  allocationsBeforeFailure = 0;
+  st = mfsdp_pre_forward(s, 0);
+  allocationsBeforeFailure = -1;
+  fails(s, st, MFSDP_ERROR_BACKEND,
+        "mfsdp_pre_forward: an exception inside the runtime: out of host memory");
   mfsdp_destroy(s);
 
   int counts[2] = {passed, failed}, totals[2] = {0, 0};

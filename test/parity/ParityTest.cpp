@@ -261,7 +261,7 @@ struct World {
     }
     if (!torchrun)
       return mfsdp_create(&plan, step);
-    mfsdp_config config{};
+    mfsdp_config config = MFSDP_CONFIG_INITIALIZER;
     config.backend = MFSDP_BACKEND_HOST;
     config.bootstrap = MFSDP_BOOTSTRAP_TORCHRUN;
     config.bootstrap_timeout_ms = kTimeoutMs;
@@ -455,7 +455,7 @@ int main(int argc, char **argv) {
     d.compute_dtype = bf16 ? MFSDP_COMPUTE_BF16 : MFSDP_COMPUTE_F32;
     descs.push_back(d);
   }
-  mfsdp_plan plan{};
+  mfsdp_plan plan = MFSDP_PLAN_INITIALIZER;
   plan.zero = zero;
   plan.dp_replicate = static_cast<int32_t>(mesh.replicate);
   plan.dp_shard = static_cast<int32_t>(mesh.shard);

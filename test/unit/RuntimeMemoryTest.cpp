@@ -33,7 +33,7 @@ mfsdp_param_desc param(const char *name, int64_t rows, int64_t cols,
 
 mfsdp_plan planOf(const std::vector<mfsdp_param_desc> &params, int32_t shards,
                   int32_t zero, int32_t units) {
-  mfsdp_plan p{};
+  mfsdp_plan p = MFSDP_PLAN_INITIALIZER;
   p.zero = zero;
   p.dp_shard = shards;
   p.dp_replicate = 1;

@@ -172,7 +172,7 @@ struct Plan {
       {"w", 4, 3, 0, MFSDP_ROW_SHARD, 0, MFSDP_OPT_ADAMW, MFSDP_COMPUTE_F32, 0, 0},
       {"v", 3, 3, 1, MFSDP_OWNER, 0, MFSDP_OPT_MUON, MFSDP_COMPUTE_F32, 0, 0},
   };
-  mfsdp_plan plan{};
+  mfsdp_plan plan = MFSDP_PLAN_INITIALIZER;
   explicit Plan(int n) {
     plan.zero = 3;
     plan.dp_replicate = 1;
@@ -191,7 +191,7 @@ struct Plan {
 /// mfsdp_create_with_config under torchrun: "<status>: <last error>".
 std::string createUnderTorchrun(int planWorld, int32_t backend, int timeoutMs) {
   Plan p(planWorld);
-  mfsdp_config config{};
+  mfsdp_config config = MFSDP_CONFIG_INITIALIZER;
   config.backend = backend;
   config.bootstrap = MFSDP_BOOTSTRAP_TORCHRUN;
   config.bootstrap_timeout_ms = timeoutMs;
@@ -207,7 +207,7 @@ std::string createUnderTorchrun(int planWorld, int32_t backend, int timeoutMs) {
 /// "<status>: <last error>".
 std::string stepUnderTorchrun(int n, float grad) {
   Plan p(n);
-  mfsdp_config config{};
+  mfsdp_config config = MFSDP_CONFIG_INITIALIZER;
   config.backend = MFSDP_BACKEND_HOST;
   config.bootstrap = MFSDP_BOOTSTRAP_TORCHRUN;
   config.bootstrap_timeout_ms = 10000;
@@ -578,7 +578,7 @@ TEST(Torchrun, BadVariablesAreNamedByMfsdpCreate) {
 
 TEST(Torchrun, BadConfigIsNamed) {
   Plan p(1);
-  mfsdp_config config{};
+  mfsdp_config config = MFSDP_CONFIG_INITIALIZER;
   config.bootstrap = 7;
   mfsdp_step *step = nullptr;
   mfsdp_status st = mfsdp_create_with_config(&p.plan, &config, &step);

@@ -45,6 +45,9 @@ using namespace llvm;
 #ifndef MFSDP_RUNTIME_LIB_DIR
 #error "MFSDP_RUNTIME_LIB_DIR must name the directory of libmfsdp_rt"
 #endif
+#ifndef MFSDP_INSTALL_LIBDIR
+#define MFSDP_INSTALL_LIBDIR "lib"
+#endif
 
 static cl::opt<std::string> input(cl::Positional, cl::Required,
                                   cl::desc("<model graph .json>"));
@@ -107,12 +110,41 @@ static cl::opt<std::string> cudartDir("cudart-lib",
                                       cl::desc("The directory holding libcudart, for --cuda"),
                                       cl::init(MFSDP_CUDART_DIR));
 static cl::opt<std::string> cc("cc", cl::desc("The C compiler (default: $CC, else cc)"));
-static cl::opt<std::string> runtimeInclude("runtime-include",
-                                           cl::desc("The runtime's include directory"),
-                                           cl::init(MFSDP_RUNTIME_INCLUDE_DIR));
-static cl::opt<std::string> runtimeLib("runtime-lib",
-                                       cl::desc("The directory holding libmfsdp_rt"),
-                                       cl::init(MFSDP_RUNTIME_LIB_DIR));
+static cl::opt<std::string> runtimeInclude(
+    "runtime-include",
+    cl::desc("The runtime's include directory (default: the installed tree's, "
+             "else the build tree's)"),
+    cl::init(MFSDP_RUNTIME_INCLUDE_DIR));
+static cl::opt<std::string> runtimeLib(
+    "runtime-lib",
+    cl::desc("The directory holding libmfsdp_rt (default: the installed tree's, "
+             "else the build tree's)"),
+    cl::init(MFSDP_RUNTIME_LIB_DIR));
+
+/// An installed mfsdp-compile (<prefix>/bin) builds against the runtime
+/// installed beside it (<prefix>/include, <prefix>/<libdir>), wherever the
+/// tree was moved; one in the build tree against the build tree's.
+/// --runtime-include and --runtime-lib override either.
+static void useInstalledRuntime(const char *argv0) {
+  static int anchor;
+  const std::string exe = sys::fs::getMainExecutable(argv0, &anchor);
+  if (exe.empty())
+    return;
+  SmallString<256> prefix = sys::path::parent_path(sys::path::parent_path(exe));
+  SmallString<256> include = prefix, lib = prefix, header, library;
+  sys::path::append(include, "include");
+  sys::path::append(lib, MFSDP_INSTALL_LIBDIR);
+  header = include;
+  sys::path::append(header, "mfsdp", "runtime.h");
+  library = lib;
+  sys::path::append(library, "libmfsdp_rt.so");
+  if (!sys::fs::exists(header) || !sys::fs::exists(library))
+    return;
+  if (!runtimeInclude.getNumOccurrences())
+    runtimeInclude = std::string(include);
+  if (!runtimeLib.getNumOccurrences())
+    runtimeLib = std::string(lib);
+}
 
 static int fail(const Twine &msg) {
   errs() << "mfsdp-compile: error: " << msg << "\n";
@@ -136,6 +168,7 @@ int main(int argc, char **argv) {
   mfsdp::registerMFSDPPasses();
   cl::ParseCommandLineOptions(argc, argv,
                               "mfsdp-compile: a model graph to a step library\n");
+  useInstalledRuntime(argv[0]);
 
   auto buffer = MemoryBuffer::getFileOrSTDIN(input);
   if (!buffer)

@@ -12,7 +12,8 @@
 //         buffers, NCCL collectives (NcclComm), the CUDA kernels
 //         (CudaKernels.h), a compute and a communication stream ordered by
 //         events. libmfsdp_rt does not link CUDA; it opens libmfsdp_rt_cuda
-//         with dlopen (loadCudaBackend) when a trainer asks for it.
+//         with dlopen (loadCudaBackend) when a trainer asks for it, and
+//         the backend crosses as a C table (BackendTable.h).
 //
 // Buffers are fp32 arrays in the backend's memory, sub-allocated from one
 // arena per rank that the engine sizes once (reserve). Work is ordered as
@@ -225,11 +226,9 @@ Backend *createHostBackend(const BackendOptions &options, std::string &error);
 /// the library missing, no device for this rank, ...).
 Backend *loadCudaBackend(const BackendOptions &options, std::string &error);
 
-/// The factory libmfsdp_rt_cuda exports (C linkage, so dlsym finds it by
-/// this name). Null with `*error` set when this rank has no usable device.
-#define MFSDP_CUDA_BACKEND_SYMBOL "mfsdp_rt_create_cuda_backend"
-using CreateBackendFn = Backend *(*)(const BackendOptions *options,
-                                     std::string *error);
+/// libmfsdp_rt_cuda exports one C function (BackendTable.h:
+/// MFSDP_RT_CUDA_BACKEND_SYMBOL), which fills a C table of functions over
+/// its backend; backendFromTable makes it a Backend again.
 
 } // namespace mfsdp::rt
 

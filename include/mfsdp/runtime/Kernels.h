@@ -17,6 +17,9 @@
 
 namespace mfsdp::rt {
 
+// These structs cross to the CUDA backend's library as their C twins
+// (BackendTable.h: mfsdp_rt_*_hyper, mfsdp_rt_block_grid, converted in
+// runtime/common/BackendTable.cpp): a field added here is added there.
 struct AdamWHyper {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f,
         weightDecay = 0.01f;
