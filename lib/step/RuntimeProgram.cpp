@@ -140,7 +140,7 @@ private:
         units.insert(u);
     for (int32_t u : units)
       if (waited.insert(u).second)
-        add(MFSDP_PROGRAM_WAIT_REDUCTION, u, unitGroup[u], {}, wait.name);
+        add(MFSDP_PROGRAM_WAIT_REDUCTION, u, unitGroup[u], {}, "wait " + target.name);
   }
 
   void lowerOptimizer(const Op &op) {
