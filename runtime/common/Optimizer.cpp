@@ -3,6 +3,9 @@
 // AdamW and SGD on the shards this rank keeps, Muon on the matrices it
 // owns (under ns_split on one dp_replicate replica, which broadcasts the
 // updated master to the others); then the gathered copies are refreshed.
+// With a compiled program (mfsdp_plan.program) in the schedule's order,
+// each group's update as soon as its reduction has landed; without, every
+// reduction waited for first, then the parameters in table order.
 //
 //===----------------------------------------------------------------------===//
 #include "Step.h"
