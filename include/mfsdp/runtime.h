@@ -245,6 +245,75 @@ typedef struct mfsdp_mesh_dim {
   int32_t size;
 } mfsdp_mesh_dim;
 
+/* The step as a program: the ops of the scheduled sched.step (after
+ * mfsdp-schedule-overlap and mfsdp-plan-memory) that a hook runs, in the
+ * schedule's order, lowered by the compiler; the runtime executes them as
+ * they are written and decides no order of its own. Each hook's ops are a
+ * range of `ops` named by one mfsdp_program_hook entry. So far only the
+ * optimizer step (MFSDP_HOOK_OPTIMIZER_STEP) is lowered: the forward and
+ * backward hooks keep the runtime's own protocol, and a program naming one
+ * of them is refused until the runtime executes it. */
+typedef enum mfsdp_hook {
+  MFSDP_HOOK_PRE_FORWARD = 0, /* reserved: not executed from a program yet */
+  MFSDP_HOOK_POST_FORWARD = 1,
+  MFSDP_HOOK_PRE_BACKWARD = 2,
+  MFSDP_HOOK_POST_BACKWARD = 3,
+  MFSDP_HOOK_OPTIMIZER_STEP = 4, /* mfsdp_optimizer_step; unit -1 */
+} mfsdp_hook;
+
+typedef enum mfsdp_program_kind {
+  /* Wait for the reduction of `unit`'s gradients if it is still in flight
+   * (then HSDP's all-reduce over replicas and the scaling); nothing when it
+   * has landed. An op that reads a unit's gradients waits for them first
+   * in any case. No params. */
+  MFSDP_PROGRAM_WAIT_REDUCTION = 0,
+  /* One optimizer kernel (`optimizer`: AdamW, SGD or Muon) over `params`,
+   * all of `unit` and stepped by that optimizer: one loop over the
+   * parameters' shards (row and block shards, replicated tensors, owned
+   * matrices), on `only_rank` alone when it is >= 0 (an owner's Muon: its
+   * params are that dp_shard rank's), on every rank otherwise. Under
+   * ns_split an owned Muon matrix is stepped on its replica only. */
+  MFSDP_PROGRAM_OPTIMIZER = 1,
+  /* ns_split: the updated `params` (owned Muon matrices of `unit`) go from
+   * the replica that stepped each to the same owner on the others, in one
+   * call (a rank that owns none of them makes none). */
+  MFSDP_PROGRAM_BROADCAST_UPDATES = 2,
+  /* ZeRO-1/2: `unit`'s updated parameters gathered whole again (all of its
+   * parameters; no params). */
+  MFSDP_PROGRAM_GATHER = 3,
+} mfsdp_program_kind;
+
+typedef struct mfsdp_program_op {
+  int32_t kind;       /* mfsdp_program_kind */
+  int32_t unit;       /* the unit whose buffers it works on */
+  int32_t group;      /* the schedule's group (sched op `group`), for
+                         diagnostics and traces */
+  int32_t optimizer;  /* MFSDP_PROGRAM_OPTIMIZER: mfsdp_optimizer */
+  int32_t only_rank;  /* >= 0: run on that dp_shard rank only */
+  int32_t num_params; /* indices in mfsdp_plan.params */
+  const int32_t *params;
+} mfsdp_program_op;
+
+/* The ops of one hook: ops[first_op, first_op + num_ops). */
+typedef struct mfsdp_program_hook {
+  int32_t hook; /* mfsdp_hook */
+  int32_t unit; /* the hook's unit; -1 for the optimizer step */
+  int32_t first_op, num_ops;
+} mfsdp_program_hook;
+
+/* mfsdp_create refuses (MFSDP_ERROR_PLAN, naming the op) a program that
+ * does not match the plan: an unknown kind or hook, a unit, parameter or
+ * range out of bounds, a parameter of another unit or optimizer, a
+ * parameter an optimizer steps stepped twice or never, an owner's op
+ * naming another rank's matrix, a ZeRO-1/2 unit gathered twice or never,
+ * a gather under ZeRO-3, two entries for one hook. */
+typedef struct mfsdp_program {
+  int32_t num_ops;
+  const mfsdp_program_op *ops;
+  int32_t num_hooks;
+  const mfsdp_program_hook *hooks;
+} mfsdp_program;
+
 /* The plan: what the compiler decided, as constants. */
 typedef struct mfsdp_plan {
   /* sizeof(mfsdp_plan) and MFSDP_PLAN_VERSION of the header the plan was
@@ -301,6 +370,10 @@ typedef struct mfsdp_plan {
    * the hash. */
   const mfsdp_bucket_kernels *host_kernels;
   const mfsdp_bucket_kernels *cuda_kernels;
+  /* The scheduled step as a program (mfsdp_program), part of the hash;
+   * NULL: the runtime runs each hook in its own order (plans built by
+   * hand). Last, so an older plan reads it as NULL. */
+  const mfsdp_program *program;
 } mfsdp_plan;
 
 /* An empty plan of this header's layout: every field 0 or NULL but

@@ -22,6 +22,7 @@
 #include "mfsdp/runtime/BufferSizes.h"
 #include "mfsdp/runtime/PlanHash.h"
 #include "mfsdp/step/RuntimeMemory.h"
+#include "mfsdp/step/RuntimeProgram.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinTypes.h"
@@ -471,6 +472,11 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
   // mfsdp-build-step and mfsdp-bucket-collectives), its bucketed gradient
   // reductions; the runtime gathers and reduces each with one collective.
   std::vector<step::RuntimeBucket> buckets;
+  // The optimizer step as the schedule orders it, when the step program is
+  // scheduled and its memory planned (mfsdp-schedule-overlap, then
+  // mfsdp-plan-memory): the runtime executes it (mfsdp_program).
+  step::RuntimeProgram program;
+  bool withProgram = false;
   {
     sched::StepOp stepOp;
     for (sched::StepOp s : module.getOps<sched::StepOp>()) {
@@ -480,11 +486,26 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
       stepOp = s;
     }
     if (stepOp) {
-      step::Step program;
-      if (failed(readStep(stepOp, program)))
+      step::Step scheduled;
+      if (failed(readStep(stepOp, scheduled)))
         return failure();
-      buckets = step::runtimeBuckets(program, plan, options.bucketBytes);
+      if (options.buckets)
+        buckets = step::runtimeBuckets(scheduled, plan, options.bucketBytes);
+      withProgram = llvm::any_of(scheduled.buffers, [](const step::Buffer &b) {
+        return b.offset >= 0;
+      });
+      if (withProgram) {
+        program = step::lowerOptimizerProgram(scheduled, plan);
+        if (!program.error.empty())
+          return stepOp.emitOpError()
+                 << "cannot be lowered into the runtime's program: " << program.error;
+      }
     }
+  }
+  step::RuntimeProgram::View programView;
+  if (withProgram) {
+    program.view(programView);
+    plan.program = &programView.program;
   }
   std::vector<mfsdp_bucket> bucketViews = step::bucketViews(buckets);
   plan.num_buckets = static_cast<int32_t>(bucketViews.size());
@@ -675,6 +696,58 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
     for (const RowBucketLayout &b : rowBuckets)
       emitCudaKernels(*cuda, b, /*launchers=*/true);
   }
+  if (withProgram) {
+    static const char *kinds[] = {"MFSDP_PROGRAM_WAIT_REDUCTION", "MFSDP_PROGRAM_OPTIMIZER",
+                                  "MFSDP_PROGRAM_BROADCAST_UPDATES",
+                                  "MFSDP_PROGRAM_GATHER"};
+    os << "/* The optimizer step as the schedule orders it (mfsdp-schedule-overlap,\n"
+          " * mfsdp-plan-memory): the runtime runs these ops in this order. Per op its\n"
+          " * kind, unit, group, optimizer, only rank and parameters (indices in\n"
+          " * mfsdp_params); the sched op it comes from in the comment. */\n";
+    size_t total = 0;
+    for (const step::ProgramOp &op : program.ops)
+      total += op.params.size();
+    if (total) {
+      os << "static const int32_t mfsdp_program_params[" << total << "] = {";
+      size_t k = 0;
+      for (const step::ProgramOp &op : program.ops)
+        for (int32_t p : op.params)
+          os << (k++ ? ", " : "") << p;
+      os << "};\n\n";
+    }
+    os << "static const mfsdp_program_op mfsdp_program_ops[" << std::max<size_t>(1, program.ops.size())
+       << "] = {\n";
+    size_t k = 0;
+    for (const step::ProgramOp &op : program.ops) {
+      os << "  {" << kinds[op.kind] << ", " << op.unit << ", " << op.group << ", "
+         << optimizerName(op.optimizer) << ", " << op.onlyRank << ", " << op.params.size()
+         << ", ";
+      if (op.params.empty())
+        os << "0";
+      else
+        os << "mfsdp_program_params + " << k;
+      os << "}, /* " << commentText(op.from);
+      if (!op.params.empty()) {
+        os << ":";
+        for (int32_t p : op.params)
+          os << " " << commentText(descs[p].name);
+      }
+      os << " */\n";
+      k += op.params.size();
+    }
+    if (program.ops.empty())
+      os << "  {0, 0, 0, 0, 0, 0, 0},\n";
+    os << "};\n\n";
+    os << "static const mfsdp_program_hook mfsdp_program_hooks[" << program.hooks.size()
+       << "] = {\n  /* hook, unit, first op, ops */\n";
+    for (const mfsdp_program_hook &h : program.hooks)
+      os << "  {" << (h.hook == MFSDP_HOOK_OPTIMIZER_STEP ? "MFSDP_HOOK_OPTIMIZER_STEP"
+                                                           : std::to_string(h.hook))
+         << ", " << h.unit << ", " << h.first_op << ", " << h.num_ops << "},\n";
+    os << "};\n\n";
+    os << "static const mfsdp_program mfsdp_the_program = {" << program.ops.size()
+       << ", mfsdp_program_ops, " << program.hooks.size() << ", mfsdp_program_hooks};\n\n";
+  }
   os << "static const mfsdp_memory_plan mfsdp_the_memory = {\n"
      << "  .num_shard_ranks = " << plan.dp_shard << ",\n"
      << "  .arena_bytes = mfsdp_arena_bytes,\n"
@@ -726,6 +799,8 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
     os << "  .host_kernels = mfsdp_host_kernels,\n";
   if (cudaKernels)
     os << "  .cuda_kernels = mfsdp_cuda_kernels,\n";
+  if (withProgram)
+    os << "  .program = &mfsdp_the_program,\n";
   os << "};\n\n";
   os << "const mfsdp_plan *mfsdp_step_plan(void) { return &mfsdp_the_plan; }\n\n"
      << "mfsdp_status mfsdp_step_create(mfsdp_step **out) {\n"

@@ -28,6 +28,9 @@
 //    mfsdp-bucket-collectives forms without a size limit) against the same
 //    plan with one collective per parameter. Hooks only: gathers,
 //    unpacking, packing and reductions; no optimizer step.
+// 4. A whole step of the plan of 3. (ZeRO-3 with gather prefetch and
+//    overlapped reductions) with its optimizer step as a compiled program
+//    (mfsdp_program, landing order) against the runtime's own order.
 //
 // Prints everything on rank 0.
 //
@@ -534,6 +537,147 @@ int benchNewtonSchulz(int argc, char **argv) {
   return 0;
 }
 
+//===-- 4. A whole step: the compiled program against the runtime's order ===//
+
+struct ProgramResult {
+  double programS = 0, runtimeS = 0;
+  std::vector<double> programReps, runtimeReps;
+  int64_t ops = 0;
+};
+
+/// The plan of 3. (8 units, each 12 AdamW row-shard vectors of 2048 floats
+/// in one bucket and 4 owned 128x128 Muon matrices in another), ZeRO-3 with
+/// gather prefetch and overlapped reductions (memory plan prefetch 1). One
+/// whole step: zero_grad, forward and backward (the trainer's gradients
+/// written into every gradient view), optimizer step. With the program:
+/// the optimizer step as the compiler lowers a landing-order schedule of
+/// one group per unit (the last unit first, each owner's Muon on its rank,
+/// unit 0's kernels after the wait for its reduction, which the others
+/// overlap); without: the runtime's own order (every reduction waited for
+/// first, then every parameter in table order).
+ProgramResult benchProgram(int world) {
+  constexpr int32_t kUnits = 8, kVectors = 12, kMatrices = 4;
+  std::vector<mfsdp_param_desc> descs;
+  std::vector<std::vector<int32_t>> rows(kUnits), owned(kUnits);
+  for (int32_t u = 0; u < kUnits; ++u)
+    for (int32_t k = 0; k < kVectors + kMatrices; ++k) {
+      mfsdp_param_desc d{};
+      const bool matrix = k >= kVectors;
+      d.rows = matrix ? 128 : 2048;
+      d.cols = matrix ? 128 : 1;
+      d.unit = u;
+      d.placement = matrix ? MFSDP_OWNER : MFSDP_ROW_SHARD;
+      d.owner = matrix ? (u * kMatrices + k) % world : 0;
+      d.optimizer = matrix ? MFSDP_OPT_MUON : MFSDP_OPT_ADAMW;
+      d.compute_dtype = MFSDP_COMPUTE_F32;
+      (matrix ? owned : rows)[u].push_back(static_cast<int32_t>(descs.size()));
+      descs.push_back(d);
+    }
+  for (std::vector<int32_t> &o : owned)
+    std::stable_sort(o.begin(), o.end(),
+                     [&](int32_t a, int32_t b) { return descs[a].owner < descs[b].owner; });
+  std::vector<mfsdp_bucket> buckets;
+  for (int32_t u = 0; u < kUnits; ++u) {
+    buckets.push_back({u, MFSDP_ROW_SHARD, kVectors, rows[u].data()});
+    buckets.push_back({u, MFSDP_OWNER, kMatrices, owned[u].data()});
+  }
+  // The program: per owner its matrices of each unit.
+  std::vector<std::vector<std::vector<int32_t>>> byOwner(
+      kUnits, std::vector<std::vector<int32_t>>(world));
+  for (int32_t u = 0; u < kUnits; ++u)
+    for (int32_t p : owned[u])
+      byOwner[u][descs[p].owner].push_back(p);
+  std::vector<mfsdp_program_op> ops;
+  for (int32_t u = kUnits; u-- > 0;) {
+    if (u == 0)
+      ops.push_back({MFSDP_PROGRAM_WAIT_REDUCTION, 0, 0, MFSDP_OPT_NONE, -1, 0, nullptr});
+    ops.push_back({MFSDP_PROGRAM_OPTIMIZER, u, u, MFSDP_OPT_ADAMW, -1, kVectors,
+                   rows[u].data()});
+    for (int32_t r = 0; r < world; ++r)
+      if (!byOwner[u][r].empty())
+        ops.push_back({MFSDP_PROGRAM_OPTIMIZER, u, u, MFSDP_OPT_MUON, r,
+                       static_cast<int32_t>(byOwner[u][r].size()), byOwner[u][r].data()});
+  }
+  const mfsdp_program_hook hook = {MFSDP_HOOK_OPTIMIZER_STEP, -1, 0,
+                                   static_cast<int32_t>(ops.size())};
+  const mfsdp_program program = {static_cast<int32_t>(ops.size()), ops.data(), 1, &hook};
+  ProgramResult out;
+  out.ops = static_cast<int64_t>(ops.size());
+  auto run = [&](bool withProgram, std::vector<double> &reps) {
+    mfsdp_plan plan{};
+    plan.zero = 3;
+    plan.dp_replicate = 1;
+    plan.dp_shard = world;
+    plan.world = world;
+    plan.num_units = kUnits;
+    plan.num_params = static_cast<int32_t>(descs.size());
+    plan.params = descs.data();
+    plan.adamw_lr = 1e-3f;
+    plan.adamw_beta1 = 0.9f;
+    plan.adamw_beta2 = 0.95f;
+    plan.adamw_eps = 1e-8f;
+    plan.muon_lr = 0.02f;
+    plan.muon_momentum = 0.95f;
+    plan.muon_ns_steps = 5;
+    plan.num_buckets = static_cast<int32_t>(buckets.size());
+    plan.buckets = buckets.data();
+    mfsdp::step::RuntimeMemoryPlan memory =
+        mfsdp::step::planRuntimeMemory(plan, false, 256, /*prefetch=*/1);
+    if (!memory.error.empty()) {
+      std::fprintf(stderr, "mfsdp-bench-runtime: memory plan: %s\n", memory.error.c_str());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    const mfsdp_memory_plan view = memory.view();
+    plan.memory = &view;
+    if (withProgram)
+      plan.program = &program;
+    plan.hash = mfsdp_plan_hash(&plan);
+    mfsdp_step *step = nullptr;
+    auto check = [&](mfsdp_status st, const char *what) {
+      if (st != MFSDP_OK) {
+        std::fprintf(stderr, "mfsdp-bench-runtime: %s: %s\n", what, mfsdp_last_error(step));
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
+    };
+    check(mfsdp_create(&plan, &step), "create");
+    std::vector<float> init(128 * 128);
+    fill(init.data(), static_cast<int64_t>(init.size()), 11, 0.1f);
+    for (int32_t i = 0; i < plan.num_params; ++i)
+      check(mfsdp_load_param(step, i, init.data()), "load");
+    reps = timeReps([&](int) {
+      check(mfsdp_zero_grad(step), "zero_grad");
+      for (int32_t u = 0; u < kUnits; ++u) {
+        check(mfsdp_pre_forward(step, u), "pre_forward");
+        check(mfsdp_post_forward(step, u), "post_forward");
+      }
+      for (int32_t u = kUnits; u-- > 0;) {
+        check(mfsdp_pre_backward(step, u), "pre_backward");
+        for (const std::vector<int32_t> *members : {&rows[u], &owned[u]})
+          for (int32_t p : *members) {
+            DLTensor g;
+            check(mfsdp_grad_view(step, p, &g), "grad_view");
+            fill(static_cast<float *>(g.data), descs[p].rows * descs[p].cols,
+                 13 + static_cast<unsigned>(p), 0.01f);
+          }
+        check(mfsdp_post_backward(step, u), "post_backward");
+      }
+      check(mfsdp_optimizer_step(step), "optimizer_step");
+    });
+    mfsdp_destroy(step);
+  };
+  // Two rounds, interleaved, so drift hits both.
+  for (int round = 0; round < 2; ++round) {
+    std::vector<double> a, b;
+    run(true, a);
+    run(false, b);
+    out.programReps.insert(out.programReps.end(), a.begin(), a.end());
+    out.runtimeReps.insert(out.runtimeReps.end(), b.begin(), b.end());
+  }
+  out.programS = median(out.programReps);
+  out.runtimeS = median(out.runtimeReps);
+  return out;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -669,6 +813,24 @@ int main(int argc, char **argv) {
                 bk.perParamS * 1e3, range(bk.perParamReps, 1e3).c_str(),
                 bk.perParamReps.size());
     std::printf("   one per parameter / bucketed: %.2fx\n", bk.perParamS / bk.bucketedS);
+  }
+
+  // 4. The optimizer step as a compiled program.
+  ProgramResult pg = benchProgram(world);
+  if (root) {
+    std::printf("\n4. A whole step, the optimizer step as a compiled program against the "
+                "runtime's own order (measured, host CPU): the plan of 3. with gather "
+                "prefetch and overlapped reductions (ZeRO-3, memory plan prefetch 1); "
+                "zero_grad, forward, backward, optimizer step; program of %lld ops in "
+                "landing order\n",
+                (long long)pg.ops);
+    std::printf("   program                %8.3f ms  (range %s ms, %zu reps)\n",
+                pg.programS * 1e3, range(pg.programReps, 1e3).c_str(),
+                pg.programReps.size());
+    std::printf("   runtime's order        %8.3f ms  (range %s ms, %zu reps)\n",
+                pg.runtimeS * 1e3, range(pg.runtimeReps, 1e3).c_str(),
+                pg.runtimeReps.size());
+    std::printf("   runtime's order / program: %.3fx\n", pg.runtimeS / pg.programS);
   }
 
   delete comm;

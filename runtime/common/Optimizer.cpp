@@ -3,6 +3,9 @@
 // AdamW and SGD on the shards this rank keeps, Muon on the matrices it
 // owns (under ns_split on one dp_replicate replica, which broadcasts the
 // updated master to the others); then the gathered copies are refreshed.
+// With a compiled program (mfsdp_plan.program) in the schedule's order,
+// each group's update as soon as its reduction has landed; without, every
+// reduction waited for first, then the parameters in table order.
 //
 //===----------------------------------------------------------------------===//
 #include "Step.h"
@@ -36,11 +39,14 @@ MuonHyper muonHyper(const mfsdp_hparams &h) {
 
 } // namespace
 
-mfsdp_status mfsdp_step::checkReduced(const char *call) {
+mfsdp_status mfsdp_step::checkReduced(const char *call, bool inFlight) {
+  // A reduction in flight is a new one: its unit's gradients land when
+  // the program waits for them.
+  const int32_t pending = inFlight ? reduceUnit : -1;
   for (int32_t u = 0; u < plan.num_units; ++u) {
-    if (unitParams[u].empty())
-      continue; // nothing to reduce, nothing to consume
-    if (stepped)
+    if (unitParams[u].empty() || u == pending)
+      continue; // nothing to reduce, nothing to consume; or landing
+    if (stepped && pending < 0)
       return fail(MFSDP_ERROR_ORDER,
                   std::string(call) + ": no gradients were reduced since the "
                                       "last optimizer_step, which consumed them "
@@ -55,9 +61,140 @@ mfsdp_status mfsdp_step::checkReduced(const char *call) {
   return MFSDP_OK;
 }
 
+namespace {
+
+/// One optimizer kernel on `ps` (which this rank keeps and steps).
+mfsdp_status stepParam(mfsdp_step *step, ParamState &ps) {
+  Backend &b = *step->backend;
+  step->about(-1, static_cast<int32_t>(&ps - step->params.data()));
+  const int64_t n = ps.localCount;
+  int rc = 0;
+  switch (ps.desc.optimizer) {
+  case MFSDP_OPT_ADAMW:
+    rc = b.adamwStep(ps.master, ps.gradShard, ps.m, ps.v, n, adamwHyper(ps.hparams),
+                     step->steps);
+    break;
+  case MFSDP_OPT_SGD:
+    rc = b.sgdStep(ps.master, ps.gradShard, ps.m, n, sgdHyper(ps.hparams), step->steps);
+    break;
+  case MFSDP_OPT_MUON:
+    rc = b.muonStep(ps.master, ps.gradShard, ps.m, ps.desc.rows, ps.desc.cols,
+                    muonHyper(ps.hparams), step->muonScratch);
+    ++step->work.muonSteps;
+    break;
+  default:
+    break;
+  }
+  return step->device(rc, "the optimizer step of '" + ps.name + "'");
+}
+
+/// ns_split: the updated masters of `split` (owned matrices this rank keeps)
+/// from the replica that stepped each to the same owner on the others, all
+/// issued together so their latencies overlap.
+mfsdp_status broadcastUpdates(mfsdp_step *step, const std::vector<ParamState *> &split) {
+  if (split.empty())
+    return MFSDP_OK;
+  std::vector<BroadcastPart> updates;
+  for (ParamState *ps : split)
+    updates.push_back({ps->master, ps->localCount, ps->nsReplica});
+  if (auto s = step->comm(step->backend->broadcastMany(Group::Replicate, updates),
+                          ("the broadcasts of " + std::to_string(updates.size()) +
+                           " updated matrices over replicas")
+                              .c_str()))
+    return s;
+  ++step->work.nsSplitBroadcastCalls;
+  for (ParamState *ps : split)
+    ++(step->stepsHere(*ps) ? step->work.nsSplitSends : step->work.nsSplitReceives);
+  return MFSDP_OK;
+}
+
+/// The optimizer step as the compiled program says (runtime.h,
+/// mfsdp_program): its ops in their order, each group's kernels as soon as
+/// its gradients have landed, while the reduction still in flight (the one
+/// the last post_backward left running) goes on until an op waits for it.
+mfsdp_status runProgram(mfsdp_step *step, const mfsdp_program_hook &hook) {
+  const mfsdp_program &g = *step->plan.program;
+  // Waits for `unit`'s reduction if it is the one in flight; the step has
+  // consumed the gradients all the same.
+  auto land = [&](int32_t unit) {
+    if (step->reduceUnit < 0 || step->reduceUnit != unit)
+      return MFSDP_OK;
+    mfsdp_status s = step->completeReduction();
+    step->stepped = true;
+    return s;
+  };
+  for (int32_t i = hook.first_op; i < hook.first_op + hook.num_ops; ++i) {
+    const mfsdp_program_op &op = g.ops[i];
+    if (op.only_rank >= 0 && op.only_rank != step->shardRank)
+      continue;
+    // Whatever the op, the gradients it reads have landed first.
+    if (auto s = land(op.unit))
+      return s;
+    switch (op.kind) {
+    case MFSDP_PROGRAM_WAIT_REDUCTION:
+      break;
+    case MFSDP_PROGRAM_OPTIMIZER:
+      for (int32_t k = 0; k < op.num_params; ++k) {
+        ParamState &ps = step->params[op.params[k]];
+        if (!ps.ownsAny)
+          continue;
+        if (!ps.gradReduced)
+          return step->fail(MFSDP_ERROR_ORDER, "parameter '" + ps.name +
+                                                   "' has no reduced gradient");
+        if (!step->stepsHere(ps))
+          continue; // ns_split: another replica steps it and sends the result
+        if (auto s = stepParam(step, ps))
+          return s;
+      }
+      break;
+    case MFSDP_PROGRAM_BROADCAST_UPDATES: {
+      std::vector<ParamState *> split;
+      for (int32_t k = 0; k < op.num_params; ++k) {
+        ParamState &ps = step->params[op.params[k]];
+        if (ps.ownsAny && ps.nsReplica >= 0)
+          split.push_back(&ps);
+      }
+      if (auto s = broadcastUpdates(step, split))
+        return s;
+      break;
+    }
+    case MFSDP_PROGRAM_GATHER:
+      step->about(-1, -1);
+      for (int32_t p : step->unitParams[op.unit])
+        step->releaseFull(step->params[p]);
+      if (auto s = step->gather(op.unit))
+        return s;
+      break;
+    default:
+      break; // refused by mfsdp_create
+    }
+  }
+  // A reduction no op waited for (a unit without stepped parameters).
+  if (auto s = land(step->reduceUnit))
+    return s;
+  // ZeRO-3 gathers at the next use; ZeRO-1/2 units were gathered above.
+  step->about(-1, -1);
+  if (step->plan.zero >= 3)
+    for (ParamState &ps : step->params)
+      step->releaseFull(ps);
+  return step->finish();
+}
+
+} // namespace
+
 mfsdp_status mfsdp::rt::optimizerStep(mfsdp_step *step) {
   if (!step)
     return MFSDP_ERROR_INVALID;
+  if (const mfsdp_program_hook *hook = mfsdp::rt::optimizerHook(step->plan)) {
+    // The reduction in flight is left running: the program waits for it.
+    if (auto st = step->enter(/*keepReduction=*/true))
+      return st;
+    if (auto st = step->checkReduced("optimizer_step", /*inFlight=*/true))
+      return st;
+    step->stepped = true;
+    ++step->steps;
+    return runProgram(step, *hook);
+  }
   if (auto st = step->enter())
     return st;
   if (auto st = step->checkReduced("optimizer_step"))
@@ -67,7 +204,6 @@ mfsdp_status mfsdp::rt::optimizerStep(mfsdp_step *step) {
   step->stepped = true;
   ++step->steps;
   const mfsdp_plan &p = step->plan;
-  Backend &b = *step->backend;
   for (ParamState &ps : step->params) {
     if (!ps.ownsAny || ps.desc.optimizer == MFSDP_OPT_NONE)
       continue;
@@ -76,49 +212,18 @@ mfsdp_status mfsdp::rt::optimizerStep(mfsdp_step *step) {
                                                "' has no reduced gradient");
     if (!step->stepsHere(ps))
       continue; // ns_split: another replica steps it and sends the result
-    step->about(-1, static_cast<int32_t>(&ps - step->params.data()));
-    const int64_t n = ps.localCount;
-    int rc = 0;
-    switch (ps.desc.optimizer) {
-    case MFSDP_OPT_ADAMW:
-      rc = b.adamwStep(ps.master, ps.gradShard, ps.m, ps.v, n, adamwHyper(ps.hparams),
-                       step->steps);
-      break;
-    case MFSDP_OPT_SGD:
-      rc = b.sgdStep(ps.master, ps.gradShard, ps.m, n, sgdHyper(ps.hparams), step->steps);
-      break;
-    case MFSDP_OPT_MUON:
-      rc = b.muonStep(ps.master, ps.gradShard, ps.m, ps.desc.rows, ps.desc.cols,
-                      muonHyper(ps.hparams), step->muonScratch);
-      ++step->work.muonSteps;
-      break;
-    default:
-      break;
-    }
-    if (auto s = step->device(rc, "the optimizer step of '" + ps.name + "'"))
+    if (auto s = stepParam(step, ps))
       return s;
   }
   // ns_split: every replica has stepped its share of the owned matrices;
   // now each updated master goes from its replica to the same owner on
-  // the others (in table order on every rank), all of them issued
-  // together so their latencies overlap.
+  // the others (in table order on every rank), in one call.
   std::vector<ParamState *> split;
-  std::vector<BroadcastPart> updates;
   for (ParamState &ps : step->params)
-    if (ps.ownsAny && ps.nsReplica >= 0) {
+    if (ps.ownsAny && ps.nsReplica >= 0)
       split.push_back(&ps);
-      updates.push_back({ps.master, ps.localCount, ps.nsReplica});
-    }
-  if (!updates.empty()) {
-    if (auto s = step->comm(b.broadcastMany(Group::Replicate, updates),
-                            ("the broadcasts of " + std::to_string(updates.size()) +
-                             " updated matrices over replicas")
-                                .c_str()))
-      return s;
-    ++step->work.nsSplitBroadcastCalls;
-  }
-  for (ParamState *ps : split)
-    ++(step->stepsHere(*ps) ? step->work.nsSplitSends : step->work.nsSplitReceives);
+  if (auto s = broadcastUpdates(step, split))
+    return s;
   // Gathered copies are stale now: ZeRO-1/2 keep parameters whole, so
   // gather the updated ones; ZeRO-3 gathers at the next use.
   step->about(-1, -1);

@@ -322,6 +322,11 @@ mfsdp_status mfsdp::rt::createStep(const mfsdp_plan *plan,
     if (mesh.empty())
       local = step->fail(MFSDP_ERROR_PLAN, error);
   }
+  if (local == MFSDP_OK && plan->program) {
+    const std::string problem = programProblem(*plan);
+    if (!problem.empty())
+      local = step->fail(MFSDP_ERROR_PLAN, problem);
+  }
   {
     // Status (max), and the plan hash and backend, which must be equal
     // everywhere (min = max).

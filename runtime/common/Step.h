@@ -104,6 +104,11 @@ std::string hparamsProblem(const mfsdp_hparams &h, int32_t optimizer);
 /// mfsdp_create_with_config without its exception barrier (PlanValidation.cpp).
 mfsdp_status createStep(const mfsdp_plan *plan, const mfsdp_config *config,
                         mfsdp_step **out);
+/// What is wrong with plan.program (not NULL) for `plan` ("" when nothing;
+/// Program.cpp).
+std::string programProblem(const mfsdp_plan &plan);
+/// plan.program's entry for the optimizer step, if any (Program.cpp).
+const mfsdp_program_hook *optimizerHook(const mfsdp_plan &plan);
 /// mfsdp_optimizer_step (Optimizer.cpp).
 mfsdp_status optimizerStep(mfsdp_step *step);
 /// mfsdp_load_param, mfsdp_store_param, mfsdp_load_state and
@@ -228,7 +233,9 @@ struct mfsdp_step {
 
   /// MFSDP_ERROR_ORDER, with `call` in the message, unless every unit's
   /// gradients were reduced since the last optimizer step and zero_grad.
-  mfsdp_status checkReduced(const char *call);
+  /// With `inFlight`, the unit whose reduction is still in flight counts as
+  /// reduced (a program's optimizer step waits for it where it says).
+  mfsdp_status checkReduced(const char *call, bool inFlight = false);
 
   /// Whether clipping counts and scales `ps`'s reduced gradient on this
   /// rank: it keeps some of it and an optimizer steps it.

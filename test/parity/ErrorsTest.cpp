@@ -238,6 +238,86 @@ int main(int argc, char **argv) {
     s = nullptr;
   }
 
+  // The compiled program (mfsdp_plan.program) must match the plan: each
+  // malformed table is refused, naming the op and what was expected. The
+  // well-formed one: v's Muon on its owner, then w's AdamW.
+  {
+    auto opt = [](int32_t unit, int32_t optimizer, int32_t onlyRank,
+                  const int32_t *params, int32_t n) {
+      mfsdp_program_op op{};
+      op.kind = MFSDP_PROGRAM_OPTIMIZER;
+      op.unit = unit;
+      op.group = unit;
+      op.optimizer = optimizer;
+      op.only_rank = onlyRank;
+      op.num_params = n;
+      op.params = params;
+      return op;
+    };
+    static const int32_t w[1] = {0}, v[1] = {1};
+    const mfsdp_program_op good[2] = {opt(1, MFSDP_OPT_MUON, 1, v, 1),
+                                      opt(0, MFSDP_OPT_ADAMW, -1, w, 1)};
+    mfsdp_program_op unknown = good[0];
+    unknown.kind = 9;
+    mfsdp_program_op gather{};
+    gather.kind = MFSDP_PROGRAM_GATHER;
+    gather.unit = 0;
+    struct BadProgram {
+      std::vector<mfsdp_program_op> ops;
+      mfsdp_program_hook hook;
+      const char *says;
+    } badPrograms[] = {
+        {{good[0], good[1]}, {MFSDP_HOOK_OPTIMIZER_STEP, -1, 0, 2}, nullptr},
+        {{unknown, good[1]}, {MFSDP_HOOK_OPTIMIZER_STEP, -1, 0, 2},
+         "invalid program: op 0 (unknown, unit 1, group 1): unknown kind 9"},
+        {{good[0], good[1], good[1]}, {MFSDP_HOOK_OPTIMIZER_STEP, -1, 0, 3},
+         "op 2 (optimizer, unit 0, group 0): parameter 'w' is stepped twice"},
+        {{good[0]}, {MFSDP_HOOK_OPTIMIZER_STEP, -1, 0, 1},
+         "the optimizer step never steps parameter 'w'"},
+        {{good[0], opt(1, MFSDP_OPT_ADAMW, -1, w, 1)},
+         {MFSDP_HOOK_OPTIMIZER_STEP, -1, 0, 2},
+         "op 1 (optimizer, unit 1, group 1): parameter 'w' is of unit 0"},
+        {{good[0], opt(0, MFSDP_OPT_SGD, -1, w, 1)}, {MFSDP_HOOK_OPTIMIZER_STEP, -1, 0, 2},
+         "parameter 'w' is stepped by optimizer 1, not 2"},
+        {{opt(1, MFSDP_OPT_MUON, 0, v, 1), good[1]}, {MFSDP_HOOK_OPTIMIZER_STEP, -1, 0, 2},
+         "parameter 'v' is not owned by dp_shard rank 0"},
+        {{good[0], good[1], gather}, {MFSDP_HOOK_OPTIMIZER_STEP, -1, 0, 3},
+         "op 2 (gather, unit 0, group 0): a gather of updated parameters under ZeRO-3"},
+        {{good[0], good[1]}, {MFSDP_HOOK_OPTIMIZER_STEP, -1, 1, 2},
+         "hook entry 0 (optimizer_step): ops [1, +2) out of the 2 ops"},
+        {{good[0], good[1]}, {MFSDP_HOOK_PRE_FORWARD, 0, 0, 2},
+         "hook entry 0 (pre_forward): this runtime executes only the optimizer step"},
+    };
+    for (BadProgram &bad : badPrograms) {
+      mfsdp_program program{};
+      program.num_ops = static_cast<int32_t>(bad.ops.size());
+      program.ops = bad.ops.data();
+      program.num_hooks = 1;
+      program.hooks = &bad.hook;
+      mfsdp_plan programmed = plan;
+      programmed.program = &program;
+      programmed.hash = mfsdp_plan_hash(&programmed);
+      st = mfsdp_create(&programmed, &s);
+      if (bad.says)
+        expect(st == MFSDP_ERROR_PLAN && says(s, bad.says),
+               std::string("bad program (") + bad.says + "): " + mfsdp_last_error(s));
+      else
+        expect(st == MFSDP_OK, std::string("a well-formed program: ") +
+                                   mfsdp_last_error(s));
+      mfsdp_destroy(s);
+      s = nullptr;
+      // The program is hashed: one added without a new hash is refused.
+      if (!bad.says) {
+        programmed.hash = plan.hash;
+        st = mfsdp_create(&programmed, &s);
+        expect(st == MFSDP_ERROR_PLAN && says(s, "hash"),
+               std::string("program added without a new hash: ") + mfsdp_last_error(s));
+        mfsdp_destroy(s);
+        s = nullptr;
+      }
+    }
+  }
+
   // A backend that does not exist is refused.
   mfsdp_config config = MFSDP_CONFIG_INITIALIZER;
   config.backend = 7;

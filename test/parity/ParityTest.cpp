@@ -69,6 +69,12 @@
 // collectives over gloo. With `dump=FILE`, rank 0 writes the trained
 // tensors, every float exactly, to FILE (a torchrun run and an mpirun run
 // of a case compare bit for bit where no sum has more than two terms).
+// With `order=landing` or `order=K`, the plan carries the compiled
+// program (mfsdp_program) of the step scheduled with that optimizer order
+// (mfsdp-schedule-overlap: the groups in the order their reductions land,
+// or K groups in landing order and then the first unit first), and the
+// runtime's optimizer step executes it; a case dumped with and without it
+// must train bit for bit alike.
 // Every case also checks, with the engine's work counters, how many
 // Muon steps each rank ran: each owned matrix on one replica under
 // ns_split (and the split must divide some owner's work), on
@@ -86,6 +92,7 @@
 #include "mfsdp/runtime/Counters.h"
 #include "mfsdp/step/Builder.h"
 #include "mfsdp/step/RuntimeMemory.h"
+#include "mfsdp/step/RuntimeProgram.h"
 #include "mfsdp/step/Schedule.h"
 
 #include <mpi.h>
@@ -330,7 +337,8 @@ int main(int argc, char **argv) {
       std::fprintf(stderr, "usage: mfsdp-parity MESH POLICY ZERO MICROBATCHES "
                            "[recompute|restart|bf16|dynamic|ns_split|prefetch|"
                            "buckets|external|hparams|ns_bf16|clip|blocks=RxC|"
-                           "replicate=BYTES|dump=FILE|torchrun]\n");
+                           "replicate=BYTES|order=landing|order=K|dump=FILE|"
+                           "torchrun]\n");
     ranks.finish();
     return 2;
   }
@@ -341,6 +349,8 @@ int main(int argc, char **argv) {
   bool recompute = false, restart = false, bf16 = false, dynamic = false;
   bool nsSplit = false, prefetch = false, bucketed = false, external = false;
   bool hparams = false, clip = false, nsBf16 = false;
+  bool withProgram = false;        // order=: the plan carries the program
+  int64_t orderFill = -1;          // its optimizer order (-1: landing)
   int64_t replicateUnder = 0;      // replicate=BYTES: replicate smaller tensors
   std::vector<int64_t> blockShape; // blocks=RxC: block-shard the matrices
   std::string dumpPath;            // dump=FILE: rank 0 writes the result
@@ -368,6 +378,21 @@ int main(int argc, char **argv) {
     recompute |= std::strcmp(argv[i], "recompute") == 0;
     restart |= std::strcmp(argv[i], "restart") == 0;
     bf16 |= std::strcmp(argv[i], "bf16") == 0;
+    if (std::strncmp(argv[i], "order=", 6) == 0) {
+      const char *v = argv[i] + 6;
+      char *end = nullptr;
+      if (std::strcmp(v, "landing") == 0) {
+        orderFill = -1;
+      } else {
+        orderFill = std::strtoll(v, &end, 10);
+        if (!*v || *end || orderFill < 0) {
+          std::fprintf(stderr, "order=landing or order=K (K >= 0) expected, got %s\n",
+                       argv[i]);
+          ranks.abort(2);
+        }
+      }
+      withProgram = true;
+    }
   }
   // fp32 compute matches the double-precision reference to 1e-5 of each
   // tensor's largest magnitude. bf16 compute copies and gradients (8-bit
@@ -554,6 +579,30 @@ int main(int argc, char **argv) {
   const mfsdp_memory_plan memoryPlan = memory.view();
   if (!dynamic)
     plan.memory = &memoryPlan;
+  // `order=`: the optimizer step as the compiler lowers it from the
+  // scheduled step program (bucketed as above when the plan has buckets).
+  step::RuntimeProgram program;
+  step::RuntimeProgram::View programView;
+  if (withProgram) {
+    std::vector<step::UnitCost> costs(pr.units.size());
+    step::BuildOptions build;
+    build.tokens = 1;
+    build.microbatches = micro;
+    step::Step scheduled = step::buildStep(pr, opts, decisions, costs, build, "parity");
+    if (bucketed)
+      step::bucketCollectives(scheduled, 0);
+    step::OverlapOptions overlap;
+    overlap.prefetch = prefetch ? 1 : 0;
+    overlap.optimizerFill = orderFill;
+    step::scheduleOverlap(scheduled, overlap);
+    program = step::lowerOptimizerProgram(scheduled, plan);
+    if (!program.error.empty()) {
+      std::fprintf(stderr, "lowering the program failed: %s\n", program.error.c_str());
+      ranks.abort(2);
+    }
+    program.view(programView);
+    plan.program = &programView.program;
+  }
   plan.hash = mfsdp_plan_hash(&plan);
 
   int failures = 0, passes = 0;
@@ -630,7 +679,19 @@ int main(int argc, char **argv) {
                std::to_string(w.nsSplitReceives) + ", expected " +
                std::to_string(sends) + " / " + std::to_string(receives));
     // All of a step's updates in one call (Backend::broadcastMany).
-    const int64_t calls = plan.ns_split && mesh.replicate > 1 && mineAll > 0 ? stepsRun : 0;
+    // With a program, one call per broadcast op naming a matrix this
+    // rank owns.
+    int64_t callsPerStep = mineAll > 0 ? 1 : 0;
+    if (plan.program) {
+      callsPerStep = 0;
+      for (const step::ProgramOp &op : program.ops) {
+        bool mine = false;
+        for (int32_t p : op.params)
+          mine |= descs[p].placement == MFSDP_OWNER && descs[p].owner == shardRank;
+        callsPerStep += op.kind == MFSDP_PROGRAM_BROADCAST_UPDATES && mine;
+      }
+    }
+    const int64_t calls = plan.ns_split && mesh.replicate > 1 ? stepsRun * callsPerStep : 0;
     expect(w.nsSplitBroadcastCalls == calls,
            "calls carrying the updates over replicas on rank " + std::to_string(rank) +
                " " + when + ": " + std::to_string(w.nsSplitBroadcastCalls) +

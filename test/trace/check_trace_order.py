@@ -3,7 +3,8 @@
 
 For one plan of the example model (mesh, policy, ZeRO level, prefetch; the
 collectives bucketed as mfsdp-compile buckets them by default, 25 MiB):
-  1. mfsdp-compile builds the step library (and writes the planned graph);
+  1. mfsdp-compile builds the step library (and writes the module it was
+     lowered from: the planned graph and its scheduled step);
   2. the example trainer runs it under mpirun with MFSDP_TRACE set, so each
      rank writes the runtime's trace;
   3. mfsdp-sim runs the default pipeline (--mfsdp-pipeline) on the planned
@@ -53,22 +54,18 @@ def main():
         if os.path.exists(path):
             os.remove(path)
 
-    # The library; its graph as planned (layouts assigned, no step yet).
+    # The library, and the module it was lowered from: the planned graph and
+    # its scheduled, memory-planned step, the program the library carries.
     compile_args = [o.compile, o.model, f"--mesh={o.mesh}", f"--policy={o.policy}",
                     f"--zero={o.zero}"] + (["--prefetch"] if o.prefetch else [])
-    run(compile_args + ["-o", lib])
-    run(compile_args + ["--bucket-mb=0", f"--emit-mlir={graph}",
-                        "-o", os.path.join(o.dir, "libgraph.so")])
+    run(compile_args + [f"--emit-mlir={graph}", "-o", lib])
 
     env = dict(os.environ, MFSDP_TRACE=pattern)
     run([o.mpiexec, "--allow-run-as-root", "--oversubscribe", "-n", str(o.np),
          o.trainer, lib, "--steps", str(o.steps)], env=env)
 
-    # mfsdp-compile plans with one token per microbatch when the graph
-    # states no sequence length, and buckets at 25 MiB.
-    options = (f"mesh={o.mesh} policy={o.policy} zero={o.zero} tokens=1 "
-               f"bucket-mb=25 prefetch={1 if o.prefetch else 0}")
-    run([o.sim, graph, f"--pipeline={options}", f"--trace={sim}", "--brief"])
+    # The simulator runs that same step.
+    run([o.sim, graph, f"--trace={sim}", "--brief"])
 
     cmd = [sys.executable, os.path.join(HERE, "compare_trace.py"), sim, pattern,
            "--ranks", str(o.np)]

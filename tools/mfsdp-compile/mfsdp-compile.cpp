@@ -4,6 +4,7 @@
 //                 [--zero=3] [--layouts="owner-strategy=..."]
 //                 [--hf [--hf-transformers=5]]
 //                 [--accumulate] [--prefetch] [--bucket-mb=25]
+//                 [--optimizer-order=first-units|landing]
 //                 [--cuda [--emit-cu=kernels.cu] [--nvcc=nvcc]]
 //                 -o libstep.so [--emit-c=step.c] [--emit-mlir=plan.mlir]
 //
@@ -89,6 +90,12 @@ static cl::opt<int> bucketMB(
              "many MiB of flat buffer, one collective each (a larger tensor "
              "alone); 0: one collective per parameter"),
     cl::init(25));
+static cl::opt<std::string> optimizerOrder(
+    "optimizer-order",
+    cl::desc("The optimizer phase's group order (mfsdp-schedule-overlap's "
+             "optimizer-order), which the library's program runs: first-units "
+             "or landing"),
+    cl::init("first-units"));
 static cl::opt<bool> cudaKernels(
     "cuda",
     cl::desc("Also generate the plan's CUDA kernels (each row-shard bucket's "
@@ -208,13 +215,22 @@ int main(int argc, char **argv) {
   mlir::PassManager pm(&ctx);
   std::string pipeline = "mfsdp-assign-layouts{" + options + "}";
   // The step program, for its buckets (the unit costs do not change them:
-  // one token when the graph states no sequence length).
-  if (bucketMB > 0) {
+  // one token when the graph states no sequence length), scheduled and
+  // memory-planned as mfsdp-sim and mfsdp-verify-schedule see it; the
+  // library carries its optimizer phase as the runtime's program.
+  if (optimizerOrder != "first-units" && optimizerOrder != "landing")
+    return fail("--optimizer-order must be first-units or landing, got '" +
+                optimizerOrder + "'");
+  {
     ctx.loadDialect<mfsdp::sched::SchedDialect>();
     auto graphs = module->getOps<mfsdp::plan::GraphOp>();
     const bool seq = !graphs.empty() && (*graphs.begin()).getSeqLen() > 0;
-    pipeline += std::string(",mfsdp-build-step") + (seq ? "" : "{tokens=1}") +
-                ",mfsdp-bucket-collectives{bucket-mb=" + std::to_string(bucketMB) + "}";
+    pipeline += std::string(",mfsdp-build-step") + (seq ? "" : "{tokens=1}");
+    if (bucketMB > 0)
+      pipeline += ",mfsdp-bucket-collectives{bucket-mb=" + std::to_string(bucketMB) + "}";
+    pipeline += ",mfsdp-schedule-overlap{prefetch=" +
+                std::string(prefetchGathers ? "1" : "0") +
+                " optimizer-order=" + optimizerOrder + "},mfsdp-plan-memory";
   }
   if (failed(mlir::parsePassPipeline(pipeline, pm, errs())))
     return fail("bad layout options '" + options + "'");
@@ -234,6 +250,7 @@ int main(int argc, char **argv) {
   emitOptions.accumulate = accumulateGrads;
   emitOptions.prefetch = prefetchGathers ? 1 : 0;
   emitOptions.bucketBytes = static_cast<double>(bucketMB.getValue()) * (1 << 20);
+  emitOptions.buckets = bucketMB > 0;
   if (!emitCu.empty() && !cudaKernels)
     return fail("--emit-cu needs --cuda");
   if (failed(mfsdp::emitStepLibrarySource(*module, os, emitOptions,

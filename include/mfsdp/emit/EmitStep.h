@@ -36,6 +36,10 @@ struct EmitStepOptions {
   /// stay within this many bytes of flat buffer each (0: no limit); a
   /// larger tensor is left alone (step::runtimeBuckets).
   double bucketBytes = 25.0 * (1 << 20);
+  /// Whether the runtime's buckets are taken from the module's sched.step;
+  /// false: one collective per parameter (the step still gives the
+  /// optimizer step's program).
+  bool buckets = true;
 };
 
 /// With `cuda`, the library's CUDA source (the row-shard buckets' pack and

@@ -106,6 +106,23 @@ inline uint64_t planHash(const mfsdp_plan &p) {
         h = hashMix(h, k.params[i]);
     }
   }
+  // The program: mixed only when given, so a plan without it keeps its
+  // hash. Counts are clamped as mfsdp_create checks them (after hashing).
+  if (const mfsdp_program *g = p.program) {
+    h = hashMix(h, g->num_ops);
+    for (int32_t i = 0; i < g->num_ops && g->ops; ++i) {
+      const mfsdp_program_op &o = g->ops[i];
+      for (int32_t v : {o.kind, o.unit, o.group, o.optimizer, o.only_rank, o.num_params})
+        h = hashMix(h, v);
+      for (int32_t k = 0; k < o.num_params && o.params && k < p.num_params; ++k)
+        h = hashMix(h, o.params[k]);
+    }
+    h = hashMix(h, g->num_hooks);
+    for (int32_t i = 0; i < g->num_hooks && g->hooks && i < 5 * (p.num_units + 1); ++i)
+      for (int32_t v : {g->hooks[i].hook, g->hooks[i].unit, g->hooks[i].first_op,
+                        g->hooks[i].num_ops})
+        h = hashMix(h, v);
+  }
   // The mesh: mixed only when given, so a plan without it keeps the hash
   // it had before the fields existed. At most 64 dims are read (a larger
   // count is refused by mfsdp_create, after hashing).

@@ -1,0 +1,170 @@
+//===- Program.cpp - The compiled step's program, checked against the plan ===//
+//
+// mfsdp_plan.program is the scheduled sched.step lowered by the compiler:
+// per hook its ops in the schedule's order (runtime.h). mfsdp_create checks
+// it against the plan before anything runs, so the executor (Optimizer.cpp)
+// can trust every index it reads.
+//
+//===----------------------------------------------------------------------===//
+#include "Step.h"
+
+#include <string>
+#include <vector>
+
+namespace {
+
+const char *kindName(int32_t kind) {
+  switch (kind) {
+  case MFSDP_PROGRAM_WAIT_REDUCTION:
+    return "wait_reduction";
+  case MFSDP_PROGRAM_OPTIMIZER:
+    return "optimizer";
+  case MFSDP_PROGRAM_BROADCAST_UPDATES:
+    return "broadcast_updates";
+  case MFSDP_PROGRAM_GATHER:
+    return "gather";
+  default:
+    return "unknown";
+  }
+}
+
+const char *hookName(int32_t hook) {
+  switch (hook) {
+  case MFSDP_HOOK_PRE_FORWARD:
+    return "pre_forward";
+  case MFSDP_HOOK_POST_FORWARD:
+    return "post_forward";
+  case MFSDP_HOOK_PRE_BACKWARD:
+    return "pre_backward";
+  case MFSDP_HOOK_POST_BACKWARD:
+    return "post_backward";
+  case MFSDP_HOOK_OPTIMIZER_STEP:
+    return "optimizer_step";
+  default:
+    return "unknown";
+  }
+}
+
+} // namespace
+
+const mfsdp_program_hook *mfsdp::rt::optimizerHook(const mfsdp_plan &plan) {
+  const mfsdp_program *g = plan.program;
+  if (!g || !g->hooks)
+    return nullptr;
+  for (int32_t i = 0; i < g->num_hooks; ++i)
+    if (g->hooks[i].hook == MFSDP_HOOK_OPTIMIZER_STEP)
+      return &g->hooks[i];
+  return nullptr;
+}
+
+std::string mfsdp::rt::programProblem(const mfsdp_plan &plan) {
+  const mfsdp_program &g = *plan.program;
+  const std::string prefix = "invalid program: ";
+  if (g.num_ops < 0 || (g.num_ops > 0 && !g.ops))
+    return prefix + std::to_string(g.num_ops) + " ops" +
+           (g.ops ? "" : " and no ops table") + "; expected 0 or more in ops";
+  if (g.num_hooks < 0 || (g.num_hooks > 0 && !g.hooks))
+    return prefix + std::to_string(g.num_hooks) + " hooks" +
+           (g.hooks ? "" : " and no hooks table") + "; expected 0 or more in hooks";
+  for (int32_t i = 0; i < plan.num_params; ++i)
+    if (plan.params[i].unit < 0 || plan.params[i].unit >= plan.num_units)
+      return ""; // the parameter table's own check names it
+  const mfsdp_program_hook *opt = nullptr;
+  for (int32_t h = 0; h < g.num_hooks; ++h) {
+    const mfsdp_program_hook &k = g.hooks[h];
+    const std::string where = "hook entry " + std::to_string(h) + " (" +
+                              hookName(k.hook) + "): ";
+    if (k.hook != MFSDP_HOOK_OPTIMIZER_STEP)
+      return prefix + where +
+             (k.hook >= MFSDP_HOOK_PRE_FORWARD && k.hook < MFSDP_HOOK_OPTIMIZER_STEP
+                  ? "this runtime executes only the optimizer step from a program "
+                    "(the forward and backward hooks keep its own protocol)"
+                  : "unknown hook " + std::to_string(k.hook) +
+                        "; expected MFSDP_HOOK_OPTIMIZER_STEP (4)");
+    if (k.unit != -1)
+      return prefix + where + "unit " + std::to_string(k.unit) +
+             "; the optimizer step has unit -1";
+    if (k.first_op < 0 || k.num_ops < 0 || k.first_op > g.num_ops - k.num_ops)
+      return prefix + where + "ops [" + std::to_string(k.first_op) + ", +" +
+             std::to_string(k.num_ops) + ") out of the " + std::to_string(g.num_ops) +
+             " ops";
+    if (opt)
+      return prefix + where + "a second entry for the optimizer step";
+    opt = &k;
+  }
+  if (!opt)
+    return "";
+  std::vector<int32_t> stepped(plan.num_params, 0), gathered(plan.num_units, 0);
+  for (int32_t i = opt->first_op; i < opt->first_op + opt->num_ops; ++i) {
+    const mfsdp_program_op &op = g.ops[i];
+    const std::string where = "op " + std::to_string(i) + " (" + kindName(op.kind) +
+                              ", unit " + std::to_string(op.unit) + ", group " +
+                              std::to_string(op.group) + "): ";
+    if (op.kind < MFSDP_PROGRAM_WAIT_REDUCTION || op.kind > MFSDP_PROGRAM_GATHER)
+      return prefix + where + "unknown kind " + std::to_string(op.kind) +
+             "; expected wait_reduction (0), optimizer (1), broadcast_updates (2) "
+             "or gather (3)";
+    if (op.unit < 0 || op.unit >= plan.num_units)
+      return prefix + where + "unit out of range; the plan has " +
+             std::to_string(plan.num_units) + " units";
+    if (op.num_params < 0 || (op.num_params > 0 && !op.params))
+      return prefix + where + std::to_string(op.num_params) + " params" +
+             (op.params ? "" : " and no params table");
+    if (op.only_rank < -1 || op.only_rank >= plan.dp_shard)
+      return prefix + where + "only_rank " + std::to_string(op.only_rank) +
+             "; expected -1 or a dp_shard rank below " + std::to_string(plan.dp_shard);
+    const bool withParams =
+        op.kind == MFSDP_PROGRAM_OPTIMIZER || op.kind == MFSDP_PROGRAM_BROADCAST_UPDATES;
+    if (!withParams && op.num_params != 0)
+      return prefix + where + "names " + std::to_string(op.num_params) +
+             " params; a " + kindName(op.kind) + " names none (it works on the unit)";
+    if (op.kind == MFSDP_PROGRAM_OPTIMIZER && op.optimizer != MFSDP_OPT_ADAMW &&
+        op.optimizer != MFSDP_OPT_SGD && op.optimizer != MFSDP_OPT_MUON)
+      return prefix + where + "optimizer " + std::to_string(op.optimizer) +
+             "; expected MFSDP_OPT_ADAMW (1), MFSDP_OPT_SGD (2) or MFSDP_OPT_MUON (3)";
+    for (int32_t k = 0; k < op.num_params; ++k) {
+      const int32_t p = op.params[k];
+      if (p < 0 || p >= plan.num_params)
+        return prefix + where + "parameter index " + std::to_string(p) +
+               " out of range; the plan has " + std::to_string(plan.num_params);
+      const mfsdp_param_desc &d = plan.params[p];
+      const std::string name = "parameter '" + std::string(d.name ? d.name : "?") + "'";
+      if (d.unit != op.unit)
+        return prefix + where + name + " is of unit " + std::to_string(d.unit);
+      if (op.kind == MFSDP_PROGRAM_BROADCAST_UPDATES) {
+        if (d.placement != MFSDP_OWNER || d.optimizer != MFSDP_OPT_MUON)
+          return prefix + where + name + " is no owned Muon matrix";
+        continue;
+      }
+      if (d.optimizer != op.optimizer)
+        return prefix + where + name + " is stepped by optimizer " +
+               std::to_string(d.optimizer) + ", not " + std::to_string(op.optimizer);
+      if (op.only_rank >= 0 && (d.placement != MFSDP_OWNER || d.owner != op.only_rank))
+        return prefix + where + name + " is not owned by dp_shard rank " +
+               std::to_string(op.only_rank);
+      if (stepped[p]++)
+        return prefix + where + name + " is stepped twice";
+    }
+    if (op.kind == MFSDP_PROGRAM_GATHER) {
+      if (plan.zero >= 3)
+        return prefix + where + "a gather of updated parameters under ZeRO-3, "
+                                "which gathers at the next use";
+      if (gathered[op.unit]++)
+        return prefix + where + "unit " + std::to_string(op.unit) + " gathered twice";
+    }
+  }
+  std::vector<bool> hasParams(plan.num_units, false);
+  for (int32_t p = 0; p < plan.num_params; ++p) {
+    const mfsdp_param_desc &d = plan.params[p];
+    hasParams[d.unit] = true;
+    if (d.optimizer != MFSDP_OPT_NONE && !stepped[p])
+      return prefix + "the optimizer step never steps parameter '" +
+             std::string(d.name ? d.name : "?") + "'";
+  }
+  if (plan.zero < 3)
+    for (int32_t u = 0; u < plan.num_units; ++u)
+      if (hasParams[u] && !gathered[u])
+        return prefix + "the optimizer step never gathers unit " + std::to_string(u) +
+               " (ZeRO-" + std::to_string(plan.zero) + " keeps parameters whole)";
+  return "";
+}

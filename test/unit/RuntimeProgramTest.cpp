@@ -1,0 +1,236 @@
+//===- RuntimeProgramTest.cpp - The optimizer phase lowered to the program ===//
+//
+// A hand-built step of three units, one group each, on 2 ranks under
+// ZeRO-2: unit 0 an AdamW row shard, unit 1 a Muon matrix owned by rank 1
+// and a replicated AdamW vector, unit 2 an SGD row shard and a frozen one.
+// Backward reduces each group into its gradient shard; the optimizer phase
+// steps each group and gathers its updated parameters. The schedule's
+// optimizer order must reach the program, op for op.
+//
+//===----------------------------------------------------------------------===//
+#include "mfsdp/step/RuntimeProgram.h"
+#include "mfsdp/step/Schedule.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+using namespace mfsdp;
+using namespace mfsdp::step;
+
+namespace {
+
+Op make(OpKind kind, Phase phase, std::string name, int64_t unit, int64_t group,
+        std::vector<int64_t> reads, std::vector<int64_t> writes) {
+  Op op;
+  op.kind = kind;
+  op.phase = phase;
+  op.name = std::move(name);
+  op.unit = unit;
+  op.group = group;
+  op.reads = std::move(reads);
+  op.writes = std::move(writes);
+  return op;
+}
+
+Op collective(CollKind kind, Phase phase, std::string name, int64_t group,
+              std::vector<std::string> params, int64_t src, int64_t dst) {
+  Op op = make(OpKind::Collective, phase, std::move(name), -1, group, {src}, {dst});
+  op.coll = kind;
+  op.meshAxes = {"dp_shard"};
+  op.ranks = 2;
+  op.collBytes = 1e6;
+  op.params = std::move(params);
+  return op;
+}
+
+Op optimizer(std::string kernel, int64_t group, std::vector<std::string> params,
+             int64_t onlyRank, int64_t buf) {
+  Op op = make(OpKind::Optimizer, Phase::Optimizer, kernel + " g" + std::to_string(group),
+               -1, group, {buf}, {buf});
+  op.optimizer = std::move(kernel);
+  op.params = std::move(params);
+  op.onlyRank = onlyRank;
+  return op;
+}
+
+/// Buffers: per group a shard (0..2) and a gradient shard (3..5).
+Step threeUnits() {
+  Step s;
+  s.name = "three";
+  s.world = 2;
+  for (const char *n : {"shard g0", "shard g1", "shard g2", "grad g0", "grad g1",
+                        "grad g2"}) {
+    Buffer b;
+    b.name = n;
+    b.bytes = 64;
+    b.persistent = true;
+    s.buffers.push_back(b);
+  }
+  const Phase F = Phase::Forward, B = Phase::Backward, O = Phase::Optimizer;
+  for (int64_t g = 0; g < 3; ++g) {
+    Op fwd = make(OpKind::Compute, F, "forward u" + std::to_string(g), g, g, {g}, {});
+    fwd.compute = "forward";
+    s.ops.push_back(fwd);
+  }
+  const std::vector<std::vector<std::string>> reduced = {
+      {"u0.w"}, {"u1.w", "u1.b"}, {"u2.w", "u2.frozen"}};
+  for (int64_t g = 2; g >= 0; --g) {
+    Op bwd = make(OpKind::Compute, B, "backward u" + std::to_string(g), g, g, {g}, {});
+    bwd.compute = "backward";
+    s.ops.push_back(bwd);
+    s.ops.push_back(collective(CollKind::ReduceScatter, B,
+                               "reduce_scatter g" + std::to_string(g), g, reduced[g],
+                               g, 3 + g));
+  }
+  s.ops.push_back(optimizer("adamw", 0, {"u0.w"}, -1, 3));
+  s.ops.push_back(collective(CollKind::AllGather, O, "all_gather updated g0", 0,
+                             {"u0.w"}, 0, 0));
+  s.ops.push_back(optimizer("muon", 1, {"u1.w"}, 1, 4));
+  s.ops.push_back(optimizer("adamw", 1, {}, -1, 4)); // the replicated tensors
+  s.ops.push_back(collective(CollKind::AllGatherV, O, "all_gather_v updated g1", 1,
+                             {"u1.w"}, 1, 1));
+  s.ops.push_back(optimizer("sgd", 2, {"u2.w"}, -1, 5));
+  s.ops.push_back(collective(CollKind::AllGather, O, "all_gather updated g2", 2,
+                             {"u2.w", "u2.frozen"}, 2, 2));
+  return s;
+}
+
+struct Plan {
+  std::vector<mfsdp_param_desc> descs;
+  mfsdp_plan plan{};
+  Plan() {
+    descs = {
+        {"u0.w", 4, 4, 0, MFSDP_ROW_SHARD, 0, MFSDP_OPT_ADAMW, 0, 0, 0},
+        {"u1.w", 4, 4, 1, MFSDP_OWNER, 1, MFSDP_OPT_MUON, 0, 0, 0},
+        {"u1.b", 4, 1, 1, MFSDP_REPLICATE, 0, MFSDP_OPT_ADAMW, 0, 0, 0},
+        {"u2.w", 4, 4, 2, MFSDP_ROW_SHARD, 0, MFSDP_OPT_SGD, 0, 0, 0},
+        {"u2.frozen", 4, 1, 2, MFSDP_ROW_SHARD, 0, MFSDP_OPT_NONE, 0, 0, 0},
+    };
+    plan.zero = 2;
+    plan.dp_shard = 2;
+    plan.dp_replicate = 1;
+    plan.world = 2;
+    plan.num_units = 3;
+    plan.num_params = static_cast<int32_t>(descs.size());
+    plan.params = descs.data();
+  }
+};
+
+/// The program's ops as "kind unit [params] @rank" lines, for comparison.
+std::vector<std::string> text(const RuntimeProgram &p) {
+  static const char *kinds[] = {"wait", "optimizer", "broadcast", "gather"};
+  std::vector<std::string> out;
+  for (const ProgramOp &op : p.ops) {
+    std::string line = std::string(kinds[op.kind]) + " u" + std::to_string(op.unit);
+    for (int32_t i : op.params)
+      line += " " + std::to_string(i);
+    if (op.onlyRank >= 0)
+      line += " @" + std::to_string(op.onlyRank);
+    out.push_back(line);
+  }
+  return out;
+}
+
+RuntimeProgram scheduled(int64_t fill, const Plan &plan) {
+  Step s = threeUnits();
+  OverlapOptions o;
+  o.prefetch = 1;
+  o.optimizerFill = fill;
+  scheduleOverlap(s, o);
+  return lowerOptimizerProgram(s, plan.plan);
+}
+
+// Landing order: group 2's reduction lands first (backward runs 2, 1, 0),
+// so group 2 is stepped first while the others' reductions are in flight;
+// each group's kernels come right after the wait for its own reduction
+// (not for all of them), and its gather right after its kernels.
+TEST(RuntimeProgram, LandingOrder) {
+  Plan plan;
+  RuntimeProgram p = scheduled(-1, plan);
+  ASSERT_EQ(p.error, "");
+  EXPECT_EQ(text(p), (std::vector<std::string>{
+                         "wait u2", "optimizer u2 3", "gather u2",
+                         "wait u1", "optimizer u1 1 @1", "optimizer u1 2", "gather u1",
+                         "wait u0", "optimizer u0 0", "gather u0"}));
+  ASSERT_EQ(p.hooks.size(), 1u);
+  EXPECT_EQ(p.hooks[0].hook, MFSDP_HOOK_OPTIMIZER_STEP);
+  EXPECT_EQ(p.hooks[0].first_op, 0);
+  EXPECT_EQ(p.hooks[0].num_ops, 10);
+}
+
+// First units first with one group filling the wait: group 2 (the first
+// to land), then groups 0 and 1 in unit order. Another order, another
+// program.
+TEST(RuntimeProgram, FirstUnitsOrder) {
+  Plan plan;
+  RuntimeProgram p = scheduled(1, plan);
+  ASSERT_EQ(p.error, "");
+  EXPECT_EQ(text(p), (std::vector<std::string>{
+                         "wait u2", "optimizer u2 3", "gather u2",
+                         "wait u0", "optimizer u0 0", "gather u0",
+                         "wait u1", "optimizer u1 1 @1", "optimizer u1 2", "gather u1"}));
+  EXPECT_NE(text(p), text(scheduled(-1, plan)));
+}
+
+// The C view points into the program.
+TEST(RuntimeProgram, View) {
+  Plan plan;
+  RuntimeProgram p = scheduled(-1, plan);
+  RuntimeProgram::View v;
+  p.view(v);
+  ASSERT_EQ(v.program.num_ops, 10);
+  EXPECT_EQ(v.program.ops[4].kind, MFSDP_PROGRAM_OPTIMIZER);
+  EXPECT_EQ(v.program.ops[4].optimizer, MFSDP_OPT_MUON);
+  EXPECT_EQ(v.program.ops[4].only_rank, 1);
+  EXPECT_EQ(v.program.ops[4].num_params, 1);
+  EXPECT_EQ(v.program.ops[4].params[0], 1);
+  EXPECT_EQ(v.program.num_hooks, 1);
+}
+
+// ZeRO-3 keeps no gathers in the optimizer phase: a gather there is an
+// op the runtime does not run.
+TEST(RuntimeProgram, GatherUnderZero3) {
+  Plan plan;
+  plan.plan.zero = 3;
+  RuntimeProgram p = scheduled(-1, plan);
+  EXPECT_EQ(p.error, "'all_gather updated g2' (all_gather) in the optimizer phase is "
+                     "a collective the runtime does not run (ZeRO-3)");
+}
+
+TEST(RuntimeProgram, Errors) {
+  Plan plan;
+  {
+    Step s = threeUnits();
+    s.ops.push_back(optimizer("cast", 0, {"u0.w"}, -1, 3));
+    EXPECT_EQ(lowerOptimizerProgram(s, plan.plan).error,
+              "'cast g0' runs optimizer kernel 'cast'; the runtime runs adamw, sgd "
+              "and muon");
+  }
+  {
+    Step s = threeUnits();
+    s.ops.push_back(optimizer("adamw", 0, {"nowhere"}, -1, 3));
+    EXPECT_EQ(lowerOptimizerProgram(s, plan.plan).error,
+              "'adamw g0' names parameter 'nowhere', which is not in the plan");
+  }
+  {
+    Step s = threeUnits();
+    s.ops.push_back(optimizer("adamw", 0, {"u0.w"}, -1, 3));
+    EXPECT_EQ(lowerOptimizerProgram(s, plan.plan).error,
+              "'adamw g0' steps parameter 'u0.w', which an earlier op of the "
+              "schedule stepped");
+  }
+  {
+    Step s = threeUnits();
+    s.ops.erase(std::find_if(s.ops.begin(), s.ops.end(),
+                             [](const Op &op) { return op.name == "sgd g2"; }));
+    EXPECT_EQ(lowerOptimizerProgram(s, plan.plan).error,
+              "parameter 'u2.w' is stepped by no optimizer op of the schedule");
+  }
+}
+
+} // namespace
