@@ -35,7 +35,7 @@ void reorder(Step &s, const std::vector<int64_t> &order) {
   std::vector<Op> ops;
   ops.reserve(order.size());
   for (int64_t old : order) {
-    Op op = s.ops[old];
+    Op op = std::move(s.ops[old]); // each old index appears once
     if (op.kind == OpKind::Wait && op.waitFor >= 0)
       op.waitFor = newIndex[op.waitFor];
     ops.push_back(std::move(op));
@@ -152,6 +152,7 @@ void scheduleOverlap(Step &s, const OverlapOptions &o) {
     std::vector<std::pair<Phase, std::vector<size_t>>> firsts;
     std::map<std::pair<int, int64_t>, size_t> firstCompute;
     std::vector<std::pair<Phase, int64_t>> computeOrder;
+    std::map<std::pair<int, int64_t>, size_t> orderOf; // key -> computeOrder index
     for (size_t i = 0; i < s.ops.size(); ++i) {
       const Op &op = s.ops[i];
       if (op.kind != OpKind::Compute || op.group < 0 || op.compute == "copy")
@@ -159,16 +160,21 @@ void scheduleOverlap(Step &s, const OverlapOptions &o) {
       auto key = std::make_pair(static_cast<int>(op.phase), op.group);
       if (!firstCompute.count(key)) {
         firstCompute[key] = i;
+        orderOf[key] = computeOrder.size();
         computeOrder.push_back({op.phase, op.group});
       }
     }
+    // The gather blocks of each (phase, group), in block order.
+    std::map<std::pair<int, int64_t>, std::vector<size_t>> blocksOf;
+    for (size_t k = 0; k < blocks.size(); ++k)
+      blocksOf[{static_cast<int>(blocks[k].phase), blocks[k].group}].push_back(k);
     // For each block: the group whose compute is `prefetch` groups before.
     std::map<size_t, size_t> moveBefore; // block begin -> target op index
     for (const GatherBlock &b : blocks) {
-      auto it = std::find(computeOrder.begin(), computeOrder.end(),
-                          std::make_pair(b.phase, b.group));
-      if (it == computeOrder.end())
+      auto found = orderOf.find({static_cast<int>(b.phase), b.group});
+      if (found == orderOf.end())
         continue;
+      auto it = computeOrder.begin() + static_cast<std::ptrdiff_t>(found->second);
       int64_t back = 0;
       auto target = it;
       while (back < o.prefetch && target != computeOrder.begin() &&
@@ -180,11 +186,18 @@ void scheduleOverlap(Step &s, const OverlapOptions &o) {
         continue;
       // Memory: gathered bytes alive at once if we move this block.
       if (o.maxInflightBytes > 0) {
+        // The blocks of the groups in [target, it), summed in block order.
+        std::vector<size_t> others;
+        for (auto g = target; g != it; ++g) {
+          auto list = blocksOf.find({static_cast<int>(g->first), g->second});
+          if (list != blocksOf.end())
+            others.insert(others.end(), list->second.begin(), list->second.end());
+        }
+        std::sort(others.begin(), others.end());
+        others.erase(std::unique(others.begin(), others.end()), others.end());
         double inflight = b.bytes;
-        for (const GatherBlock &other : blocks)
-          if (other.phase == b.phase &&
-              std::find(target, it, std::make_pair(other.phase, other.group)) != it)
-            inflight += other.bytes;
+        for (size_t k : others)
+          inflight += blocks[k].bytes;
         if (inflight > o.maxInflightBytes)
           continue;
       }
@@ -284,7 +297,11 @@ void scheduleOverlap(Step &s, const OverlapOptions &o) {
   // still reads (the unreduced gradients) does not wait: the free moves to
   // just after the next compute op, so the reduction overlaps it.
   std::vector<Op> out;
-  std::vector<std::pair<int64_t, std::vector<int64_t>>> pending; // out idx, buffers
+  // Collectives started and not yet waited for (out index -> buffers), and
+  // for each buffer the ones that use it: an op finds the waits it needs
+  // from its own buffers, not by scanning everything in flight.
+  std::map<int64_t, std::vector<int64_t>> pending;
+  std::map<int64_t, std::set<int64_t>> pendingOn;
   std::vector<Op> deferred;
   auto waitFor = [&](int64_t idx, Phase phase) {
     Op wait;
@@ -296,22 +313,26 @@ void scheduleOverlap(Step &s, const OverlapOptions &o) {
     out.push_back(wait);
   };
   auto flushFor = [&](const Op &op) {
-    for (auto it = pending.begin(); it != pending.end();) {
-      bool needs = false;
-      for (int64_t buf : it->second)
-        needs |= touches(op, buf);
-      if (needs) {
-        waitFor(it->first, op.phase);
-        it = pending.erase(it);
-      } else {
-        ++it;
+    std::set<int64_t> needed;
+    for (const auto *list : {&op.reads, &op.writes})
+      for (int64_t buf : *list)
+        if (auto it = pendingOn.find(buf); it != pendingOn.end())
+          needed.insert(it->second.begin(), it->second.end());
+    for (int64_t idx : needed) { // in issue order, as they were started
+      waitFor(idx, op.phase);
+      for (int64_t buf : pending[idx]) {
+        auto it = pendingOn.find(buf);
+        it->second.erase(idx);
+        if (it->second.empty())
+          pendingOn.erase(it);
       }
+      pending.erase(idx);
     }
   };
   auto pendingTouches = [&](const Op &op) {
-    for (auto &[idx, bufs] : pending)
-      for (int64_t buf : bufs)
-        if (touches(op, buf))
+    for (const auto *list : {&op.reads, &op.writes})
+      for (int64_t buf : *list)
+        if (pendingOn.count(buf))
           return true;
     return false;
   };
@@ -322,12 +343,15 @@ void scheduleOverlap(Step &s, const OverlapOptions &o) {
       op.async = true;
       std::vector<int64_t> bufs = op.reads;
       bufs.insert(bufs.end(), op.writes.begin(), op.writes.end());
-      pending.push_back({static_cast<int64_t>(out.size()), bufs});
+      const int64_t idx = static_cast<int64_t>(out.size());
+      for (int64_t buf : bufs)
+        pendingOn[buf].insert(idx);
+      pending[idx] = std::move(bufs);
     }
     out.push_back(std::move(op));
   };
   for (size_t i = 0; i < s.ops.size(); ++i) {
-    Op op = s.ops[i];
+    Op op = std::move(s.ops[i]); // s.ops is replaced by `out`
     if (op.kind == OpKind::Wait)
       continue; // rebuilt here
     if (op.kind == OpKind::Free && op.phase != Phase::Optimizer &&
