@@ -23,7 +23,9 @@ OrderChoice chooseOptimizerFill(const step::Step &unscheduled,
     step::OverlapOptions o = options;
     o.optimizerFill = fill;
     step::scheduleOverlap(s, o);
-    SimResult r = simulate(s, profile);
+    SimOptions so;
+    so.timings = false; // the summary is all the choice needs
+    SimResult r = simulate(s, profile, so);
     if (!r.ok) {
       choice.error = r.error;
       return choice;

@@ -227,6 +227,14 @@ public:
         live += b.bytes;
     peak = live;
   }
+  /// The same, given the indices of the persistent buffers on the rank, in
+  /// order.
+  RankMemory(const Step &s, const std::vector<size_t> &persistent)
+      : state(s.buffers.size(), Never) {
+    for (size_t b : persistent)
+      live += s.buffers[b].bytes;
+    peak = live;
+  }
 
   Event apply(const Step &s, const Op &op) {
     int64_t b = op.writes.front();
@@ -303,6 +311,10 @@ struct PhaseAcc {
 } // namespace
 
 SimResult simulate(const Step &s, const SimProfile &p) {
+  return simulate(s, p, SimOptions());
+}
+
+SimResult simulate(const Step &s, const SimProfile &p, const SimOptions &options) {
   SimResult r;
   r.error = validateProfile(p);
   if (r.error.empty())
@@ -317,10 +329,52 @@ SimResult simulate(const Step &s, const SimProfile &p) {
   std::map<int64_t, double> commClock;
   std::vector<double> collEnd(n, 0.0);
   std::vector<char> waited(n, 0);
-  r.timings.assign(world, std::vector<OpTiming>(n));
+  if (options.timings)
+    r.timings.assign(world, std::vector<OpTiming>(n));
+  // The first forward compute op of a group and that group: the summary
+  // needs when the forward compute ops up to it start on each rank and when
+  // the group's optimizer work ends.
+  size_t firstCompute = n;
+  auto forwardCompute = [&](size_t i) {
+    return s.ops[i].kind == OpKind::Compute && s.ops[i].phase == Phase::Forward;
+  };
+  for (size_t i = 0; i < n && firstCompute == n; ++i)
+    if (forwardCompute(i) && s.ops[i].group >= 0)
+      firstCompute = i;
+  if (firstCompute < n)
+    r.firstGroup = s.ops[firstCompute].group;
+  double ready = -1;
+  auto record = [&](size_t i, int64_t rank, double a, double b) {
+    if (options.timings)
+      r.timings[rank][i] = {a, b};
+    if (i <= firstCompute && forwardCompute(i))
+      r.firstComputeWait = std::max(r.firstComputeWait, a);
+    if (r.firstGroup >= 0 && s.ops[i].kind == OpKind::Optimizer &&
+        s.ops[i].group == r.firstGroup)
+      ready = std::max(ready, b);
+  };
   std::vector<RankMemory> memory;
-  for (int64_t rank = 0; rank < world; ++rank)
-    memory.emplace_back(s, rank);
+  {
+    // Each rank's persistent buffers: those of every rank and its own, in
+    // buffer order.
+    std::vector<size_t> common;
+    std::map<int64_t, std::vector<size_t>> own;
+    for (size_t b = 0; b < s.buffers.size(); ++b)
+      if (s.buffers[b].persistent)
+        (s.buffers[b].onlyRank < 0 ? common : own[s.buffers[b].onlyRank]).push_back(b);
+    std::vector<size_t> mine;
+    for (int64_t rank = 0; rank < world; ++rank) {
+      auto it = own.find(rank);
+      if (it == own.end()) {
+        memory.emplace_back(s, common);
+        continue;
+      }
+      mine.clear();
+      std::merge(common.begin(), common.end(), it->second.begin(),
+                 it->second.end(), std::back_inserter(mine));
+      memory.emplace_back(s, mine);
+    }
+  }
   std::set<size_t> memoryIssueOps;
   std::vector<PhaseAcc> phases[3];
   for (auto &v : phases)
@@ -350,11 +404,12 @@ SimResult simulate(const Step &s, const SimProfile &p) {
     case OpKind::Alloc:
     case OpKind::Free: {
       double d = opSeconds(op, p);
-      for (int64_t rank = 0; rank < world; ++rank) {
-        if (!runsOn(op, rank))
-          continue;
+      // An op of one rank touches that rank alone.
+      const int64_t from = op.onlyRank >= 0 ? op.onlyRank : 0;
+      const int64_t to = op.onlyRank >= 0 ? op.onlyRank + 1 : world;
+      for (int64_t rank = from; rank < to; ++rank) {
         double a = clock[rank], b = a + d;
-        r.timings[rank][i] = {a, b};
+        record(i, rank, a, b);
         clock[rank] = b;
         account(op, rank, a, b, d);
         if (op.kind == OpKind::Alloc || op.kind == OpKind::Free) {
@@ -370,11 +425,11 @@ SimResult simulate(const Step &s, const SimProfile &p) {
     case OpKind::Wait: {
       waited[op.waitFor] = 1;
       double until = collEnd[op.waitFor];
-      for (int64_t rank = 0; rank < world; ++rank) {
-        if (!runsOn(op, rank))
-          continue;
+      const int64_t from = op.onlyRank >= 0 ? op.onlyRank : 0;
+      const int64_t to = op.onlyRank >= 0 ? op.onlyRank + 1 : world;
+      for (int64_t rank = from; rank < to; ++rank) {
         double a = clock[rank], b = std::max(a, until);
-        r.timings[rank][i] = {a, b};
+        record(i, rank, a, b);
         clock[rank] = b;
         account(op, rank, a, b, 0);
       }
@@ -390,7 +445,7 @@ SimResult simulate(const Step &s, const SimProfile &p) {
       collEnd[i] = end;
       r.commBusy += d;
       for (int64_t rank = 0; rank < world; ++rank) {
-        r.timings[rank][i] = {start, end};
+        record(i, rank, start, end);
         double a = clock[rank];
         double b = op.async ? a : std::max(a, end);
         clock[rank] = b;
@@ -418,7 +473,7 @@ SimResult simulate(const Step &s, const SimProfile &p) {
       r.issues.push_back(fmt::format(
           "{}: asynchronous collective is never waited for", opLabel(s, i)));
   for (size_t b = 0; b < s.buffers.size(); ++b)
-    for (int64_t rank = 0; rank < world; ++rank)
+    for (int64_t rank = 0; rank < world && !s.buffers[b].persistent; ++rank)
       if (memory[rank].isLive(b)) {
         r.issues.push_back(fmt::format("buffer {} '{}' is allocated but never "
                                        "freed (live to the end of the step, "
@@ -445,22 +500,8 @@ SimResult simulate(const Step &s, const SimProfile &p) {
   // The first forward group: when its optimizer work is done everywhere,
   // and how long the step waits for its gather.
   r.firstGroupReady = r.stepSeconds;
-  for (size_t i = 0; i < n && r.firstGroup < 0; ++i)
-    if (s.ops[i].kind == OpKind::Compute && s.ops[i].phase == Phase::Forward) {
-      r.firstGroup = s.ops[i].group;
-      for (int64_t rank = 0; rank < world; ++rank)
-        r.firstComputeWait =
-            std::max(r.firstComputeWait, r.timings[rank][i].start);
-    }
-  if (r.firstGroup >= 0) {
-    double ready = -1;
-    for (size_t i = 0; i < n; ++i)
-      if (s.ops[i].kind == OpKind::Optimizer && s.ops[i].group == r.firstGroup)
-        for (int64_t rank = 0; rank < world; ++rank)
-          ready = std::max(ready, r.timings[rank][i].end);
-    if (ready >= 0)
-      r.firstGroupReady = ready;
-  }
+  if (r.firstGroup >= 0 && ready >= 0)
+    r.firstGroupReady = ready;
   r.steadyStepSeconds =
       r.stepSeconds - std::min(r.firstComputeWait,
                                std::max(0.0, r.stepSeconds - r.firstGroupReady));

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <map>
 #include <numeric>
 #include <set>
@@ -34,7 +35,7 @@ void reorder(Step &s, const std::vector<int64_t> &order) {
   std::vector<Op> ops;
   ops.reserve(order.size());
   for (int64_t old : order) {
-    Op op = s.ops[old];
+    Op op = std::move(s.ops[old]); // each old index appears once
     if (op.kind == OpKind::Wait && op.waitFor >= 0)
       op.waitFor = newIndex[op.waitFor];
     ops.push_back(std::move(op));
@@ -151,6 +152,7 @@ void scheduleOverlap(Step &s, const OverlapOptions &o) {
     std::vector<std::pair<Phase, std::vector<size_t>>> firsts;
     std::map<std::pair<int, int64_t>, size_t> firstCompute;
     std::vector<std::pair<Phase, int64_t>> computeOrder;
+    std::map<std::pair<int, int64_t>, size_t> orderOf; // key -> computeOrder index
     for (size_t i = 0; i < s.ops.size(); ++i) {
       const Op &op = s.ops[i];
       if (op.kind != OpKind::Compute || op.group < 0 || op.compute == "copy")
@@ -158,16 +160,21 @@ void scheduleOverlap(Step &s, const OverlapOptions &o) {
       auto key = std::make_pair(static_cast<int>(op.phase), op.group);
       if (!firstCompute.count(key)) {
         firstCompute[key] = i;
+        orderOf[key] = computeOrder.size();
         computeOrder.push_back({op.phase, op.group});
       }
     }
+    // The gather blocks of each (phase, group), in block order.
+    std::map<std::pair<int, int64_t>, std::vector<size_t>> blocksOf;
+    for (size_t k = 0; k < blocks.size(); ++k)
+      blocksOf[{static_cast<int>(blocks[k].phase), blocks[k].group}].push_back(k);
     // For each block: the group whose compute is `prefetch` groups before.
     std::map<size_t, size_t> moveBefore; // block begin -> target op index
     for (const GatherBlock &b : blocks) {
-      auto it = std::find(computeOrder.begin(), computeOrder.end(),
-                          std::make_pair(b.phase, b.group));
-      if (it == computeOrder.end())
+      auto found = orderOf.find({static_cast<int>(b.phase), b.group});
+      if (found == orderOf.end())
         continue;
+      auto it = computeOrder.begin() + static_cast<std::ptrdiff_t>(found->second);
       int64_t back = 0;
       auto target = it;
       while (back < o.prefetch && target != computeOrder.begin() &&
@@ -179,11 +186,18 @@ void scheduleOverlap(Step &s, const OverlapOptions &o) {
         continue;
       // Memory: gathered bytes alive at once if we move this block.
       if (o.maxInflightBytes > 0) {
+        // The blocks of the groups in [target, it), summed in block order.
+        std::vector<size_t> others;
+        for (auto g = target; g != it; ++g) {
+          auto list = blocksOf.find({static_cast<int>(g->first), g->second});
+          if (list != blocksOf.end())
+            others.insert(others.end(), list->second.begin(), list->second.end());
+        }
+        std::sort(others.begin(), others.end());
+        others.erase(std::unique(others.begin(), others.end()), others.end());
         double inflight = b.bytes;
-        for (const GatherBlock &other : blocks)
-          if (other.phase == b.phase &&
-              std::find(target, it, std::make_pair(other.phase, other.group)) != it)
-            inflight += other.bytes;
+        for (size_t k : others)
+          inflight += blocks[k].bytes;
         if (inflight > o.maxInflightBytes)
           continue;
       }
@@ -283,7 +297,11 @@ void scheduleOverlap(Step &s, const OverlapOptions &o) {
   // still reads (the unreduced gradients) does not wait: the free moves to
   // just after the next compute op, so the reduction overlaps it.
   std::vector<Op> out;
-  std::vector<std::pair<int64_t, std::vector<int64_t>>> pending; // out idx, buffers
+  // Collectives started and not yet waited for (out index -> buffers), and
+  // for each buffer the ones that use it: an op finds the waits it needs
+  // from its own buffers, not by scanning everything in flight.
+  std::map<int64_t, std::vector<int64_t>> pending;
+  std::map<int64_t, std::set<int64_t>> pendingOn;
   std::vector<Op> deferred;
   auto waitFor = [&](int64_t idx, Phase phase) {
     Op wait;
@@ -295,22 +313,26 @@ void scheduleOverlap(Step &s, const OverlapOptions &o) {
     out.push_back(wait);
   };
   auto flushFor = [&](const Op &op) {
-    for (auto it = pending.begin(); it != pending.end();) {
-      bool needs = false;
-      for (int64_t buf : it->second)
-        needs |= touches(op, buf);
-      if (needs) {
-        waitFor(it->first, op.phase);
-        it = pending.erase(it);
-      } else {
-        ++it;
+    std::set<int64_t> needed;
+    for (const auto *list : {&op.reads, &op.writes})
+      for (int64_t buf : *list)
+        if (auto it = pendingOn.find(buf); it != pendingOn.end())
+          needed.insert(it->second.begin(), it->second.end());
+    for (int64_t idx : needed) { // in issue order, as they were started
+      waitFor(idx, op.phase);
+      for (int64_t buf : pending[idx]) {
+        auto it = pendingOn.find(buf);
+        it->second.erase(idx);
+        if (it->second.empty())
+          pendingOn.erase(it);
       }
+      pending.erase(idx);
     }
   };
   auto pendingTouches = [&](const Op &op) {
-    for (auto &[idx, bufs] : pending)
-      for (int64_t buf : bufs)
-        if (touches(op, buf))
+    for (const auto *list : {&op.reads, &op.writes})
+      for (int64_t buf : *list)
+        if (pendingOn.count(buf))
           return true;
     return false;
   };
@@ -321,12 +343,15 @@ void scheduleOverlap(Step &s, const OverlapOptions &o) {
       op.async = true;
       std::vector<int64_t> bufs = op.reads;
       bufs.insert(bufs.end(), op.writes.begin(), op.writes.end());
-      pending.push_back({static_cast<int64_t>(out.size()), bufs});
+      const int64_t idx = static_cast<int64_t>(out.size());
+      for (int64_t buf : bufs)
+        pendingOn[buf].insert(idx);
+      pending[idx] = std::move(bufs);
     }
     out.push_back(std::move(op));
   };
   for (size_t i = 0; i < s.ops.size(); ++i) {
-    Op op = s.ops[i];
+    Op op = std::move(s.ops[i]); // s.ops is replaced by `out`
     if (op.kind == OpKind::Wait)
       continue; // rebuilt here
     if (op.kind == OpKind::Free && op.phase != Phase::Optimizer &&
@@ -395,66 +420,278 @@ std::vector<Lifetime> lifetimes(const Step &s) {
   return life;
 }
 
-bool onRank(const Buffer &b, int64_t r) { return b.onlyRank < 0 || b.onlyRank == r; }
+} // namespace
+
+namespace {
+/// Offsets taken in one arena: disjoint half-open intervals, merged when
+/// they touch, and the offsets of zero-byte buffers, which (as in a scan of
+/// the taken intervals sorted by offset) still push a larger buffer placed
+/// over them past them.
+class OffsetSet {
+public:
+  void insert(int64_t lo, int64_t hi) {
+    if (hi <= lo) {
+      points.insert(lo);
+      return;
+    }
+    auto it = spans.upper_bound(lo);
+    if (it != spans.begin() && std::prev(it)->second >= lo) {
+      --it;
+      lo = it->first;
+      hi = std::max(hi, it->second);
+      it = spans.erase(it);
+    }
+    while (it != spans.end() && it->first <= hi) {
+      hi = std::max(hi, it->second);
+      it = spans.erase(it);
+    }
+    spans.emplace(lo, hi);
+  }
+
+  /// The smallest offset >= x that nothing here blocks for `size` bytes: an
+  /// interval blocks x when it meets [x, x + size), a point p when
+  /// x < p < x + size.
+  int64_t fit(int64_t x, int64_t size) const {
+    for (;;) {
+      int64_t next = x;
+      auto it = spans.upper_bound(x);
+      if (it != spans.begin() && std::prev(it)->second > x)
+        next = std::prev(it)->second;
+      else if (it != spans.end() && it->first < x + size)
+        next = it->second;
+      else if (auto p = points.upper_bound(x); p != points.end() && *p < x + size)
+        next = *p;
+      if (next == x)
+        return x;
+      x = next;
+    }
+  }
+
+private:
+  std::map<int64_t, int64_t> spans; // lo -> hi
+  std::set<int64_t> points;
+};
+
+/// The lowest offset that no set in `sets` blocks for `size` bytes.
+int64_t firstFit(std::initializer_list<const OffsetSet *> sets, int64_t size) {
+  int64_t x = 0;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (const OffsetSet *set : sets) {
+      if (!set)
+        continue;
+      int64_t next = set->fit(x, size);
+      moved |= next != x;
+      x = next;
+    }
+  }
+  return x;
+}
+
+/// Lifetimes [begin, end] of the buffers placed so far, to find those that
+/// meet a given lifetime: the ones containing its first op (a segment tree,
+/// each lifetime kept in the O(log n) nodes that cover it) and the ones
+/// beginning inside it (by first op). Output-sensitive: a query costs
+/// O(log n) plus the lifetimes it reports.
+class LifetimeIndex {
+public:
+  explicit LifetimeIndex(int64_t ops) {
+    while (n < ops + 1)
+      n <<= 1;
+    nodes.resize(2 * n);
+  }
+  void insert(int64_t item, int64_t begin, int64_t end) {
+    byBegin.emplace(begin, item);
+    for (int64_t l = begin + n, r = end + n + 1; l < r; l >>= 1, r >>= 1) {
+      if (l & 1)
+        nodes[l++].push_back(item);
+      if (r & 1)
+        nodes[--r].push_back(item);
+    }
+  }
+  /// Calls f(item) once for every item whose lifetime meets [begin, end].
+  template <typename F> void overlapping(int64_t begin, int64_t end, F f) const {
+    for (int64_t i = begin + n; i > 0; i >>= 1)
+      for (int64_t item : nodes[i])
+        f(item);
+    for (auto it = byBegin.upper_bound(begin); it != byBegin.end() && it->first <= end;
+         ++it)
+      f(it->second);
+  }
+
+private:
+  int64_t n = 1;
+  std::vector<std::vector<int64_t>> nodes;
+  std::multimap<int64_t, int64_t> byBegin;
+};
+
+/// Range maximum over a fixed array, the first index on ties.
+class RangeMax {
+public:
+  explicit RangeMax(const std::vector<int64_t> &values) : v(values) {
+    while (n < static_cast<int64_t>(v.size()))
+      n <<= 1;
+    tree.assign(2 * n, -1);
+    for (size_t i = 0; i < v.size(); ++i)
+      tree[n + i] = static_cast<int64_t>(i);
+    for (int64_t i = n - 1; i > 0; --i)
+      tree[i] = better(tree[2 * i], tree[2 * i + 1]);
+  }
+  /// Index of the largest value in [lo, hi], the first on ties.
+  int64_t query(int64_t lo, int64_t hi) const {
+    int64_t left = -1, right = -1;
+    for (int64_t l = lo + n, r = hi + n + 1; l < r; l >>= 1, r >>= 1) {
+      if (l & 1)
+        left = better(left, tree[l++]);
+      if (r & 1)
+        right = better(tree[--r], right);
+    }
+    return better(left, right);
+  }
+
+private:
+  int64_t better(int64_t a, int64_t b) const {
+    if (a < 0)
+      return b;
+    if (b < 0)
+      return a;
+    return v[b] > v[a] || (v[b] == v[a] && b < a) ? b : a;
+  }
+  const std::vector<int64_t> &v;
+  int64_t n = 1;
+  std::vector<int64_t> tree;
+};
 } // namespace
 
 MemoryPlan planMemory(Step &s, int64_t alignment) {
   std::vector<Lifetime> life = lifetimes(s);
-  auto size = [&](size_t b) {
+  const int64_t last = static_cast<int64_t>(s.ops.size());
+  std::vector<int64_t> sizes(s.buffers.size());
+  for (size_t b = 0; b < s.buffers.size(); ++b) {
     double bytes = std::ceil(std::max(0.0, s.buffers[b].bytes));
-    return static_cast<int64_t>((static_cast<int64_t>(bytes) + alignment - 1) /
-                                alignment * alignment);
-  };
+    sizes[b] = (static_cast<int64_t>(bytes) + alignment - 1) / alignment * alignment;
+  }
   std::vector<size_t> order;
   for (size_t b = 0; b < s.buffers.size(); ++b)
     if (life[b].live)
       order.push_back(b);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    if (size(a) != size(b))
-      return size(a) > size(b);
+    if (sizes[a] != sizes[b])
+      return sizes[a] > sizes[b];
     return life[a].begin < life[b].begin;
   });
-  std::vector<size_t> placed;
+
+  // Greedy by size, first fit: each buffer goes at the lowest offset that
+  // no placed buffer it conflicts with (lifetimes overlap, ranks can meet)
+  // covers. A buffer live for the whole step conflicts with every placed
+  // buffer of its ranks, one live for part of it with every such whole-step
+  // buffer and with the partial ones its lifetime meets; so the offsets
+  // taken are kept per kind of buffer and rank, and only partial lifetimes
+  // are searched.
+  auto whole = [&](size_t b) { return life[b].begin == 0 && life[b].end >= last; };
+  OffsetSet all, shared, wholeAll, wholeShared;
+  std::map<int64_t, OffsetSet> owned, wholeOwned;
+  LifetimeIndex partial(last);
+  auto find = [](const std::map<int64_t, OffsetSet> &m, int64_t r) -> const OffsetSet * {
+    auto it = m.find(r);
+    return it == m.end() ? nullptr : &it->second;
+  };
   for (size_t b : order) {
-    // Intervals taken by conflicting buffers, lowest offset first.
-    std::vector<std::pair<int64_t, int64_t>> taken;
-    for (size_t p : placed) {
-      bool time = life[p].begin <= life[b].end && life[b].begin <= life[p].end;
-      bool ranks = s.buffers[p].onlyRank < 0 || s.buffers[b].onlyRank < 0 ||
-                   s.buffers[p].onlyRank == s.buffers[b].onlyRank;
-      if (time && ranks)
-        taken.push_back({s.buffers[p].offset, s.buffers[p].offset + size(p)});
-    }
-    std::sort(taken.begin(), taken.end());
+    const int64_t rank = s.buffers[b].onlyRank;
+    const int64_t size = sizes[b];
     int64_t offset = 0;
-    for (auto [lo, hi] : taken) {
-      if (offset + size(b) <= lo)
-        break;
-      offset = std::max(offset, hi);
+    if (size > 0) {
+      if (whole(b)) {
+        offset = rank < 0 ? firstFit({&all}, size)
+                          : firstFit({&shared, find(owned, rank)}, size);
+      } else {
+        OffsetSet met;
+        partial.overlapping(life[b].begin, life[b].end, [&](int64_t p) {
+          int64_t pr = s.buffers[p].onlyRank;
+          if (rank < 0 || pr < 0 || pr == rank)
+            met.insert(s.buffers[p].offset, s.buffers[p].offset + sizes[p]);
+        });
+        offset = rank < 0 ? firstFit({&wholeAll, &met}, size)
+                          : firstFit({&wholeShared, find(wholeOwned, rank), &met}, size);
+      }
     }
     s.buffers[b].offset = offset;
-    placed.push_back(b);
+    const int64_t hi = offset + size;
+    all.insert(offset, hi);
+    (rank < 0 ? shared : owned[rank]).insert(offset, hi);
+    if (whole(b)) {
+      wholeAll.insert(offset, hi);
+      (rank < 0 ? wholeShared : wholeOwned[rank]).insert(offset, hi);
+    } else {
+      partial.insert(static_cast<int64_t>(b), life[b].begin, life[b].end);
+    }
   }
+
+  // Arena and peak per rank: the buffers every rank has, plus its own.
   MemoryPlan plan;
   const int64_t W = std::max<int64_t>(s.world, 1);
   plan.arenaBytes.assign(W, 0);
   plan.peakBytes.assign(W, 0);
   plan.peakOp.assign(W, -1);
+  std::vector<int64_t> common(last + 2, 0);
+  int64_t commonArena = 0;
+  std::map<int64_t, std::vector<size_t>> byRank;
+  for (size_t b : order) {
+    const int64_t rank = s.buffers[b].onlyRank;
+    if (rank >= 0) {
+      if (rank < W)
+        byRank[rank].push_back(b);
+      continue;
+    }
+    commonArena = std::max(commonArena, s.buffers[b].offset + sizes[b]);
+    common[life[b].begin] += sizes[b];
+    common[life[b].end + 1] -= sizes[b];
+  }
+  for (int64_t i = 1; i <= last; ++i)
+    common[i] += common[i - 1];
+  common.resize(last + 1);
+  RangeMax commonMax(common);
+  const int64_t opsEnd = std::max<int64_t>(last - 1, 0);
+  // The first op index of the largest value of `live`, scanned from 0;
+  // the peak stays 0 at op -1 when nothing is ever live.
+  auto record = [&](int64_t r, int64_t i, int64_t live) {
+    if (static_cast<double>(live) > plan.peakBytes[r]) {
+      plan.peakBytes[r] = static_cast<double>(live);
+      plan.peakOp[r] = std::min(i, opsEnd);
+    }
+  };
+  int64_t commonPeak = commonMax.query(0, last);
   for (int64_t r = 0; r < W; ++r) {
-    for (size_t b : placed)
-      if (onRank(s.buffers[b], r))
-        plan.arenaBytes[r] = std::max(
-            plan.arenaBytes[r], static_cast<double>(s.buffers[b].offset + size(b)));
-    for (size_t i = 0; i <= s.ops.size(); ++i) {
-      double live = 0;
-      for (size_t b : placed)
-        if (onRank(s.buffers[b], r) && life[b].begin <= static_cast<int64_t>(i) &&
-            static_cast<int64_t>(i) <= life[b].end)
-          live += static_cast<double>(size(b));
-      if (live > plan.peakBytes[r]) {
-        plan.peakBytes[r] = live;
-        plan.peakOp[r] = static_cast<int64_t>(std::min(i, s.ops.size() - 1));
+    auto it = byRank.find(r);
+    if (it == byRank.end()) {
+      plan.arenaBytes[r] = static_cast<double>(commonArena);
+      record(r, commonPeak, common[commonPeak]);
+      continue;
+    }
+    // The rank's own buffers change what is live only where one begins or
+    // ends; between such points the common maximum decides.
+    int64_t arena = commonArena;
+    std::map<int64_t, int64_t> delta;
+    for (size_t b : it->second) {
+      arena = std::max(arena, s.buffers[b].offset + sizes[b]);
+      delta[life[b].begin] += sizes[b];
+      delta[life[b].end + 1] -= sizes[b];
+    }
+    plan.arenaBytes[r] = static_cast<double>(arena);
+    int64_t own = 0, from = 0;
+    for (auto [at, d] : delta) {
+      if (at > from) {
+        int64_t i = commonMax.query(from, std::min(at - 1, last));
+        record(r, i, common[i] + own);
       }
+      own += d;
+      from = at;
+      if (from > last)
+        break;
+    }
+    if (from <= last) {
+      int64_t i = commonMax.query(from, last);
+      record(r, i, common[i] + own);
     }
   }
   return plan;

@@ -149,9 +149,20 @@ struct SimResult {
 /// and Free naming exactly one buffer; reads/writes in range.
 std::string validateStep(const step::Step &s);
 
+struct SimOptions {
+  /// Keep SimResult::timings ([rank][op]: world x ops entries). Without them
+  /// every other field is the same; searches that simulate many candidates
+  /// of a large step only need those.
+  bool timings = true;
+};
+
 /// Simulates `s` on `p` (see Step.h for the execution model). Never throws;
-/// ok = false with `error` if the step or the profile is invalid.
+/// ok = false with `error` if the step or the profile is invalid. Costs
+/// O(ops + world x ops run by every rank + world x buffers), and as much
+/// memory again for the timings when kept.
 SimResult simulate(const step::Step &s, const SimProfile &p);
+SimResult simulate(const step::Step &s, const SimProfile &p,
+                   const SimOptions &options);
 
 /// Trace Event Format JSON (Perfetto, chrome://tracing): one process per rank
 /// (ranks 0 .. maxRanks-1), thread 0 the compute stream, thread 1+comm each

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Compiler scaling benchmark (issue 12, point 7), one run.
+
+Every case is one mfsdp-opt process running --mfsdp-pipeline (assign
+layouts, build the step, bucket, overlap with the optimizer order chosen
+by the simulator, plan memory, verify) and printing the result, so the
+figures include parsing and printing. For each case: wall time, peak
+memory (max RSS of the process), the size of the printed IR, and the
+scaling ratio t(2N) / t(N) against the case with half the size (1.0:
+constant, 2.0: linear, 4.0: quadratic).
+
+1. Ranks: DeepSeek-V3 imported from its config.json without EP ownership
+   (45,337 tensors), at dp_shard = 256, 512, 1024, with the graph's policy
+   (AdamW, ZeRO-3) and with mixed_muon_adamw (Muon owners on every rank).
+   Targets at dp_shard = 1024: < 5 s and < 2 GiB.
+2. Units: llama-shaped graphs from mfsdp-graphgen (hidden 64, 9 tensors a
+   layer, one unit a layer plus the embedding and the head) of N units, at
+   dp_shard = 64, with the graph's policy and with mixed_muon_adamw.
+   Target: 100k units in < 30 s and < 2 GiB (run with --units-max 100000;
+   the default stops at 10k units).
+
+Usage: bench-compile.py [BIN_DIR] [--units-max N] [--skip-deepseek]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GIB = 1024 * 1024 * 1024
+
+
+def run(cmd):
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+
+
+def timed_rss(cmd):
+    """Wall seconds and peak RSS (bytes) of one process."""
+    start = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(p.pid, 0)
+    elapsed = time.perf_counter() - start
+    err = p.stderr.read().decode()
+    p.stderr.close()
+    if status != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{err}")
+    return elapsed, usage.ru_maxrss * 1024
+
+
+def pipeline(opt, mlir, out, mesh, policy):
+    options = f"mesh={mesh}" + (f" policy={policy}" if policy else "")
+    return [opt, mlir, f"--mfsdp-pipeline={options}", "-o", out]
+
+
+def table(title, rows, key_name):
+    print(title)
+    print(f"  {key_name:>8s} {'policy':18s} {'wall s':>8s} {'t(2N)/t(N)':>10s} "
+          f"{'peak RSS MiB':>12s} {'IR MiB':>8s}")
+    prev = {}
+    for key, policy, wall, rss, size in rows:
+        ratio = ""
+        if policy in prev and key == 2 * prev[policy][0]:
+            ratio = f"{wall / prev[policy][1]:.2f}"
+        prev[policy] = (key, wall)
+        print(f"  {key:8d} {policy or 'graph (adamw)':18s} {wall:8.2f} {ratio:>10s} "
+              f"{rss / 2**20:12.0f} {size / 2**20:8.1f}")
+    print()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("bin", nargs="?", default="build/bin")
+    ap.add_argument("--units-max", type=int, default=10000)
+    ap.add_argument("--skip-deepseek", action="store_true")
+    args = ap.parse_args()
+    tool = lambda name: os.path.join(args.bin, name)
+    policies = ["", "mixed_muon_adamw"]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "out.mlir")
+        if not args.skip_deepseek:
+            ds = os.path.join(tmp, "deepseek-v3.mlir")
+            run([tool("mfsdp-translate"), "--import-hf-config",
+                 os.path.join(ROOT, "examples/hf/deepseek-v3.json"), "-o", ds])
+            rows = []
+            for policy in policies:
+                for world in (256, 512, 1024):
+                    wall, rss = timed_rss(pipeline(tool("mfsdp-opt"), ds, out,
+                                                   f"dp_shard={world}", policy))
+                    rows.append((world, policy, wall, rss, os.path.getsize(out)))
+            table("DeepSeek-V3 without EP ownership (45,337 tensors) through "
+                  "--mfsdp-pipeline", rows, "dp_shard")
+            for world, policy, wall, rss, _ in rows:
+                if world == 1024:
+                    ok = wall < 5 and rss < 2 * GIB
+                    print(f"  target dp_shard=1024 {policy or 'graph (adamw)'}: "
+                          f"< 5 s and < 2 GiB: {'met' if ok else 'MISSED'}")
+            print()
+        rows = []
+        sizes = []
+        n = 1250
+        while n <= args.units_max:
+            sizes.append(n)
+            n *= 2
+        if args.units_max not in sizes and args.units_max > 0:
+            sizes.append(args.units_max)
+        for units in sizes:
+            graph = os.path.join(tmp, f"g{units}.json")
+            mlir = os.path.join(tmp, f"g{units}.mlir")
+            # Units: one a layer, plus the embedding and the head.
+            run([tool("mfsdp-graphgen"), "--arch", "llama", "--layers",
+                 str(units - 2), "-o", graph])
+            run([tool("mfsdp-translate"), "--import-mfsdp-graph", graph, "-o", mlir])
+            for policy in policies:
+                wall, rss = timed_rss(pipeline(tool("mfsdp-opt"), mlir, out,
+                                               "dp_shard=64", policy))
+                rows.append((units, policy, wall, rss, os.path.getsize(out)))
+            os.remove(graph)
+        table("Graphs of N units (llama, hidden 64, 9 tensors a layer) at "
+              "dp_shard=64", rows, "units")
+        for units, policy, wall, rss, _ in rows:
+            if units == 100000:
+                ok = wall < 30 and rss < 2 * GIB
+                print(f"  target 100k units {policy or 'graph (adamw)'}: "
+                      f"< 30 s and < 2 GiB: {'met' if ok else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
