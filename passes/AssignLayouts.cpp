@@ -63,8 +63,7 @@ struct AssignLayoutsPass
     const planner::HardwareProfile *hw =
         planner::findHardwareProfile(hardware.getValue());
     if (!hw)
-      return graph.emitError("unknown hardware profile '")
-             << hardware.getValue() << "'; expected a100 or h100";
+      return graph.emitError(planner::unknownHardwareMessage(hardware));
     opts.hw = *hw;
 
     // The mesh: from the option (replacing the graph's), else the graph's.
@@ -104,11 +103,8 @@ struct AssignLayoutsPass
     }
 
     optionsFromGraph(graph, opts);
-    if (!policy.getValue().empty() &&
-        !planner::parsePolicy(policy.getValue(), opts.policy))
-      return graph.emitError("unknown policy '")
-             << policy.getValue()
-             << "'; expected adamw, sgd, muon or mixed_muon_adamw";
+    if (auto kind = policyOf(policy))
+      opts.policy = *kind;
     if (zero != 0)
       opts.zero = zero;
     if (opts.zero < 1 || opts.zero > 3)
@@ -118,23 +114,12 @@ struct AssignLayoutsPass
     opts.muonRouter = muonRouter;
     for (const std::string &name : muonInclude)
       opts.muonInclude.push_back(name);
-    if (rowLayout == "auto")
-      opts.rowMode = planner::Options::RowMode::Auto;
-    else if (rowLayout == "flat")
-      opts.rowMode = planner::Options::RowMode::Flat;
-    else if (rowLayout == "per_param")
-      opts.rowMode = planner::Options::RowMode::PerParam;
-    else
-      return graph.emitError("unknown row-layout '")
-             << rowLayout.getValue() << "'; expected auto, per_param or flat";
+    opts.rowMode = rowLayout;
     if (!blockShard.empty() && blockShard.size() != 2)
       return graph.emitError("block-shard takes two extents ROWS,COLS, got ")
              << blockShard.size();
     opts.blockShape.assign(blockShard.begin(), blockShard.end());
-    if (!planner::parseOwnerStrategy(ownerStrategy.getValue(), opts.strategy))
-      return graph.emitError("unknown owner-strategy '")
-             << ownerStrategy.getValue()
-             << "'; expected balanced, matrixfsdp or round_robin";
+    opts.strategy = ownerStrategy;
     if (groupUnits < 0)
       return graph.emitError("group-units must be >= 0, got ") << groupUnits.getValue();
     opts.groupUnits = groupUnits;
@@ -142,15 +127,7 @@ struct AssignLayoutsPass
       return graph.emitError("group-max-mb must be >= 1, got ")
              << groupMaxMB.getValue();
     opts.groupMaxBytes = static_cast<double>(groupMaxMB) * 1024 * 1024;
-    if (nsSplit == "auto")
-      opts.nsSplit = planner::Options::Split::Auto;
-    else if (nsSplit == "on")
-      opts.nsSplit = planner::Options::Split::On;
-    else if (nsSplit == "off")
-      opts.nsSplit = planner::Options::Split::Off;
-    else
-      return graph.emitError("unknown ns-split '")
-             << nsSplit.getValue() << "'; expected auto, on or off";
+    opts.nsSplit = nsSplit;
     opts.replicateUnderBytes = static_cast<double>(replicateUnder);
     if (nsSteps < 0)
       return graph.emitError("ns-steps must be >= 1, got ") << nsSteps.getValue();

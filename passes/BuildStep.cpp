@@ -36,13 +36,9 @@ struct BuildStepPass : public mfsdp::impl::BuildStepBase<BuildStepPass> {
     // fsdp2-dtensor replays torch.optim.Muon's addmm form of Newton-Schulz
     // (torch 2.9; use_addmm=True later), fsdp2-dtensor-mm the mm form
     // (use_addmm=False, the default of later releases).
-    bool dtensorMm = baseline == "fsdp2-dtensor-mm";
-    bool dtensor = baseline == "fsdp2-dtensor" || dtensorMm;
-    bool fsdp2 = baseline == "fsdp2" || dtensor;
-    if (!baseline.empty() && !fsdp2)
-      return graph.emitError("unknown baseline '")
-             << baseline.getValue()
-             << "'; expected fsdp2, fsdp2-dtensor or fsdp2-dtensor-mm";
+    bool dtensorMm = baseline == StepBaseline::FSDP2DTensorMm;
+    bool dtensor = baseline == StepBaseline::FSDP2DTensor || dtensorMm;
+    bool fsdp2 = baseline == StepBaseline::FSDP2 || dtensor;
     int64_t tok = tokens > 0 ? static_cast<int64_t>(tokens)
                              : static_cast<int64_t>(graph.getSeqLen());
     if (tok <= 0)
@@ -63,7 +59,7 @@ struct BuildStepPass : public mfsdp::impl::BuildStepBase<BuildStepPass> {
       opts.nsSteps = nsSteps;
     if (dtensor && opts.replicate > 1)
       return graph.emitError("baseline=")
-             << baseline.getValue()
+             << enumName(baseline.getValue())
              << " models DTensor on a 1-D dp_shard mesh; dp_replicate > 1 is "
                 "not supported";
     planner::Decisions d;

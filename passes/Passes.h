@@ -3,6 +3,7 @@
 #define MFSDP_PASSES_PASSES_H
 
 #include "dialects/sched/SchedDialect.h"
+#include "passes/VocabularyOptions.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
 

@@ -4,15 +4,18 @@
 
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
+#include "passes/VocabularyOptions.h"
 
 namespace mfsdp {
 
 /// Options of `--mfsdp-pipeline`: planning, step building, bucketing,
 /// scheduling, memory planning and verification in one.
 struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
-  Option<std::string> policy{*this, "policy",
-                             llvm::cl::desc("adamw, sgd, muon or mixed_muon_adamw"),
-                             llvm::cl::init("")};
+  Option<PolicyOption> policy{
+      *this, "policy",
+      llvm::cl::desc("adamw, sgd, muon or mixed_muon_adamw; graph (the "
+                     "default): the graph's"),
+      llvm::cl::init(PolicyOption::Graph), clValues<PolicyOption>()};
   Option<int64_t> zero{*this, "zero", llvm::cl::desc("ZeRO level (0: the graph's)"),
                        llvm::cl::init(0)};
   Option<std::string> mesh{*this, "mesh",
@@ -20,17 +23,18 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
                            llvm::cl::init("")};
   Option<int64_t> world{*this, "world", llvm::cl::desc("ranks the mesh must have"),
                         llvm::cl::init(0)};
-  Option<std::string> ownerStrategy{*this, "owner-strategy",
-                                    llvm::cl::desc("balanced, matrixfsdp, round_robin"),
-                                    llvm::cl::init("balanced")};
+  Option<OwnerStrategy> ownerStrategy{
+      *this, "owner-strategy",
+      llvm::cl::desc("balanced, matrixfsdp or round_robin"),
+      llvm::cl::init(OwnerStrategy::Balanced), clValues<OwnerStrategy>()};
   Option<int64_t> groupUnits{*this, "group-units",
                              llvm::cl::desc("0 chooses, 1 none, N units a group"),
                              llvm::cl::init(0)};
-  Option<std::string> rowLayout{*this, "row-layout",
-                                llvm::cl::desc("auto, per_param or flat"),
-                                llvm::cl::init("auto")};
-  Option<std::string> nsSplit{*this, "ns-split", llvm::cl::desc("auto, on or off"),
-                              llvm::cl::init("auto")};
+  Option<RowMode> rowLayout{*this, "row-layout",
+                            llvm::cl::desc("auto, per_param or flat"),
+                            llvm::cl::init(RowMode::Auto), clValues<RowMode>()};
+  Option<NsSplit> nsSplit{*this, "ns-split", llvm::cl::desc("auto, on or off"),
+                          llvm::cl::init(NsSplit::Auto), clValues<NsSplit>()};
   Option<int64_t> nsSteps{*this, "ns-steps",
                           llvm::cl::desc("Newton-Schulz steps (0: the graph's)"),
                           llvm::cl::init(0)};
@@ -42,9 +46,12 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
                          llvm::cl::init(0)};
   Option<int64_t> microbatches{*this, "microbatches", llvm::cl::desc("microbatches"),
                                llvm::cl::init(1)};
-  Option<std::string> baseline{*this, "baseline",
-                               llvm::cl::desc("fsdp2: the gathered-Muon baseline; fsdp2-dtensor, fsdp2-dtensor-mm: Muon on DTensor shards, addmm / mm form"),
-                               llvm::cl::init("")};
+  Option<StepBaseline> baseline{
+      *this, "baseline",
+      llvm::cl::desc("fsdp2: the gathered-Muon baseline; fsdp2-dtensor, "
+                     "fsdp2-dtensor-mm: Muon on DTensor shards, addmm / mm "
+                     "form; none: the plan's own step"),
+      llvm::cl::init(StepBaseline::None), clValues<StepBaseline>()};
   Option<int64_t> bucketMB{*this, "bucket-mb", llvm::cl::desc("bucket size (0: no limit)"),
                            llvm::cl::init(0)};
   Option<int64_t> prefetch{*this, "prefetch", llvm::cl::desc("groups gathered ahead"),
@@ -52,17 +59,18 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
   Option<int64_t> maxInflightMB{*this, "max-inflight-mb",
                                 llvm::cl::desc("gathered MiB alive at once (0: no cap)"),
                                 llvm::cl::init(0)};
-  Option<std::string> gatherComm{*this, "gather-comm",
-                                 llvm::cl::desc("shared or separate"),
-                                 llvm::cl::init("shared")};
-  Option<std::string> optimizerOrder{
+  Option<GatherComm> gatherComm{*this, "gather-comm",
+                                llvm::cl::desc("shared or separate"),
+                                llvm::cl::init(GatherComm::Shared),
+                                clValues<GatherComm>()};
+  Option<OptimizerOrder> optimizerOrder{
       *this, "optimizer-order",
       llvm::cl::desc("first-units (chosen with the simulator) or landing"),
-      llvm::cl::init("first-units")};
+      llvm::cl::init(OptimizerOrder::FirstUnits), clValues<OptimizerOrder>()};
   Option<int64_t> memoryCapMB{*this, "memory-cap-mb",
                               llvm::cl::desc("per-rank memory cap (0: none)"),
                               llvm::cl::init(0)};
-  Option<std::string> hardware{*this, "hardware", llvm::cl::desc("a100 or h100"),
+  Option<std::string> hardware{*this, "hardware", llvm::cl::desc("a100, h100 or h100-ib"),
                                llvm::cl::init("a100")};
 };
 

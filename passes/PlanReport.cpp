@@ -28,8 +28,7 @@ struct PlanReportPass : public mfsdp::impl::PlanReportBase<PlanReportPass> {
     const planner::HardwareProfile *hw =
         planner::findHardwareProfile(hardware.getValue());
     if (!hw) {
-      getOperation().emitError("unknown hardware profile '")
-          << hardware.getValue() << "'; expected a100 or h100";
+      getOperation().emitError(planner::unknownHardwareMessage(hardware));
       return signalPassFailure();
     }
     std::string out;

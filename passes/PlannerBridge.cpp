@@ -29,8 +29,7 @@ BridgedGraph mfsdp::readGraph(GraphOp graph) {
     if (auto g = u.getGroup())
       pu.group = static_cast<int64_t>(*g);
     if (auto l = u.getRowLayout())
-      pu.layout = *l == RowLayout::flat ? planner::RowLayout::Flat
-                                        : planner::RowLayout::PerParam;
+      pu.layout = toVocab(*l);
     b.problem.units.push_back(pu);
     for (Attribute a : u.getParams())
       unitOf[cast<FlatSymbolRefAttr>(a).getValue()] = static_cast<int64_t>(i);
@@ -102,7 +101,7 @@ MeshShape mfsdp::meshShape(MeshOp mesh, int64_t gpusPerNode) {
 
 void mfsdp::optionsFromGraph(GraphOp graph, planner::Options &opts) {
   if (PolicyOp policy = graph.getPolicy()) {
-    planner::parsePolicy(stringifyPolicyKind(policy.getKind()), opts.policy);
+    opts.policy = toVocab(policy.getKind());
     opts.zero = static_cast<int64_t>(policy.getZero());
     if (MuonAttr m = policy.getMuonAttr())
       opts.nsSteps = m.getNsSteps();
@@ -140,12 +139,11 @@ void mfsdp::writeGraph(GraphOp graph, const BridgedGraph &b,
     else
       ob.setInsertionPointToStart(&body);
     policy = PolicyOp::create(ob, graph.getLoc(),
-                              PolicyKindAttr::get(ctx, PolicyKind::adamw),
+                              PolicyKindAttr::get(ctx, plan::PolicyKind::adamw),
                               builder.getI64IntegerAttr(3), AdamWAttr(),
                               SGDAttr(), MuonAttr(), UnitAttr(), UnitAttr());
   }
-  policy.setKindAttr(PolicyKindAttr::get(
-      ctx, *symbolizePolicyKind(planner::policyName(opts.policy))));
+  policy.setKindAttr(PolicyKindAttr::get(ctx, fromVocab(opts.policy)));
   policy.setZeroAttr(builder.getI64IntegerAttr(opts.zero));
   if (d.nsSplit)
     policy.setNsSplitAttr(builder.getUnitAttr());
@@ -167,7 +165,7 @@ void mfsdp::writeGraph(GraphOp graph, const BridgedGraph &b,
   MuonAttr muon = policy.getMuonAttr();
   if (!muon && usesMuon)
     muon = MuonAttr::get(ctx, 0.02, 0.95, 0.01, true, opts.nsSteps,
-                         MuonScale::match_rms_adamw);
+                         plan::MuonScale::match_rms_adamw);
   else if (muon && muon.getNsSteps() != opts.nsSteps)
     muon = MuonAttr::get(ctx, muon.getLr(), muon.getMomentum(),
                          muon.getWeightDecay(), muon.getNesterov(),
@@ -237,9 +235,7 @@ void mfsdp::writeGraph(GraphOp graph, const BridgedGraph &b,
     UnitOp u = b.units[i];
     u.setGroupAttr(builder.getI64IntegerAttr(pu.group));
     if (hasRows[i])
-      u.setRowLayoutAttr(RowLayoutAttr::get(
-          ctx, pu.layout == planner::RowLayout::Flat ? RowLayout::flat
-                                                     : RowLayout::per_param));
+      u.setRowLayoutAttr(RowLayoutAttr::get(ctx, fromVocab(pu.layout)));
     else
       u.removeRowLayoutAttr();
   }

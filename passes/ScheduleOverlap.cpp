@@ -23,25 +23,14 @@ struct ScheduleOverlapPass
       getOperation().emitError("prefetch and max-inflight-mb must be >= 0");
       return signalPassFailure();
     }
-    if (gatherComm != "shared" && gatherComm != "separate") {
-      getOperation().emitError("unknown gather-comm '")
-          << gatherComm.getValue() << "'; expected shared or separate";
-      return signalPassFailure();
-    }
-    if (optimizerOrder != "first-units" && optimizerOrder != "landing") {
-      getOperation().emitError("unknown optimizer-order '")
-          << optimizerOrder.getValue() << "'; expected first-units or landing";
-      return signalPassFailure();
-    }
-    const cost::SimProfile *profile = cost::findSimProfile(hardware);
+    const cost::SimProfile *profile = planner::findHardwareProfile(hardware);
     if (!profile) {
-      getOperation().emitError("unknown hardware '")
-          << hardware.getValue() << "'; expected a100, h100 or h100-ib";
+      getOperation().emitError(planner::unknownHardwareMessage(hardware));
       return signalPassFailure();
     }
     o.prefetch = prefetch;
     o.maxInflightBytes = static_cast<double>(maxInflightMB) * 1024 * 1024;
-    o.separateGatherComm = gatherComm == "separate";
+    o.separateGatherComm = gatherComm == GatherComm::Separate;
     SmallVector<sched::StepOp> steps(getOperation().getOps<sched::StepOp>());
     for (sched::StepOp op : steps) {
       step::Step s;
@@ -53,7 +42,7 @@ struct ScheduleOverlapPass
           return signalPassFailure();
         }
       step::OverlapOptions so = o;
-      if (optimizerOrder == "first-units") {
+      if (optimizerOrder == OptimizerOrder::FirstUnits) {
         cost::OrderChoice choice = cost::chooseOptimizerFill(s, o, *profile);
         if (!choice.ok) {
           op.emitError("cannot simulate the step to order its optimizer: ")

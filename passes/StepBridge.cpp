@@ -8,28 +8,28 @@ using namespace mlir;
 using namespace mfsdp;
 using namespace mfsdp::sched;
 
-static step::Phase toStep(Phase p) {
+static step::Phase toStep(sched::Phase p) {
   switch (p) {
-  case Phase::forward:
+  case sched::Phase::forward:
     return step::Phase::Forward;
-  case Phase::backward:
+  case sched::Phase::backward:
     return step::Phase::Backward;
-  case Phase::optimizer:
+  case sched::Phase::optimizer:
     return step::Phase::Optimizer;
   }
   return step::Phase::Forward;
 }
 
-static Phase toIR(step::Phase p) {
+static sched::Phase toIR(step::Phase p) {
   switch (p) {
   case step::Phase::Forward:
-    return Phase::forward;
+    return sched::Phase::forward;
   case step::Phase::Backward:
-    return Phase::backward;
+    return sched::Phase::backward;
   case step::Phase::Optimizer:
-    return Phase::optimizer;
+    return sched::Phase::optimizer;
   }
-  return Phase::forward;
+  return sched::Phase::forward;
 }
 
 static std::vector<std::string> symbols(ArrayAttr a) {

@@ -37,6 +37,68 @@ std::string formatF64(double value);
 #include "dialects/plan/PlanOpsDialect.h.inc"
 #include "dialects/plan/PlanEnums.h.inc"
 
+#include "mfsdp/Vocabulary.h"
+
+namespace mfsdp::plan {
+// The plan dialect's enums carry the values of the shared vocabulary
+// (mfsdp/Vocabulary.h), case by case, so converting is a cast. Each ODS case
+// is spelled as its vocabulary value (checked by the round-trip lit tests and
+// test/unit/VocabularyTest.cpp through the graph format).
+#define MFSDP_PLAN_TIE(ods, vocab)                                             \
+  static_assert(static_cast<int32_t>(ods) == static_cast<int32_t>(vocab),     \
+                #ods " must have the value of " #vocab);
+MFSDP_PLAN_TIE(ParamKind::linear, ModuleKind::Linear)
+MFSDP_PLAN_TIE(ParamKind::embedding, ModuleKind::Embedding)
+MFSDP_PLAN_TIE(ParamKind::output, ModuleKind::Output)
+MFSDP_PLAN_TIE(ParamKind::norm, ModuleKind::Norm)
+MFSDP_PLAN_TIE(ParamKind::router, ModuleKind::Router)
+MFSDP_PLAN_TIE(ParamKind::expert, ModuleKind::Expert)
+MFSDP_PLAN_TIE(ParamKind::other, ModuleKind::Other)
+MFSDP_PLAN_TIE(PolicyKind::adamw, ::mfsdp::PolicyKind::AdamW)
+MFSDP_PLAN_TIE(PolicyKind::sgd, ::mfsdp::PolicyKind::SGD)
+MFSDP_PLAN_TIE(PolicyKind::muon, ::mfsdp::PolicyKind::Muon)
+MFSDP_PLAN_TIE(PolicyKind::mixed_muon_adamw, ::mfsdp::PolicyKind::MixedMuonAdamW)
+MFSDP_PLAN_TIE(MuonScale::match_rms_adamw, ::mfsdp::MuonScale::MatchRmsAdamW)
+MFSDP_PLAN_TIE(MuonScale::original, ::mfsdp::MuonScale::Original)
+MFSDP_PLAN_TIE(RowLayout::per_param, ::mfsdp::RowLayout::PerParam)
+MFSDP_PLAN_TIE(RowLayout::flat, ::mfsdp::RowLayout::Flat)
+#undef MFSDP_PLAN_TIE
+static_assert(getMaxEnumValForParamKind() + 1 ==
+                  ::mfsdp::enumValues<ModuleKind>().size() &&
+              getMaxEnumValForPolicyKind() + 1 ==
+                  ::mfsdp::enumValues<::mfsdp::PolicyKind>().size() &&
+              getMaxEnumValForMuonScale() + 1 ==
+                  ::mfsdp::enumValues<::mfsdp::MuonScale>().size() &&
+              getMaxEnumValForRowLayout() + 1 ==
+                  ::mfsdp::enumValues<::mfsdp::RowLayout>().size(),
+              "the plan dialect's enums have the vocabulary's cases");
+
+inline ::mfsdp::ModuleKind toVocab(ParamKind k) {
+  return static_cast<::mfsdp::ModuleKind>(k);
+}
+inline ParamKind fromVocab(::mfsdp::ModuleKind k) {
+  return static_cast<ParamKind>(k);
+}
+inline ::mfsdp::PolicyKind toVocab(PolicyKind k) {
+  return static_cast<::mfsdp::PolicyKind>(k);
+}
+inline PolicyKind fromVocab(::mfsdp::PolicyKind k) {
+  return static_cast<PolicyKind>(k);
+}
+inline ::mfsdp::MuonScale toVocab(MuonScale s) {
+  return static_cast<::mfsdp::MuonScale>(s);
+}
+inline MuonScale fromVocab(::mfsdp::MuonScale s) {
+  return static_cast<MuonScale>(s);
+}
+inline ::mfsdp::RowLayout toVocab(RowLayout l) {
+  return static_cast<::mfsdp::RowLayout>(l);
+}
+inline RowLayout fromVocab(::mfsdp::RowLayout l) {
+  return static_cast<RowLayout>(l);
+}
+} // namespace mfsdp::plan
+
 #define GET_ATTRDEF_CLASSES
 #include "dialects/plan/PlanAttrs.h.inc"
 

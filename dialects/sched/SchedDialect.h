@@ -9,6 +9,26 @@
 #include "dialects/sched/SchedOpsDialect.h.inc"
 #include "dialects/sched/SchedEnums.h.inc"
 
+#include "mfsdp/Vocabulary.h"
+
+namespace mfsdp::sched {
+// sched's phases carry the shared vocabulary's values (mfsdp/Vocabulary.h),
+// so converting is a cast.
+static_assert(static_cast<int32_t>(Phase::forward) ==
+                      static_cast<int32_t>(::mfsdp::Phase::Forward) &&
+                  static_cast<int32_t>(Phase::backward) ==
+                      static_cast<int32_t>(::mfsdp::Phase::Backward) &&
+                  static_cast<int32_t>(Phase::optimizer) ==
+                      static_cast<int32_t>(::mfsdp::Phase::Optimizer) &&
+                  getMaxEnumValForPhase() + 1 ==
+                      ::mfsdp::enumValues<::mfsdp::Phase>().size(),
+              "sched.phase must have the vocabulary's phases");
+inline ::mfsdp::Phase toVocab(Phase p) {
+  return static_cast<::mfsdp::Phase>(p);
+}
+inline Phase fromVocab(::mfsdp::Phase p) { return static_cast<Phase>(p); }
+} // namespace mfsdp::sched
+
 #define GET_TYPEDEF_CLASSES
 #include "dialects/sched/SchedTypes.h.inc"
 

@@ -52,6 +52,8 @@
 #ifndef MFSDP_RUNTIME_H
 #define MFSDP_RUNTIME_H
 
+#include <mfsdp/Vocabulary.h>
+
 #include <dlpack/dlpack.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -92,32 +94,9 @@ const char *mfsdp_status_string(mfsdp_status status);
  * trainer was built with). MFSDP_ERROR_INVALID when `version` is NULL. */
 mfsdp_status mfsdp_get_version(int32_t *version);
 
-typedef enum mfsdp_placement {
-  MFSDP_ROW_SHARD = 0, /* torch.chunk rows over dp_shard */
-  MFSDP_OWNER = 1,     /* whole on one dp_shard rank */
-  MFSDP_REPLICATE = 2, /* whole on every rank */
-  /* Tiled by block_rows x block_cols blocks; the blocks, in row-major
-   * order, are dealt round-robin to the dp_shard ranks (block k to rank
-   * k % dp_shard), and each rank keeps its blocks packed one after the
-   * other, each block row-major. */
-  MFSDP_BLOCK_SHARD = 3,
-} mfsdp_placement;
-
-typedef enum mfsdp_optimizer {
-  MFSDP_OPT_NONE = 0,
-  MFSDP_OPT_ADAMW = 1,
-  MFSDP_OPT_SGD = 2,
-  MFSDP_OPT_MUON = 3,
-} mfsdp_optimizer;
-
-typedef enum mfsdp_compute_dtype {
-  MFSDP_COMPUTE_F32 = 0,
-  /* The gathered compute copy is rounded to bf16 (round to nearest even),
-   * and so is the gradient before it is reduced (the reduction sums in
-   * fp32); masters and optimizer state stay fp32. Views stay fp32 arrays
-   * holding bf16 values. */
-  MFSDP_COMPUTE_BF16 = 1,
-} mfsdp_compute_dtype;
+/* mfsdp_placement, mfsdp_optimizer, mfsdp_compute_dtype, mfsdp_ns_norm and
+ * mfsdp_adjust_lr are defined, with the meaning of each value, in
+ * mfsdp/Vocabulary.h. */
 
 typedef struct mfsdp_param_desc {
   const char *name;
@@ -518,12 +497,6 @@ mfsdp_status mfsdp_zero_grad(mfsdp_step *step);
  * every rank sets the same). */
 mfsdp_status mfsdp_set_no_sync(mfsdp_step *step, int32_t no_sync);
 
-/* How Muon's Newton-Schulz normalises its input G. */
-typedef enum mfsdp_ns_norm {
-  MFSDP_NS_NORM_ADD_EPS = 0, /* G / (||G||_F + ns_eps), Muon's reference code */
-  MFSDP_NS_NORM_CLAMP = 1,   /* G / max(||G||_F, ns_eps), torch.optim.Muon */
-} mfsdp_ns_norm;
-
 /* The precision of Muon's Newton-Schulz products; the same choice gives the
  * same numbers (up to the order of the fp32 sums) on every backend. */
 typedef enum mfsdp_ns_precision {
@@ -533,14 +506,6 @@ typedef enum mfsdp_ns_precision {
                                   from bf16 operands accumulated in fp32,
                                   each result rounded once to bf16 */
 } mfsdp_ns_precision;
-
-/* Muon's update scale for a matrix of A rows and B columns (torch.optim.Muon's
- * adjust_lr_fn; the plan's muon_scale). */
-typedef enum mfsdp_adjust_lr {
-  MFSDP_ADJUST_LR_MATCH_RMS_ADAMW = 0,    /* 0.2 * sqrt(max(A, B)) */
-  MFSDP_ADJUST_LR_ORIGINAL = 1,           /* sqrt(max(1, A / B)) */
-  MFSDP_ADJUST_LR_SPECTRAL_UNCLAMPED = 2, /* sqrt(A / B) */
-} mfsdp_adjust_lr;
 
 /* One parameter's optimizer hyperparameters, changed between steps as
  * torch.optim's param_groups and lr schedulers change them. A field

@@ -1,9 +1,6 @@
-//===- Profiles.cpp - Simulator hardware profiles -------------------------===//
+//===- Profiles.cpp - Checking a simulator profile ------------------------===//
 //
-// Every number below is an ASSUMPTION of the cost model, not a measurement:
-// peaks are datasheet figures, efficiencies and NCCL figures are typical
-// published / nccl-tests-style values we choose to believe. No machine we
-// build on has a GPU; predictions made with these numbers are predictions.
+// The profiles themselves are the one registry in lib/planner/Hardware.cpp.
 //
 //===----------------------------------------------------------------------===//
 #include "mfsdp/cost/Simulator.h"
@@ -15,118 +12,9 @@ namespace mfsdp::cost {
 
 namespace {
 
-SimProfile a100() {
-  SimProfile p;
-  p.name = "a100";
-  p.description = "8x A100-SXM4-80GB, NVLink3 (NVSwitch), HDR InfiniBand "
-                  "200 Gb/s per GPU";
-  // Datasheet peak, dense bf16 tensor-core FLOP/s (assumption: peak).
-  p.gemmFlops = 312e12;
-  // Assumed fraction of peak that large transformer GEMMs reach (~0.75 is a
-  // typical cuBLAS figure for large bf16 GEMMs on A100).
-  p.gemmEfficiency = 0.75;
-  // Assumed fraction of peak the trainer's forward/backward/recomputation
-  // reach as a whole (hardware FLOP utilisation, attention and elementwise
-  // work included). Published bf16 transformer training on A100 with fused
-  // attention reports roughly 45-60%; 0.5 sits in that range. This constant
-  // sets the forward/backward predictions; it was fixed knowing the
-  // MatrixFSDP seed table (docs/benchmarks.md).
-  p.trainerEfficiency = 0.5;
-  // Assumed fall-off point: a 1 GFLOP kernel runs at half of gemmEfficiency
-  // (eff(1e9) = 0.75 * 1e9 / (1e9 + 1e9) = 0.375), i.e. every kernel pays an
-  // extra 1e9 / (312e12 * 0.75) = 4.3 us of latency-bound time.
-  p.smallGemmFlops = 1e9;
-  // Datasheet HBM2e bandwidth of the 80 GB part, B/s (assumption: peak).
-  p.hbmBytes = 2039e9;
-  // Assumed fraction of HBM bandwidth streaming (elementwise) kernels reach.
-  p.hbmEfficiency = 0.85;
-  // Assumed per-op launch / dispatch overhead, seconds.
-  p.launchSeconds = 5e-6;
-  // Assumed NCCL bus bandwidth per GPU over NVLink3 / NVSwitch, B/s
-  // (nccl-tests-style large-message busbw on DGX A100; link peak 300 GB/s).
-  p.intraBusBytes = 230e9;
-  // Assumed NCCL bus bandwidth per GPU over one HDR 200 Gb/s NIC
-  // (25 GB/s line rate, ~90% achieved).
-  p.interBusBytes = 22e9;
-  // Assumed latency of one ring step inside a node (NVLink), seconds.
-  p.intraHopSeconds = 2e-6;
-  // Assumed latency of one ring step across InfiniBand, seconds.
-  p.interHopSeconds = 5e-6;
-  // Assumed fixed cost of launching any NCCL collective, seconds.
-  p.collBaseSeconds = 10e-6;
-  // GPUs per node sharing NVLink (DGX / HGX A100).
-  p.gpusPerNode = 8;
-  return p;
-}
-
-SimProfile h100() {
-  SimProfile p;
-  p.name = "h100";
-  p.description = "8x H100-SXM, NVLink4 (NVSwitch), NDR InfiniBand 400 Gb/s "
-                  "per GPU";
-  // Datasheet peak, dense bf16 tensor-core FLOP/s (assumption: peak).
-  p.gemmFlops = 989e12;
-  // Assumed fraction of peak large bf16 GEMMs reach on H100 (~0.7; H100
-  // sits further from its peak than A100).
-  p.gemmEfficiency = 0.7;
-  // Assumed trainer utilisation on H100 (reported bf16 training HFU runs
-  // lower than on A100, roughly 35-50%).
-  p.trainerEfficiency = 0.42;
-  // Assumed fall-off point: a 1 GFLOP kernel runs at half of gemmEfficiency
-  // (0.35 of peak); every kernel pays 1e9 / (989e12 * 0.7) = 1.4 us extra.
-  p.smallGemmFlops = 1e9;
-  // Datasheet HBM3 bandwidth, B/s (assumption: peak).
-  p.hbmBytes = 3350e9;
-  // Assumed fraction of HBM bandwidth streaming kernels reach.
-  p.hbmEfficiency = 0.85;
-  // Assumed per-op launch / dispatch overhead, seconds.
-  p.launchSeconds = 5e-6;
-  // Assumed NCCL bus bandwidth per GPU over NVLink4 / NVSwitch, B/s
-  // (nccl-tests-style busbw on HGX H100; link peak 450 GB/s per direction).
-  p.intraBusBytes = 360e9;
-  // Assumed NCCL bus bandwidth per GPU over one NDR 400 Gb/s NIC
-  // (50 GB/s line rate, ~90% achieved).
-  p.interBusBytes = 45e9;
-  // Assumed latency of one ring step inside a node (NVLink), seconds.
-  p.intraHopSeconds = 2e-6;
-  // Assumed latency of one ring step across InfiniBand, seconds.
-  p.interHopSeconds = 5e-6;
-  // Assumed fixed cost of launching any NCCL collective, seconds.
-  p.collBaseSeconds = 10e-6;
-  // GPUs per node sharing NVLink (HGX H100).
-  p.gpusPerNode = 8;
-  return p;
-}
-
-SimProfile h100ib() {
-  // The same H100 nodes and rates, but the data-parallel group is laid out
-  // one rank per node (tensor / expert parallelism fills each node), so every
-  // data-parallel collective of two or more ranks runs over InfiniBand at
-  // interBusBytes with interHopSeconds per ring step.
-  SimProfile p = h100();
-  p.name = "h100-ib";
-  p.description = "H100-SXM nodes, data-parallel ranks one per node over NDR "
-                  "InfiniBand 400 Gb/s per GPU";
-  // Assumption of this profile: one data-parallel rank per node.
-  p.gpusPerNode = 1;
-  return p;
-}
-
 bool positiveFinite(double v) { return std::isfinite(v) && v > 0; }
 
 } // namespace
-
-const std::vector<SimProfile> &simProfiles() {
-  static const std::vector<SimProfile> profiles = {a100(), h100(), h100ib()};
-  return profiles;
-}
-
-const SimProfile *findSimProfile(std::string_view name) {
-  for (const auto &p : simProfiles())
-    if (p.name == name)
-      return &p;
-  return nullptr;
-}
 
 std::string validateProfile(const SimProfile &p) {
   struct Rate {

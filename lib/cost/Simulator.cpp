@@ -698,8 +698,8 @@ std::string chromeTrace(const Step &s, const SimResult &r, int64_t maxRanks) {
       int64_t tid = op.kind == OpKind::Collective ? op.comm + 1 : 0;
       std::string args = fmt::format(
           "\"phase\":{},\"kind\":{},\"flops\":{},\"bytes\":{},\"collBytes\":{}",
-          jsonString(step::phaseName(op.phase)),
-          jsonString(op.kind == OpKind::Collective ? step::collKindName(op.coll)
+          jsonString(mfsdp::enumName(op.phase)),
+          jsonString(op.kind == OpKind::Collective ? mfsdp::enumName(op.coll)
                                                    : step::opKindName(op.kind)),
           jsonNumber(op.flops), jsonNumber(op.bytes), jsonNumber(op.collBytes));
       if (op.kind == OpKind::Collective)
@@ -721,7 +721,7 @@ std::string chromeTrace(const Step &s, const SimResult &r, int64_t maxRanks) {
       emit(fmt::format("{{\"name\":{},\"cat\":{},\"ph\":\"X\",\"pid\":{},"
                        "\"tid\":{},\"ts\":{},\"dur\":{},\"args\":{{{}}}}}",
                        jsonString(op.name),
-                       jsonString(step::phaseName(op.phase)), rank, tid,
+                       jsonString(mfsdp::enumName(op.phase)), rank, tid,
                        micros(t.start), micros(t.end - t.start), args));
     }
   }
@@ -759,7 +759,7 @@ std::string renderText(const Step &s, const SimResult &r, const SimProfile &p) {
   };
   for (Phase ph : {Phase::Forward, Phase::Backward, Phase::Optimizer}) {
     const PhaseStats &st = r.phase(ph);
-    line(step::phaseName(ph), st.span(), st.computeBusy, st.exposedComm,
+    line(mfsdp::enumName(ph), st.span(), st.computeBusy, st.exposedComm,
          st.rank);
   }
   line("total", r.stepSeconds, r.computeBusy, r.exposedComm, r.slowestRank);

@@ -96,34 +96,17 @@ std::string cFloat(float f) {
   return s + "f";
 }
 
+// The C enumerators of the plan table come from the vocabulary's lists.
 const char *placementName(int32_t p) {
-  switch (p) {
-  case MFSDP_OWNER:
-    return "MFSDP_OWNER";
-  case MFSDP_REPLICATE:
-    return "MFSDP_REPLICATE";
-  case MFSDP_BLOCK_SHARD:
-    return "MFSDP_BLOCK_SHARD";
-  default:
-    return "MFSDP_ROW_SHARD";
-  }
+  return enumCName(static_cast<mfsdp::Placement>(p));
 }
 
 const char *computeName(int32_t c) {
-  return c == MFSDP_COMPUTE_BF16 ? "MFSDP_COMPUTE_BF16" : "MFSDP_COMPUTE_F32";
+  return enumCName(static_cast<mfsdp::ComputeDType>(c));
 }
 
 const char *optimizerName(int32_t o) {
-  switch (o) {
-  case MFSDP_OPT_ADAMW:
-    return "MFSDP_OPT_ADAMW";
-  case MFSDP_OPT_SGD:
-    return "MFSDP_OPT_SGD";
-  case MFSDP_OPT_MUON:
-    return "MFSDP_OPT_MUON";
-  default:
-    return "MFSDP_OPT_NONE";
-  }
+  return enumCName(static_cast<mfsdp::Optimizer>(o));
 }
 
 /// The optimizer hyperparameters the runtime takes once per plan; every
@@ -463,7 +446,7 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
     plan.muon_weight_decay = static_cast<float>(mu.getWeightDecay());
     plan.muon_nesterov = mu.getNesterov() ? 1 : 0;
     plan.muon_ns_steps = static_cast<int32_t>(mu.getNsSteps());
-    plan.muon_scale = mu.getScale() == MuonScale::original ? 1 : 0;
+    plan.muon_scale = mu.getScale() == plan::MuonScale::original ? 1 : 0;
   }
   // HSDP Newton-Schulz split: the runtime derives which replica steps each
   // owned Muon matrix with the rule of plan.policy (runtime.h: ns_split).

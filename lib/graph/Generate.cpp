@@ -88,7 +88,7 @@ std::optional<DType> specDType(const std::string &s) {
     return DType::F16;
   if (s == "float64")
     return DType::F64;
-  return parseDType(s);
+  return mfsdp::parseEnum<mfsdp::DType>(s);
 }
 
 const char *torchDType(DType t) {

@@ -23,122 +23,6 @@ using json = nlohmann::ordered_json;
 namespace mfsdp::graph {
 
 //===----------------------------------------------------------------------===//
-// Enumerations
-//===----------------------------------------------------------------------===//
-
-namespace {
-struct DTypeInfo {
-  DType type;
-  std::string_view name;
-  int64_t bytes;
-};
-const DTypeInfo kDTypes[] = {
-    {DType::F64, "f64", 8},          {DType::F32, "f32", 4},
-    {DType::BF16, "bf16", 2},        {DType::F16, "f16", 2},
-    {DType::F8E4M3, "f8e4m3fn", 1}, {DType::F8E5M2, "f8e5m2", 1},
-};
-const std::pair<ModuleKind, std::string_view> kKinds[] = {
-    {ModuleKind::Linear, "linear"}, {ModuleKind::Embedding, "embedding"},
-    {ModuleKind::Output, "output"}, {ModuleKind::Norm, "norm"},
-    {ModuleKind::Router, "router"}, {ModuleKind::Expert, "expert"},
-    {ModuleKind::Other, "other"},
-};
-const std::pair<PolicyKind, std::string_view> kPolicies[] = {
-    {PolicyKind::AdamW, "adamw"},
-    {PolicyKind::SGD, "sgd"},
-    {PolicyKind::Muon, "muon"},
-    {PolicyKind::MixedMuonAdamW, "mixed_muon_adamw"},
-};
-
-template <typename Table> std::string joinNames(const Table &t) {
-  std::string out;
-  for (const auto &e : t) {
-    if (!out.empty())
-      out += ", ";
-    if constexpr (std::is_same_v<std::decay_t<decltype(e)>, DTypeInfo>)
-      out += e.name;
-    else
-      out += e.second;
-  }
-  return out;
-}
-} // namespace
-
-std::string_view dtypeName(DType t) {
-  for (const auto &d : kDTypes)
-    if (d.type == t)
-      return d.name;
-  return "?";
-}
-std::optional<DType> parseDType(std::string_view s) {
-  for (const auto &d : kDTypes)
-    if (d.name == s)
-      return d.type;
-  return std::nullopt;
-}
-int64_t dtypeBytes(DType t) {
-  for (const auto &d : kDTypes)
-    if (d.type == t)
-      return d.bytes;
-  return 0;
-}
-const std::vector<DType> &allDTypes() {
-  static const std::vector<DType> all = [] {
-    std::vector<DType> v;
-    for (const auto &d : kDTypes)
-      v.push_back(d.type);
-    return v;
-  }();
-  return all;
-}
-
-std::string_view moduleKindName(ModuleKind k) {
-  for (const auto &[kind, name] : kKinds)
-    if (kind == k)
-      return name;
-  return "?";
-}
-std::optional<ModuleKind> parseModuleKind(std::string_view s) {
-  for (const auto &[kind, name] : kKinds)
-    if (name == s)
-      return kind;
-  return std::nullopt;
-}
-const std::vector<ModuleKind> &allModuleKinds() {
-  static const std::vector<ModuleKind> all = [] {
-    std::vector<ModuleKind> v;
-    for (const auto &e : kKinds)
-      v.push_back(e.first);
-    return v;
-  }();
-  return all;
-}
-
-std::string_view muonScaleName(MuonScale s) {
-  return s == MuonScale::Original ? "original" : "match_rms_adamw";
-}
-std::optional<MuonScale> parseMuonScale(std::string_view s) {
-  if (s == "original")
-    return MuonScale::Original;
-  if (s == "match_rms_adamw")
-    return MuonScale::MatchRmsAdamW;
-  return std::nullopt;
-}
-
-std::string_view policyKindName(PolicyKind k) {
-  for (const auto &[kind, name] : kPolicies)
-    if (kind == k)
-      return name;
-  return "?";
-}
-std::optional<PolicyKind> parsePolicyKind(std::string_view s) {
-  for (const auto &[kind, name] : kPolicies)
-    if (name == s)
-      return kind;
-  return std::nullopt;
-}
-
-//===----------------------------------------------------------------------===//
 // Value types
 //===----------------------------------------------------------------------===//
 
@@ -606,18 +490,18 @@ Param readParam(const Reader &r) {
   }
   Reader dt = r.field("dtype");
   std::string dts = dt.str();
-  auto dtype = parseDType(dts);
+  auto dtype = parseEnum<DType>(dts);
   if (!dtype)
     dt.error(fmt::format("unknown dtype '{}'; expected one of: {}", dts,
-                         joinNames(kDTypes)));
+                         enumSpellings<DType>(", ")));
   p.dtype = *dtype;
   p.module = r.field("module").str();
   Reader kr = r.field("kind");
   std::string ks = kr.str();
-  auto kind = parseModuleKind(ks);
+  auto kind = parseEnum<ModuleKind>(ks);
   if (!kind)
     kr.error(fmt::format("unknown module kind '{}'; expected one of: {}", ks,
-                         joinNames(kKinds)));
+                         enumSpellings<ModuleKind>(", ")));
   p.kind = *kind;
   if (r.has("requires_grad"))
     p.requiresGrad = r.field("requires_grad").boolean();
@@ -691,10 +575,10 @@ Policy readPolicy(const Reader &r) {
   Policy p;
   Reader o = r.field("optimizer");
   std::string os = o.str();
-  auto kind = parsePolicyKind(os);
+  auto kind = parseEnum<PolicyKind>(os);
   if (!kind)
     o.error(fmt::format("unknown optimizer policy '{}'; expected one of: {}", os,
-                        joinNames(kPolicies)));
+                        enumSpellings<PolicyKind>(", ")));
   p.kind = *kind;
   if (r.has("zero")) {
     Reader z = r.field("zero");
@@ -743,10 +627,10 @@ Policy readPolicy(const Reader &r) {
     if (m.has("scale")) {
       Reader sc = m.field("scale");
       std::string s = sc.str();
-      auto scale = parseMuonScale(s);
+      auto scale = parseEnum<MuonScale>(s);
       if (!scale)
         sc.error(fmt::format(
-            "unknown Muon scale '{}'; expected match_rms_adamw or original", s));
+            "unknown Muon scale '{}'; expected {}", s, enumSpellings<MuonScale>()));
       v.scale = *scale;
     }
     p.muon = v;
@@ -871,9 +755,9 @@ json graphToJson(const Graph &g) {
     json jp;
     jp["name"] = p.name;
     jp["shape"] = p.shape;
-    jp["dtype"] = dtypeName(p.dtype);
+    jp["dtype"] = enumName(p.dtype);
     jp["module"] = p.module;
-    jp["kind"] = moduleKindName(p.kind);
+    jp["kind"] = enumName(p.kind);
     if (!p.requiresGrad)
       jp["requires_grad"] = false;
     if (!p.tiedTo.empty())
@@ -910,7 +794,7 @@ json graphToJson(const Graph &g) {
   if (g.policy) {
     const Policy &p = *g.policy;
     json jp;
-    jp["optimizer"] = policyKindName(p.kind);
+    jp["optimizer"] = enumName(p.kind);
     jp["zero"] = p.zero;
     if (p.adamw)
       jp["adamw"] = {{"lr", p.adamw->lr},
@@ -929,7 +813,7 @@ json graphToJson(const Graph &g) {
                     {"weight_decay", p.muon->weightDecay},
                     {"nesterov", p.muon->nesterov},
                     {"ns_steps", p.muon->nsSteps},
-                    {"scale", muonScaleName(p.muon->scale)}};
+                    {"scale", enumName(p.muon->scale)}};
     root["policy"] = std::move(jp);
   }
   return root;

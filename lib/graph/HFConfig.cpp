@@ -598,7 +598,7 @@ std::optional<DType> dtypeFromString(std::string_view s) {
     return DType::F16;
   if (s == "float64" || s == "double")
     return DType::F64;
-  return parseDType(s);
+  return mfsdp::parseEnum<mfsdp::DType>(s);
 }
 
 bool pickDType(const HFImportOptions &opts, Fields &f, DType &out) {

@@ -51,13 +51,6 @@ static std::optional<graph::DType> graphDType(Type t) {
   return std::nullopt;
 }
 
-// The two kind enums share their spelling; convert through it.
-static ParamKind paramKind(graph::ModuleKind k) {
-  return *symbolizeParamKind(graph::moduleKindName(k));
-}
-static graph::ModuleKind moduleKind(ParamKind k) {
-  return *graph::parseModuleKind(stringifyParamKind(k).str());
-}
 
 static ArrayAttr stringArray(Builder &b, const std::vector<std::string> &v) {
   SmallVector<Attribute> attrs;
@@ -116,13 +109,10 @@ OwningOpRef<ModuleOp> mfsdp::importGraph(const graph::Graph &g,
       muon = MuonAttr::get(ctx, p.muon->lr, p.muon->momentum,
                            p.muon->weightDecay, p.muon->nesterov,
                            p.muon->nsSteps,
-                           p.muon->scale == graph::MuonScale::Original
-                               ? MuonScale::original
-                               : MuonScale::match_rms_adamw);
+                           fromVocab(p.muon->scale));
     PolicyOp::create(
         b, locOf("/policy"),
-        PolicyKindAttr::get(ctx, *symbolizePolicyKind(
-                                     graph::policyKindName(p.kind))),
+        PolicyKindAttr::get(ctx, fromVocab(p.kind)),
         b.getI64IntegerAttr(p.zero), adamw, sgd, muon, UnitAttr(), UnitAttr());
   }
   for (size_t i = 0; i < g.params.size(); ++i) {
@@ -136,7 +126,7 @@ OwningOpRef<ModuleOp> mfsdp::importGraph(const graph::Graph &g,
       placement = ExternalAttr::get(ctx, stringArray(b, p.ownedBy));
     ParamOp::create(b, locOf("/params/" + std::to_string(i)),
                     b.getStringAttr(p.name), TypeAttr::get(type),
-                    ParamKindAttr::get(ctx, paramKind(p.kind)),
+                    ParamKindAttr::get(ctx, fromVocab(p.kind)),
                     b.getStringAttr(p.module),
                     p.requiresGrad ? UnitAttr() : b.getUnitAttr(), tied,
                     placement, Attribute());
@@ -189,7 +179,7 @@ LogicalResult mfsdp::exportGraph(GraphOp op, graph::Graph &out) {
                                 "format does not carry; export the graph "
                                 "before planning");
     graph::Policy p;
-    p.kind = *graph::parsePolicyKind(stringifyPolicyKind(policy.getKind()).str());
+    p.kind = toVocab(policy.getKind());
     p.zero = policy.getZero();
     if (AdamWAttr a = policy.getAdamwAttr())
       p.adamw = graph::AdamW{a.getLr(), a.getBeta1(), a.getBeta2(), a.getEps(),
@@ -201,9 +191,7 @@ LogicalResult mfsdp::exportGraph(GraphOp op, graph::Graph &out) {
       p.muon = graph::Muon{m.getLr(),        m.getMomentum(),
                            m.getWeightDecay(), m.getNesterov(),
                            m.getNsSteps(),
-                           m.getScale() == MuonScale::original
-                               ? graph::MuonScale::Original
-                               : graph::MuonScale::MatchRmsAdamW};
+                           toVocab(m.getScale())};
     g.policy = p;
   }
   for (Operation &child : op.getBody().front()) {
@@ -219,7 +207,7 @@ LogicalResult mfsdp::exportGraph(GraphOp op, graph::Graph &out) {
                << t.getElementType();
       gp.dtype = *dt;
       gp.module = p.getModule().str();
-      gp.kind = moduleKind(p.getKind());
+      gp.kind = toVocab(p.getKind());
       gp.requiresGrad = !p.getFrozen();
       if (auto tied = p.getTiedToAttr())
         gp.tiedTo = tied.getValue().str();

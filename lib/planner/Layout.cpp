@@ -44,52 +44,6 @@ std::string_view roleName(Role r) {
   return "?";
 }
 
-std::string_view optimName(Optim o) {
-  switch (o) {
-  case Optim::None: return "none";
-  case Optim::AdamW: return "adamw";
-  case Optim::SGD: return "sgd";
-  case Optim::Muon: return "muon";
-  }
-  return "?";
-}
-
-std::string_view placementName(PlacementKind k) {
-  switch (k) {
-  case PlacementKind::None: return "none";
-  case PlacementKind::RowShard: return "row_shard";
-  case PlacementKind::BlockShard: return "block_shard";
-  case PlacementKind::Owner: return "owner";
-  case PlacementKind::Replicate: return "replicate";
-  case PlacementKind::External: return "external";
-  }
-  return "?";
-}
-
-std::string_view rowLayoutName(RowLayout l) {
-  return l == RowLayout::Flat ? "flat" : "per_param";
-}
-
-std::string_view policyName(PolicyKind p) {
-  switch (p) {
-  case PolicyKind::AdamW: return "adamw";
-  case PolicyKind::SGD: return "sgd";
-  case PolicyKind::Muon: return "muon";
-  case PolicyKind::MixedMuonAdamW: return "mixed_muon_adamw";
-  }
-  return "?";
-}
-
-bool parsePolicy(std::string_view s, PolicyKind &out) {
-  for (PolicyKind p : {PolicyKind::AdamW, PolicyKind::SGD, PolicyKind::Muon,
-                       PolicyKind::MixedMuonAdamW})
-    if (policyName(p) == s) {
-      out = p;
-      return true;
-    }
-  return false;
-}
-
 int64_t Param::numElements() const {
   int64_t n = 1;
   for (int64_t d : shape)
@@ -393,7 +347,7 @@ bool planLayouts(Problem &pr, const Options &o, Decisions &out, PlanError &err) 
         return fail(i, fmt::format(
                            "Muon needs '{}' whole on one rank, but it is "
                            "pinned to {}; pin #plan.owner or leave it unpinned",
-                           p.name, placementName(p.placement)));
+                           p.name, enumName(p.placement)));
       if (p.placement == PlacementKind::Owner && p.ownerRank >= S)
         return fail(i, fmt::format("'{}' is pinned to owner rank {}, outside "
                                    "the mesh: dp_shard has {} ranks",
@@ -592,8 +546,8 @@ Report account(const Problem &pr, const Options &o, const Decisions &d) {
       r.placementCounts["external"]++;
       continue;
     }
-    r.optimizerCounts[std::string(optimName(p.optim))]++;
-    r.placementCounts[std::string(placementName(p.placement))]++;
+    r.optimizerCounts[std::string(enumName(p.optim))]++;
+    r.placementCounts[std::string(enumName(p.placement))]++;
     const double master = masterBytesPerElem(p, o) * (p.optim == Optim::None ? 0 : 1);
     const double state = stateBytesPerElem(p.optim, o);
     const double grad = p.frozen ? 0 : pb;
@@ -837,7 +791,7 @@ std::string renderText(const Report &r) {
   std::string o;
   o += fmt::format("plan report: policy {}, ZeRO-{}, dp_shard {} x "
                    "dp_replicate {}; times predicted for {}\n",
-                   policyName(r.policy), r.zero, r.shard, r.replicate,
+                   enumName(r.policy), r.zero, r.shard, r.replicate,
                    r.hardware);
   o += "  optimizers:";
   for (auto &[k, v] : r.optimizerCounts)
@@ -908,7 +862,7 @@ std::string renderText(const Report &r) {
   std::map<std::string, int64_t> reasons;
   for (const UnitStats &u : r.units)
     if (u.hasRowShards)
-      reasons[std::string(rowLayoutName(u.layout))]++;
+      reasons[std::string(enumName(u.layout))]++;
   for (const UnitStats &u : r.units)
     if (u.hasRowShards) {
       o += fmt::format("  row layout of {} (first row-sharded unit): {}\n",
@@ -937,7 +891,7 @@ std::string renderJson(const Report &r) {
   std::string o = "{\n";
   o += fmt::format("  \"policy\": \"{}\",\n  \"zero\": {},\n  \"dp_shard\": "
                    "{},\n  \"dp_replicate\": {},\n  \"hardware\": {},\n",
-                   policyName(r.policy), r.zero, r.shard, r.replicate,
+                   enumName(r.policy), r.zero, r.shard, r.replicate,
                    jsonString(r.hardware));
   auto counts = [&](const std::map<std::string, int64_t> &m) {
     std::string s = "{";
@@ -986,7 +940,7 @@ std::string renderJson(const Report &r) {
     const UnitStats &us = r.units[u];
     o += fmt::format("    {{\"name\": {}, \"group\": {}, \"row_layout\": {}",
                      jsonString(us.name), us.group,
-                     us.hasRowShards ? jsonString(std::string(rowLayoutName(us.layout)))
+                     us.hasRowShards ? jsonString(std::string(enumName(us.layout)))
                                      : std::string("null"));
     if (us.hasRowShards)
       o += fmt::format(", \"padding_flat\": {}, \"padding_per_param\": {}, "

@@ -513,28 +513,6 @@ double newtonSchulzGemmFlops(int64_t rows, int64_t cols, int64_t steps) {
   return static_cast<double>(steps) * (4 * s * s * l + 2 * s * s * s);
 }
 
-std::string_view ownerStrategyName(OwnerStrategy s) {
-  switch (s) {
-  case OwnerStrategy::Balanced:
-    return "balanced";
-  case OwnerStrategy::MatrixFSDP:
-    return "matrixfsdp";
-  case OwnerStrategy::RoundRobin:
-    return "round_robin";
-  }
-  return "unknown";
-}
-
-bool parseOwnerStrategy(std::string_view name, OwnerStrategy &out) {
-  for (OwnerStrategy s : {OwnerStrategy::Balanced, OwnerStrategy::MatrixFSDP,
-                          OwnerStrategy::RoundRobin})
-    if (name == ownerStrategyName(s)) {
-      out = s;
-      return true;
-    }
-  return false;
-}
-
 OwnerResult assignOwners(const std::vector<OwnerItem> &items,
                          const OwnerOptions &options) {
   OwnerOptions opts = options;

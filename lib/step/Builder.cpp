@@ -852,7 +852,7 @@ private:
         Op c = collective(r.coll,
                           fmt::format("dtensor {} {} {} -> {} {}",
                                       r.allToAll ? std::string("all_to_all")
-                                                 : std::string(collKindName(r.coll)),
+                                                 : std::string(mfsdp::enumName(r.coll)),
                                       r.operand, dplacementName(r.from),
                                       dplacementName(r.to), where),
                           source(r.operand), t, r.collBytes);
@@ -967,7 +967,7 @@ private:
       for (const Param *p : g.rows) {
         if (p->optim == Optim::None || gatheredSet.count(p))
           continue;
-        auto &[bytes, names] = byKind[std::string(planner::optimName(p->optim))];
+        auto &[bytes, names] = byKind[std::string(mfsdp::enumName(p->optim))];
         bytes += static_cast<double>(p->numElements()) / S *
                  planner::optimBytesPerElem(*p, o);
         names.push_back(p->name);

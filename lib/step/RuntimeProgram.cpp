@@ -216,7 +216,7 @@ private:
         }
       return;
     }
-    out.error = "'" + op.name + "' (" + std::string(collKindName(op.coll)) +
+    out.error = "'" + op.name + "' (" + std::string(enumName(op.coll)) +
                 ") in the optimizer phase is a collective the runtime does not run "
                 "(ZeRO-" + std::to_string(p.zero) + ")";
   }

@@ -83,7 +83,7 @@ int64_t bucketCollectives(Step &s, double limitBytes) {
             for (size_t r = 0; r < op.chunks.size() && r < b.chunks.size(); ++r)
               b.chunks[r] += op.chunks[r];
           }
-          b.name = fmt::format("bucket {} ({} tensors)", collKindName(b.coll),
+          b.name = fmt::format("bucket {} ({} tensors)", mfsdp::enumName(b.coll),
                                b.params.size());
           merged = true;
           ++removed;

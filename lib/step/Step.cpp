@@ -1,4 +1,4 @@
-//===- Step.cpp - Names of the step program's enums -----------------------===//
+//===- Step.cpp - Names of the step program's op kinds -----------------------===//
 #include "mfsdp/step/Step.h"
 
 namespace mfsdp::step {
@@ -11,26 +11,6 @@ std::string_view opKindName(OpKind k) {
   case OpKind::Optimizer: return "optimizer";
   case OpKind::Alloc: return "alloc";
   case OpKind::Free: return "free";
-  }
-  return "?";
-}
-
-std::string_view phaseName(Phase p) {
-  switch (p) {
-  case Phase::Forward: return "forward";
-  case Phase::Backward: return "backward";
-  case Phase::Optimizer: return "optimizer";
-  }
-  return "?";
-}
-
-std::string_view collKindName(CollKind k) {
-  switch (k) {
-  case CollKind::AllGather: return "all_gather";
-  case CollKind::ReduceScatter: return "reduce_scatter";
-  case CollKind::AllReduce: return "all_reduce";
-  case CollKind::AllGatherV: return "all_gather_v";
-  case CollKind::ReduceScatterV: return "reduce_scatter_v";
   }
   return "?";
 }

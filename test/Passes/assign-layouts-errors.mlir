@@ -52,8 +52,8 @@ plan.graph @g {
 // PINNED: error: 'plan.param' op 'w' is pinned to owner rank 3, outside the mesh: dp_shard has 2 ranks
 // KEPT: plan.param @w : {{.*}} placement #plan.owner<rank = 3, axes = ["dp_shard"]> optimizer #plan.muon
 
-// POLICY: error: unknown policy 'lion'; expected adamw, sgd, muon or mixed_muon_adamw
-// STRATEGY: error: unknown owner-strategy 'best'; expected balanced, matrixfsdp or round_robin
+// POLICY: unknown policy 'lion'; expected graph, adamw, sgd, muon or mixed_muon_adamw
+// STRATEGY: unknown owner strategy 'best'; expected balanced, matrixfsdp or round_robin
 // MESHSPEC: error: mesh option item 'dp_shard' is not NAME=SIZE (for example dp_shard=8)
 // NODP: error: 'plan.mesh' op needs a "dp_shard" dim: parameters are sharded over it
 // EXTDIM: error: 'plan.param' op is owned by "ep", which is not a dim of mesh @mesh

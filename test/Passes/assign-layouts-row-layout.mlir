@@ -29,7 +29,7 @@
 // BLOCK: @c : {{.*}} placement #plan.block_shard<block = [2, 125], axes = ["dp_shard"]>
 // BLOCK: @d : {{.*}} placement #plan.row_shard<dim = 0, axes = ["dp_shard"]>
 
-// BAD: error: unknown row-layout 'diagonal'; expected auto, per_param or flat
+// BAD: unknown row layout 'diagonal'; expected auto, per_param or flat
 plan.graph @rows {
   plan.mesh @mesh ["dp_shard" = 4]
   plan.policy adamw zero 3

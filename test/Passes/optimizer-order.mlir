@@ -30,5 +30,5 @@
 // VERIFIED-LABEL: sched.step @blocks.step
 // VERIFIED: sched.optimizer muon "muon g0
 
-// BADORDER: unknown optimizer-order 'random'; expected first-units or landing
-// BADHW: unknown hardware 'tpu'; expected a100, h100 or h100-ib
+// BADORDER: unknown optimizer order 'random'; expected first-units or landing
+// BADHW: unknown hardware profile 'tpu'; expected a100, h100 or h100-ib

@@ -208,7 +208,8 @@ int main(int argc, char **argv) {
     s = nullptr;
   }
   // Block shards: extents that do not tile the tensor, Muon on blocks and
-  // extents on another placement are named.
+  // extents on another placement are named; placements outside the ABI's
+  // four are refused.
   struct BadBlocks {
     int32_t placement, optimizer;
     int64_t blockRows, blockCols;
@@ -221,6 +222,11 @@ int main(int argc, char **argv) {
        "'w': Muon needs the whole matrix, but MFSDP_BLOCK_SHARD splits it"},
       {MFSDP_ROW_SHARD, MFSDP_OPT_ADAMW, 2, 3,
        "'w': block extents 2x3 on a placement other than MFSDP_BLOCK_SHARD"},
+      // The compiler's placements that no runtime plan may hold.
+      {MFSDP_PLACEMENT_NONE, MFSDP_OPT_ADAMW, 0, 0,
+       "invalid plan entry for parameter 'w'"},
+      {MFSDP_EXTERNAL, MFSDP_OPT_ADAMW, 0, 0,
+       "invalid plan entry for parameter 'w'"},
   };
   for (const BadBlocks &bad : badBlocks) {
     mfsdp_param_desc blockParams[2] = {params[0], params[1]};

@@ -431,8 +431,11 @@ int main(int argc, char **argv) {
     pr.params.push_back(p);
   }
   planner::Options opts;
-  if (!planner::parsePolicy(policy, opts.policy)) {
-    std::fprintf(stderr, "unknown policy %s\n", policy.c_str());
+  if (auto kind = mfsdp::parseEnum<mfsdp::PolicyKind>(policy)) {
+    opts.policy = *kind;
+  } else {
+    std::fprintf(stderr, "%s\n",
+                 mfsdp::unknownEnumMessage<mfsdp::PolicyKind>(policy).c_str());
     ranks.abort(2);
   }
   opts.zero = zero;

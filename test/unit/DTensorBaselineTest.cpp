@@ -312,7 +312,7 @@ TEST(DTensorNewtonSchulzMm, TinyMatrixKeepsRowShardsAndGathers) {
   std::vector<std::string> moved;
   for (const DTensorNsOp &o : ops)
     for (const DTensorRedistribute &r : o.redistributes)
-      moved.push_back(r.operand + " " + std::string(collKindName(r.coll)));
+      moved.push_back(r.operand + " " + std::string(mfsdp::enumName(r.coll)));
   EXPECT_EQ(moved, (std::vector<std::string>{"norm all_reduce",
                                              "X^T all_gather", "A all_gather",
                                              "X all_gather"}));
@@ -365,7 +365,7 @@ std::vector<std::string> optimizerCollectives(const Step &s) {
   std::vector<std::string> kinds;
   for (const Op &op : s.ops)
     if (op.phase == Phase::Optimizer && op.kind == OpKind::Collective)
-      kinds.push_back(std::string(collKindName(op.coll)));
+      kinds.push_back(std::string(mfsdp::enumName(op.coll)));
   return kinds;
 }
 

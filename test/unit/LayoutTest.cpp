@@ -88,9 +88,9 @@ TEST(Layout, PoliciesPickOptimizersAndPlacements) {
     ASSERT_TRUE(planLayouts(p, options(w.policy, 4), d, err)) << err.message;
     for (size_t i = 0; i < p.params.size(); ++i) {
       EXPECT_EQ(p.params[i].optim, w.optims[i])
-          << policyName(w.policy) << " " << p.params[i].name;
+          << mfsdp::enumName(w.policy) << " " << p.params[i].name;
       EXPECT_EQ(p.params[i].placement, w.placements[i])
-          << policyName(w.policy) << " " << p.params[i].name;
+          << mfsdp::enumName(w.policy) << " " << p.params[i].name;
     }
   }
 }

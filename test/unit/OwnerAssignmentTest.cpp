@@ -95,7 +95,7 @@ void printRow(const char *model, int64_t world, OwnerStrategy s,
   std::printf("  %-6s W=%-4lld %-11s cost max/mean %.4f max/LB %.4f  "
               "mem max/mean %.4f  group skew max %.3f mean %.3f\n",
               model, static_cast<long long>(world),
-              std::string(ownerStrategyName(s)).c_str(),
+              std::string(mfsdp::enumName(s)).c_str(),
               r.maxCost / r.meanCost, r.maxCost / r.lowerBound,
               r.maxMemory / r.meanMemory, r.maxGroupSkew, r.meanGroupSkew);
 }
@@ -148,23 +148,6 @@ TEST(OwnerAssignment, NewtonSchulzFlops) {
   EXPECT_EQ(newtonSchulzFlops(4096, -1, 5), 0);
   EXPECT_EQ(newtonSchulzFlops(4096, 4096, 0), 0);
   EXPECT_EQ(newtonSchulzFlops(4096, 4096, -3), 0);
-}
-
-TEST(OwnerAssignment, StrategyNames) {
-  for (OwnerStrategy s : {OwnerStrategy::Balanced, OwnerStrategy::MatrixFSDP,
-                          OwnerStrategy::RoundRobin}) {
-    OwnerStrategy parsed = OwnerStrategy::Balanced;
-    ASSERT_TRUE(parseOwnerStrategy(ownerStrategyName(s), parsed));
-    EXPECT_EQ(parsed, s);
-  }
-  EXPECT_EQ(ownerStrategyName(OwnerStrategy::Balanced), "balanced");
-  EXPECT_EQ(ownerStrategyName(OwnerStrategy::MatrixFSDP), "matrixfsdp");
-  EXPECT_EQ(ownerStrategyName(OwnerStrategy::RoundRobin), "round_robin");
-  OwnerStrategy out = OwnerStrategy::RoundRobin;
-  EXPECT_FALSE(parseOwnerStrategy("Balanced", out));
-  EXPECT_FALSE(parseOwnerStrategy("", out));
-  EXPECT_FALSE(parseOwnerStrategy("round-robin", out));
-  EXPECT_EQ(out, OwnerStrategy::RoundRobin);
 }
 
 //===----------------------------------------------------------------------===//

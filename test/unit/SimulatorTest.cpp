@@ -55,7 +55,7 @@ Op coll(CollKind kind, int64_t ranks, double collBytes, bool async = false,
   Op op;
   op.kind = OpKind::Collective;
   op.phase = ph;
-  op.name = std::string(step::collKindName(kind));
+  op.name = std::string(mfsdp::enumName(kind));
   op.coll = kind;
   op.ranks = ranks;
   op.collBytes = collBytes;
@@ -135,7 +135,7 @@ TEST(CostModel, SmallGemmsFallOffInEfficiency) {
   // The shipped profiles: a 1 GFLOP kernel runs at half the large-GEMM
   // efficiency, i.e. takes 2e9 / (peak * eff) plus the launch.
   for (const char *name : {"a100", "h100"}) {
-    const SimProfile *q = findSimProfile(name);
+    const SimProfile *q = planner::findHardwareProfile(name);
     ASSERT_NE(q, nullptr) << name;
     double expect = q->launchSeconds + 2e9 / (q->gemmFlops * q->gemmEfficiency);
     EXPECT_NEAR(computeSeconds(compute(1e9), *q), expect, 1e-15) << name;
@@ -185,10 +185,10 @@ TEST(CostModel, InterNodeBandwidth) {
   EXPECT_NEAR(collectiveSeconds(coll(CollKind::AllGather, 8, 8e9), P()), 0.7,
               kTol);
   // h100-ib places one DP rank per node: any group of 2+ ranks is inter-node.
-  const SimProfile *ib = findSimProfile("h100-ib");
+  const SimProfile *ib = planner::findHardwareProfile("h100-ib");
   ASSERT_NE(ib, nullptr);
   EXPECT_TRUE(isInterNode(coll(CollKind::AllGather, 2, 1), *ib));
-  const SimProfile *h100 = findSimProfile("h100");
+  const SimProfile *h100 = planner::findHardwareProfile("h100");
   ASSERT_NE(h100, nullptr);
   EXPECT_FALSE(isInterNode(coll(CollKind::AllGather, 8, 1), *h100));
   EXPECT_TRUE(isInterNode(coll(CollKind::AllGather, 16, 1), *h100));
@@ -749,7 +749,7 @@ TEST(Output, ChromeTraceParsesAndHasOneEventPerOpAndRank) {
 
 TEST(Output, Deterministic) {
   Step s = traceProgram();
-  const SimProfile *a100 = findSimProfile("a100");
+  const SimProfile *a100 = planner::findHardwareProfile("a100");
   ASSERT_NE(a100, nullptr);
   SimResult r1 = simulate(s, *a100), r2 = simulate(s, *a100);
   EXPECT_EQ(chromeTrace(s, r1), chromeTrace(s, r2));
@@ -781,15 +781,15 @@ TEST(Output, TextLabelsEveryTimePredicted) {
 
 TEST(Profiles, ShippedProfiles) {
   for (const char *name : {"a100", "h100", "h100-ib"}) {
-    const SimProfile *p = findSimProfile(name);
+    const SimProfile *p = planner::findHardwareProfile(name);
     ASSERT_NE(p, nullptr) << name;
     EXPECT_EQ(validateProfile(*p), "") << name;
   }
-  EXPECT_EQ(findSimProfile("tpu"), nullptr);
-  const SimProfile *a100 = findSimProfile("a100");
+  EXPECT_EQ(planner::findHardwareProfile("tpu"), nullptr);
+  const SimProfile *a100 = planner::findHardwareProfile("a100");
   EXPECT_EQ(a100->gemmFlops, 312e12);
   EXPECT_EQ(a100->hbmBytes, 2039e9);
-  const SimProfile *h100 = findSimProfile("h100");
+  const SimProfile *h100 = planner::findHardwareProfile("h100");
   EXPECT_EQ(h100->gemmFlops, 989e12);
   EXPECT_EQ(h100->hbmBytes, 3350e9);
   EXPECT_EQ(validateProfile(P()), "");
@@ -797,8 +797,8 @@ TEST(Profiles, ShippedProfiles) {
 
 TEST(StepNames, Names) {
   EXPECT_EQ(step::opKindName(OpKind::Collective), "collective");
-  EXPECT_EQ(step::phaseName(Phase::Backward), "backward");
-  EXPECT_EQ(step::collKindName(CollKind::ReduceScatterV), "reduce_scatter_v");
+  EXPECT_EQ(mfsdp::enumName(Phase::Backward), "backward");
+  EXPECT_EQ(mfsdp::enumName(CollKind::ReduceScatterV), "reduce_scatter_v");
 }
 
 } // namespace

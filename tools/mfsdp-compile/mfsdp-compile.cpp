@@ -60,7 +60,12 @@ static cl::opt<int> hfTransformers(
     cl::init(5));
 static cl::opt<std::string> mesh("mesh", cl::desc("Device mesh, e.g. dp_shard=2 "
                                                   "or dp_replicate=2,dp_shard=2"));
-static cl::opt<std::string> policy("policy", cl::desc("adamw, sgd, muon or mixed_muon_adamw"));
+static cl::opt<mfsdp::PolicyOption>
+    policy("policy",
+           cl::desc("adamw, sgd, muon or mixed_muon_adamw (default: the "
+                    "graph's)"),
+           cl::init(mfsdp::PolicyOption::Graph),
+           mfsdp::clValues<mfsdp::PolicyOption>());
 static cl::opt<int> zero("zero", cl::desc("ZeRO level 1, 2 or 3"), cl::init(0));
 static cl::opt<std::string>
     layouts("layouts", cl::desc("More options of --mfsdp-assign-layouts"));
@@ -205,7 +210,8 @@ int main(int argc, char **argv) {
     options += (key + "=" + value).str();
   };
   add("mesh", mesh);
-  add("policy", policy);
+  if (policy != mfsdp::PolicyOption::Graph)
+    add("policy", mfsdp::enumName(policy.getValue()));
   if (zero != 0)
     add("zero", std::to_string(zero));
   if (!layouts.empty())

@@ -173,10 +173,11 @@ int main(int argc, char **argv) {
     g.mesh = mesh;
   }
   if (!policyName.empty()) {
-    auto kind = parsePolicyKind(policyName);
+    auto kind = mfsdp::parseEnum<mfsdp::PolicyKind>(policyName);
     if (!kind) {
-      std::cerr << "mfsdp-graphgen: error: unknown policy '" << policyName
-                << "'; expected adamw, sgd, muon or mixed_muon_adamw\n";
+      std::cerr << "mfsdp-graphgen: error: "
+                << mfsdp::unknownEnumMessage<mfsdp::PolicyKind>(policyName)
+                << "\n";
       return 1;
     }
     Policy policy;

@@ -121,10 +121,9 @@ int main(int argc, char **argv) {
   cl::ParseCommandLineOptions(argc, argv,
                               "mfsdp step simulator (predicted GPU times)\n");
   const mfsdp::cost::SimProfile *profile =
-      mfsdp::cost::findSimProfile(profileName.getValue());
+      mfsdp::planner::findHardwareProfile(profileName.getValue());
   if (!profile)
-    return fail("unknown profile '" + profileName.getValue() +
-                "'; expected a100, h100 or h100-ib");
+    return fail(mfsdp::planner::unknownHardwareMessage(profileName));
   if (compare && pipeline.empty())
     return fail("--compare needs --pipeline (the options to plan with)");
 

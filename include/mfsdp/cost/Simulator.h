@@ -19,6 +19,7 @@
 #ifndef MFSDP_COST_SIMULATOR_H
 #define MFSDP_COST_SIMULATOR_H
 
+#include "mfsdp/planner/Hardware.h"
 #include "mfsdp/step/Step.h"
 
 #include <cstdint>
@@ -28,37 +29,12 @@
 
 namespace mfsdp::cost {
 
-/// Everything the predictions depend on. All rates are assumptions of the
-/// model (see lib/cost/Profiles.cpp for where each number comes from).
-struct SimProfile {
-  std::string name;           // "a100", "h100", "h100-ib", ...
-  std::string description;    // one line for reports
-  double gemmFlops = 0;       // peak dense bf16 FLOP/s (datasheet)
-  double gemmEfficiency = 1;  // fraction of peak that large GEMMs reach
-  /// Fraction of peak the trainer's own forward, backward and recomputation
-  /// reach as a whole (attention, norms and elementwise work included); 0
-  /// means gemmEfficiency.
-  double trainerEfficiency = 0;
-  double smallGemmFlops = 0;  // a kernel of this many FLOPs runs at half of
-                              // gemmEfficiency (see computeSeconds)
-  double hbmBytes = 0;        // peak HBM bandwidth, B/s (datasheet)
-  double hbmEfficiency = 1;   // fraction of it that streaming kernels reach
-  double launchSeconds = 0;   // per kernel / op launch overhead
-  double intraBusBytes = 0;   // NCCL bus bandwidth per GPU inside a node, B/s
-  double interBusBytes = 0;   // NCCL bus bandwidth per GPU between nodes, B/s
-  double intraHopSeconds = 0; // latency of one ring step inside a node
-  double interHopSeconds = 0; // latency of one ring step between nodes
-  double collBaseSeconds = 0; // fixed cost of any collective (launch, setup)
-  int gpusPerNode = 8;        // ranks that share the intra-node fabric
-};
+/// Everything the predictions depend on: a profile of the one hardware
+/// registry (mfsdp/planner/Hardware.h: hardwareProfiles(),
+/// findHardwareProfile(), unknownHardwareMessage()). All rates are
+/// assumptions of the model.
+using SimProfile = planner::HardwareProfile;
 
-/// "a100" (8x A100-SXM4-80GB, NVLink3), "h100" (8x H100-SXM, NVLink4) and
-/// "h100-ib" (H100 nodes, one 400 Gb/s InfiniBand NIC per GPU, the
-/// data-parallel group placed one rank per node, so every DP collective of
-/// two or more ranks crosses InfiniBand). Order and contents are fixed.
-const std::vector<SimProfile> &simProfiles();
-/// nullptr if there is no profile of that name.
-const SimProfile *findSimProfile(std::string_view name);
 /// Empty if every rate of `p` is positive and finite and every efficiency is
 /// in (0, 1]; otherwise what is wrong.
 std::string validateProfile(const SimProfile &p);

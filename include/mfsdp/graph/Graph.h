@@ -12,6 +12,8 @@
 #ifndef MFSDP_GRAPH_GRAPH_H
 #define MFSDP_GRAPH_GRAPH_H
 
+#include "mfsdp/Vocabulary.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -24,20 +26,13 @@ namespace mfsdp::graph {
 inline constexpr std::string_view kFormatTag = "mfsdp.graph";
 inline constexpr int kFormatVersion = 1;
 
-enum class DType { F64, F32, BF16, F16, F8E4M3, F8E5M2 };
-/// Spelling in the graph format ("f32", "bf16", ...).
-std::string_view dtypeName(DType t);
-std::optional<DType> parseDType(std::string_view s);
-/// Bytes per element.
-int64_t dtypeBytes(DType t);
-/// All dtypes, in the order dtypeName() spells them.
-const std::vector<DType> &allDTypes();
-
-/// Kind of the module that holds a parameter.
-enum class ModuleKind { Linear, Embedding, Output, Norm, Router, Expert, Other };
-std::string_view moduleKindName(ModuleKind k);
-std::optional<ModuleKind> parseModuleKind(std::string_view s);
-const std::vector<ModuleKind> &allModuleKinds();
+// The graph format's enums and their spellings are the shared vocabulary
+// (mfsdp/Vocabulary.h): enumName(x), parseEnum<DType>("bf16"), ...
+using ::mfsdp::DType;
+using ::mfsdp::dtypeBytes;
+using ::mfsdp::ModuleKind;
+using ::mfsdp::MuonScale;
+using ::mfsdp::PolicyKind;
 
 struct Param {
   std::string name;           // fully qualified, as named_parameters() gives it
@@ -94,9 +89,6 @@ struct SGD {
   bool nesterov = false;
   bool operator==(const SGD &o) const;
 };
-enum class MuonScale { MatchRmsAdamW, Original };
-std::string_view muonScaleName(MuonScale s);
-std::optional<MuonScale> parseMuonScale(std::string_view s);
 struct Muon {
   double lr = 2e-2, momentum = 0.95, weightDecay = 0.01;
   bool nesterov = true;
@@ -104,10 +96,6 @@ struct Muon {
   MuonScale scale = MuonScale::MatchRmsAdamW;
   bool operator==(const Muon &o) const;
 };
-
-enum class PolicyKind { AdamW, SGD, Muon, MixedMuonAdamW };
-std::string_view policyKindName(PolicyKind k);
-std::optional<PolicyKind> parsePolicyKind(std::string_view s);
 
 struct Policy {
   PolicyKind kind = PolicyKind::AdamW;

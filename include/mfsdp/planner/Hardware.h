@@ -1,7 +1,10 @@
-//===- Hardware.h - Hardware profiles for planning costs --------*- C++ -*-===//
+//===- Hardware.h - The hardware profiles of the cost model -----*- C++ -*-===//
 //
-// Rates the planner turns work into time with. These are datasheet-level
-// figures; every time computed from them is a prediction.
+// The one registry of hardware profiles: the planner, the simulator
+// (mfsdp/cost/Simulator.h, where a profile is a SimProfile), the passes and
+// the tools look names up here, and refuse an unknown one with the same
+// message. Every rate is an assumption of the cost model (datasheet peaks,
+// assumed efficiencies); every time computed from them is a prediction.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MFSDP_PLANNER_HARDWARE_H
@@ -14,18 +17,46 @@
 namespace mfsdp::planner {
 
 struct HardwareProfile {
-  std::string name;
-  double gemmFlops = 0;    // dense bf16 GEMM rate, FLOP/s
-  double hbmBytes = 0;     // memory bandwidth, B/s
-  double intraBytes = 0;   // per-GPU link bandwidth inside a node, B/s
-  double interBytes = 0;   // per-GPU bandwidth between nodes, B/s
-  int gpusPerNode = 8;
+  std::string name;           // "a100", "h100", "h100-ib", ...
+  std::string description;    // one line for reports
+  double gemmFlops = 0;       // peak dense bf16 FLOP/s (datasheet)
+  double hbmBytes = 0;        // peak HBM bandwidth, B/s (datasheet)
+  /// Link rates the planner prices gathers and replica traffic with, B/s:
+  /// per GPU inside a node (NVLink, per direction) and between nodes (one
+  /// InfiniBand NIC per GPU, line rate).
+  double intraBytes = 0;
+  double interBytes = 0;
+  int gpusPerNode = 8;        // ranks that share the intra-node fabric
+
+  // The simulator's model (lib/cost/Simulator.cpp says how each is used).
+  double gemmEfficiency = 1;  // fraction of peak that large GEMMs reach
+  /// Fraction of peak the trainer's own forward, backward and recomputation
+  /// reach as a whole (attention, norms and elementwise work included); 0
+  /// means gemmEfficiency.
+  double trainerEfficiency = 0;
+  double smallGemmFlops = 0;  // a kernel of this many FLOPs runs at half of
+                              // gemmEfficiency (see computeSeconds)
+  double hbmEfficiency = 1;   // fraction of HBM that streaming kernels reach
+  double launchSeconds = 0;   // per kernel / op launch overhead
+  double intraBusBytes = 0;   // NCCL bus bandwidth per GPU inside a node, B/s
+  double interBusBytes = 0;   // NCCL bus bandwidth per GPU between nodes, B/s
+  double intraHopSeconds = 0; // latency of one ring step inside a node
+  double interHopSeconds = 0; // latency of one ring step between nodes
+  double collBaseSeconds = 0; // fixed cost of any collective (launch, setup)
 };
 
-/// "a100" (8x A100-SXM4-80GB, NVLink), "h100" (8x H100-SXM, NVLink);
-/// inter-node rates are those of one 200/400 Gb/s InfiniBand NIC per GPU.
+/// "a100" (8x A100-SXM4-80GB, NVLink3), "h100" (8x H100-SXM, NVLink4) and
+/// "h100-ib" (H100 nodes, one 400 Gb/s InfiniBand NIC per GPU, the
+/// data-parallel group placed one rank per node, so every data-parallel
+/// collective of two or more ranks crosses InfiniBand). Order and contents
+/// are fixed.
 const std::vector<HardwareProfile> &hardwareProfiles();
+/// nullptr if there is no profile of that name.
 const HardwareProfile *findHardwareProfile(std::string_view name);
+/// "a100, h100 or h100-ib".
+std::string hardwareProfileNames();
+/// "unknown hardware profile '<name>'; expected a100, h100 or h100-ib".
+std::string unknownHardwareMessage(std::string_view name);
 
 } // namespace mfsdp::planner
 

@@ -13,6 +13,7 @@
 #ifndef MFSDP_PLANNER_LAYOUT_H
 #define MFSDP_PLANNER_LAYOUT_H
 
+#include "mfsdp/Vocabulary.h"
 #include "mfsdp/planner/Hardware.h"
 #include "mfsdp/planner/OwnerAssignment.h"
 
@@ -40,18 +41,14 @@ enum class Role {
 };
 std::string_view roleName(Role r);
 
-enum class Optim { None, AdamW, SGD, Muon };
-std::string_view optimName(Optim o);
-
-enum class PlacementKind { None, RowShard, BlockShard, Owner, Replicate, External };
-std::string_view placementName(PlacementKind k);
-
-enum class RowLayout { PerParam, Flat };
-std::string_view rowLayoutName(RowLayout l);
-
-enum class PolicyKind { AdamW, SGD, Muon, MixedMuonAdamW };
-std::string_view policyName(PolicyKind p);
-bool parsePolicy(std::string_view s, PolicyKind &out);
+// Optimizers, placements, row layouts and policies are the shared
+// vocabulary (mfsdp/Vocabulary.h), spelled with enumName / parseEnum.
+using Optim = ::mfsdp::Optimizer;
+using PlacementKind = ::mfsdp::Placement;
+using ::mfsdp::NsSplit;
+using ::mfsdp::PolicyKind;
+using ::mfsdp::RowLayout;
+using ::mfsdp::RowMode;
 
 struct Param {
   std::string name;
@@ -95,14 +92,16 @@ struct Options {
   // What goes to Muon under mixed_muon_adamw (and which 2-D roles under muon).
   bool muonEmbedding = false, muonHead = false, muonRouter = false;
   std::vector<std::string> muonInclude; // parameters forced to Muon
-  enum class RowMode { Auto, PerParam, Flat } rowMode = RowMode::Auto;
+  using RowMode = ::mfsdp::RowMode;
+  RowMode rowMode = RowMode::Auto;
   std::vector<int64_t> blockShape; // non-empty: block-shard AdamW matrices
   OwnerStrategy strategy = OwnerStrategy::Balanced;
   int64_t groupUnits = 0; // 0: auto; 1: every unit alone; N: N units a group
   /// Auto grouping stops adding units once a group would gather more than
   /// this many bytes (a group is gathered at once).
   double groupMaxBytes = 8.0 * (1ull << 30);
-  enum class Split { Auto, On, Off } nsSplit = Split::Auto;
+  using Split = ::mfsdp::NsSplit;
+  Split nsSplit = Split::Auto;
   int64_t nsSteps = 5;
   double sgdMomentum = 0;
   double replicateUnderBytes = 0; // replicate tensors smaller than this

@@ -18,6 +18,8 @@
 #ifndef MFSDP_PLANNER_OWNERASSIGNMENT_H
 #define MFSDP_PLANNER_OWNERASSIGNMENT_H
 
+#include "mfsdp/Vocabulary.h"
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -47,19 +49,9 @@ struct OwnerItem {
   int64_t shapeKey = 0;
 };
 
-enum class OwnerStrategy {
-  /// Ours: global LPT by cost (ties by memory), then moves and swaps that
-  /// lower the most loaded rank, then swaps of interchangeable items between
-  /// groups to even out per-group fan-out.
-  Balanced,
-  /// MatrixFSDP's default ("role_greedy"): group by group, LPT by element
-  /// count onto the rank with the least cumulative elements.
-  MatrixFSDP,
-  /// Item i to rank i mod W, in item order.
-  RoundRobin,
-};
-std::string_view ownerStrategyName(OwnerStrategy s);
-bool parseOwnerStrategy(std::string_view name, OwnerStrategy &out);
+/// balanced, matrixfsdp or round_robin (mfsdp/Vocabulary.h says what each
+/// does).
+using ::mfsdp::OwnerStrategy;
 
 struct OwnerOptions {
   int64_t world = 1;

@@ -24,6 +24,8 @@
 #ifndef MFSDP_STEP_STEP_H
 #define MFSDP_STEP_STEP_H
 
+#include "mfsdp/Vocabulary.h"
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -32,12 +34,12 @@
 namespace mfsdp::step {
 
 enum class OpKind { Compute, Collective, Wait, Optimizer, Alloc, Free };
-enum class Phase { Forward, Backward, Optimizer };
-enum class CollKind { AllGather, ReduceScatter, AllReduce, AllGatherV, ReduceScatterV };
+// Phases and collective kinds are the shared vocabulary (mfsdp/Vocabulary.h),
+// spelled with enumName / parseEnum.
+using ::mfsdp::CollKind;
+using ::mfsdp::Phase;
 
 std::string_view opKindName(OpKind k);
-std::string_view phaseName(Phase p);
-std::string_view collKindName(CollKind k);
 
 struct Buffer {
   std::string name;
