@@ -1,7 +1,7 @@
 //===- BuildStep.cpp - mfsdp-build-step -----------------------------------===//
 #include "passes/Passes.h"
-#include "passes/PlannerBridge.h"
-#include "passes/StepBridge.h"
+#include "dialects/plan/PlannerBridge.h"
+#include "dialects/sched/StepBridge.h"
 
 #include "mfsdp/step/Builder.h"
 
@@ -95,8 +95,7 @@ struct BuildStepPass : public mfsdp::impl::BuildStepBase<BuildStepPass> {
                                    graph.getSymName().str() + ".step");
     OpBuilder builder(graph.getContext());
     builder.setInsertionPointAfter(graph);
-    writeStep(builder, graph.getLoc(), s);
-    return success();
+    return writeStep(builder, graph.getLoc(), s);
   }
 };
 

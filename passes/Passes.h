@@ -2,7 +2,8 @@
 #ifndef MFSDP_PASSES_PASSES_H
 #define MFSDP_PASSES_PASSES_H
 
-#include "dialects/sched/SchedDialect.h"
+#include "dialects/plan/PlanOps.h"
+#include "dialects/sched/SchedOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
 

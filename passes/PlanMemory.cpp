@@ -1,6 +1,6 @@
 //===- PlanMemory.cpp - mfsdp-plan-memory ---------------------------------===//
 #include "passes/Passes.h"
-#include "passes/StepBridge.h"
+#include "dialects/sched/StepBridge.h"
 
 #include "mfsdp/step/Schedule.h"
 
@@ -16,18 +16,17 @@ namespace {
 struct PlanMemoryPass : public mfsdp::impl::PlanMemoryBase<PlanMemoryPass> {
   using Base::Base;
   void runOnOperation() override {
-    SmallVector<sched::StepOp> steps(getOperation().getOps<sched::StepOp>());
-    for (sched::StepOp op : steps) {
-      step::Step s;
-      if (failed(readStep(op, s)))
-        return signalPassFailure();
-      step::MemoryPlan plan = step::planMemory(s);
-      OpBuilder b(op);
-      sched::StepOp fresh = writeStep(b, op.getLoc(), s);
-      fresh.setArenaBytesAttr(b.getDenseF64ArrayAttr(plan.arenaBytes));
-      fresh.setPeakBytesAttr(b.getDenseF64ArrayAttr(plan.peakBytes));
-      op.erase();
-    }
+    sched::StepOp op = getOperation();
+    step::Step s;
+    SmallVector<Location> locations;
+    if (failed(readStep(op, s, &locations)))
+      return signalPassFailure();
+    step::MemoryPlan plan = step::planMemory(s);
+    if (failed(rewriteStep(op, s, locations)))
+      return signalPassFailure();
+    Builder b(op.getContext());
+    op.setArenaBytesAttr(b.getDenseF64ArrayAttr(plan.arenaBytes));
+    op.setPeakBytesAttr(b.getDenseF64ArrayAttr(plan.peakBytes));
   }
 };
 } // namespace

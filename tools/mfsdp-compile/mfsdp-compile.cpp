@@ -173,7 +173,7 @@ int main(int argc, char **argv) {
   if (bucketMB < 0)
     return fail("--bucket-mb must be 0 or more, got " + Twine(bucketMB.getValue()));
   mlir::PassManager pm(&ctx);
-  std::string pipeline = "mfsdp-assign-layouts{" + options + "}";
+  std::string pipeline = "plan.graph(mfsdp-assign-layouts{" + options + "})";
   // The step program, for its buckets (the unit costs do not change them:
   // one token when the graph states no sequence length).
   if (bucketMB > 0) {
@@ -181,7 +181,8 @@ int main(int argc, char **argv) {
     auto graphs = module->getOps<mfsdp::plan::GraphOp>();
     const bool seq = !graphs.empty() && (*graphs.begin()).getSeqLen() > 0;
     pipeline += std::string(",mfsdp-build-step") + (seq ? "" : "{tokens=1}") +
-                ",mfsdp-bucket-collectives{bucket-mb=" + std::to_string(bucketMB) + "}";
+                ",sched.step(mfsdp-bucket-collectives{bucket-mb=" +
+                std::to_string(bucketMB) + "})";
   }
   if (failed(mlir::parsePassPipeline(pipeline, pm, errs())))
     return fail("bad layout options '" + options + "'");
