@@ -4,6 +4,8 @@
 
 #include "mfsdp/step/Schedule.h"
 
+#include <cmath>
+
 namespace mfsdp {
 #define GEN_PASS_DEF_PLANMEMORY
 #include "passes/Passes.h.inc"
@@ -24,9 +26,16 @@ struct PlanMemoryPass : public mfsdp::impl::PlanMemoryBase<PlanMemoryPass> {
     step::MemoryPlan plan = step::planMemory(s);
     if (failed(rewriteStep(op, s, locations)))
       return signalPassFailure();
+    // Offsets and sizes are whole bytes; the planner keeps them in doubles.
+    auto whole = [](const std::vector<double> &bytes) {
+      SmallVector<int64_t> out;
+      for (double v : bytes)
+        out.push_back(static_cast<int64_t>(std::llround(v)));
+      return out;
+    };
     Builder b(op.getContext());
-    op.setArenaBytesAttr(b.getDenseF64ArrayAttr(plan.arenaBytes));
-    op.setPeakBytesAttr(b.getDenseF64ArrayAttr(plan.peakBytes));
+    op.setArenaBytesAttr(b.getDenseI64ArrayAttr(whole(plan.arenaBytes)));
+    op.setPeakBytesAttr(b.getDenseI64ArrayAttr(whole(plan.peakBytes)));
   }
 };
 } // namespace

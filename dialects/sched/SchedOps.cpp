@@ -14,70 +14,100 @@ using namespace mfsdp::sched;
 #define GET_OP_CLASSES
 #include "dialects/sched/SchedOps.cpp.inc"
 
+#include "dialects/sched/SchedInterfaces.cpp.inc"
+
 static bool finiteNonNegative(double v) { return std::isfinite(v) && v >= 0; }
 
 LogicalResult AllocOp::verify() {
-  if (!finiteNonNegative(getBytes().convertToDouble()))
-    return emitOpError("bytes must be a finite non-negative number");
+  if (static_cast<int64_t>(getBytes()) < 0)
+    return emitOpError("bytes must be non-negative, got ")
+           << static_cast<int64_t>(getBytes());
   if (getOnlyRank() && static_cast<int64_t>(*getOnlyRank()) < 0)
     return emitOpError("only_rank must be non-negative");
   return success();
 }
 
-/// Shared by every collective op.
-template <typename OpTy>
-static LogicalResult verifyCollective(OpTy op, bool variable) {
-  int64_t ranks = static_cast<int64_t>(op.getRanks());
+/// Bytes of the buffer `v` when a sched.alloc defines it.
+static std::optional<int64_t> allocatedBytes(Value v) {
+  if (auto alloc = v.getDefiningOp<AllocOp>())
+    return static_cast<int64_t>(alloc.getBytes());
+  return std::nullopt;
+}
+
+LogicalResult mfsdp::sched::detail::verifyCollective(Operation *op) {
+  auto c = cast<CollectiveOpInterface>(op);
+  int64_t ranks = static_cast<int64_t>(c.getRanks());
   if (ranks < 1)
-    return op.emitOpError("ranks must be at least 1, got ") << ranks;
-  if (op.getMeshAxes().empty())
-    return op.emitOpError("needs at least one mesh axis");
-  double bytes = op.getBytes().convertToDouble();
-  if (!finiteNonNegative(bytes))
-    return op.emitOpError("bytes must be a finite non-negative number");
-  if (op.getAsync() != bool(op.getToken()))
-    return op.emitOpError(op.getAsync()
-                              ? "is async and must return a !sched.token"
-                              : "returns a token but is not async");
-  if (auto chunks = op.getChunks()) {
-    if (!variable)
-      return op.emitOpError("takes no chunks; only the _v collectives do");
-    if (static_cast<int64_t>(chunks->size()) != ranks)
-      return op.emitOpError("has ")
-             << chunks->size() << " chunks for " << ranks << " ranks";
-    double sum = 0;
-    for (double c : *chunks) {
-      if (!finiteNonNegative(c))
-        return op.emitOpError("chunks must be finite and non-negative");
-      sum += c;
-    }
-    if (std::fabs(sum - bytes) > 1e-6 * std::max(1.0, bytes))
-      return op.emitOpError("chunks sum to ")
-             << sum << " bytes but the collective moves " << bytes;
-  } else if (variable) {
-    return op.emitOpError("needs the bytes each rank contributes (chunks)");
+    return op->emitOpError("ranks must be at least 1, got ") << ranks;
+  if (c.getMeshAxes().empty())
+    return op->emitOpError("needs at least one mesh axis");
+  int64_t bytes = static_cast<int64_t>(c.getBytes());
+  if (bytes < 0)
+    return op->emitOpError("bytes must be non-negative, got ") << bytes;
+  if (static_cast<int64_t>(c.getComm()) < 0)
+    return op->emitOpError("comm must be non-negative");
+  if (c.getAsync() != bool(c.getToken()))
+    return op->emitOpError(c.getAsync()
+                               ? "is async and must return a !sched.token"
+                               : "returns a token but is not async");
+  // The side that holds the full buffer must hold all of it.
+  auto holds = [&](Value buffer, StringRef side) -> LogicalResult {
+    std::optional<int64_t> have = allocatedBytes(buffer);
+    if (have && *have < bytes)
+      return op->emitOpError("moves ")
+             << bytes << " bytes but its " << side << " buffer holds "
+             << *have;
+    return success();
+  };
+  // In place (src == dst) the step builder names the rank's shard buffer
+  // for a gather whose full result is the trainer's parameters (ZeRO-1/2
+  // after the optimizer); only distinct buffers are held to the size.
+  if (c.getSrc() != c.getDst()) {
+    if (c.fullDestination() && failed(holds(c.getDst(), "destination")))
+      return failure();
+    if (c.fullSource() && failed(holds(c.getSrc(), "source")))
+      return failure();
   }
-  if (static_cast<int64_t>(op.getComm()) < 0)
-    return op.emitOpError("comm must be non-negative");
+  // Every rank of the group calls the collective, so its buffers exist on
+  // every rank.
+  for (Value buffer : {c.getSrc(), c.getDst()})
+    if (auto alloc = buffer.getDefiningOp<AllocOp>())
+      if (alloc.getOnlyRank())
+        return op->emitOpError("uses buffer '")
+               << alloc.getName() << "', which exists on rank "
+               << static_cast<int64_t>(*alloc.getOnlyRank())
+               << " only; every rank of the group calls a collective";
+  if (auto chunks = c.getChunks()) {
+    if (!c.isVariable())
+      return op->emitOpError("takes no chunks; only the _v collectives do");
+    if (static_cast<int64_t>(chunks->size()) != ranks)
+      return op->emitOpError("has ")
+             << chunks->size() << " chunks for " << ranks << " ranks";
+    int64_t sum = 0;
+    for (int64_t chunk : *chunks) {
+      if (chunk < 0)
+        return op->emitOpError("chunks must be non-negative, got ") << chunk;
+      sum += chunk;
+    }
+    if (sum != bytes)
+      return op->emitOpError("chunks sum to ")
+             << sum << " bytes but the collective moves " << bytes;
+  } else if (c.isVariable()) {
+    return op->emitOpError("needs the bytes each rank contributes (chunks)");
+  }
   return success();
 }
 
-LogicalResult AllGatherOp::verify() { return verifyCollective(*this, false); }
-LogicalResult ReduceScatterOp::verify() { return verifyCollective(*this, false); }
-LogicalResult AllReduceOp::verify() { return verifyCollective(*this, false); }
-LogicalResult AllGatherVOp::verify() { return verifyCollective(*this, true); }
-LogicalResult ReduceScatterVOp::verify() { return verifyCollective(*this, true); }
-
 LogicalResult ComputeOp::verify() {
   if (!finiteNonNegative(getFlops().convertToDouble()) ||
-      !finiteNonNegative(getBytes().convertToDouble()))
+      static_cast<int64_t>(getBytes()) < 0)
     return emitOpError("flops and bytes must be finite and non-negative");
   return success();
 }
 
 LogicalResult OptimizerOp::verify() {
   if (!finiteNonNegative(getFlops().convertToDouble()) ||
-      !finiteNonNegative(getBytes().convertToDouble()))
+      static_cast<int64_t>(getBytes()) < 0)
     return emitOpError("flops and bytes must be finite and non-negative");
   if (getOnlyRank() && static_cast<int64_t>(*getOnlyRank()) < 0)
     return emitOpError("only_rank must be non-negative");

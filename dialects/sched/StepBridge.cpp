@@ -5,6 +5,8 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace mfsdp;
 using namespace mfsdp::sched;
@@ -68,7 +70,7 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
         .Case<AllocOp>([&](AllocOp a) {
           step::Buffer b;
           b.name = a.getName().str();
-          b.bytes = a.getBytes().convertToDouble();
+          b.bytes = static_cast<double>(static_cast<int64_t>(a.getBytes()));
           b.persistent = a.getPersistent();
           if (auto r = a.getOnlyRank())
             b.onlyRank = static_cast<int64_t>(*r);
@@ -98,16 +100,15 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
                    : std::is_same_v<T, AllGatherVOp>    ? step::CollKind::AllGatherV
                                                         : step::CollKind::ReduceScatterV;
           o.phase = phase = toStep(c.getPhase());
-          o.name = c->hasAttr("name")
-                       ? c->template getAttrOfType<StringAttr>("name").getValue().str()
-                       : c->getName().stripDialect().str();
+          o.name = c.getName().str();
           for (Attribute a : c.getMeshAxes())
             o.meshAxes.push_back(cast<StringAttr>(a).getValue().str());
           o.ranks = static_cast<int64_t>(c.getRanks());
           o.interNode = c.getInterNode();
-          o.collBytes = c.getBytes().convertToDouble();
+          o.collBytes = static_cast<double>(static_cast<int64_t>(c.getBytes()));
           if (auto chunks = c.getChunks())
-            o.chunks.assign(chunks->begin(), chunks->end());
+            for (int64_t chunk : *chunks)
+              o.chunks.push_back(static_cast<double>(chunk));
           o.comm = static_cast<int64_t>(c.getComm());
           o.async = c.getAsync();
           o.params = symbols(c.getParamsAttr());
@@ -128,7 +129,7 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
           o.compute = stringifyComputeKind(c.getKind()).str();
           o.name = c.getName().str();
           o.flops = c.getFlops().convertToDouble();
-          o.bytes = c.getBytes().convertToDouble();
+          o.bytes = static_cast<double>(static_cast<int64_t>(c.getBytes()));
           if (auto g = c.getGroup())
             o.group = static_cast<int64_t>(*g);
           if (auto u = c.getUnitAttr())
@@ -142,7 +143,7 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
           o.optimizer = stringifyOptimizerKind(c.getKind()).str();
           o.name = c.getName().str();
           o.flops = c.getFlops().convertToDouble();
-          o.bytes = c.getBytes().convertToDouble();
+          o.bytes = static_cast<double>(static_cast<int64_t>(c.getBytes()));
           if (auto r = c.getOnlyRank())
             o.onlyRank = static_cast<int64_t>(*r);
           if (auto g = c.getGroup())
@@ -189,6 +190,11 @@ static LogicalResult checkWritable(const step::Step &s,
                                    Location fallback) {
   const int64_t numBuffers = static_cast<int64_t>(s.buffers.size());
   std::vector<bool> startsAsync(s.ops.size(), false);
+  for (const step::Buffer &buf : s.buffers)
+    if (!(buf.bytes >= 0 && buf.bytes == std::floor(buf.bytes)))
+      return emitError(fallback)
+             << "buffer '" << buf.name << "' has " << buf.bytes
+             << " bytes, not a whole non-negative number";
   for (size_t i = 0; i < s.ops.size(); ++i) {
     const step::Op &o = s.ops[i];
     Location loc = locationOf(s, i, locations, fallback);
@@ -196,6 +202,16 @@ static LogicalResult checkWritable(const step::Step &s,
       return emitError(loc) << "step op " << i << " ('" << o.name << "'): "
                             << what;
     };
+    auto whole = [](double v) { return v >= 0 && v == std::floor(v); };
+    if (o.kind == step::OpKind::Collective) {
+      if (!whole(o.collBytes))
+        return bad("moves " + Twine(std::to_string(o.collBytes)) +
+                   " bytes, not a whole non-negative number");
+      for (double chunk : o.chunks)
+        if (!whole(chunk))
+          return bad("has a chunk of " + Twine(std::to_string(chunk)) +
+                     " bytes, not a whole non-negative number");
+    }
     for (const std::vector<int64_t> *ids : {&o.reads, &o.writes})
       for (int64_t id : *ids)
         if (id < 0 || id >= numBuffers)
@@ -235,6 +251,11 @@ static LogicalResult checkWritable(const step::Step &s,
   return success();
 }
 
+/// A compute or optimizer op's memory traffic, an estimate, to the byte.
+static int64_t trafficBytes(double bytes) {
+  return static_cast<int64_t>(std::llround(bytes));
+}
+
 /// Appends the ops of `s` to `body` (checked by checkWritable).
 static void fillBody(Block *body, const step::Step &s,
                      ArrayRef<Location> locations, Location fallback) {
@@ -267,7 +288,7 @@ static void fillBody(Block *body, const step::Step &s,
       int64_t id = o.writes.front();
       const step::Buffer &buf = s.buffers[id];
       buffers[id] = AllocOp::create(b, loc, bufferType, b.getStringAttr(buf.name),
-                                    b.getF64FloatAttr(buf.bytes),
+                                    b.getI64IntegerAttr(static_cast<int64_t>(buf.bytes)),
                                     buf.persistent ? b.getUnitAttr() : UnitAttr(),
                                     optI64(buf.onlyRank), optI64(buf.offset));
       break;
@@ -282,8 +303,13 @@ static void fillBody(Block *body, const step::Step &s,
       Value src = buffers[o.reads.front()], dst = buffers[o.writes.front()];
       SmallVector<StringRef> axes(o.meshAxes.begin(), o.meshAxes.end());
       auto axesAttr = b.getStrArrayAttr(axes);
-      DenseF64ArrayAttr chunks =
-          o.chunks.empty() ? DenseF64ArrayAttr() : b.getDenseF64ArrayAttr(o.chunks);
+      DenseI64ArrayAttr chunks;
+      if (!o.chunks.empty()) {
+        SmallVector<int64_t> whole;
+        for (double chunk : o.chunks)
+          whole.push_back(static_cast<int64_t>(chunk));
+        chunks = b.getDenseI64ArrayAttr(whole);
+      }
       Type tok = o.async ? tokenType : Type();
       auto phase = PhaseAttr::get(ctx, toIR(o.phase));
       UnitAttr inter = o.interNode ? b.getUnitAttr() : UnitAttr();
@@ -291,9 +317,10 @@ static void fillBody(Block *body, const step::Step &s,
       Operation *created = nullptr;
       auto make = [&](auto tag) {
         using T = decltype(tag);
-        created = T::create(b, loc, tok, src, dst, axesAttr,
-                            b.getI64IntegerAttr(o.ranks),
-                            b.getF64FloatAttr(o.collBytes), chunks,
+        created = T::create(b, loc, tok, b.getStringAttr(o.name), src, dst,
+                            axesAttr, b.getI64IntegerAttr(o.ranks),
+                            b.getI64IntegerAttr(static_cast<int64_t>(o.collBytes)),
+                            chunks,
                             b.getI64IntegerAttr(o.comm), phase, inter,
                             symbolArray(o.params), optI64(o.group), async);
       };
@@ -304,7 +331,6 @@ static void fillBody(Block *body, const step::Step &s,
       case step::CollKind::AllGatherV: make(AllGatherVOp()); break;
       case step::CollKind::ReduceScatterV: make(ReduceScatterVOp()); break;
       }
-      created->setAttr("name", b.getStringAttr(o.name));
       if (o.async)
         tokens[i] = created->getResult(0);
       break;
@@ -316,7 +342,7 @@ static void fillBody(Block *body, const step::Step &s,
       ComputeOp::create(b, loc, ComputeKindAttr::get(ctx, *symbolizeComputeKind(o.compute)),
                         b.getStringAttr(o.name), unit, values(o.reads),
                         values(o.writes), b.getF64FloatAttr(o.flops),
-                        b.getF64FloatAttr(o.bytes),
+                        b.getI64IntegerAttr(trafficBytes(o.bytes)),
                         PhaseAttr::get(ctx, toIR(o.phase)), optI64(o.group));
       break;
     }
@@ -325,7 +351,8 @@ static void fillBody(Block *body, const step::Step &s,
                           OptimizerKindAttr::get(ctx, *symbolizeOptimizerKind(o.optimizer)),
                           b.getStringAttr(o.name), values(o.reads),
                           values(o.writes), b.getF64FloatAttr(o.flops),
-                          b.getF64FloatAttr(o.bytes), optI64(o.onlyRank),
+                          b.getI64IntegerAttr(trafficBytes(o.bytes)),
+                          optI64(o.onlyRank),
                           PhaseAttr::get(ctx, toIR(o.phase)), optI64(o.group),
                           symbolArray(o.params));
       break;
@@ -343,7 +370,7 @@ FailureOr<StepOp> mfsdp::writeStep(OpBuilder &b, Location loc,
                                b.getI64IntegerAttr(s.world),
                                b.getI64IntegerAttr(s.tokens),
                                b.getI64IntegerAttr(s.microbatches),
-                               DenseF64ArrayAttr(), DenseF64ArrayAttr());
+                               DenseI64ArrayAttr(), DenseI64ArrayAttr());
   Block *body = new Block();
   stepOp.getBody().push_back(body);
   fillBody(body, s, locations, loc);
