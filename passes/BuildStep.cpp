@@ -95,7 +95,16 @@ struct BuildStepPass : public mfsdp::impl::BuildStepBase<BuildStepPass> {
                                    graph.getSymName().str() + ".step");
     OpBuilder builder(graph.getContext());
     builder.setInsertionPointAfter(graph);
-    return writeStep(builder, graph.getLoc(), s);
+    FailureOr<sched::StepOp> written =
+        writeStep(builder, graph.getLoc(), s);
+    if (failed(written))
+      return failure();
+    // The step names its graph's mesh, against which its symbol uses
+    // (units, parameters, collective axes) are verified.
+    written->setMeshAttr(SymbolRefAttr::get(
+        graph.getSymNameAttr(),
+        {FlatSymbolRefAttr::get(graph.getMesh().getSymNameAttr())}));
+    return success();
   }
 };
 

@@ -1,5 +1,6 @@
 //===- SchedOps.cpp - Verifiers of the sched ops --------------------------===//
 #include "dialects/sched/SchedOps.h"
+#include "dialects/plan/PlanOps.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
@@ -149,6 +150,79 @@ LogicalResult StepOp::verifyRegions() {
         op.getResult(0).use_empty())
       return op.emitOpError("starts a collective whose token is never waited "
                             "for");
+  }
+  return success();
+}
+
+LogicalResult StepOp::verifySymbolUses(SymbolTableCollection &tables) {
+  SymbolRefAttr meshRef = getMeshAttr();
+  if (!meshRef)
+    return success();
+  Operation *scope = (*this)->getParentOp();
+  auto graph = dyn_cast_or_null<plan::GraphOp>(
+      scope ? tables.lookupSymbolIn(scope, meshRef.getRootReference())
+            : nullptr);
+  if (!graph)
+    return emitOpError("names mesh ")
+           << meshRef << ", but @" << meshRef.getRootReference().getValue()
+           << " is not a plan.graph beside the step";
+  auto mesh = dyn_cast_or_null<plan::MeshOp>(
+      meshRef.getNestedReferences().size() == 1
+          ? tables.lookupSymbolIn(graph, meshRef.getLeafReference())
+          : nullptr);
+  if (!mesh)
+    return emitOpError("names mesh ")
+           << meshRef << ", which is not a plan.mesh of graph @"
+           << graph.getSymName();
+  int64_t world = static_cast<int64_t>(getWorld());
+  std::optional<int64_t> shard = mesh.getDimSize("dp_shard");
+  if (shard && *shard != world)
+    return emitOpError("world ")
+           << world << " is not the size of dp_shard in mesh " << meshRef
+           << " (" << *shard << ")";
+  auto resolve = [&](Operation *user, FlatSymbolRefAttr ref, StringRef field,
+                     auto tag) -> LogicalResult {
+    using T = decltype(tag);
+    if (!isa_and_nonnull<T>(tables.lookupSymbolIn(graph, ref.getAttr())))
+      return user->emitOpError(field)
+             << " " << ref << " is not a " << T::getOperationName()
+             << " of graph @" << graph.getSymName();
+    return success();
+  };
+  auto resolveParams = [&](Operation *user, ArrayAttr params) {
+    if (params)
+      for (Attribute p : params)
+        if (failed(resolve(user, cast<FlatSymbolRefAttr>(p), "params",
+                           plan::ParamOp())))
+          return failure();
+    return success();
+  };
+  for (Operation &op : getBody().front()) {
+    if (auto c = dyn_cast<CollectiveOpInterface>(op)) {
+      int64_t group = 1;
+      for (Attribute a : c.getMeshAxes()) {
+        StringRef axis = cast<StringAttr>(a).getValue();
+        std::optional<int64_t> size = mesh.getDimSize(axis);
+        if (!size)
+          return op.emitOpError("mesh axis '")
+                 << axis << "' is not a dim of mesh " << meshRef;
+        group *= *size;
+      }
+      if (static_cast<int64_t>(c.getRanks()) != group)
+        return op.emitOpError("ranks ")
+               << static_cast<int64_t>(c.getRanks())
+               << " is not the size of the group over " << c.getMeshAxes()
+               << " in mesh " << meshRef << " (" << group << ")";
+      if (failed(resolveParams(&op, op.getAttrOfType<ArrayAttr>("params"))))
+        return failure();
+    } else if (auto compute = dyn_cast<ComputeOp>(op)) {
+      if (FlatSymbolRefAttr unit = compute.getUnitAttr())
+        if (failed(resolve(&op, unit, "unit", plan::UnitOp())))
+          return failure();
+    } else if (auto opt = dyn_cast<OptimizerOp>(op)) {
+      if (failed(resolveParams(&op, opt.getParamsAttr())))
+        return failure();
+    }
   }
   return success();
 }

@@ -9,7 +9,8 @@ include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/IR/BuiltinAttributes.td"
 
 def Sched_StepOp : Sched_Op<"step", [
-    Symbol, IsolatedFromAbove, NoTerminator, SingleBlock, NoRegionArguments]> {
+    Symbol, IsolatedFromAbove, NoTerminator, SingleBlock, NoRegionArguments,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "The program of one training step";
   let description = [{
     A straight-line program every rank of the `world`-rank data-parallel
@@ -18,8 +19,16 @@ def Sched_StepOp : Sched_Op<"step", [
     `peak_bytes` give per rank the arena the buffer offsets need and the
     most bytes live at once.
 
+    `mesh` names the `plan.mesh` of the graph the step was built from
+    (`@graph::@mesh`; the step sits beside its graph). With it the step's
+    symbol uses are verified: `world` is the size of `dp_shard`, every
+    collective's axes are dims of the mesh and its `ranks` their product,
+    a compute op's `unit` is a `plan.unit` of the graph, and the `params` of
+    collectives and optimizer kernels are `plan.param`s of it. A step
+    written without a graph (a unit test of the schedule) leaves it out.
+
     ```mlir
-    sched.step @tiny world 4 tokens 128 microbatches 1 {
+    sched.step @tiny.step mesh @tiny::@mesh world 4 tokens 128 microbatches 1 {
       %w = sched.alloc "shard" bytes 1024 persistent
       %g = sched.alloc "gathered" bytes 4096
       sched.all_gather "gather layer0" %w -> %g on ["dp_shard"] ranks 4 bytes 4096 comm 0 phase forward
@@ -28,13 +37,14 @@ def Sched_StepOp : Sched_Op<"step", [
     }
     ```
   }];
-  let arguments = (ins SymbolNameAttr:$sym_name, I64Attr:$world,
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       OptionalAttr<SymbolRefAttr>:$mesh, I64Attr:$world,
                        I64Attr:$tokens, I64Attr:$microbatches,
                        OptionalAttr<DenseI64ArrayAttr>:$arena_bytes,
                        OptionalAttr<DenseI64ArrayAttr>:$peak_bytes);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
-    $sym_name `world` $world `tokens` $tokens `microbatches` $microbatches
+    $sym_name (`mesh` $mesh^)? `world` $world `tokens` $tokens `microbatches` $microbatches
     (`arena_bytes` $arena_bytes^)? (`peak_bytes` $peak_bytes^)?
     attr-dict-with-keyword $body
   }];

@@ -367,7 +367,7 @@ FailureOr<StepOp> mfsdp::writeStep(OpBuilder &b, Location loc,
   if (failed(checkWritable(s, locations, loc)))
     return failure();
   auto stepOp = StepOp::create(b, loc, b.getStringAttr(s.name),
-                               b.getI64IntegerAttr(s.world),
+                               SymbolRefAttr(), b.getI64IntegerAttr(s.world),
                                b.getI64IntegerAttr(s.tokens),
                                b.getI64IntegerAttr(s.microbatches),
                                DenseI64ArrayAttr(), DenseI64ArrayAttr());

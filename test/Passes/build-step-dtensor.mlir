@@ -17,7 +17,7 @@ plan.graph @dt seq_len 8 {
   plan.unit @u1 index 1 params [@big] cost <fwd_flops = 64, bwd_flops = 128, act_bytes = 16, recompute = false>
 }
 
-// CHECK-LABEL: sched.step @dt.step world 4
+// CHECK-LABEL: sched.step @dt.step mesh @dt::@mesh world 4
 
 // A tiny matrix: DTensor's estimate is all latency, so each matmul keeps
 // the row shards and gathers one operand: X^T, then A, then X. The norm is
@@ -72,7 +72,7 @@ plan.graph @dt seq_len 8 {
 // (mm strategies by cost, pointwise ops following the most-sharded operand).
 // The tiny matrix keeps row shards throughout: the same three all-gathers
 // as the addmm form, and the pointwise ops move nothing.
-// MM-LABEL: sched.step @dt.step world 4
+// MM-LABEL: sched.step @dt.step mesh @dt::@mesh world 4
 // MM: sched.optimizer muon "muon momentum small"
 // MM: "dtensor all_reduce norm Partial(sum) -> Replicate() small"
 // MM: sched.all_gather "dtensor all_gather X^T Shard(1) -> Replicate() small it0"

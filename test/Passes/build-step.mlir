@@ -10,7 +10,7 @@
 // chunk), freed after each use; gradients are reduced after backward
 // (reduce_scatter for rows, reduce_scatter_v to the owners), then AdamW on
 // the row shard on every rank and Muon on each owner alone.
-// CHECK-LABEL: sched.step @hand.step world 2 tokens 8 microbatches 1
+// CHECK-LABEL: sched.step @hand.step mesh @hand::@mesh world 2 tokens 8 microbatches 1
 // CHECK: %[[G:.*]] = sched.alloc "gathered g0 (forward)"
 // CHECK: sched.all_gather_v "{{.*}}" %{{.*}} -> %[[G]] on ["dp_shard"] ranks 2 bytes 128 chunks [128, 0] comm 0 phase forward
 // CHECK: sched.all_gather "{{.*}}" %{{.*}} -> %[[G]] on ["dp_shard"] ranks 2 bytes 16 comm 0 phase forward
@@ -38,7 +38,7 @@
 // ZERO2: sched.all_gather_v "{{.*}}" %{{.*}} phase optimizer
 
 // Two microbatches accumulate locally and reduce once, on the last.
-// ACCUM: sched.step @hand.step world 2 tokens 8 microbatches 2
+// ACCUM: sched.step @hand.step mesh @hand::@mesh world 2 tokens 8 microbatches 2
 // ACCUM: sched.compute backward "backward u0"
 // ACCUM: sched.optimizer accumulate "accumulate g0 mb0"
 // ACCUM-NOT: sched.reduce_scatter

@@ -32,5 +32,5 @@
 
 // Memory: every buffer gets an arena offset, and the step records the arena
 // and the peak per rank; the verifier accepts the schedule.
-// MEMORY: sched.step @layers.step world 4 tokens 16 microbatches 1 arena_bytes [{{.*}}] peak_bytes [{{.*}}]
+// MEMORY: sched.step @layers.step mesh @layers::@mesh world 4 tokens 16 microbatches 1 arena_bytes [{{.*}}] peak_bytes [{{.*}}]
 // MEMORY: sched.alloc "gathered g0 (forward)" bytes {{.*}} offset {{[0-9]+}}
