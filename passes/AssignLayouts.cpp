@@ -6,7 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
-#include "passes/PlannerBridge.h"
+#include "dialects/plan/PlannerBridge.h"
 
 #include "mlir/IR/Builders.h"
 
@@ -51,9 +51,8 @@ struct AssignLayoutsPass
   using Base::Base;
 
   void runOnOperation() override {
-    for (GraphOp g : getOperation().getOps<GraphOp>())
-      if (failed(planGraph(g)))
-        return signalPassFailure();
+    if (failed(planGraph(getOperation())))
+      return signalPassFailure();
   }
 
   LogicalResult planGraph(GraphOp graph) {

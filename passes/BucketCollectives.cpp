@@ -1,6 +1,6 @@
 //===- BucketCollectives.cpp - mfsdp-bucket-collectives -------------------===//
 #include "passes/Passes.h"
-#include "passes/StepBridge.h"
+#include "dialects/sched/StepBridge.h"
 
 #include "mfsdp/step/Schedule.h"
 
@@ -22,14 +22,14 @@ struct BucketCollectivesPass
           << bucketMB.getValue();
       return signalPassFailure();
     }
-    SmallVector<sched::StepOp> steps(getOperation().getOps<sched::StepOp>());
-    for (sched::StepOp op : steps) {
-      step::Step s;
-      if (failed(readStep(op, s)))
-        return signalPassFailure();
-      step::bucketCollectives(s, static_cast<double>(bucketMB) * 1024 * 1024);
-      replaceStep(op, s);
-    }
+    sched::StepOp op = getOperation();
+    step::Step s;
+    SmallVector<Location> locations;
+    if (failed(readStep(op, s, &locations)))
+      return signalPassFailure();
+    step::bucketCollectives(s, static_cast<double>(bucketMB) * 1024 * 1024);
+    if (failed(rewriteStep(op, s, locations)))
+      return signalPassFailure();
   }
 };
 } // namespace

@@ -1,7 +1,7 @@
 //===- BuildStep.cpp - mfsdp-build-step -----------------------------------===//
 #include "passes/Passes.h"
-#include "passes/PlannerBridge.h"
-#include "passes/StepBridge.h"
+#include "dialects/plan/PlannerBridge.h"
+#include "dialects/sched/StepBridge.h"
 
 #include "mfsdp/step/Builder.h"
 
@@ -91,7 +91,15 @@ struct BuildStepPass : public mfsdp::impl::BuildStepBase<BuildStepPass> {
                                    graph.getSymName().str() + ".step");
     OpBuilder builder(graph.getContext());
     builder.setInsertionPointAfter(graph);
-    writeStep(builder, graph.getLoc(), s);
+    FailureOr<sched::StepOp> written =
+        writeStep(builder, graph.getLoc(), s);
+    if (failed(written))
+      return failure();
+    // The step names its graph's mesh, against which its symbol uses
+    // (units, parameters, collective axes) are verified.
+    written->setMeshAttr(SymbolRefAttr::get(
+        graph.getSymNameAttr(),
+        {FlatSymbolRefAttr::get(graph.getMesh().getSymNameAttr())}));
     return success();
   }
 };

@@ -2,7 +2,9 @@
 #ifndef MFSDP_PASSES_PASSES_H
 #define MFSDP_PASSES_PASSES_H
 
+#include "dialects/plan/PlanOps.h"
 #include "dialects/sched/SchedDialect.h"
+#include "dialects/sched/SchedOps.h"
 #include "passes/VocabularyOptions.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"

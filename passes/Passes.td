@@ -22,7 +22,7 @@ def PrintSummary : Pass<"mfsdp-print-summary", "::mlir::ModuleOp"> {
   ];
 }
 
-def AssignLayouts : Pass<"mfsdp-assign-layouts", "::mlir::ModuleOp"> {
+def AssignLayouts : Pass<"mfsdp-assign-layouts", "::mfsdp::plan::GraphOp"> {
   let summary = "Choose every parameter's placement and optimizer";
   let description = [{
     Classifies every parameter of each `plan.graph` (2-D hidden matrix,
@@ -178,7 +178,7 @@ def BuildStep : Pass<"mfsdp-build-step", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mfsdp::sched::SchedDialect"];
 }
 
-def BucketCollectives : Pass<"mfsdp-bucket-collectives", "::mlir::ModuleOp"> {
+def BucketCollectives : Pass<"mfsdp-bucket-collectives", "::mfsdp::sched::StepOp"> {
   let summary = "Merge collectives issued together into flat buckets";
   let description = [{
     In every `sched.step`, collectives issued at the same point (a run of
@@ -196,7 +196,7 @@ def BucketCollectives : Pass<"mfsdp-bucket-collectives", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mfsdp::sched::SchedDialect"];
 }
 
-def ScheduleOverlap : Pass<"mfsdp-schedule-overlap", "::mlir::ModuleOp"> {
+def ScheduleOverlap : Pass<"mfsdp-schedule-overlap", "::mfsdp::sched::StepOp"> {
   let summary = "Overlap collectives with compute: async start/wait, prefetch";
   let description = [{
     Splits every collective into an `async` start and a `sched.wait` just
@@ -248,7 +248,7 @@ def ScheduleOverlap : Pass<"mfsdp-schedule-overlap", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mfsdp::sched::SchedDialect"];
 }
 
-def PlanMemory : Pass<"mfsdp-plan-memory", "::mlir::ModuleOp"> {
+def PlanMemory : Pass<"mfsdp-plan-memory", "::mfsdp::sched::StepOp"> {
   let summary = "Place every buffer in a static per-rank arena";
   let description = [{
     Gives every `sched.alloc` an `offset` in its rank's arena, sharing space
@@ -259,7 +259,7 @@ def PlanMemory : Pass<"mfsdp-plan-memory", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mfsdp::sched::SchedDialect"];
 }
 
-def VerifySchedule : Pass<"mfsdp-verify-schedule", "::mlir::ModuleOp"> {
+def VerifySchedule : Pass<"mfsdp-verify-schedule", "::mfsdp::sched::StepOp"> {
   let summary = "Check a step for races, use after free, deadlocks and memory";
   let description = [{
     Fails with a diagnostic on the offending op if a buffer is used before

@@ -19,7 +19,10 @@ void mfsdp::buildDefaultPipeline(OpPassManager &pm, const PipelineOptions &o) {
   layouts.fp32Master = o.fp32Master;
   layouts.nsSteps = o.nsSteps;
   layouts.hardware = o.hardware;
-  pm.addPass(createAssignLayouts(layouts));
+  // Layouts are chosen graph by graph and each step is scheduled on its own
+  // (in parallel when the module holds several); building a step adds an op
+  // beside its graph, so that pass runs on the module.
+  pm.addNestedPass<plan::GraphOp>(createAssignLayouts(layouts));
   BuildStepOptions step;
   step.tokens = o.tokens;
   step.microbatches = o.microbatches;
@@ -28,18 +31,19 @@ void mfsdp::buildDefaultPipeline(OpPassManager &pm, const PipelineOptions &o) {
   pm.addPass(createBuildStep(step));
   BucketCollectivesOptions bucket;
   bucket.bucketMB = o.bucketMB;
-  pm.addPass(createBucketCollectives(bucket));
+  OpPassManager &steps = pm.nest<sched::StepOp>();
+  steps.addPass(createBucketCollectives(bucket));
   ScheduleOverlapOptions overlap;
   overlap.prefetch = o.prefetch;
   overlap.maxInflightMB = o.maxInflightMB;
   overlap.gatherComm = o.gatherComm;
   overlap.optimizerOrder = o.optimizerOrder;
   overlap.hardware = o.hardware;
-  pm.addPass(createScheduleOverlap(overlap));
-  pm.addPass(createPlanMemory());
+  steps.addPass(createScheduleOverlap(overlap));
+  steps.addPass(createPlanMemory());
   VerifyScheduleOptions verify;
   verify.memoryCapMB = o.memoryCapMB;
-  pm.addPass(createVerifySchedule(verify));
+  steps.addPass(createVerifySchedule(verify));
 }
 
 void mfsdp::registerDefaultPipeline() {

@@ -1,8 +1,10 @@
 //===- PlanMemory.cpp - mfsdp-plan-memory ---------------------------------===//
 #include "passes/Passes.h"
-#include "passes/StepBridge.h"
+#include "dialects/sched/StepBridge.h"
 
 #include "mfsdp/step/Schedule.h"
+
+#include <cmath>
 
 namespace mfsdp {
 #define GEN_PASS_DEF_PLANMEMORY
@@ -16,18 +18,24 @@ namespace {
 struct PlanMemoryPass : public mfsdp::impl::PlanMemoryBase<PlanMemoryPass> {
   using Base::Base;
   void runOnOperation() override {
-    SmallVector<sched::StepOp> steps(getOperation().getOps<sched::StepOp>());
-    for (sched::StepOp op : steps) {
-      step::Step s;
-      if (failed(readStep(op, s)))
-        return signalPassFailure();
-      step::MemoryPlan plan = step::planMemory(s);
-      OpBuilder b(op);
-      sched::StepOp fresh = writeStep(b, op.getLoc(), s);
-      fresh.setArenaBytesAttr(b.getDenseF64ArrayAttr(plan.arenaBytes));
-      fresh.setPeakBytesAttr(b.getDenseF64ArrayAttr(plan.peakBytes));
-      op.erase();
-    }
+    sched::StepOp op = getOperation();
+    step::Step s;
+    SmallVector<Location> locations;
+    if (failed(readStep(op, s, &locations)))
+      return signalPassFailure();
+    step::MemoryPlan plan = step::planMemory(s);
+    if (failed(rewriteStep(op, s, locations)))
+      return signalPassFailure();
+    // Offsets and sizes are whole bytes; the planner keeps them in doubles.
+    auto whole = [](const std::vector<double> &bytes) {
+      SmallVector<int64_t> out;
+      for (double v : bytes)
+        out.push_back(static_cast<int64_t>(std::llround(v)));
+      return out;
+    };
+    Builder b(op.getContext());
+    op.setArenaBytesAttr(b.getDenseI64ArrayAttr(whole(plan.arenaBytes)));
+    op.setPeakBytesAttr(b.getDenseI64ArrayAttr(whole(plan.peakBytes)));
   }
 };
 } // namespace

@@ -1,6 +1,6 @@
 //===- PlanReport.cpp - mfsdp-plan-report ---------------------------------===//
 #include "passes/Passes.h"
-#include "passes/PlannerBridge.h"
+#include "dialects/plan/PlannerBridge.h"
 
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/ToolOutputFile.h"

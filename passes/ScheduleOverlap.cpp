@@ -1,6 +1,6 @@
 //===- ScheduleOverlap.cpp - mfsdp-schedule-overlap -----------------------===//
 #include "passes/Passes.h"
-#include "passes/StepBridge.h"
+#include "dialects/sched/StepBridge.h"
 
 #include "mfsdp/cost/OptimizerOrder.h"
 #include "mfsdp/step/Schedule.h"
@@ -31,29 +31,29 @@ struct ScheduleOverlapPass
     o.prefetch = prefetch;
     o.maxInflightBytes = static_cast<double>(maxInflightMB) * 1024 * 1024;
     o.separateGatherComm = gatherComm == GatherComm::Separate;
-    SmallVector<sched::StepOp> steps(getOperation().getOps<sched::StepOp>());
-    for (sched::StepOp op : steps) {
-      step::Step s;
-      if (failed(readStep(op, s)))
+    sched::StepOp op = getOperation();
+    step::Step s;
+    SmallVector<Location> locations;
+    if (failed(readStep(op, s, &locations)))
+      return signalPassFailure();
+    for (const step::Op &x : s.ops)
+      if (x.kind == step::OpKind::Collective && x.async) {
+        op.emitError("is already scheduled (it has async collectives)");
         return signalPassFailure();
-      for (const step::Op &x : s.ops)
-        if (x.kind == step::OpKind::Collective && x.async) {
-          op.emitError("is already scheduled (it has async collectives)");
-          return signalPassFailure();
-        }
-      step::OverlapOptions so = o;
-      if (optimizerOrder == OptimizerOrder::FirstUnits) {
-        cost::OrderChoice choice = cost::chooseOptimizerFill(s, o, *profile);
-        if (!choice.ok) {
-          op.emitError("cannot simulate the step to order its optimizer: ")
-              << choice.error;
-          return signalPassFailure();
-        }
-        so.optimizerFill = choice.fill;
       }
-      step::scheduleOverlap(s, so);
-      replaceStep(op, s);
+    step::OverlapOptions so = o;
+    if (optimizerOrder == OptimizerOrder::FirstUnits) {
+      cost::OrderChoice choice = cost::chooseOptimizerFill(s, o, *profile);
+      if (!choice.ok) {
+        op.emitError("cannot simulate the step to order its optimizer: ")
+            << choice.error;
+        return signalPassFailure();
+      }
+      so.optimizerFill = choice.fill;
     }
+    step::scheduleOverlap(s, so);
+    if (failed(rewriteStep(op, s, locations)))
+      return signalPassFailure();
   }
 };
 } // namespace

@@ -1,6 +1,6 @@
 //===- VerifySchedule.cpp - mfsdp-verify-schedule -------------------------===//
 #include "passes/Passes.h"
-#include "passes/StepBridge.h"
+#include "dialects/sched/StepBridge.h"
 
 #include "mfsdp/step/Schedule.h"
 
@@ -18,21 +18,20 @@ struct VerifySchedulePass
   using Base::Base;
   void runOnOperation() override {
     bool failedAny = false;
-    for (sched::StepOp op : getOperation().getOps<sched::StepOp>()) {
-      step::Step s;
-      if (failed(readStep(op, s)))
-        return signalPassFailure();
-      SmallVector<Operation *> ops;
-      for (Operation &child : op.getBody().front())
-        ops.push_back(&child);
-      for (const step::ScheduleIssue &issue : step::verifySchedule(
-               s, static_cast<double>(memoryCapMB) * 1024 * 1024)) {
-        Operation *at = issue.op >= 0 && issue.op < static_cast<int64_t>(ops.size())
-                            ? ops[issue.op]
-                            : op.getOperation();
-        at->emitError(issue.message);
-        failedAny = true;
-      }
+    sched::StepOp op = getOperation();
+    step::Step s;
+    if (failed(readStep(op, s)))
+      return signalPassFailure();
+    SmallVector<Operation *> ops;
+    for (Operation &child : op.getBody().front())
+      ops.push_back(&child);
+    for (const step::ScheduleIssue &issue : step::verifySchedule(
+             s, static_cast<double>(memoryCapMB) * 1024 * 1024)) {
+      Operation *at = issue.op >= 0 && issue.op < static_cast<int64_t>(ops.size())
+                          ? ops[issue.op]
+                          : op.getOperation();
+      at->emitError(issue.message);
+      failedAny = true;
     }
     if (failedAny)
       signalPassFailure();

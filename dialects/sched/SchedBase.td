@@ -11,6 +11,7 @@
 include "mlir/IR/OpBase.td"
 include "mlir/IR/AttrTypeBase.td"
 include "mlir/IR/EnumAttr.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
 
 def Sched_Dialect : Dialect {
   let name = "sched";
@@ -30,6 +31,17 @@ def Sched_Dialect : Dialect {
   }];
   let useDefaultTypePrinterParser = 1;
 }
+
+// What orders the ops of a step beyond their buffers: the trainer's own
+// state (activations, the model it runs), the communicators' streams and
+// the waits on them. Compute, optimizer kernels, collectives and waits
+// read and write it, so no transformation drops or reorders them for want
+// of a buffer effect (a forward that writes no buffer still runs).
+def Sched_ProgramOrderResource
+    : Resource<"::mfsdp::sched::ProgramOrderResource">;
+def Sched_ProgramOrderEffects
+    : MemoryEffects<[MemRead<Sched_ProgramOrderResource>,
+                     MemWrite<Sched_ProgramOrderResource>]>;
 
 class Sched_Op<string mnemonic, list<Trait> traits = []>
     : Op<Sched_Dialect, mnemonic, traits>;

@@ -1,5 +1,6 @@
 //===- SchedOps.cpp - Verifiers of the sched ops --------------------------===//
 #include "dialects/sched/SchedOps.h"
+#include "dialects/plan/PlanOps.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
@@ -14,70 +15,100 @@ using namespace mfsdp::sched;
 #define GET_OP_CLASSES
 #include "dialects/sched/SchedOps.cpp.inc"
 
+#include "dialects/sched/SchedInterfaces.cpp.inc"
+
 static bool finiteNonNegative(double v) { return std::isfinite(v) && v >= 0; }
 
 LogicalResult AllocOp::verify() {
-  if (!finiteNonNegative(getBytes().convertToDouble()))
-    return emitOpError("bytes must be a finite non-negative number");
+  if (static_cast<int64_t>(getBytes()) < 0)
+    return emitOpError("bytes must be non-negative, got ")
+           << static_cast<int64_t>(getBytes());
   if (getOnlyRank() && static_cast<int64_t>(*getOnlyRank()) < 0)
     return emitOpError("only_rank must be non-negative");
   return success();
 }
 
-/// Shared by every collective op.
-template <typename OpTy>
-static LogicalResult verifyCollective(OpTy op, bool variable) {
-  int64_t ranks = static_cast<int64_t>(op.getRanks());
+/// Bytes of the buffer `v` when a sched.alloc defines it.
+static std::optional<int64_t> allocatedBytes(Value v) {
+  if (auto alloc = v.getDefiningOp<AllocOp>())
+    return static_cast<int64_t>(alloc.getBytes());
+  return std::nullopt;
+}
+
+LogicalResult mfsdp::sched::detail::verifyCollective(Operation *op) {
+  auto c = cast<CollectiveOpInterface>(op);
+  int64_t ranks = static_cast<int64_t>(c.getRanks());
   if (ranks < 1)
-    return op.emitOpError("ranks must be at least 1, got ") << ranks;
-  if (op.getMeshAxes().empty())
-    return op.emitOpError("needs at least one mesh axis");
-  double bytes = op.getBytes().convertToDouble();
-  if (!finiteNonNegative(bytes))
-    return op.emitOpError("bytes must be a finite non-negative number");
-  if (op.getAsync() != bool(op.getToken()))
-    return op.emitOpError(op.getAsync()
-                              ? "is async and must return a !sched.token"
-                              : "returns a token but is not async");
-  if (auto chunks = op.getChunks()) {
-    if (!variable)
-      return op.emitOpError("takes no chunks; only the _v collectives do");
-    if (static_cast<int64_t>(chunks->size()) != ranks)
-      return op.emitOpError("has ")
-             << chunks->size() << " chunks for " << ranks << " ranks";
-    double sum = 0;
-    for (double c : *chunks) {
-      if (!finiteNonNegative(c))
-        return op.emitOpError("chunks must be finite and non-negative");
-      sum += c;
-    }
-    if (std::fabs(sum - bytes) > 1e-6 * std::max(1.0, bytes))
-      return op.emitOpError("chunks sum to ")
-             << sum << " bytes but the collective moves " << bytes;
-  } else if (variable) {
-    return op.emitOpError("needs the bytes each rank contributes (chunks)");
+    return op->emitOpError("ranks must be at least 1, got ") << ranks;
+  if (c.getMeshAxes().empty())
+    return op->emitOpError("needs at least one mesh axis");
+  int64_t bytes = static_cast<int64_t>(c.getBytes());
+  if (bytes < 0)
+    return op->emitOpError("bytes must be non-negative, got ") << bytes;
+  if (static_cast<int64_t>(c.getComm()) < 0)
+    return op->emitOpError("comm must be non-negative");
+  if (c.getAsync() != bool(c.getToken()))
+    return op->emitOpError(c.getAsync()
+                               ? "is async and must return a !sched.token"
+                               : "returns a token but is not async");
+  // The side that holds the full buffer must hold all of it.
+  auto holds = [&](Value buffer, StringRef side) -> LogicalResult {
+    std::optional<int64_t> have = allocatedBytes(buffer);
+    if (have && *have < bytes)
+      return op->emitOpError("moves ")
+             << bytes << " bytes but its " << side << " buffer holds "
+             << *have;
+    return success();
+  };
+  // In place (src == dst) the step builder names the rank's shard buffer
+  // for a gather whose full result is the trainer's parameters (ZeRO-1/2
+  // after the optimizer); only distinct buffers are held to the size.
+  if (c.getSrc() != c.getDst()) {
+    if (c.fullDestination() && failed(holds(c.getDst(), "destination")))
+      return failure();
+    if (c.fullSource() && failed(holds(c.getSrc(), "source")))
+      return failure();
   }
-  if (static_cast<int64_t>(op.getComm()) < 0)
-    return op.emitOpError("comm must be non-negative");
+  // Every rank of the group calls the collective, so its buffers exist on
+  // every rank.
+  for (Value buffer : {c.getSrc(), c.getDst()})
+    if (auto alloc = buffer.getDefiningOp<AllocOp>())
+      if (alloc.getOnlyRank())
+        return op->emitOpError("uses buffer '")
+               << alloc.getName() << "', which exists on rank "
+               << static_cast<int64_t>(*alloc.getOnlyRank())
+               << " only; every rank of the group calls a collective";
+  if (auto chunks = c.getChunks()) {
+    if (!c.isVariable())
+      return op->emitOpError("takes no chunks; only the _v collectives do");
+    if (static_cast<int64_t>(chunks->size()) != ranks)
+      return op->emitOpError("has ")
+             << chunks->size() << " chunks for " << ranks << " ranks";
+    int64_t sum = 0;
+    for (int64_t chunk : *chunks) {
+      if (chunk < 0)
+        return op->emitOpError("chunks must be non-negative, got ") << chunk;
+      sum += chunk;
+    }
+    if (sum != bytes)
+      return op->emitOpError("chunks sum to ")
+             << sum << " bytes but the collective moves " << bytes;
+  } else if (c.isVariable()) {
+    return op->emitOpError("needs the bytes each rank contributes (chunks)");
+  }
   return success();
 }
 
-LogicalResult AllGatherOp::verify() { return verifyCollective(*this, false); }
-LogicalResult ReduceScatterOp::verify() { return verifyCollective(*this, false); }
-LogicalResult AllReduceOp::verify() { return verifyCollective(*this, false); }
-LogicalResult AllGatherVOp::verify() { return verifyCollective(*this, true); }
-LogicalResult ReduceScatterVOp::verify() { return verifyCollective(*this, true); }
-
 LogicalResult ComputeOp::verify() {
   if (!finiteNonNegative(getFlops().convertToDouble()) ||
-      !finiteNonNegative(getBytes().convertToDouble()))
+      static_cast<int64_t>(getBytes()) < 0)
     return emitOpError("flops and bytes must be finite and non-negative");
   return success();
 }
 
 LogicalResult OptimizerOp::verify() {
   if (!finiteNonNegative(getFlops().convertToDouble()) ||
-      !finiteNonNegative(getBytes().convertToDouble()))
+      static_cast<int64_t>(getBytes()) < 0)
     return emitOpError("flops and bytes must be finite and non-negative");
   if (getOnlyRank() && static_cast<int64_t>(*getOnlyRank()) < 0)
     return emitOpError("only_rank must be non-negative");
@@ -119,6 +150,79 @@ LogicalResult StepOp::verifyRegions() {
         op.getResult(0).use_empty())
       return op.emitOpError("starts a collective whose token is never waited "
                             "for");
+  }
+  return success();
+}
+
+LogicalResult StepOp::verifySymbolUses(SymbolTableCollection &tables) {
+  SymbolRefAttr meshRef = getMeshAttr();
+  if (!meshRef)
+    return success();
+  Operation *scope = (*this)->getParentOp();
+  auto graph = dyn_cast_or_null<plan::GraphOp>(
+      scope ? tables.lookupSymbolIn(scope, meshRef.getRootReference())
+            : nullptr);
+  if (!graph)
+    return emitOpError("names mesh ")
+           << meshRef << ", but @" << meshRef.getRootReference().getValue()
+           << " is not a plan.graph beside the step";
+  auto mesh = dyn_cast_or_null<plan::MeshOp>(
+      meshRef.getNestedReferences().size() == 1
+          ? tables.lookupSymbolIn(graph, meshRef.getLeafReference())
+          : nullptr);
+  if (!mesh)
+    return emitOpError("names mesh ")
+           << meshRef << ", which is not a plan.mesh of graph @"
+           << graph.getSymName();
+  int64_t world = static_cast<int64_t>(getWorld());
+  std::optional<int64_t> shard = mesh.getDimSize("dp_shard");
+  if (shard && *shard != world)
+    return emitOpError("world ")
+           << world << " is not the size of dp_shard in mesh " << meshRef
+           << " (" << *shard << ")";
+  auto resolve = [&](Operation *user, FlatSymbolRefAttr ref, StringRef field,
+                     auto tag) -> LogicalResult {
+    using T = decltype(tag);
+    if (!isa_and_nonnull<T>(tables.lookupSymbolIn(graph, ref.getAttr())))
+      return user->emitOpError(field)
+             << " " << ref << " is not a " << T::getOperationName()
+             << " of graph @" << graph.getSymName();
+    return success();
+  };
+  auto resolveParams = [&](Operation *user, ArrayAttr params) {
+    if (params)
+      for (Attribute p : params)
+        if (failed(resolve(user, cast<FlatSymbolRefAttr>(p), "params",
+                           plan::ParamOp())))
+          return failure();
+    return success();
+  };
+  for (Operation &op : getBody().front()) {
+    if (auto c = dyn_cast<CollectiveOpInterface>(op)) {
+      int64_t group = 1;
+      for (Attribute a : c.getMeshAxes()) {
+        StringRef axis = cast<StringAttr>(a).getValue();
+        std::optional<int64_t> size = mesh.getDimSize(axis);
+        if (!size)
+          return op.emitOpError("mesh axis '")
+                 << axis << "' is not a dim of mesh " << meshRef;
+        group *= *size;
+      }
+      if (static_cast<int64_t>(c.getRanks()) != group)
+        return op.emitOpError("ranks ")
+               << static_cast<int64_t>(c.getRanks())
+               << " is not the size of the group over " << c.getMeshAxes()
+               << " in mesh " << meshRef << " (" << group << ")";
+      if (failed(resolveParams(&op, op.getAttrOfType<ArrayAttr>("params"))))
+        return failure();
+    } else if (auto compute = dyn_cast<ComputeOp>(op)) {
+      if (FlatSymbolRefAttr unit = compute.getUnitAttr())
+        if (failed(resolve(&op, unit, "unit", plan::UnitOp())))
+          return failure();
+    } else if (auto opt = dyn_cast<OptimizerOp>(op)) {
+      if (failed(resolveParams(&op, opt.getParamsAttr())))
+        return failure();
+    }
   }
   return success();
 }

@@ -3,11 +3,14 @@
 #define MFSDP_SCHED_OPS_TD
 
 include "dialects/sched/SchedBase.td"
+include "dialects/sched/SchedInterfaces.td"
 include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/IR/BuiltinAttributes.td"
 
 def Sched_StepOp : Sched_Op<"step", [
-    Symbol, IsolatedFromAbove, NoTerminator, SingleBlock, NoRegionArguments]> {
+    Symbol, IsolatedFromAbove, NoTerminator, SingleBlock, NoRegionArguments,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "The program of one training step";
   let description = [{
     A straight-line program every rank of the `world`-rank data-parallel
@@ -16,23 +19,32 @@ def Sched_StepOp : Sched_Op<"step", [
     `peak_bytes` give per rank the arena the buffer offsets need and the
     most bytes live at once.
 
+    `mesh` names the `plan.mesh` of the graph the step was built from
+    (`@graph::@mesh`; the step sits beside its graph). With it the step's
+    symbol uses are verified: `world` is the size of `dp_shard`, every
+    collective's axes are dims of the mesh and its `ranks` their product,
+    a compute op's `unit` is a `plan.unit` of the graph, and the `params` of
+    collectives and optimizer kernels are `plan.param`s of it. A step
+    written without a graph (a unit test of the schedule) leaves it out.
+
     ```mlir
-    sched.step @tiny world 4 tokens 128 microbatches 1 {
+    sched.step @tiny.step mesh @tiny::@mesh world 4 tokens 128 microbatches 1 {
       %w = sched.alloc "shard" bytes 1024 persistent
       %g = sched.alloc "gathered" bytes 4096
-      sched.all_gather %w -> %g on ["dp_shard"] ranks 4 bytes 4096 comm 0 phase forward
+      sched.all_gather "gather layer0" %w -> %g on ["dp_shard"] ranks 4 bytes 4096 comm 0 phase forward
       sched.compute forward "forward layer0" unit @layer0 reads(%g) writes() flops 1.0e9 bytes 4096 phase forward
       sched.dealloc %g
     }
     ```
   }];
-  let arguments = (ins SymbolNameAttr:$sym_name, I64Attr:$world,
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       OptionalAttr<SymbolRefAttr>:$mesh, I64Attr:$world,
                        I64Attr:$tokens, I64Attr:$microbatches,
-                       OptionalAttr<DenseF64ArrayAttr>:$arena_bytes,
-                       OptionalAttr<DenseF64ArrayAttr>:$peak_bytes);
+                       OptionalAttr<DenseI64ArrayAttr>:$arena_bytes,
+                       OptionalAttr<DenseI64ArrayAttr>:$peak_bytes);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
-    $sym_name `world` $world `tokens` $tokens `microbatches` $microbatches
+    $sym_name (`mesh` $mesh^)? `world` $world `tokens` $tokens `microbatches` $microbatches
     (`arena_bytes` $arena_bytes^)? (`peak_bytes` $peak_bytes^)?
     attr-dict-with-keyword $body
   }];
@@ -49,13 +61,13 @@ def Sched_AllocOp : Sched_Op<"alloc", [HasParent<"StepOp">]> {
     memory is planned.
 
     ```mlir
-    %g = sched.alloc "gathered layers.0" bytes 4.0e8
+    %g = sched.alloc "gathered layers.0" bytes 400000000
     ```
   }];
-  let arguments = (ins StrAttr:$name, F64Attr:$bytes, UnitAttr:$persistent,
+  let arguments = (ins StrAttr:$name, I64Attr:$bytes, UnitAttr:$persistent,
                        OptionalAttr<I64Attr>:$only_rank,
                        OptionalAttr<I64Attr>:$offset);
-  let results = (outs Sched_BufferType:$buffer);
+  let results = (outs Res<Sched_BufferType, "", [MemAlloc]>:$buffer);
   let assemblyFormat = [{
     $name `bytes` $bytes (`persistent` $persistent^)?
     (`only_rank` $only_rank^)? (`offset` $offset^)? attr-dict
@@ -70,24 +82,33 @@ def Sched_DeallocOp : Sched_Op<"dealloc", [HasParent<"StepOp">]> {
     sched.dealloc %g
     ```
   }];
-  let arguments = (ins Sched_BufferType:$buffer);
+  let arguments = (ins Arg<Sched_BufferType, "", [MemFree]>:$buffer);
   let assemblyFormat = "$buffer attr-dict";
 }
 
-class Sched_CollectiveOp<string mnemonic, string summaryText, string diagram>
-    : Sched_Op<mnemonic, [HasParent<"StepOp">]> {
+class Sched_CollectiveOp<string mnemonic, string summaryText, string diagram,
+                         bit variable, bit fullDst, bit fullSrc>
+    : Sched_Op<mnemonic, [HasParent<"StepOp">, Sched_ProgramOrderEffects,
+        Sched_CollectiveOpInterface]> {
   let summary = summaryText;
   let description = diagram # [{
 
-    `bytes` is the size of the full buffer (gathered, or before reduction),
-    `ranks` the group size over `mesh_axes`; `comm` names the communicator
-    (each has its own stream; on one communicator collectives run in issue
-    order); `params` lists the parameters carried. With `async` the op only
-    starts the collective and returns a token for `sched.wait`.
+    `name` is the collective's name in reports and traces. `bytes` is the
+    size of the full buffer (gathered, or before reduction), `ranks` the
+    group size over `mesh_axes`; `comm` names the communicator (each has
+    its own stream; on one communicator collectives run in issue order);
+    `params` lists the parameters carried. With `async` the op only starts
+    the collective and returns a token for `sched.wait`. The op reads `src`
+    and writes `dst`; what every collective must hold is verified by
+    `CollectiveOpInterface`.
   }];
-  let arguments = (ins Sched_BufferType:$src, Sched_BufferType:$dst,
-                       StrArrayAttr:$mesh_axes, I64Attr:$ranks, F64Attr:$bytes,
-                       OptionalAttr<DenseF64ArrayAttr>:$chunks,
+  let arguments = (ins StrAttr:$name,
+                       Arg<Sched_BufferType, "the buffer this rank contributes",
+                           [MemRead]>:$src,
+                       Arg<Sched_BufferType, "the buffer this rank receives",
+                           [MemWrite]>:$dst,
+                       StrArrayAttr:$mesh_axes, I64Attr:$ranks, I64Attr:$bytes,
+                       OptionalAttr<DenseI64ArrayAttr>:$chunks,
                        I64Attr:$comm, Sched_Phase:$phase,
                        UnitAttr:$inter_node,
                        OptionalAttr<FlatSymbolRefArrayAttr>:$params,
@@ -95,12 +116,16 @@ class Sched_CollectiveOp<string mnemonic, string summaryText, string diagram>
                        UnitAttr:$async);
   let results = (outs Optional<Sched_TokenType>:$token);
   let assemblyFormat = [{
-    $src `->` $dst `on` $mesh_axes `ranks` $ranks `bytes` $bytes
+    $name $src `->` $dst `on` $mesh_axes `ranks` $ranks `bytes` $bytes
     (`chunks` $chunks^)? `comm` $comm `phase` $phase
     (`inter_node` $inter_node^)? (`group` $group^)? (`params` $params^)?
     (`async` $async^)? attr-dict (`:` type($token)^)?
   }];
-  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    bool isVariable() { return }] # !if(variable, "true", "false") # [{; }
+    bool fullDestination() { return }] # !if(fullDst, "true", "false") # [{; }
+    bool fullSource() { return }] # !if(fullSrc, "true", "false") # [{; }
+  }];
 }
 
 def Sched_AllGatherOp : Sched_CollectiveOp<"all_gather",
@@ -113,7 +138,7 @@ def Sched_AllGatherOp : Sched_CollectiveOp<"all_gather",
     src:    [a]    [b]    [c]    [d]
     dst:  [abcd] [abcd] [abcd] [abcd]
     ```
-  }]>;
+  }], 0, 1, 0>;
 
 def Sched_ReduceScatterOp : Sched_CollectiveOp<"reduce_scatter",
     "Sum full buffers; every rank keeps its shard of the sum", [{
@@ -122,7 +147,7 @@ def Sched_ReduceScatterOp : Sched_CollectiveOp<"reduce_scatter",
     src:   [a0..a3][b0..b3][c0..c3][d0..d3]
     dst:    [Σ0]    [Σ1]    [Σ2]    [Σ3]      Σk = ak + bk + ck + dk
     ```
-  }]>;
+  }], 0, 0, 1>;
 
 def Sched_AllReduceOp : Sched_CollectiveOp<"all_reduce",
     "Sum full buffers; every rank receives the sum", [{
@@ -131,7 +156,11 @@ def Sched_AllReduceOp : Sched_CollectiveOp<"all_reduce",
     src:    [a]   [b]   [c]   [d]
     dst:   [Σ]   [Σ]   [Σ]   [Σ]      Σ = a + b + c + d
     ```
-  }]>;
+
+    The size of its buffers is not checked against `bytes`: over
+    `dp_replicate` (HSDP) one all-reduce carries everything a rank keeps of
+    a unit, its row shards and its owned matrices, which are two buffers.
+  }], 0, 0, 0>;
 
 def Sched_AllGatherVOp : Sched_CollectiveOp<"all_gather_v",
     "Gather owners' whole matrices, of unequal sizes, on every rank", [{
@@ -144,7 +173,7 @@ def Sched_AllGatherVOp : Sched_CollectiveOp<"all_gather_v",
     src:   [A B]   [C]    []    [D]
     dst:  [ABCD]  [ABCD] [ABCD] [ABCD]
     ```
-  }]>;
+  }], 1, 1, 0>;
 
 def Sched_ReduceScatterVOp : Sched_CollectiveOp<"reduce_scatter_v",
     "Sum gradients and deliver each matrix's sum to its owner", [{
@@ -153,13 +182,14 @@ def Sched_ReduceScatterVOp : Sched_CollectiveOp<"reduce_scatter_v",
     src:   [A B C D]  [A B C D]  [A B C D]  [A B C D]   (partial gradients)
     dst:   [ΣA ΣB]    [ΣC]       []         [ΣD]
     ```
-  }]>;
+  }], 1, 0, 1>;
 
-def Sched_WaitOp : Sched_Op<"wait", [HasParent<"StepOp">]> {
+def Sched_WaitOp : Sched_Op<"wait", [HasParent<"StepOp">,
+                                    Sched_ProgramOrderEffects]> {
   let summary = "Block the compute stream until a collective has finished";
   let description = [{
     ```mlir
-    %t = sched.all_gather %s -> %g on ["dp_shard"] ranks 8 bytes 1.0e8 comm 0 phase forward async : !sched.token
+    %t = sched.all_gather "gather layers.0" %s -> %g on ["dp_shard"] ranks 8 bytes 100000000 comm 0 phase forward async : !sched.token
     sched.wait %t
     ```
   }];
@@ -168,7 +198,8 @@ def Sched_WaitOp : Sched_Op<"wait", [HasParent<"StepOp">]> {
 }
 
 def Sched_ComputeOp : Sched_Op<"compute", [HasParent<"StepOp">,
-                                          AttrSizedOperandSegments]> {
+                                          AttrSizedOperandSegments,
+                                          Sched_ProgramOrderEffects]> {
   let summary = "The trainer's compute for one unit";
   let description = [{
     Forward, backward or activation recomputation of the unit `unit`,
@@ -178,14 +209,14 @@ def Sched_ComputeOp : Sched_Op<"compute", [HasParent<"StepOp">,
     tokens.
 
     ```mlir
-    sched.compute backward "backward layers.0" unit @layers.0 reads(%g) writes(%grad) flops 3.6e12 bytes 1.0e9 phase backward
+    sched.compute backward "backward layers.0" unit @layers.0 reads(%g) writes(%grad) flops 3.6e12 bytes 1000000000 phase backward
     ```
   }];
   let arguments = (ins Sched_ComputeKind:$kind, StrAttr:$name,
                        OptionalAttr<FlatSymbolRefAttr>:$unit,
-                       Variadic<Sched_BufferType>:$reads,
-                       Variadic<Sched_BufferType>:$writes,
-                       F64Attr:$flops, F64Attr:$bytes, Sched_Phase:$phase,
+                       Arg<Variadic<Sched_BufferType>, "", [MemRead]>:$reads,
+                       Arg<Variadic<Sched_BufferType>, "", [MemWrite]>:$writes,
+                       F64Attr:$flops, I64Attr:$bytes, Sched_Phase:$phase,
                        OptionalAttr<I64Attr>:$group);
   let assemblyFormat = [{
     $kind $name (`unit` $unit^)? `reads` `(` $reads `)` `writes` `(` $writes `)`
@@ -195,7 +226,8 @@ def Sched_ComputeOp : Sched_Op<"compute", [HasParent<"StepOp">,
 }
 
 def Sched_OptimizerOp : Sched_Op<"optimizer", [HasParent<"StepOp">,
-                                              AttrSizedOperandSegments]> {
+                                              AttrSizedOperandSegments,
+                                              Sched_ProgramOrderEffects]> {
   let summary = "An optimizer kernel";
   let description = [{
     An AdamW, SGD or Muon update (Muon includes its Newton-Schulz
@@ -204,13 +236,14 @@ def Sched_OptimizerOp : Sched_Op<"optimizer", [HasParent<"StepOp">,
     owner of the matrices).
 
     ```mlir
-    sched.optimizer muon "layers.0.mlp" reads(%grad) writes(%state) flops 6.2e12 bytes 1.3e9 only_rank 3 phase optimizer
+    sched.optimizer muon "layers.0.mlp" reads(%grad) writes(%state) flops 6.2e12 bytes 1300000000 only_rank 3 phase optimizer
     ```
   }];
   let arguments = (ins Sched_OptimizerKind:$kind, StrAttr:$name,
-                       Variadic<Sched_BufferType>:$reads,
-                       Variadic<Sched_BufferType>:$writes,
-                       F64Attr:$flops, F64Attr:$bytes,
+                       Arg<Variadic<Sched_BufferType>, "", [MemRead]>:$reads,
+                       Arg<Variadic<Sched_BufferType>, "state updated in place",
+                           [MemRead, MemWrite]>:$writes,
+                       F64Attr:$flops, I64Attr:$bytes,
                        OptionalAttr<I64Attr>:$only_rank,
                        Sched_Phase:$phase, OptionalAttr<I64Attr>:$group,
                        OptionalAttr<FlatSymbolRefArrayAttr>:$params);

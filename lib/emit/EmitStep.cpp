@@ -17,7 +17,7 @@
 #include "dialects/plan/PlanOps.h"
 #include "dialects/sched/SchedDialect.h"
 #include "dialects/sched/SchedOps.h"
-#include "passes/StepBridge.h"
+#include "dialects/sched/StepBridge.h"
 #include "mfsdp/import/PlanImport.h"
 #include "mfsdp/runtime/BufferSizes.h"
 #include "mfsdp/runtime/PlanHash.h"

@@ -17,7 +17,7 @@ plan.graph @dt seq_len 8 {
   plan.unit @u1 index 1 params [@big] cost <fwd_flops = 64, bwd_flops = 128, act_bytes = 16, recompute = false>
 }
 
-// CHECK-LABEL: sched.step @dt.step world 4
+// CHECK-LABEL: sched.step @dt.step mesh @dt::@mesh world 4
 
 // A tiny matrix: DTensor's estimate is all latency, so each matmul keeps
 // the row shards and gathers one operand: X^T, then A, then X. The norm is
@@ -25,21 +25,21 @@ plan.graph @dt seq_len 8 {
 // (X @ X^T: 2 x 4 x 8 x 4 / 4 = 64).
 // CHECK: sched.optimizer muon "muon momentum small"
 // CHECK-NEXT: sched.alloc
-// CHECK-NEXT: sched.all_reduce {{.*}} bytes 2.000000e+00 {{.*}} phase optimizer {{.*}}"dtensor all_reduce norm Partial(sum) -> Replicate() small"
+// CHECK-NEXT: sched.all_reduce "dtensor all_reduce norm Partial(sum) -> Replicate() small" {{.*}} bytes 2 {{.*}} phase optimizer
 // CHECK-NEXT: sched.optimizer muon "muon ns small normalise"
 // CHECK-NEXT: sched.dealloc
 // CHECK-NEXT: sched.alloc
-// CHECK-NEXT: sched.all_gather {{.*}} ranks 4 bytes 6.400000e+01 {{.*}}"dtensor all_gather X^T Shard(1) -> Replicate() small it0"
+// CHECK-NEXT: sched.all_gather "dtensor all_gather X^T Shard(1) -> Replicate() small it0" {{.*}} ranks 4 bytes 64
 // CHECK-NEXT: sched.alloc
 // CHECK-NEXT: sched.optimizer muon "muon ns small it0 X @ X^T" {{.*}} flops 6.400000e+01
 // CHECK-NEXT: sched.dealloc
 // CHECK-NEXT: sched.alloc
-// CHECK-NEXT: sched.all_gather {{.*}} bytes 3.200000e+01 {{.*}}"dtensor all_gather A Shard(0) -> Replicate() small it0"
+// CHECK-NEXT: sched.all_gather "dtensor all_gather A Shard(0) -> Replicate() small it0" {{.*}} bytes 32
 // CHECK-NEXT: sched.alloc
 // CHECK-NEXT: sched.optimizer muon "muon ns small it0 addmm(A, A, A)"
 // CHECK-NEXT: sched.dealloc
 // CHECK-NEXT: sched.alloc
-// CHECK-NEXT: sched.all_gather {{.*}} bytes 6.400000e+01 {{.*}}"dtensor all_gather X Shard(0) -> Replicate() small it0"
+// CHECK-NEXT: sched.all_gather "dtensor all_gather X Shard(0) -> Replicate() small it0" {{.*}} bytes 64
 // CHECK-NEXT: sched.alloc
 // CHECK-NEXT: sched.optimizer muon "muon ns small it0 addmm(X, B, X)"
 // CHECK-NOT: sched.all_
@@ -54,14 +54,14 @@ plan.graph @dt seq_len 8 {
 // reading it.
 // CHECK: sched.optimizer muon "muon momentum big"
 // CHECK: "dtensor all_reduce norm Partial(sum) -> Replicate() big"
-// CHECK: sched.all_gather {{.*}}"dtensor all_to_all X Shard(0) -> Shard(1) big it0"
-// CHECK: sched.all_gather {{.*}}"dtensor all_to_all X^T Shard(1) -> Shard(0) big it0"
+// CHECK: sched.all_gather "dtensor all_to_all X Shard(0) -> Shard(1) big it0"
+// CHECK: sched.all_gather "dtensor all_to_all X^T Shard(1) -> Shard(0) big it0"
 // CHECK: sched.optimizer muon "muon ns big it0 X @ X^T"
-// CHECK: sched.reduce_scatter {{.*}}"dtensor reduce_scatter A Partial(sum) -> Shard(1) big it0"
-// CHECK: sched.reduce_scatter {{.*}}"dtensor reduce_scatter A Partial(sum) -> Shard(0) big it0"
+// CHECK: sched.reduce_scatter "dtensor reduce_scatter A Partial(sum) -> Shard(1) big it0"
+// CHECK: sched.reduce_scatter "dtensor reduce_scatter A Partial(sum) -> Shard(0) big it0"
 // CHECK: sched.optimizer muon "muon ns big it0 addmm(A, A, A)"
-// CHECK: sched.reduce_scatter {{.*}}"dtensor reduce_scatter B Partial(sum) -> Shard(0) big it0"
-// CHECK: sched.all_gather {{.*}}"dtensor all_gather X Shard(0) -> Replicate() big it0"
+// CHECK: sched.reduce_scatter "dtensor reduce_scatter B Partial(sum) -> Shard(0) big it0"
+// CHECK: sched.all_gather "dtensor all_gather X Shard(0) -> Replicate() big it0"
 // CHECK: sched.optimizer muon "muon ns big it0 addmm(X, B, X)"
 // CHECK-NOT: sched.all_
 // CHECK-NOT: sched.reduce_
@@ -72,22 +72,22 @@ plan.graph @dt seq_len 8 {
 // (mm strategies by cost, pointwise ops following the most-sharded operand).
 // The tiny matrix keeps row shards throughout: the same three all-gathers
 // as the addmm form, and the pointwise ops move nothing.
-// MM-LABEL: sched.step @dt.step world 4
+// MM-LABEL: sched.step @dt.step mesh @dt::@mesh world 4
 // MM: sched.optimizer muon "muon momentum small"
 // MM: "dtensor all_reduce norm Partial(sum) -> Replicate() small"
-// MM: sched.all_gather {{.*}}"dtensor all_gather X^T Shard(1) -> Replicate() small it0"
+// MM: sched.all_gather "dtensor all_gather X^T Shard(1) -> Replicate() small it0"
 // MM: sched.optimizer muon "muon ns small it0 X @ X^T"
 // MM-NOT: sched.all_
 // MM: sched.optimizer muon "muon ns small it0 b * A"
 // MM-NOT: sched.all_
 // MM: sched.optimizer muon "muon ns small it0 c * A"
-// MM: sched.all_gather {{.*}} bytes 3.200000e+01 {{.*}}"dtensor all_gather A Shard(0) -> Replicate() small it0"
+// MM: sched.all_gather "dtensor all_gather A Shard(0) -> Replicate() small it0" {{.*}} bytes 32
 // MM: sched.optimizer muon "muon ns small it0 cA @ A"
 // MM-NOT: sched.all_
 // MM: sched.optimizer muon "muon ns small it0 bA + cAA"
 // MM-NOT: sched.all_
 // MM: sched.optimizer muon "muon ns small it0 a * X"
-// MM: sched.all_gather {{.*}} bytes 6.400000e+01 {{.*}}"dtensor all_gather X Shard(0) -> Replicate() small it0"
+// MM: sched.all_gather "dtensor all_gather X Shard(0) -> Replicate() small it0" {{.*}} bytes 64
 // MM: sched.optimizer muon "muon ns small it0 B @ X"
 // MM-NOT: sched.all_
 // MM: sched.optimizer muon "muon ns small it0 aX + BX"
@@ -104,8 +104,8 @@ plan.graph @dt seq_len 8 {
 // 4194304.0, as the hex double 0x4150000000000000).
 // MM: sched.optimizer muon "muon momentum big"
 // MM: "dtensor all_reduce norm Partial(sum) -> Replicate() big"
-// MM: sched.all_gather {{.*}}"dtensor all_to_all X Shard(0) -> Shard(1) big it0"
-// MM: sched.all_gather {{.*}}"dtensor all_to_all X^T Shard(1) -> Shard(0) big it0"
+// MM: sched.all_gather "dtensor all_to_all X Shard(0) -> Shard(1) big it0"
+// MM: sched.all_gather "dtensor all_to_all X^T Shard(1) -> Shard(0) big it0"
 // MM: sched.optimizer muon "muon ns big it0 X @ X^T"
 // MM-NOT: sched.all_
 // MM-NOT: sched.reduce_
@@ -113,8 +113,8 @@ plan.graph @dt seq_len 8 {
 // MM-NOT: sched.all_
 // MM-NOT: sched.reduce_
 // MM: sched.optimizer muon "muon ns big it0 c * A"
-// MM: sched.reduce_scatter {{.*}}"dtensor reduce_scatter cA Partial(sum) -> Shard(1) big it0"
-// MM: sched.reduce_scatter {{.*}}"dtensor reduce_scatter A Partial(sum) -> Shard(0) big it0"
+// MM: sched.reduce_scatter "dtensor reduce_scatter cA Partial(sum) -> Shard(1) big it0"
+// MM: sched.reduce_scatter "dtensor reduce_scatter A Partial(sum) -> Shard(0) big it0"
 // MM: sched.optimizer muon "muon ns big it0 cA @ A"
 // MM-NOT: sched.all_
 // MM-NOT: sched.reduce_
@@ -122,10 +122,10 @@ plan.graph @dt seq_len 8 {
 // MM-NOT: sched.all_
 // MM-NOT: sched.reduce_
 // MM: sched.optimizer muon "muon ns big it0 a * X"
-// MM: sched.reduce_scatter {{.*}}"dtensor reduce_scatter B Partial(sum) -> Shard(1) big it0"
+// MM: sched.reduce_scatter "dtensor reduce_scatter B Partial(sum) -> Shard(1) big it0"
 // MM-NOT: sched.all_
 // MM: sched.optimizer muon "muon ns big it0 B @ X"
-// MM: sched.reduce_scatter {{.*}} bytes 0x4150000000000000 {{.*}}"dtensor reduce_scatter BX Partial(sum) -> Shard(0) big it0"
+// MM: sched.reduce_scatter "dtensor reduce_scatter BX Partial(sum) -> Shard(0) big it0" {{.*}} bytes 4194304
 // MM: sched.optimizer muon "muon ns big it0 aX + BX"
 // MM-NOT: sched.all_
 // MM-NOT: sched.reduce_

@@ -10,10 +10,10 @@
 // chunk), freed after each use; gradients are reduced after backward
 // (reduce_scatter for rows, reduce_scatter_v to the owners), then AdamW on
 // the row shard on every rank and Muon on each owner alone.
-// CHECK-LABEL: sched.step @hand.step world 2 tokens 8 microbatches 1
+// CHECK-LABEL: sched.step @hand.step mesh @hand::@mesh world 2 tokens 8 microbatches 1
 // CHECK: %[[G:.*]] = sched.alloc "gathered g0 (forward)"
-// CHECK: sched.all_gather_v %{{.*}} -> %[[G]] on ["dp_shard"] ranks 2 bytes 1.280000e+02 chunks [1.280000e+02, 0.000000e+00] comm 0 phase forward
-// CHECK: sched.all_gather %{{.*}} -> %[[G]] on ["dp_shard"] ranks 2 bytes 1.600000e+01 comm 0 phase forward
+// CHECK: sched.all_gather_v "{{.*}}" %{{.*}} -> %[[G]] on ["dp_shard"] ranks 2 bytes 128 chunks [128, 0] comm 0 phase forward
+// CHECK: sched.all_gather "{{.*}}" %{{.*}} -> %[[G]] on ["dp_shard"] ranks 2 bytes 16 comm 0 phase forward
 // CHECK: sched.compute forward "forward u0" unit @u0 reads(%[[G]])
 // CHECK: sched.compute forward "forward u1" unit @u1 reads(%[[G]])
 // CHECK: sched.dealloc %[[G]]
@@ -21,9 +21,9 @@
 // CHECK: %[[GRADS:.*]] = sched.alloc "unreduced grads g0 mb0"
 // CHECK: sched.compute backward "backward u1" unit @u1 reads(%[[B]]) writes(%[[GRADS]])
 // CHECK: sched.compute backward "backward u0" unit @u0 reads(%[[B]]) writes(%[[GRADS]])
-// CHECK: sched.reduce_scatter %[[GRADS]] -> %{{.*}} on ["dp_shard"] ranks 2 bytes 1.600000e+01
-// CHECK: sched.reduce_scatter_v %[[GRADS]] -> %{{.*}} chunks [0.000000e+00, 1.280000e+02]
-// CHECK: sched.reduce_scatter_v %[[GRADS]] -> %{{.*}} chunks [1.280000e+02, 0.000000e+00]
+// CHECK: sched.reduce_scatter "{{.*}}" %[[GRADS]] -> %{{.*}} on ["dp_shard"] ranks 2 bytes 16
+// CHECK: sched.reduce_scatter_v "{{.*}}" %[[GRADS]] -> %{{.*}} chunks [0, 128]
+// CHECK: sched.reduce_scatter_v "{{.*}}" %[[GRADS]] -> %{{.*}} chunks [128, 0]
 // CHECK: sched.optimizer adamw "adamw rows g0"
 // CHECK: sched.optimizer muon "muon g0 owner 0" {{.*}} only_rank 0
 // CHECK: sched.optimizer muon "muon g0 owner 1" {{.*}} only_rank 1
@@ -34,11 +34,11 @@
 // ZERO2-NOT: "gathered
 // ZERO2: sched.compute forward "forward u0"
 // ZERO2: sched.optimizer muon
-// ZERO2: sched.all_gather %{{.*}} phase optimizer
-// ZERO2: sched.all_gather_v %{{.*}} phase optimizer
+// ZERO2: sched.all_gather "{{.*}}" %{{.*}} phase optimizer
+// ZERO2: sched.all_gather_v "{{.*}}" %{{.*}} phase optimizer
 
 // Two microbatches accumulate locally and reduce once, on the last.
-// ACCUM: sched.step @hand.step world 2 tokens 8 microbatches 2
+// ACCUM: sched.step @hand.step mesh @hand::@mesh world 2 tokens 8 microbatches 2
 // ACCUM: sched.compute backward "backward u0"
 // ACCUM: sched.optimizer accumulate "accumulate g0 mb0"
 // ACCUM-NOT: sched.reduce_scatter
@@ -48,12 +48,12 @@
 
 // With HSDP gradients are also all-reduced between replicas, on their own
 // communicator, over the nodes.
-// HSDP: sched.all_reduce %{{.*}} on ["dp_replicate"] ranks 2 {{.*}} comm 1 phase backward inter_node
+// HSDP: sched.all_reduce "{{.*}}" %{{.*}} on ["dp_replicate"] ranks 2 {{.*}} comm 1 phase backward inter_node
 
 // The gathered-Muon baseline gathers each matrix's gradient and runs
 // Newton-Schulz on all of it on every rank: 5 steps of 3*4^2*8 + 4^3 FLOPs
 // (the symmetric form the runtime runs).
-// FSDP2: sched.all_gather %{{.*}} on ["dp_shard"] ranks 2 bytes 1.280000e+02 comm 0 phase optimizer {{.*}}params [@w1]
+// FSDP2: sched.all_gather "{{.*}}" %{{.*}} on ["dp_shard"] ranks 2 bytes 128 comm 0 phase optimizer {{.*}}params [@w1]
 // FSDP2: sched.optimizer muon "muon (gathered) w1" {{.*}} flops 2.240000e+03
 // FSDP2-NOT: only_rank
 

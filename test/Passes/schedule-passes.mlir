@@ -6,12 +6,12 @@
 
 // A group of two units gathers its rows in one bucket and its owners'
 // matrices in another, the owners' chunks added rank by rank.
-// BUCKET: sched.all_gather {{.*}} bytes 2.560000e+02 comm 0 phase forward group 0 params [@l0.n, @l1.n] {name = "bucket all_gather (2 tensors)"}
-// BUCKET: sched.all_gather_v {{.*}} bytes 2.048000e+03 chunks [5.120000e+02, 5.120000e+02, 5.120000e+02, 5.120000e+02] comm 0 phase forward group 0 params [@l0.a, @l0.b, @l1.a, @l1.b] {name = "bucket all_gather_v (4 tensors)"}
+// BUCKET: sched.all_gather "bucket all_gather (2 tensors)" {{.*}} bytes 256 comm 0 phase forward group 0 params [@l0.n, @l1.n]
+// BUCKET: sched.all_gather_v "bucket all_gather_v (4 tensors)" {{.*}} bytes 2048 chunks [512, 512, 512, 512] comm 0 phase forward group 0 params [@l0.a, @l0.b, @l1.a, @l1.b]
 
 // With a 1 MiB limit the same collectives still fit one bucket each; the
 // limit splits only what exceeds it.
-// LIMIT: name = "bucket all_gather_v (4 tensors)"
+// LIMIT: sched.all_gather_v "bucket all_gather_v (4 tensors)"
 
 // Overlap: every collective is started async and waited just before use;
 // group 1's gather is issued before group 0's forward compute (prefetch),
@@ -32,5 +32,5 @@
 
 // Memory: every buffer gets an arena offset, and the step records the arena
 // and the peak per rank; the verifier accepts the schedule.
-// MEMORY: sched.step @layers.step world 4 tokens 16 microbatches 1 arena_bytes [{{.*}}] peak_bytes [{{.*}}]
+// MEMORY: sched.step @layers.step mesh @layers::@mesh world 4 tokens 16 microbatches 1 arena_bytes [{{.*}}] peak_bytes [{{.*}}]
 // MEMORY: sched.alloc "gathered g0 (forward)" bytes {{.*}} offset {{[0-9]+}}

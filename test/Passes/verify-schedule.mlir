@@ -6,11 +6,11 @@
 
 // A buffer read before the wait of the collective that fills it.
 sched.step @s world 2 tokens 1 microbatches 1 {
-  %a = sched.alloc "shard" bytes 8.0 persistent
-  %g = sched.alloc "gathered" bytes 16.0
-  %t = sched.all_gather %a -> %g on ["dp_shard"] ranks 2 bytes 16.0 comm 0 phase forward async : !sched.token
+  %a = sched.alloc "shard" bytes 8 persistent
+  %g = sched.alloc "gathered" bytes 16
+  %t = sched.all_gather "all_gather" %a -> %g on ["dp_shard"] ranks 2 bytes 16 comm 0 phase forward async : !sched.token
   // expected-error @+1 {{'forward' uses 'gathered' before the wait of 'all_gather', which fills it}}
-  sched.compute forward "forward" reads(%g) writes() flops 1.0 bytes 0.0 phase forward
+  sched.compute forward "forward" reads(%g) writes() flops 1.0 bytes 0 phase forward
   sched.wait %t
   sched.dealloc %g
 }
@@ -19,9 +19,9 @@ sched.step @s world 2 tokens 1 microbatches 1 {
 
 // A buffer freed while a collective still reads it.
 sched.step @s world 2 tokens 1 microbatches 1 {
-  %a = sched.alloc "grads" bytes 16.0
-  %b = sched.alloc "shard" bytes 8.0 persistent
-  %t = sched.reduce_scatter %a -> %b on ["dp_shard"] ranks 2 bytes 16.0 comm 0 phase backward async : !sched.token
+  %a = sched.alloc "grads" bytes 16
+  %b = sched.alloc "shard" bytes 8 persistent
+  %t = sched.reduce_scatter "reduce_scatter" %a -> %b on ["dp_shard"] ranks 2 bytes 16 comm 0 phase backward async : !sched.token
   // expected-error @+1 {{'free grads' frees 'grads' while 'reduce_scatter' still reads it}}
   sched.dealloc %a
   sched.wait %t
@@ -31,11 +31,11 @@ sched.step @s world 2 tokens 1 microbatches 1 {
 
 // A buffer overwritten while a collective still reads it.
 sched.step @s world 2 tokens 1 microbatches 1 {
-  %a = sched.alloc "grads" bytes 16.0
-  %b = sched.alloc "shard" bytes 8.0 persistent
-  %t = sched.reduce_scatter %a -> %b on ["dp_shard"] ranks 2 bytes 16.0 comm 0 phase backward async : !sched.token
+  %a = sched.alloc "grads" bytes 16
+  %b = sched.alloc "shard" bytes 8 persistent
+  %t = sched.reduce_scatter "reduce_scatter" %a -> %b on ["dp_shard"] ranks 2 bytes 16 comm 0 phase backward async : !sched.token
   // expected-error @+1 {{'backward' overwrites 'grads' while 'reduce_scatter' still reads it}}
-  sched.compute backward "backward" reads() writes(%a) flops 1.0 bytes 0.0 phase backward
+  sched.compute backward "backward" reads() writes(%a) flops 1.0 bytes 0 phase backward
   sched.wait %t
   sched.dealloc %a
 }
@@ -47,11 +47,11 @@ sched.step @s world 2 tokens 1 microbatches 1 {
 // different sequences cannot even be written. A collective waited for too
 // late is still caught.
 sched.step @s world 2 tokens 1 microbatches 1 {
-  %a = sched.alloc "shard" bytes 8.0 persistent
-  %g = sched.alloc "gathered" bytes 16.0
-  %t = sched.all_gather %a -> %g on ["dp_shard"] ranks 2 bytes 16.0 comm 0 phase forward async : !sched.token
+  %a = sched.alloc "shard" bytes 8 persistent
+  %g = sched.alloc "gathered" bytes 16
+  %t = sched.all_gather "all_gather" %a -> %g on ["dp_shard"] ranks 2 bytes 16 comm 0 phase forward async : !sched.token
   // expected-error @+1 {{'optimizer' uses 'gathered' before the wait of 'all_gather', which fills it}}
-  sched.optimizer adamw "optimizer" reads(%g) writes() flops 0.0 bytes 8.0 phase optimizer
+  sched.optimizer adamw "optimizer" reads(%g) writes() flops 0.0 bytes 8 phase optimizer
   sched.wait %t
 }
 

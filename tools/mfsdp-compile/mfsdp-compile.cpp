@@ -219,7 +219,7 @@ int main(int argc, char **argv) {
   if (bucketMB < 0)
     return fail("--bucket-mb must be 0 or more, got " + Twine(bucketMB.getValue()));
   mlir::PassManager pm(&ctx);
-  std::string pipeline = "mfsdp-assign-layouts{" + options + "}";
+  std::string pipeline = "plan.graph(mfsdp-assign-layouts{" + options + "})";
   // The step program, for its buckets (the unit costs do not change them:
   // one token when the graph states no sequence length), scheduled and
   // memory-planned as mfsdp-sim and mfsdp-verify-schedule see it; the
@@ -231,12 +231,11 @@ int main(int argc, char **argv) {
     ctx.loadDialect<mfsdp::sched::SchedDialect>();
     auto graphs = module->getOps<mfsdp::plan::GraphOp>();
     const bool seq = !graphs.empty() && (*graphs.begin()).getSeqLen() > 0;
-    pipeline += std::string(",mfsdp-build-step") + (seq ? "" : "{tokens=1}");
+    pipeline += std::string(",mfsdp-build-step") + (seq ? "" : "{tokens=1}") + ",sched.step(";
     if (bucketMB > 0)
-      pipeline += ",mfsdp-bucket-collectives{bucket-mb=" + std::to_string(bucketMB) + "}";
-    pipeline += ",mfsdp-schedule-overlap{prefetch=" +
-                std::string(prefetchGathers ? "1" : "0") +
-                " optimizer-order=" + optimizerOrder + "},mfsdp-plan-memory";
+      pipeline += "mfsdp-bucket-collectives{bucket-mb=" + std::to_string(bucketMB) + "},";
+    pipeline += "mfsdp-schedule-overlap{prefetch=" + std::string(prefetchGathers ? "1" : "0") +
+                " optimizer-order=" + optimizerOrder + "},mfsdp-plan-memory)";
   }
   if (failed(mlir::parsePassPipeline(pipeline, pm, errs())))
     return fail("bad layout options '" + options + "'");

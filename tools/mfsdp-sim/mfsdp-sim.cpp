@@ -18,7 +18,7 @@
 #include "dialects/sched/SchedOps.h"
 #include "mfsdp/cost/Simulator.h"
 #include "passes/Pipeline.h"
-#include "passes/StepBridge.h"
+#include "dialects/sched/StepBridge.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"

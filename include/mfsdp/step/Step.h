@@ -84,6 +84,10 @@ struct Op {
   // Compute: "forward", "backward", "recompute" or "copy", and the unit.
   std::string compute;
   std::string unitName;
+
+  // Index of the IR op this op was read from (the bridge keeps their
+  // locations); transformations copy it along with the op. -1: made here.
+  int64_t origin = -1;
 };
 
 struct Step {

@@ -1,8 +1,11 @@
 //===- StepBridge.cpp - sched IR <-> step::Step ---------------------------===//
-#include "passes/StepBridge.h"
+#include "dialects/sched/StepBridge.h"
 
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
+
+#include <cmath>
 
 using namespace mlir;
 using namespace mfsdp;
@@ -17,7 +20,7 @@ static step::Phase toStep(sched::Phase p) {
   case sched::Phase::optimizer:
     return step::Phase::Optimizer;
   }
-  return step::Phase::Forward;
+  llvm_unreachable("unknown sched phase");
 }
 
 static sched::Phase toIR(step::Phase p) {
@@ -29,7 +32,7 @@ static sched::Phase toIR(step::Phase p) {
   case step::Phase::Optimizer:
     return sched::Phase::optimizer;
   }
-  return sched::Phase::forward;
+  llvm_unreachable("unknown step phase");
 }
 
 static std::vector<std::string> symbols(ArrayAttr a) {
@@ -40,8 +43,11 @@ static std::vector<std::string> symbols(ArrayAttr a) {
   return out;
 }
 
-LogicalResult mfsdp::readStep(StepOp op, step::Step &s) {
+LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
+                              SmallVectorImpl<Location> *locations) {
   s = step::Step();
+  if (locations)
+    locations->clear();
   s.name = op.getSymName().str();
   s.world = static_cast<int64_t>(op.getWorld());
   s.tokens = static_cast<int64_t>(op.getTokens());
@@ -58,12 +64,13 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s) {
   for (Operation &child : op.getBody().front()) {
     step::Op o;
     o.phase = phase;
+    o.origin = static_cast<int64_t>(s.ops.size());
     bool ok = true;
     llvm::TypeSwitch<Operation *>(&child)
         .Case<AllocOp>([&](AllocOp a) {
           step::Buffer b;
           b.name = a.getName().str();
-          b.bytes = a.getBytes().convertToDouble();
+          b.bytes = static_cast<double>(static_cast<int64_t>(a.getBytes()));
           b.persistent = a.getPersistent();
           if (auto r = a.getOnlyRank())
             b.onlyRank = static_cast<int64_t>(*r);
@@ -93,16 +100,15 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s) {
                    : std::is_same_v<T, AllGatherVOp>    ? step::CollKind::AllGatherV
                                                         : step::CollKind::ReduceScatterV;
           o.phase = phase = toStep(c.getPhase());
-          o.name = c->hasAttr("name")
-                       ? c->template getAttrOfType<StringAttr>("name").getValue().str()
-                       : c->getName().stripDialect().str();
+          o.name = c.getName().str();
           for (Attribute a : c.getMeshAxes())
             o.meshAxes.push_back(cast<StringAttr>(a).getValue().str());
           o.ranks = static_cast<int64_t>(c.getRanks());
           o.interNode = c.getInterNode();
-          o.collBytes = c.getBytes().convertToDouble();
+          o.collBytes = static_cast<double>(static_cast<int64_t>(c.getBytes()));
           if (auto chunks = c.getChunks())
-            o.chunks.assign(chunks->begin(), chunks->end());
+            for (int64_t chunk : *chunks)
+              o.chunks.push_back(static_cast<double>(chunk));
           o.comm = static_cast<int64_t>(c.getComm());
           o.async = c.getAsync();
           o.params = symbols(c.getParamsAttr());
@@ -123,7 +129,7 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s) {
           o.compute = stringifyComputeKind(c.getKind()).str();
           o.name = c.getName().str();
           o.flops = c.getFlops().convertToDouble();
-          o.bytes = c.getBytes().convertToDouble();
+          o.bytes = static_cast<double>(static_cast<int64_t>(c.getBytes()));
           if (auto g = c.getGroup())
             o.group = static_cast<int64_t>(*g);
           if (auto u = c.getUnitAttr())
@@ -137,7 +143,7 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s) {
           o.optimizer = stringifyOptimizerKind(c.getKind()).str();
           o.name = c.getName().str();
           o.flops = c.getFlops().convertToDouble();
-          o.bytes = c.getBytes().convertToDouble();
+          o.bytes = static_cast<double>(static_cast<int64_t>(c.getBytes()));
           if (auto r = c.getOnlyRank())
             o.onlyRank = static_cast<int64_t>(*r);
           if (auto g = c.getGroup())
@@ -154,27 +160,113 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s) {
       return failure();
     indexOf[&child] = static_cast<int64_t>(s.ops.size());
     s.ops.push_back(std::move(o));
+    if (locations)
+      locations->push_back(child.getLoc());
   }
   return success();
 }
 
-StepOp mfsdp::writeStep(OpBuilder &b, Location loc, const step::Step &s) {
-  MLIRContext *ctx = b.getContext();
-  auto stepOp = StepOp::create(b, loc, b.getStringAttr(s.name),
-                               b.getI64IntegerAttr(s.world),
-                               b.getI64IntegerAttr(s.tokens),
-                               b.getI64IntegerAttr(s.microbatches),
-                               DenseF64ArrayAttr(), DenseF64ArrayAttr());
-  Block *body = new Block();
-  stepOp.getBody().push_back(body);
-  OpBuilder ib = OpBuilder::atBlockEnd(body);
+/// The location of op `i` of `s`: the op it was read from, else for a wait
+/// its collective's, else `fallback`.
+static Location locationOf(const step::Step &s, size_t i,
+                           ArrayRef<Location> locations, Location fallback) {
+  for (int hops = 0; hops < 2; ++hops) {
+    const step::Op &o = s.ops[i];
+    if (o.origin >= 0 && o.origin < static_cast<int64_t>(locations.size()))
+      return locations[o.origin];
+    if (o.kind != step::OpKind::Wait || o.waitFor < 0 ||
+        o.waitFor >= static_cast<int64_t>(s.ops.size()))
+      break;
+    i = static_cast<size_t>(o.waitFor);
+  }
+  return fallback;
+}
+
+/// Checks that every op of `s` can be written as a sched op: known kinds,
+/// buffers and waited ops that exist. The diagnostic goes on the op's
+/// location.
+static LogicalResult checkWritable(const step::Step &s,
+                                   ArrayRef<Location> locations,
+                                   Location fallback) {
+  const int64_t numBuffers = static_cast<int64_t>(s.buffers.size());
+  std::vector<bool> startsAsync(s.ops.size(), false);
+  for (const step::Buffer &buf : s.buffers)
+    if (!(buf.bytes >= 0 && buf.bytes == std::floor(buf.bytes)))
+      return emitError(fallback)
+             << "buffer '" << buf.name << "' has " << buf.bytes
+             << " bytes, not a whole non-negative number";
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    const step::Op &o = s.ops[i];
+    Location loc = locationOf(s, i, locations, fallback);
+    auto bad = [&](const Twine &what) {
+      return emitError(loc) << "step op " << i << " ('" << o.name << "'): "
+                            << what;
+    };
+    auto whole = [](double v) { return v >= 0 && v == std::floor(v); };
+    if (o.kind == step::OpKind::Collective) {
+      if (!whole(o.collBytes))
+        return bad("moves " + Twine(std::to_string(o.collBytes)) +
+                   " bytes, not a whole non-negative number");
+      for (double chunk : o.chunks)
+        if (!whole(chunk))
+          return bad("has a chunk of " + Twine(std::to_string(chunk)) +
+                     " bytes, not a whole non-negative number");
+    }
+    for (const std::vector<int64_t> *ids : {&o.reads, &o.writes})
+      for (int64_t id : *ids)
+        if (id < 0 || id >= numBuffers)
+          return bad("refers to buffer " + Twine(id) + " but the step has " +
+                     Twine(numBuffers));
+    switch (o.kind) {
+    case step::OpKind::Alloc:
+    case step::OpKind::Free:
+      if (o.writes.size() != 1)
+        return bad("an alloc or free names exactly one buffer in its writes, "
+                   "got " + Twine(o.writes.size()));
+      break;
+    case step::OpKind::Collective:
+      if (o.reads.size() != 1 || o.writes.size() != 1)
+        return bad("a collective reads one buffer and writes one, got " +
+                   Twine(o.reads.size()) + " and " + Twine(o.writes.size()));
+      startsAsync[i] = o.async;
+      break;
+    case step::OpKind::Wait:
+      if (o.waitFor < 0 || o.waitFor >= static_cast<int64_t>(i) ||
+          !startsAsync[o.waitFor])
+        return bad("waits for op " + Twine(o.waitFor) +
+                   ", which is not an async collective before it");
+      break;
+    case step::OpKind::Compute:
+      if (!symbolizeComputeKind(o.compute))
+        return bad("unknown compute kind '" + o.compute +
+                   "'; expected forward, backward, recompute or copy");
+      break;
+    case step::OpKind::Optimizer:
+      if (!symbolizeOptimizerKind(o.optimizer))
+        return bad("unknown optimizer kind '" + o.optimizer +
+                   "'; expected adamw, sgd, muon, cast or accumulate");
+      break;
+    }
+  }
+  return success();
+}
+
+/// A compute or optimizer op's memory traffic, an estimate, to the byte.
+static int64_t trafficBytes(double bytes) {
+  return static_cast<int64_t>(std::llround(bytes));
+}
+
+/// Appends the ops of `s` to `body` (checked by checkWritable).
+static void fillBody(Block *body, const step::Step &s,
+                     ArrayRef<Location> locations, Location fallback) {
+  MLIRContext *ctx = fallback.getContext();
+  OpBuilder b = OpBuilder::atBlockEnd(body);
   std::vector<Value> buffers(s.buffers.size());
   std::vector<Value> tokens(s.ops.size());
   auto values = [&](const std::vector<int64_t> &ids) {
     SmallVector<Value> out;
     for (int64_t id : ids)
-      if (id >= 0 && id < static_cast<int64_t>(buffers.size()) && buffers[id])
-        out.push_back(buffers[id]);
+      out.push_back(buffers[id]);
     return out;
   };
   auto symbolArray = [&](const std::vector<std::string> &names) -> ArrayAttr {
@@ -190,28 +282,34 @@ StepOp mfsdp::writeStep(OpBuilder &b, Location loc, const step::Step &s) {
   Type tokenType = TokenType::get(ctx);
   for (size_t i = 0; i < s.ops.size(); ++i) {
     const step::Op &o = s.ops[i];
+    Location loc = locationOf(s, i, locations, fallback);
     switch (o.kind) {
     case step::OpKind::Alloc: {
       int64_t id = o.writes.front();
       const step::Buffer &buf = s.buffers[id];
-      buffers[id] = AllocOp::create(ib, loc, bufferType, b.getStringAttr(buf.name),
-                                    b.getF64FloatAttr(buf.bytes),
+      buffers[id] = AllocOp::create(b, loc, bufferType, b.getStringAttr(buf.name),
+                                    b.getI64IntegerAttr(static_cast<int64_t>(buf.bytes)),
                                     buf.persistent ? b.getUnitAttr() : UnitAttr(),
                                     optI64(buf.onlyRank), optI64(buf.offset));
       break;
     }
     case step::OpKind::Free:
-      DeallocOp::create(ib, loc, buffers[o.writes.front()]);
+      DeallocOp::create(b, loc, buffers[o.writes.front()]);
       break;
     case step::OpKind::Wait:
-      WaitOp::create(ib, loc, tokens[o.waitFor]);
+      WaitOp::create(b, loc, tokens[o.waitFor]);
       break;
     case step::OpKind::Collective: {
       Value src = buffers[o.reads.front()], dst = buffers[o.writes.front()];
       SmallVector<StringRef> axes(o.meshAxes.begin(), o.meshAxes.end());
       auto axesAttr = b.getStrArrayAttr(axes);
-      DenseF64ArrayAttr chunks =
-          o.chunks.empty() ? DenseF64ArrayAttr() : b.getDenseF64ArrayAttr(o.chunks);
+      DenseI64ArrayAttr chunks;
+      if (!o.chunks.empty()) {
+        SmallVector<int64_t> whole;
+        for (double chunk : o.chunks)
+          whole.push_back(static_cast<int64_t>(chunk));
+        chunks = b.getDenseI64ArrayAttr(whole);
+      }
       Type tok = o.async ? tokenType : Type();
       auto phase = PhaseAttr::get(ctx, toIR(o.phase));
       UnitAttr inter = o.interNode ? b.getUnitAttr() : UnitAttr();
@@ -219,9 +317,10 @@ StepOp mfsdp::writeStep(OpBuilder &b, Location loc, const step::Step &s) {
       Operation *created = nullptr;
       auto make = [&](auto tag) {
         using T = decltype(tag);
-        created = T::create(ib, loc, tok, src, dst, axesAttr,
-                            b.getI64IntegerAttr(o.ranks),
-                            b.getF64FloatAttr(o.collBytes), chunks,
+        created = T::create(b, loc, tok, b.getStringAttr(o.name), src, dst,
+                            axesAttr, b.getI64IntegerAttr(o.ranks),
+                            b.getI64IntegerAttr(static_cast<int64_t>(o.collBytes)),
+                            chunks,
                             b.getI64IntegerAttr(o.comm), phase, inter,
                             symbolArray(o.params), optI64(o.group), async);
       };
@@ -232,40 +331,64 @@ StepOp mfsdp::writeStep(OpBuilder &b, Location loc, const step::Step &s) {
       case step::CollKind::AllGatherV: make(AllGatherVOp()); break;
       case step::CollKind::ReduceScatterV: make(ReduceScatterVOp()); break;
       }
-      created->setAttr("name", b.getStringAttr(o.name));
       if (o.async)
         tokens[i] = created->getResult(0);
       break;
     }
     case step::OpKind::Compute: {
-      auto kind = symbolizeComputeKind(o.compute).value_or(ComputeKind::copy);
       FlatSymbolRefAttr unit;
       if (!o.unitName.empty())
         unit = FlatSymbolRefAttr::get(ctx, o.unitName);
-      ComputeOp::create(ib, loc, ComputeKindAttr::get(ctx, kind),
+      ComputeOp::create(b, loc, ComputeKindAttr::get(ctx, *symbolizeComputeKind(o.compute)),
                         b.getStringAttr(o.name), unit, values(o.reads),
                         values(o.writes), b.getF64FloatAttr(o.flops),
-                        b.getF64FloatAttr(o.bytes),
+                        b.getI64IntegerAttr(trafficBytes(o.bytes)),
                         PhaseAttr::get(ctx, toIR(o.phase)), optI64(o.group));
       break;
     }
     case step::OpKind::Optimizer: {
-      auto kind = symbolizeOptimizerKind(o.optimizer).value_or(OptimizerKind::adamw);
-      OptimizerOp::create(ib, loc, OptimizerKindAttr::get(ctx, kind),
+      OptimizerOp::create(b, loc,
+                          OptimizerKindAttr::get(ctx, *symbolizeOptimizerKind(o.optimizer)),
                           b.getStringAttr(o.name), values(o.reads),
                           values(o.writes), b.getF64FloatAttr(o.flops),
-                          b.getF64FloatAttr(o.bytes), optI64(o.onlyRank),
+                          b.getI64IntegerAttr(trafficBytes(o.bytes)),
+                          optI64(o.onlyRank),
                           PhaseAttr::get(ctx, toIR(o.phase)), optI64(o.group),
                           symbolArray(o.params));
       break;
     }
     }
   }
+}
+
+FailureOr<StepOp> mfsdp::writeStep(OpBuilder &b, Location loc,
+                                   const step::Step &s,
+                                   ArrayRef<Location> locations) {
+  if (failed(checkWritable(s, locations, loc)))
+    return failure();
+  auto stepOp = StepOp::create(b, loc, b.getStringAttr(s.name),
+                               SymbolRefAttr(), b.getI64IntegerAttr(s.world),
+                               b.getI64IntegerAttr(s.tokens),
+                               b.getI64IntegerAttr(s.microbatches),
+                               DenseI64ArrayAttr(), DenseI64ArrayAttr());
+  Block *body = new Block();
+  stepOp.getBody().push_back(body);
+  fillBody(body, s, locations, loc);
   return stepOp;
 }
 
-void mfsdp::replaceStep(StepOp op, const step::Step &s) {
-  OpBuilder b(op);
-  writeStep(b, op.getLoc(), s);
-  op.erase();
+LogicalResult mfsdp::rewriteStep(StepOp op, const step::Step &s,
+                                 ArrayRef<Location> locations) {
+  if (failed(checkWritable(s, locations, op.getLoc())))
+    return failure();
+  Builder b(op.getContext());
+  op.setWorldAttr(b.getI64IntegerAttr(s.world));
+  op.setTokensAttr(b.getI64IntegerAttr(s.tokens));
+  op.setMicrobatchesAttr(b.getI64IntegerAttr(s.microbatches));
+  op.removeArenaBytesAttr();
+  op.removePeakBytesAttr();
+  Block &body = op.getBody().front();
+  body.clear();
+  fillBody(&body, s, locations, op.getLoc());
+  return success();
 }

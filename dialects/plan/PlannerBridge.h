@@ -5,8 +5,8 @@
 // writes planning results back.
 //
 //===----------------------------------------------------------------------===//
-#ifndef MFSDP_PASSES_PLANNERBRIDGE_H
-#define MFSDP_PASSES_PLANNERBRIDGE_H
+#ifndef MFSDP_DIALECTS_PLAN_PLANNERBRIDGE_H
+#define MFSDP_DIALECTS_PLAN_PLANNERBRIDGE_H
 
 #include "dialects/plan/PlanOps.h"
 #include "mfsdp/planner/Layout.h"
@@ -42,4 +42,4 @@ void writeGraph(plan::GraphOp graph, const BridgedGraph &bridged,
 
 } // namespace mfsdp
 
-#endif // MFSDP_PASSES_PLANNERBRIDGE_H
+#endif // MFSDP_DIALECTS_PLAN_PLANNERBRIDGE_H

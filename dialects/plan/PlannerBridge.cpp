@@ -1,5 +1,5 @@
 //===- PlannerBridge.cpp - plan IR <-> the layout planner -----------------===//
-#include "passes/PlannerBridge.h"
+#include "dialects/plan/PlannerBridge.h"
 
 #include "mlir/IR/Builders.h"
 

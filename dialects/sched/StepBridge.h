@@ -1,0 +1,46 @@
+//===- StepBridge.h - sched IR <-> step::Step ----------------------*- C++ -*-===//
+//
+// The schedule passes, the code generator and the simulator read a
+// sched.step into the plain C++ step program of lib/step (transformed there
+// by plain algorithms) and write it back. The bridge keeps each op's
+// location: step::Op::origin indexes the locations read, and transformations
+// carry it along with the op.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MFSDP_DIALECTS_SCHED_STEPBRIDGE_H
+#define MFSDP_DIALECTS_SCHED_STEPBRIDGE_H
+
+#include "dialects/sched/SchedOps.h"
+#include "mfsdp/step/Step.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/SmallVector.h"
+
+namespace mfsdp {
+
+/// Reads a step op into `out`; each op's `origin` is its index in the body.
+/// When `locations` is given it receives the location of every op, indexed
+/// by origin. Fails with a diagnostic on an op that is not a sched op.
+mlir::LogicalResult
+readStep(sched::StepOp op, step::Step &out,
+         llvm::SmallVectorImpl<mlir::Location> *locations = nullptr);
+
+/// Creates a sched.step for `s` at the builder's insertion point. An op
+/// whose origin indexes `locations` gets that location, a wait made by a
+/// transformation the location of its collective, any other op `loc`.
+/// Fails with a diagnostic, creating nothing, if `s` names a kind the
+/// dialect does not have or refers to a buffer or op it does not hold.
+mlir::FailureOr<sched::StepOp>
+writeStep(mlir::OpBuilder &builder, mlir::Location loc, const step::Step &s,
+          llvm::ArrayRef<mlir::Location> locations = {});
+
+/// Rewrites `op` in place to hold `s` (its body, world, tokens and
+/// microbatches; a memory plan it carried no longer holds and is dropped):
+/// how a pass anchored on sched.step writes its result. Fails as writeStep
+/// does, leaving `op` unchanged.
+mlir::LogicalResult rewriteStep(sched::StepOp op, const step::Step &s,
+                                llvm::ArrayRef<mlir::Location> locations);
+
+} // namespace mfsdp
+
+#endif // MFSDP_DIALECTS_SCHED_STEPBRIDGE_H
