@@ -312,6 +312,26 @@ MuonResult benchMuon(HostComm &comm, const std::vector<Matrix> &ms,
   return res;
 }
 
+/// Aborts the run when a call failed, naming it and the runtime's error.
+void checkOk(mfsdp_step *step, mfsdp_status st, const char *what) {
+  if (st != MFSDP_OK) {
+    std::fprintf(stderr, "mfsdp-bench-runtime: %s: %s\n", what, mfsdp_last_error(step));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+}
+
+/// The runtime of `plan` with every parameter loaded from the same values
+/// (each at most 128 x 128).
+mfsdp_step *createLoaded(const mfsdp_plan &plan) {
+  mfsdp_step *step = nullptr;
+  checkOk(step, mfsdp_create(&plan, &step), "create");
+  std::vector<float> init(128 * 128);
+  fill(init.data(), static_cast<int64_t>(init.size()), 11, 0.1f);
+  for (int32_t i = 0; i < plan.num_params; ++i)
+    checkOk(step, mfsdp_load_param(step, i, init.data()), "load");
+  return step;
+}
+
 //===-- 2. AdamW bandwidth against a STREAM copy ---------------------------===//
 
 /// STREAM's copy kernel, b[i] = a[i]. Written with SSE2 loads and stores so
@@ -433,18 +453,8 @@ BucketResult benchBuckets(int world) {
     const mfsdp_memory_plan view = memory.view();
     plan.memory = &view;
     plan.hash = mfsdp_plan_hash(&plan);
-    mfsdp_step *step = nullptr;
-    auto check = [&](mfsdp_status st, const char *what) {
-      if (st != MFSDP_OK) {
-        std::fprintf(stderr, "mfsdp-bench-runtime: %s: %s\n", what, mfsdp_last_error(step));
-        MPI_Abort(MPI_COMM_WORLD, 1);
-      }
-    };
-    check(mfsdp_create(&plan, &step), "create");
-    std::vector<float> init(128 * 128);
-    fill(init.data(), static_cast<int64_t>(init.size()), 11, 0.1f);
-    for (int32_t i = 0; i < plan.num_params; ++i)
-      check(mfsdp_load_param(step, i, init.data()), "load");
+    mfsdp_step *step = createLoaded(plan);
+    auto check = [&](mfsdp_status st, const char *what) { checkOk(step, st, what); };
     reps = timeReps([&](int) {
       check(mfsdp_zero_grad(step), "zero_grad");
       for (int32_t u = 0; u < kUnits; ++u) {
@@ -604,7 +614,7 @@ ProgramResult benchProgram(int world) {
   ProgramResult out;
   out.ops = static_cast<int64_t>(ops.size());
   auto run = [&](bool withProgram, std::vector<double> &reps) {
-    mfsdp_plan plan{};
+    mfsdp_plan plan = MFSDP_PLAN_INITIALIZER;
     plan.zero = 3;
     plan.dp_replicate = 1;
     plan.dp_shard = world;
@@ -632,18 +642,8 @@ ProgramResult benchProgram(int world) {
     if (withProgram)
       plan.program = &program;
     plan.hash = mfsdp_plan_hash(&plan);
-    mfsdp_step *step = nullptr;
-    auto check = [&](mfsdp_status st, const char *what) {
-      if (st != MFSDP_OK) {
-        std::fprintf(stderr, "mfsdp-bench-runtime: %s: %s\n", what, mfsdp_last_error(step));
-        MPI_Abort(MPI_COMM_WORLD, 1);
-      }
-    };
-    check(mfsdp_create(&plan, &step), "create");
-    std::vector<float> init(128 * 128);
-    fill(init.data(), static_cast<int64_t>(init.size()), 11, 0.1f);
-    for (int32_t i = 0; i < plan.num_params; ++i)
-      check(mfsdp_load_param(step, i, init.data()), "load");
+    mfsdp_step *step = createLoaded(plan);
+    auto check = [&](mfsdp_status st, const char *what) { checkOk(step, st, what); };
     reps = timeReps([&](int) {
       check(mfsdp_zero_grad(step), "zero_grad");
       for (int32_t u = 0; u < kUnits; ++u) {

@@ -63,8 +63,17 @@ mfsdp_status mfsdp_step::checkReduced(const char *call, bool inFlight) {
 
 namespace {
 
-/// One optimizer kernel on `ps` (which this rank keeps and steps).
+/// One optimizer kernel on `ps`, if this rank keeps and steps it (under
+/// ns_split another replica may step it and send the result); a parameter
+/// this rank keeps without a reduced gradient is MFSDP_ERROR_ORDER.
 mfsdp_status stepParam(mfsdp_step *step, ParamState &ps) {
+  if (!ps.ownsAny || ps.desc.optimizer == MFSDP_OPT_NONE)
+    return MFSDP_OK;
+  if (!ps.gradReduced)
+    return step->fail(MFSDP_ERROR_ORDER,
+                      "parameter '" + ps.name + "' has no reduced gradient");
+  if (!step->stepsHere(ps))
+    return MFSDP_OK; // ns_split: another replica steps it and sends the result
   Backend &b = *step->backend;
   step->about(-1, static_cast<int32_t>(&ps - step->params.data()));
   const int64_t n = ps.localCount;
@@ -134,18 +143,9 @@ mfsdp_status runProgram(mfsdp_step *step, const mfsdp_program_hook &hook) {
     case MFSDP_PROGRAM_WAIT_REDUCTION:
       break;
     case MFSDP_PROGRAM_OPTIMIZER:
-      for (int32_t k = 0; k < op.num_params; ++k) {
-        ParamState &ps = step->params[op.params[k]];
-        if (!ps.ownsAny)
-          continue;
-        if (!ps.gradReduced)
-          return step->fail(MFSDP_ERROR_ORDER, "parameter '" + ps.name +
-                                                   "' has no reduced gradient");
-        if (!step->stepsHere(ps))
-          continue; // ns_split: another replica steps it and sends the result
-        if (auto s = stepParam(step, ps))
+      for (int32_t k = 0; k < op.num_params; ++k)
+        if (auto s = stepParam(step, step->params[op.params[k]]))
           return s;
-      }
       break;
     case MFSDP_PROGRAM_BROADCAST_UPDATES: {
       std::vector<ParamState *> split;
@@ -204,17 +204,9 @@ mfsdp_status mfsdp::rt::optimizerStep(mfsdp_step *step) {
   step->stepped = true;
   ++step->steps;
   const mfsdp_plan &p = step->plan;
-  for (ParamState &ps : step->params) {
-    if (!ps.ownsAny || ps.desc.optimizer == MFSDP_OPT_NONE)
-      continue;
-    if (!ps.gradReduced)
-      return step->fail(MFSDP_ERROR_ORDER, "parameter '" + ps.name +
-                                               "' has no reduced gradient");
-    if (!step->stepsHere(ps))
-      continue; // ns_split: another replica steps it and sends the result
+  for (ParamState &ps : step->params)
     if (auto s = stepParam(step, ps))
       return s;
-  }
   // ns_split: every replica has stepped its share of the owned matrices;
   // now each updated master goes from its replica to the same owner on
   // the others (in table order on every rank), in one call.
