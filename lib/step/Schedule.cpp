@@ -321,7 +321,11 @@ void scheduleOverlap(Step &s, const OverlapOptions &o) {
     for (int64_t idx : needed) { // in issue order, as they were started
       waitFor(idx, op.phase);
       for (int64_t buf : pending[idx]) {
+        // A collective may name a buffer twice (an in-place gather reads
+        // and writes it): the first visit may have removed the entry.
         auto it = pendingOn.find(buf);
+        if (it == pendingOn.end())
+          continue;
         it->second.erase(idx);
         if (it->second.empty())
           pendingOn.erase(it);

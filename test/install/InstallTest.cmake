@@ -1,7 +1,9 @@
 #===- InstallTest.cmake - Build and run a trainer on an installed mfsdp ---===#
 #
 #   cmake -DBUILD=<build dir> -DSOURCE=<source dir> -DWORK=<scratch dir>
-#         -DGENERATOR=<generator> -DMPIEXEC=<mpiexec> -P InstallTest.cmake
+#         -DGENERATOR=<generator> -DMPIEXEC=<mpiexec>
+#         [-DTRAINER_FLAGS=<compile and link flags>] -P InstallTest.cmake
+# (TRAINER_FLAGS: the sanitizers, when the installed runtime has them.)
 #
 # `cmake --install` into WORK/prefix; a trainer project (this folder)
 # configured with find_package(mfsdp) against it and built; a step library
@@ -30,7 +32,8 @@ endforeach()
 
 run("configuring the trainer" ${CMAKE_COMMAND} -S "${SOURCE}/test/install"
     -B "${WORK}/trainer" -G "${GENERATOR}" -DCMAKE_BUILD_TYPE=Release
-    "-DCMAKE_PREFIX_PATH=${prefix}")
+    "-DCMAKE_PREFIX_PATH=${prefix}" "-DCMAKE_CXX_FLAGS=${TRAINER_FLAGS}"
+    "-DCMAKE_EXE_LINKER_FLAGS=${TRAINER_FLAGS}")
 run("building the trainer" ${CMAKE_COMMAND} --build "${WORK}/trainer")
 file(READ "${WORK}/trainer/mfsdp-compile.txt" compile)
 if(NOT compile STREQUAL "${prefix}/bin/mfsdp-compile")
