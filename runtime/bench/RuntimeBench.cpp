@@ -312,6 +312,21 @@ MuonResult benchMuon(HostComm &comm, const std::vector<Matrix> &ms,
   return res;
 }
 
+/// Two rounds of `run(true, reps)` then `run(false, reps)`, interleaved so
+/// that drift in the machine's speed hits both; each side's repetitions
+/// appended to `withTrue` and `withFalse`.
+template <typename Run>
+void interleaveRounds(Run &&run, std::vector<double> &withTrue,
+                      std::vector<double> &withFalse) {
+  for (int round = 0; round < 2; ++round) {
+    std::vector<double> a, b;
+    run(true, a);
+    run(false, b);
+    withTrue.insert(withTrue.end(), a.begin(), a.end());
+    withFalse.insert(withFalse.end(), b.begin(), b.end());
+  }
+}
+
 /// Aborts the run when a call failed, naming it and the runtime's error.
 void checkOk(mfsdp_step *step, mfsdp_status st, const char *what) {
   if (st != MFSDP_OK) {
@@ -472,14 +487,7 @@ BucketResult benchBuckets(int world) {
     }
     mfsdp_destroy(step);
   };
-  // Two rounds, interleaved, so drift hits both.
-  for (int round = 0; round < 2; ++round) {
-    std::vector<double> b, p;
-    run(true, b);
-    run(false, p);
-    out.bucketedReps.insert(out.bucketedReps.end(), b.begin(), b.end());
-    out.perParamReps.insert(out.perParamReps.end(), p.begin(), p.end());
-  }
+  interleaveRounds(run, out.bucketedReps, out.perParamReps);
   out.bucketedS = median(out.bucketedReps);
   out.perParamS = median(out.perParamReps);
   return out;
@@ -665,14 +673,7 @@ ProgramResult benchProgram(int world) {
     });
     mfsdp_destroy(step);
   };
-  // Two rounds, interleaved, so drift hits both.
-  for (int round = 0; round < 2; ++round) {
-    std::vector<double> a, b;
-    run(true, a);
-    run(false, b);
-    out.programReps.insert(out.programReps.end(), a.begin(), a.end());
-    out.runtimeReps.insert(out.runtimeReps.end(), b.begin(), b.end());
-  }
+  interleaveRounds(run, out.programReps, out.runtimeReps);
   out.programS = median(out.programReps);
   out.runtimeS = median(out.runtimeReps);
   return out;
