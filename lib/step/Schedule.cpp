@@ -321,11 +321,7 @@ void scheduleOverlap(Step &s, const OverlapOptions &o) {
     for (int64_t idx : needed) { // in issue order, as they were started
       waitFor(idx, op.phase);
       for (int64_t buf : pending[idx]) {
-        // A collective may name a buffer twice (an in-place gather reads
-        // and writes it): the first visit may have removed the entry.
         auto it = pendingOn.find(buf);
-        if (it == pendingOn.end())
-          continue;
         it->second.erase(idx);
         if (it->second.empty())
           pendingOn.erase(it);
@@ -345,8 +341,12 @@ void scheduleOverlap(Step &s, const OverlapOptions &o) {
       flushFor(op);
     if (op.kind == OpKind::Collective) {
       op.async = true;
+      // Each buffer once: an in-place gather reads and writes the same one,
+      // and the wait removes the collective from each buffer's set once.
       std::vector<int64_t> bufs = op.reads;
       bufs.insert(bufs.end(), op.writes.begin(), op.writes.end());
+      std::sort(bufs.begin(), bufs.end());
+      bufs.erase(std::unique(bufs.begin(), bufs.end()), bufs.end());
       const int64_t idx = static_cast<int64_t>(out.size());
       for (int64_t buf : bufs)
         pendingOn[buf].insert(idx);
