@@ -17,7 +17,7 @@ bool train(mfsdp_step *step, const ModelConfig &c, const TrainOptions &o,
   auto ok = [&](mfsdp_status s, const char *what) {
     if (s == MFSDP_OK)
       return true;
-    error = std::string(what) + ": " + mfsdp_last_error(step);
+    error = std::string(what) + ": " + mfsdp_status_string(s) + " " + mfsdp_last_error(step);
     return false;
   };
   // Parameters come in modelParams() order: four per block; the library's

@@ -228,12 +228,16 @@ typedef struct mfsdp_mesh_dim {
  * mfsdp-schedule-overlap and mfsdp-plan-memory) that a hook runs, in the
  * schedule's order, lowered by the compiler; the runtime executes them as
  * they are written and decides no order of its own. Each hook's ops are a
- * range of `ops` named by one mfsdp_program_hook entry. So far only the
- * optimizer step (MFSDP_HOOK_OPTIMIZER_STEP) is lowered: the forward and
- * backward hooks keep the runtime's own protocol, and a program naming one
- * of them is refused until the runtime executes it. */
+ * range of `ops` named by one mfsdp_program_hook entry: the optimizer step
+ * (MFSDP_HOOK_OPTIMIZER_STEP, unit -1) and, where the compiler lowered
+ * them, each unit's four forward and backward hooks (a hook with no entry
+ * runs no ops). A program with no forward or backward entry leaves those
+ * hooks to the runtime's own protocol (docs/runtime.md). What the trainer
+ * calls is still checked against the unit's state (MFSDP_ERROR_ORDER), and
+ * a pre_forward during the unit's backward (activation recomputation) runs
+ * no ops: the backward gather is in place. */
 typedef enum mfsdp_hook {
-  MFSDP_HOOK_PRE_FORWARD = 0, /* reserved: not executed from a program yet */
+  MFSDP_HOOK_PRE_FORWARD = 0,
   MFSDP_HOOK_POST_FORWARD = 1,
   MFSDP_HOOK_PRE_BACKWARD = 2,
   MFSDP_HOOK_POST_BACKWARD = 3,
@@ -242,9 +246,10 @@ typedef enum mfsdp_hook {
 
 typedef enum mfsdp_program_kind {
   /* Wait for the reduction of `unit`'s gradients if it is still in flight
-   * (then HSDP's all-reduce over replicas and the scaling); nothing when it
-   * has landed. An op that reads a unit's gradients waits for them first
-   * in any case. No params. */
+   * (then HSDP's all-reduce over replicas and the scaling, and the unit's
+   * backward copy and transient gradients released); nothing when it has
+   * landed. An op that reads a unit's gradients waits for them first in
+   * any case. No params. In the optimizer step and in backward hooks. */
   MFSDP_PROGRAM_WAIT_REDUCTION = 0,
   /* One optimizer kernel (`optimizer`: AdamW, SGD or Muon) over `params`,
    * all of `unit` and stepped by that optimizer: one loop over the
@@ -258,8 +263,29 @@ typedef enum mfsdp_program_kind {
    * call (a rank that owns none of them makes none). */
   MFSDP_PROGRAM_BROADCAST_UPDATES = 2,
   /* ZeRO-1/2: `unit`'s updated parameters gathered whole again (all of its
-   * parameters; no params). */
+   * parameters; no params). Optimizer step only. */
   MFSDP_PROGRAM_GATHER = 3,
+  /* Forward and backward hooks (the hook's phase says which place, the
+   * memory plan's forward or backward one): start `unit`'s all-gathers
+   * that need no work after the collective but bf16 rounding (row-shard
+   * and owner buckets, row shards, owned matrices not yet gathered),
+   * without waiting. No params. */
+  MFSDP_PROGRAM_START_GATHER = 4,
+  /* Wait for `unit`'s started all-gathers, then gather what is still
+   * missing of it (block shards, replicated tensors, anything not
+   * started): afterwards the unit is whole. No params. */
+  MFSDP_PROGRAM_WAIT_GATHER = 5,
+  /* ZeRO-3: free `unit`'s gathered copy. No params. */
+  MFSDP_PROGRAM_RELEASE = 6,
+  /* `unit`'s gradient buffers placed and zeroed where the memory plan
+   * keeps them only during the unit's backward, and handed to the trainer
+   * (mfsdp_grad_view). Backward hooks. No params. */
+  MFSDP_PROGRAM_PLACE_GRADS = 7,
+  /* Start the reduction of `unit`'s gradients over dp_shard (each bucket
+   * and parameter), waited for by a MFSDP_PROGRAM_WAIT_REDUCTION; under
+   * no-sync nothing is reduced and the unit's backward copy and
+   * transient gradients are released. Backward hooks. No params. */
+  MFSDP_PROGRAM_START_REDUCTION = 8,
 } mfsdp_program_kind;
 
 typedef struct mfsdp_program_op {
@@ -285,7 +311,10 @@ typedef struct mfsdp_program_hook {
  * range out of bounds, a parameter of another unit or optimizer, a
  * parameter an optimizer steps stepped twice or never, an owner's op
  * naming another rank's matrix, a ZeRO-1/2 unit gathered twice or never,
- * a gather under ZeRO-3, two entries for one hook. */
+ * a gather under ZeRO-3, two entries for one hook, an op in a hook that
+ * does not run it (a kernel in a forward hook, a start of a gather in the
+ * optimizer step), a forward or backward hook whose unit is out of range,
+ * a backward hook that does not reduce its unit's gradients. */
 typedef struct mfsdp_program {
   int32_t num_ops;
   const mfsdp_program_op *ops;

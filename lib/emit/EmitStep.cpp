@@ -455,9 +455,10 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
   // mfsdp-build-step and mfsdp-bucket-collectives), its bucketed gradient
   // reductions; the runtime gathers and reduces each with one collective.
   std::vector<step::RuntimeBucket> buckets;
-  // The optimizer step as the schedule orders it, when the step program is
-  // scheduled and its memory planned (mfsdp-schedule-overlap, then
-  // mfsdp-plan-memory): the runtime executes it (mfsdp_program).
+  // The step as the schedule orders it (each unit's forward and backward
+  // hooks, and the optimizer step), when the step program is scheduled and
+  // its memory planned (mfsdp-schedule-overlap, then mfsdp-plan-memory):
+  // the runtime executes it (mfsdp_program).
   step::RuntimeProgram program;
   bool withProgram = false;
   {
@@ -478,7 +479,10 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
         return b.offset >= 0;
       });
       if (withProgram) {
-        program = step::lowerOptimizerProgram(scheduled, plan);
+        std::vector<std::string> unitNames;
+        for (UnitOp u : units)
+          unitNames.push_back(u.getSymName().str());
+        program = step::lowerStepProgram(scheduled, plan, unitNames);
         if (!program.error.empty())
           return stepOp.emitOpError()
                  << "cannot be lowered into the runtime's program: " << program.error;
@@ -495,7 +499,8 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
   plan.buckets = bucketViews.empty() ? nullptr : bucketViews.data();
   // The static memory plan: every buffer of the runtime at its offset.
   step::RuntimeMemoryPlan memory =
-      step::planRuntimeMemory(plan, options.accumulate, 256, options.prefetch);
+      step::planRuntimeMemory(plan, options.accumulate, 256, options.prefetch,
+                              plan.program);
   if (!memory.error.empty())
     return graph.emitOpError() << "cannot plan the runtime's memory: "
                                << memory.error;
@@ -680,13 +685,23 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
       emitCudaKernels(*cuda, b, /*launchers=*/true);
   }
   if (withProgram) {
-    static const char *kinds[] = {"MFSDP_PROGRAM_WAIT_REDUCTION", "MFSDP_PROGRAM_OPTIMIZER",
-                                  "MFSDP_PROGRAM_BROADCAST_UPDATES",
-                                  "MFSDP_PROGRAM_GATHER"};
-    os << "/* The optimizer step as the schedule orders it (mfsdp-schedule-overlap,\n"
-          " * mfsdp-plan-memory): the runtime runs these ops in this order. Per op its\n"
-          " * kind, unit, group, optimizer, only rank and parameters (indices in\n"
-          " * mfsdp_params); the sched op it comes from in the comment. */\n";
+    static const char *kinds[] = {
+        "MFSDP_PROGRAM_WAIT_REDUCTION", "MFSDP_PROGRAM_OPTIMIZER",
+        "MFSDP_PROGRAM_BROADCAST_UPDATES", "MFSDP_PROGRAM_GATHER",
+        "MFSDP_PROGRAM_START_GATHER", "MFSDP_PROGRAM_WAIT_GATHER",
+        "MFSDP_PROGRAM_RELEASE", "MFSDP_PROGRAM_PLACE_GRADS",
+        "MFSDP_PROGRAM_START_REDUCTION"};
+    static const char *hookNames[] = {"MFSDP_HOOK_PRE_FORWARD", "MFSDP_HOOK_POST_FORWARD",
+                                      "MFSDP_HOOK_PRE_BACKWARD", "MFSDP_HOOK_POST_BACKWARD",
+                                      "MFSDP_HOOK_OPTIMIZER_STEP"};
+    os << "/* The step as the schedule orders it (mfsdp-schedule-overlap,\n"
+          " * mfsdp-plan-memory): per hook, the ops the runtime runs, in this order.\n"
+          " * Per op its kind, unit, group, optimizer, only rank and parameters\n"
+          " * (indices in mfsdp_params); the sched op it comes from in the comment. */\n";
+    if (!program.hooksLeftOut.empty())
+      os << "/* The forward and backward hooks are not in the program (the runtime\n"
+            " * runs its own protocol for them): "
+         << commentText(program.hooksLeftOut) << ". */\n";
     size_t total = 0;
     for (const step::ProgramOp &op : program.ops)
       total += op.params.size();
@@ -700,8 +715,15 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
     }
     os << "static const mfsdp_program_op mfsdp_program_ops[" << std::max<size_t>(1, program.ops.size())
        << "] = {\n";
+    std::vector<const mfsdp_program_hook *> hookAt(program.ops.size(), nullptr);
+    for (const mfsdp_program_hook &h : program.hooks)
+      if (h.num_ops > 0)
+        hookAt[h.first_op] = &h;
     size_t k = 0;
-    for (const step::ProgramOp &op : program.ops) {
+    for (auto [i, op] : llvm::enumerate(program.ops)) {
+      if (const mfsdp_program_hook *h = hookAt[i])
+        os << "  /* " << hookNames[h->hook]
+           << (h->unit >= 0 ? "(" + std::to_string(h->unit) + ")" : std::string()) << " */\n";
       os << "  {" << kinds[op.kind] << ", " << op.unit << ", " << op.group << ", "
          << optimizerName(op.optimizer) << ", " << op.onlyRank << ", " << op.params.size()
          << ", ";
@@ -724,9 +746,7 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
     os << "static const mfsdp_program_hook mfsdp_program_hooks[" << program.hooks.size()
        << "] = {\n  /* hook, unit, first op, ops */\n";
     for (const mfsdp_program_hook &h : program.hooks)
-      os << "  {" << (h.hook == MFSDP_HOOK_OPTIMIZER_STEP ? "MFSDP_HOOK_OPTIMIZER_STEP"
-                                                           : std::to_string(h.hook))
-         << ", " << h.unit << ", " << h.first_op << ", " << h.num_ops << "},\n";
+      os << "  {" << hookNames[h.hook] << ", " << h.unit << ", " << h.first_op << ", " << h.num_ops << "},\n";
     os << "};\n\n";
     os << "static const mfsdp_program mfsdp_the_program = {" << program.ops.size()
        << ", mfsdp_program_ops, " << program.hooks.size() << ", mfsdp_program_hooks};\n\n";

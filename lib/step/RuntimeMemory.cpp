@@ -41,8 +41,20 @@ int64_t &field(mfsdp_param_offsets &o, int k) {
 
 } // namespace
 
+namespace {
+bool programHasHooks(const mfsdp_program &g) {
+  if (!g.hooks)
+    return false;
+  for (int32_t i = 0; i < g.num_hooks; ++i)
+    if (g.hooks[i].hook != MFSDP_HOOK_OPTIMIZER_STEP)
+      return true;
+  return false;
+}
+} // namespace
+
 RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
-                                    int64_t alignment, int32_t prefetch) {
+                                    int64_t alignment, int32_t prefetch,
+                                    const mfsdp_program *program) {
   RuntimeMemoryPlan out;
   out.keepGrads = keepGrads;
   out.prefetch = prefetch;
@@ -243,42 +255,115 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
   // forward unit u + 1's at pre_forward(u), backward unit u - 1's at
   // pre_backward(u); and unit u's gradients and backward copy stay live
   // until post_backward(u - 1), while its reduction overlaps that backward.
-  const bool ahead = prefetch == 1 && zero3;
   const int32_t N = plan.num_units;
-  for (int32_t u = 0; u < N; ++u) {
-    if (!ahead || u == 0)
-      for (int32_t p : unitParams[u])
-        both(OpKind::Alloc, p, Full);
-    if (ahead && u + 1 < N)
-      for (int32_t p : unitParams[u + 1])
-        both(OpKind::Alloc, p, Full);
-    for (int32_t p : unitParams[u])
-      both(OpKind::Free, p, Full);
-  }
-  for (int32_t u = N; u-- > 0;) {
-    for (int32_t p : unitParams[u]) {
-      if (!ahead || u == N - 1)
-        both(OpKind::Alloc, p, FullBackward);
-      both(OpKind::Alloc, p, Grad);
+  if (program && programHasHooks(*program)) {
+    // The lifetimes the compiled program gives: the hooks replayed in a
+    // training step's order, each op's buffers allocated or freed as the
+    // runtime's executor does (runtime/common/Execute.cpp).
+    std::vector<int32_t> entry(static_cast<size_t>(N) * 4, -1);
+    const mfsdp_program_hook *optimizerHook = nullptr;
+    for (int32_t h = 0; h < program->num_hooks; ++h) {
+      const mfsdp_program_hook &k = program->hooks[h];
+      if (k.hook == MFSDP_HOOK_OPTIMIZER_STEP)
+        optimizerHook = &k;
+      else if (k.unit >= 0 && k.unit < N && k.hook >= 0)
+        entry[static_cast<size_t>(k.unit) * 4 + k.hook] = h;
     }
-    if (ahead && u > 0)
-      for (int32_t p : unitParams[u - 1])
-        both(OpKind::Alloc, p, FullBackward);
-    // With prefetch the reduction of unit u runs until post_backward(u - 1)
-    // (which waits for it before starting its own): unit u's backward copy
-    // and gradients are freed there, unit 0's after the backward.
-    const int32_t freed = ahead ? u + 1 : u;
-    if (freed < N)
-      for (int32_t p : unitParams[freed]) {
+    int32_t inFlight = -1; // the unit whose reduction is in flight
+    auto landed = [&](int32_t u) {
+      for (int32_t p : unitParams[u]) {
+        both(OpKind::Free, p, FullBackward);
+        both(OpKind::Free, p, Grad);
+      }
+    };
+    auto run = [&](const mfsdp_program_hook &k) {
+      const bool backward =
+          k.hook == MFSDP_HOOK_PRE_BACKWARD || k.hook == MFSDP_HOOK_POST_BACKWARD;
+      const int copy = backward ? FullBackward : Full;
+      for (int32_t i = k.first_op; i < k.first_op + k.num_ops; ++i) {
+        const mfsdp_program_op &o = program->ops[i];
+        if (o.unit < 0 || o.unit >= N)
+          continue;
+        switch (o.kind) {
+        case MFSDP_PROGRAM_START_GATHER:
+        case MFSDP_PROGRAM_WAIT_GATHER:
+          for (int32_t p : unitParams[o.unit])
+            both(OpKind::Alloc, p, copy);
+          break;
+        case MFSDP_PROGRAM_RELEASE:
+          for (int32_t p : unitParams[o.unit])
+            both(OpKind::Free, p, copy);
+          break;
+        case MFSDP_PROGRAM_PLACE_GRADS:
+          for (int32_t p : unitParams[o.unit])
+            both(OpKind::Alloc, p, Grad);
+          break;
+        case MFSDP_PROGRAM_START_REDUCTION:
+          if (inFlight >= 0 && inFlight != o.unit)
+            landed(inFlight);
+          inFlight = o.unit;
+          break;
+        case MFSDP_PROGRAM_WAIT_REDUCTION:
+          if (inFlight == o.unit) {
+            landed(o.unit);
+            inFlight = -1;
+          }
+          break;
+        default:
+          break;
+        }
+      }
+    };
+    for (int32_t u = 0; u < N; ++u)
+      for (int32_t h : {MFSDP_HOOK_PRE_FORWARD, MFSDP_HOOK_POST_FORWARD})
+        if (entry[static_cast<size_t>(u) * 4 + h] >= 0)
+          run(program->hooks[entry[static_cast<size_t>(u) * 4 + h]]);
+    for (int32_t u = N; u-- > 0;)
+      for (int32_t h : {MFSDP_HOOK_PRE_BACKWARD, MFSDP_HOOK_POST_BACKWARD})
+        if (entry[static_cast<size_t>(u) * 4 + h] >= 0)
+          run(program->hooks[entry[static_cast<size_t>(u) * 4 + h]]);
+    if (optimizerHook)
+      run(*optimizerHook);
+    if (inFlight >= 0)
+      landed(inFlight);
+  } else {
+    const bool ahead = prefetch == 1 && zero3;
+    const int32_t N = plan.num_units;
+    for (int32_t u = 0; u < N; ++u) {
+      if (!ahead || u == 0)
+        for (int32_t p : unitParams[u])
+          both(OpKind::Alloc, p, Full);
+      if (ahead && u + 1 < N)
+        for (int32_t p : unitParams[u + 1])
+          both(OpKind::Alloc, p, Full);
+      for (int32_t p : unitParams[u])
+        both(OpKind::Free, p, Full);
+    }
+    for (int32_t u = N; u-- > 0;) {
+      for (int32_t p : unitParams[u]) {
+        if (!ahead || u == N - 1)
+          both(OpKind::Alloc, p, FullBackward);
+        both(OpKind::Alloc, p, Grad);
+      }
+      if (ahead && u > 0)
+        for (int32_t p : unitParams[u - 1])
+          both(OpKind::Alloc, p, FullBackward);
+      // With prefetch the reduction of unit u runs until post_backward(u - 1)
+      // (which waits for it before starting its own): unit u's backward copy
+      // and gradients are freed there, unit 0's after the backward.
+      const int32_t freed = ahead ? u + 1 : u;
+      if (freed < N)
+        for (int32_t p : unitParams[freed]) {
+          both(OpKind::Free, p, FullBackward);
+          both(OpKind::Free, p, Grad);
+        }
+    }
+    if (ahead && N > 0)
+      for (int32_t p : unitParams[0]) {
         both(OpKind::Free, p, FullBackward);
         both(OpKind::Free, p, Grad);
       }
   }
-  if (ahead && N > 0)
-    for (int32_t p : unitParams[0]) {
-      both(OpKind::Free, p, FullBackward);
-      both(OpKind::Free, p, Grad);
-    }
   op(OpKind::Alloc, staging);
   op(OpKind::Free, staging);
 

@@ -248,7 +248,264 @@ private:
   std::set<int32_t> waited;
 };
 
+/// The forward and backward hooks of one step (lowerStepProgram).
+class HookLowering {
+public:
+  HookLowering(const Step &s, const mfsdp_plan &p, const std::vector<std::string> &names)
+      : s(s), p(p) {
+    for (size_t u = 0; u < names.size(); ++u)
+      unitIndex.emplace(names[u], static_cast<int32_t>(u));
+  }
+
+  /// Each hook's ops, indexed [unit * 4 + hook]; "" or why they cannot be
+  /// lowered (leftOut: the runtime runs its own protocol instead) or what
+  /// is wrong with the step (error).
+  std::vector<std::vector<ProgramOp>> hooks;
+  std::string leftOut, error;
+
+  void run() {
+    if (s.microbatches > 1) {
+      leftOut = "the step accumulates " + std::to_string(s.microbatches) +
+                " microbatches, whose hooks repeat";
+      return;
+    }
+    const int32_t units = std::max(p.num_units, 0);
+    // Each gather group of the schedule must be one unit of the plan.
+    std::map<int64_t, int32_t> unitOfGroup;
+    for (const Op &op : s.ops) {
+      if (!isUnitCompute(op))
+        continue;
+      const int32_t unit = computeUnit(op);
+      if (unit < 0 || unit >= units) {
+        error = "'" + op.name + "' computes unit " +
+                (op.unitName.empty() ? std::to_string(op.unit) : "'" + op.unitName + "'") +
+                ", which is not one of the plan's " + std::to_string(units) + " units";
+        return;
+      }
+      auto [it, fresh] = unitOfGroup.emplace(op.group, unit);
+      if (!fresh && it->second != unit) {
+        leftOut = "gather group " + std::to_string(op.group) + " holds units " +
+                  std::to_string(it->second) + " and " + std::to_string(unit) +
+                  ", which the trainer's hooks name one at a time";
+        return;
+      }
+    }
+    groupUnit = std::move(unitOfGroup);
+    hooks.assign(static_cast<size_t>(units) * 4, {});
+    // Buffers the forward gathers write: their free releases the unit.
+    for (const Op &op : s.ops)
+      if (isGather(op) && op.phase == Phase::Forward)
+        for (int64_t b : op.writes)
+          gatheredBy[b] = unitOf(op);
+    std::vector<size_t> pending;
+    int32_t lastHook = -1, lastUnit = -1; // the post hook of the last compute
+    auto flush = [&](int32_t preHook, int32_t preUnit) {
+      size_t split = pending.size();
+      if (preHook >= 0)
+        for (size_t k = 0; k < pending.size(); ++k)
+          if (gatherWork(s.ops[pending[k]])) {
+            split = k;
+            break;
+          }
+      for (size_t k = 0; k < pending.size() && error.empty(); ++k) {
+        const bool pre = k >= split || lastHook < 0;
+        lower(s.ops[pending[k]], pre ? preHook : lastHook, pre ? preUnit : lastUnit);
+      }
+      pending.clear();
+    };
+    for (size_t i = 0; i < s.ops.size() && error.empty(); ++i) {
+      const Op &op = s.ops[i];
+      if (op.phase == Phase::Optimizer)
+        continue;
+      if (!isUnitCompute(op)) {
+        pending.push_back(i);
+        continue;
+      }
+      const bool fwd = op.phase == Phase::Forward;
+      const int32_t unit = computeUnit(op);
+      const int32_t post = fwd ? MFSDP_HOOK_POST_FORWARD : MFSDP_HOOK_POST_BACKWARD;
+      if (post == lastHook && unit == lastUnit) {
+        // The same unit again (its recomputation, then its backward).
+        for (size_t k : pending)
+          lower(s.ops[k], lastHook, lastUnit);
+        pending.clear();
+        continue;
+      }
+      flush(fwd ? MFSDP_HOOK_PRE_FORWARD : MFSDP_HOOK_PRE_BACKWARD, unit);
+      lastHook = post;
+      lastUnit = unit;
+    }
+    if (!error.empty())
+      return;
+    if (lastHook >= 0)
+      flush(-1, -1);
+    if (!error.empty())
+      return;
+    // Every pre hook leaves its unit whole; pre_backward hands out the
+    // gradient buffers. Every unit's gradients are reduced somewhere.
+    std::vector<bool> hasParams(units, false), reduced(units, false);
+    for (int32_t i = 0; i < p.num_params; ++i)
+      hasParams[p.params[i].unit] = true;
+    for (int32_t u = 0; u < units; ++u)
+      for (int32_t h : {MFSDP_HOOK_PRE_BACKWARD, MFSDP_HOOK_POST_BACKWARD})
+        for (const ProgramOp &op : at(h, u))
+          if (op.kind == MFSDP_PROGRAM_START_REDUCTION)
+            reduced[op.unit] = true;
+    for (int32_t u = 0; u < units; ++u) {
+      if (!hasParams[u])
+        continue;
+      for (int32_t h : {MFSDP_HOOK_PRE_FORWARD, MFSDP_HOOK_PRE_BACKWARD})
+        add(h, u, MFSDP_PROGRAM_WAIT_GATHER, u, "the unit whole for its hook");
+      add(MFSDP_HOOK_PRE_BACKWARD, u, MFSDP_PROGRAM_PLACE_GRADS, u,
+          "the unit's gradient buffers");
+      if (!reduced[u]) {
+        error = "unit " + std::to_string(u) + " ('" + unitName(u) +
+                "') has parameters whose gradients no collective of the "
+                "schedule's backward reduces";
+        return;
+      }
+    }
+  }
+
+private:
+  int32_t computeUnit(const Op &op) const {
+    if (op.unit >= 0)
+      return static_cast<int32_t>(op.unit);
+    auto it = unitIndex.find(op.unitName);
+    return it == unitIndex.end() ? -1 : it->second;
+  }
+  static bool isUnitCompute(const Op &op) {
+    return op.kind == OpKind::Compute && op.compute != "copy" &&
+           (op.phase == Phase::Forward || op.phase == Phase::Backward);
+  }
+  static bool isGather(const Op &op) {
+    return op.kind == OpKind::Collective && !overReplicas(op) &&
+           (op.coll == CollKind::AllGather || op.coll == CollKind::AllGatherV);
+  }
+  bool gatherWork(const Op &op) const {
+    if (isGather(op))
+      return true;
+    return op.kind == OpKind::Wait && op.waitFor >= 0 &&
+           op.waitFor < static_cast<int64_t>(s.ops.size()) && isGather(s.ops[op.waitFor]);
+  }
+  int32_t unitOf(const Op &op) const {
+    auto it = groupUnit.find(op.group);
+    return it == groupUnit.end() ? -1 : it->second;
+  }
+  std::string unitName(int32_t u) const {
+    for (const Op &op : s.ops)
+      if (isUnitCompute(op) && computeUnit(op) == u && !op.unitName.empty())
+        return op.unitName;
+    return "?";
+  }
+  std::vector<ProgramOp> &at(int32_t hook, int32_t unit) {
+    return hooks[static_cast<size_t>(unit) * 4 + hook];
+  }
+  /// Adds an op to a hook unless the hook has one of that kind and unit.
+  void add(int32_t hook, int32_t hookUnit, int32_t kind, int32_t unit,
+           const std::string &from, int64_t group = -1) {
+    std::vector<ProgramOp> &ops = at(hook, hookUnit);
+    for (const ProgramOp &op : ops)
+      if (op.kind == kind && op.unit == unit)
+        return;
+    ProgramOp op;
+    op.kind = kind;
+    op.unit = unit;
+    if (group < 0) // a free or an op of the lowering's own: the unit's group
+      for (const auto &[g, u] : groupUnit)
+        if (u == unit)
+          group = g;
+    op.group = static_cast<int32_t>(group);
+    op.from = from;
+    ops.push_back(std::move(op));
+  }
+
+  void lower(const Op &op, int32_t hook, int32_t hookUnit) {
+    if (hook < 0)
+      return; // nothing computed yet and nothing after: no hook runs it
+    const bool forwardHook =
+        hook == MFSDP_HOOK_PRE_FORWARD || hook == MFSDP_HOOK_POST_FORWARD;
+    const Op *target = &op;
+    if (op.kind == OpKind::Wait) {
+      if (op.waitFor < 0 || op.waitFor >= static_cast<int64_t>(s.ops.size())) {
+        error = "'" + op.name + "' waits for op " + std::to_string(op.waitFor) +
+                ", which is not in the step";
+        return;
+      }
+      target = &s.ops[op.waitFor];
+    }
+    if (op.kind == OpKind::Free) {
+      for (int64_t b : op.writes) {
+        auto it = gatheredBy.find(b);
+        if (it != gatheredBy.end() && it->second >= 0)
+          add(hook, hookUnit, MFSDP_PROGRAM_RELEASE, it->second, op.name, op.group);
+      }
+      return;
+    }
+    if (target->kind != OpKind::Collective || overReplicas(*target))
+      return; // allocs, compute, HSDP's all-reduce (part of the wait)
+    const int32_t unit = unitOf(*target);
+    if (unit < 0) {
+      error = "'" + target->name + "' works on group " + std::to_string(target->group) +
+              ", which computes no unit";
+      return;
+    }
+    const bool gather = isGather(*target);
+    if (!gather && !isReduction(*target)) {
+      error = "'" + target->name + "' (" + std::string(enumName(target->coll)) +
+              ") is a collective the runtime's hooks do not run";
+      return;
+    }
+    if (gather && (target->phase == Phase::Forward) != forwardHook) {
+      error = "'" + target->name + "' (" + std::string(enumName(target->phase)) +
+              ") falls into a hook of the other phase";
+      return;
+    }
+    const int32_t start = gather ? MFSDP_PROGRAM_START_GATHER : MFSDP_PROGRAM_START_REDUCTION;
+    const int32_t wait = gather ? MFSDP_PROGRAM_WAIT_GATHER : MFSDP_PROGRAM_WAIT_REDUCTION;
+    if (op.kind == OpKind::Wait) {
+      add(hook, hookUnit, wait, unit, "wait " + target->name, target->group);
+      return;
+    }
+    add(hook, hookUnit, start, unit, op.name, op.group);
+    if (!op.async)
+      add(hook, hookUnit, wait, unit, op.name, op.group);
+  }
+
+  const Step &s;
+  const mfsdp_plan &p;
+  std::map<int64_t, int32_t> groupUnit;
+  std::unordered_map<int64_t, int32_t> gatheredBy;
+  std::unordered_map<std::string, int32_t> unitIndex;
+};
+
 } // namespace
+
+RuntimeProgram lowerStepProgram(const Step &step, const mfsdp_plan &plan,
+                                const std::vector<std::string> &unitNames) {
+  RuntimeProgram out = lowerOptimizerProgram(step, plan);
+  if (!out.error.empty())
+    return out;
+  HookLowering hooks(step, plan, unitNames);
+  hooks.run();
+  if (!hooks.error.empty()) {
+    out.error = hooks.error;
+    return out;
+  }
+  if (!hooks.leftOut.empty()) {
+    out.hooksLeftOut = hooks.leftOut;
+    return out;
+  }
+  for (size_t i = 0; i < hooks.hooks.size(); ++i) {
+    const int32_t first = static_cast<int32_t>(out.ops.size());
+    for (ProgramOp &op : hooks.hooks[i])
+      out.ops.push_back(std::move(op));
+    out.hooks.push_back({static_cast<int32_t>(i % 4), static_cast<int32_t>(i / 4), first,
+                         static_cast<int32_t>(out.ops.size()) - first});
+  }
+  return out;
+}
+
 
 RuntimeProgram lowerOptimizerProgram(const Step &step, const mfsdp_plan &plan) {
   if (!plan.params && plan.num_params > 0) {

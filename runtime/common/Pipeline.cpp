@@ -82,6 +82,12 @@ mfsdp_status mfsdp_step::startPrefetch(int32_t unit, bool forBackward) {
   if (!prefetching() || unit < 0 || unit >= plan.num_units ||
       !prefetchStarted.empty())
     return MFSDP_OK;
+  return startGather(unit, forBackward);
+}
+
+mfsdp_status mfsdp_step::startGather(int32_t unit, bool forBackward) {
+  if (gatherPending(unit))
+    return MFSDP_OK; // started already
   for (int32_t b : unitBuckets[unit]) {
     if (bucketGathered(b))
       continue;
@@ -89,8 +95,7 @@ mfsdp_status mfsdp_step::startPrefetch(int32_t unit, bool forBackward) {
     about(b, -1);
     if (auto s = gatherBucket(b, forBackward, &handle))
       return s;
-    prefetchUnit = unit;
-    prefetchStarted.push_back({-1, b, handle});
+    prefetchStarted.push_back({-1, b, handle, unit});
     ++work.prefetchStarts;
   }
   for (int32_t p : unitParams[unit]) {
@@ -119,17 +124,23 @@ mfsdp_status mfsdp_step::startPrefetch(int32_t unit, bool forBackward) {
       releaseFull(ps);
       return comm(rc, "starting the prefetch all-gather");
     }
-    prefetchUnit = unit;
-    prefetchStarted.push_back({p, -1, handle});
+    prefetchStarted.push_back({p, -1, handle, unit});
     ++work.prefetchStarts;
   }
   return MFSDP_OK;
 }
 
-mfsdp_status mfsdp_step::completePrefetch() {
+mfsdp_status mfsdp_step::completePrefetch(int32_t unit) {
   std::vector<Started> started;
-  started.swap(prefetchStarted);
-  prefetchUnit = -1;
+  if (unit < 0) {
+    started.swap(prefetchStarted);
+  } else {
+    // This unit's, in the order they were started; the others stay.
+    std::vector<Started> others;
+    for (const Started &st : prefetchStarted)
+      (st.unit == unit ? started : others).push_back(st);
+    prefetchStarted.swap(others);
+  }
   mfsdp_status first = MFSDP_OK;
   std::string firstError;
   for (const Started &st : started) {
@@ -160,14 +171,14 @@ mfsdp_status mfsdp_step::completePrefetch() {
   return first;
 }
 
-mfsdp_status mfsdp_step::enter(bool keepReduction) {
+mfsdp_status mfsdp_step::enter(bool keepReduction, bool keepGathers) {
   if (auto s = usable())
     return s;
   if (auto s = device(backend->afterTrainer(), "ordering after the trainer's stream"))
     return s;
   // A gather prefetched by the last hook is complete before anything
   // else runs (the collectives of every rank stay in one order).
-  mfsdp_status s = completePrefetch();
+  mfsdp_status s = keepGathers ? MFSDP_OK : completePrefetch();
   if (!keepReduction) {
     mfsdp_status r = completeReduction();
     if (!s)

@@ -392,6 +392,15 @@ mfsdp_status mfsdp::rt::createStep(const mfsdp_plan *plan,
     }
     step->unitParams.resize(plan->num_units);
     step->state.assign(plan->num_units, UnitState::Idle);
+    step->hookEntry.assign(static_cast<size_t>(plan->num_units) * 4, -1);
+    if (plan->program) {
+      for (int32_t h = 0; h < plan->program->num_hooks; ++h) {
+        const mfsdp_program_hook &k = plan->program->hooks[h];
+        if (k.hook < MFSDP_HOOK_OPTIMIZER_STEP)
+          step->hookEntry[static_cast<size_t>(k.unit) * 4 + k.hook] = h;
+      }
+      step->programmed = programHooks(*plan);
+    }
     step->reduced.assign(plan->num_units, false);
     step->reducedBeforeForward.assign(plan->num_units, false);
     for (int32_t i = 0; i < plan->num_params; ++i) {

@@ -3,7 +3,7 @@
 // mfsdp_plan.program is the scheduled sched.step lowered by the compiler:
 // per hook its ops in the schedule's order (runtime.h). mfsdp_create checks
 // it against the plan before anything runs, so the executor (Optimizer.cpp)
-// can trust every index it reads.
+// and the hooks' executor (Execute.cpp) can trust every index they read.
 //
 //===----------------------------------------------------------------------===//
 #include "Step.h"
@@ -23,6 +23,16 @@ const char *kindName(int32_t kind) {
     return "broadcast_updates";
   case MFSDP_PROGRAM_GATHER:
     return "gather";
+  case MFSDP_PROGRAM_START_GATHER:
+    return "start_gather";
+  case MFSDP_PROGRAM_WAIT_GATHER:
+    return "wait_gather";
+  case MFSDP_PROGRAM_RELEASE:
+    return "release";
+  case MFSDP_PROGRAM_PLACE_GRADS:
+    return "place_grads";
+  case MFSDP_PROGRAM_START_REDUCTION:
+    return "start_reduction";
   default:
     return "unknown";
   }
@@ -57,6 +67,60 @@ const mfsdp_program_hook *mfsdp::rt::optimizerHook(const mfsdp_plan &plan) {
   return nullptr;
 }
 
+bool mfsdp::rt::programHooks(const mfsdp_plan &plan) {
+  const mfsdp_program *g = plan.program;
+  if (!g || !g->hooks)
+    return false;
+  for (int32_t i = 0; i < g->num_hooks; ++i)
+    if (g->hooks[i].hook != MFSDP_HOOK_OPTIMIZER_STEP)
+      return true;
+  return false;
+}
+
+namespace {
+
+/// What is wrong with the ops of a forward or backward hook entry ("" when
+/// nothing); `reduced` counts each unit's MFSDP_PROGRAM_START_REDUCTION.
+std::string hookOpsProblem(const mfsdp_plan &plan, const mfsdp_program_hook &k,
+                           std::vector<int32_t> &reduced) {
+  const mfsdp_program &g = *plan.program;
+  const bool backward =
+      k.hook == MFSDP_HOOK_PRE_BACKWARD || k.hook == MFSDP_HOOK_POST_BACKWARD;
+  for (int32_t i = k.first_op; i < k.first_op + k.num_ops; ++i) {
+    const mfsdp_program_op &op = g.ops[i];
+    const std::string where = "op " + std::to_string(i) + " (" + kindName(op.kind) +
+                              ", unit " + std::to_string(op.unit) + ") of " +
+                              hookName(k.hook) + "(" + std::to_string(k.unit) + "): ";
+    switch (op.kind) {
+    case MFSDP_PROGRAM_START_GATHER:
+    case MFSDP_PROGRAM_WAIT_GATHER:
+    case MFSDP_PROGRAM_RELEASE:
+      break;
+    case MFSDP_PROGRAM_PLACE_GRADS:
+    case MFSDP_PROGRAM_START_REDUCTION:
+    case MFSDP_PROGRAM_WAIT_REDUCTION:
+      if (!backward)
+        return where + "a forward hook runs no gradient work";
+      break;
+    default:
+      return where + "kind " + std::to_string(op.kind) +
+             " is not one a forward or backward hook runs; expected start_gather "
+             "(4), wait_gather (5), release (6), place_grads (7), start_reduction "
+             "(8) or wait_reduction (0)";
+    }
+    if (op.unit < 0 || op.unit >= plan.num_units)
+      return where + "unit out of range; the plan has " + std::to_string(plan.num_units) +
+             " units";
+    if (op.num_params != 0 || op.only_rank != -1)
+      return where + "names parameters or a rank; it works on the unit on every rank";
+    if (op.kind == MFSDP_PROGRAM_START_REDUCTION)
+      ++reduced[op.unit];
+  }
+  return "";
+}
+
+} // namespace
+
 std::string mfsdp::rt::programProblem(const mfsdp_plan &plan) {
   const mfsdp_program &g = *plan.program;
   const std::string prefix = "invalid program: ";
@@ -70,27 +134,49 @@ std::string mfsdp::rt::programProblem(const mfsdp_plan &plan) {
     if (plan.params[i].unit < 0 || plan.params[i].unit >= plan.num_units)
       return ""; // the parameter table's own check names it
   const mfsdp_program_hook *opt = nullptr;
+  std::vector<int32_t> seen(static_cast<size_t>(plan.num_units) * 4, 0);
+  std::vector<int32_t> reduced(plan.num_units, 0);
+  bool hooks = false;
   for (int32_t h = 0; h < g.num_hooks; ++h) {
     const mfsdp_program_hook &k = g.hooks[h];
     const std::string where = "hook entry " + std::to_string(h) + " (" +
                               hookName(k.hook) + "): ";
-    if (k.hook != MFSDP_HOOK_OPTIMIZER_STEP)
-      return prefix + where +
-             (k.hook >= MFSDP_HOOK_PRE_FORWARD && k.hook < MFSDP_HOOK_OPTIMIZER_STEP
-                  ? "this runtime executes only the optimizer step from a program "
-                    "(the forward and backward hooks keep its own protocol)"
-                  : "unknown hook " + std::to_string(k.hook) +
-                        "; expected MFSDP_HOOK_OPTIMIZER_STEP (4)");
-    if (k.unit != -1)
-      return prefix + where + "unit " + std::to_string(k.unit) +
-             "; the optimizer step has unit -1";
+    if (k.hook < MFSDP_HOOK_PRE_FORWARD || k.hook > MFSDP_HOOK_OPTIMIZER_STEP)
+      return prefix + where + "unknown hook " + std::to_string(k.hook) +
+             "; expected an mfsdp_hook (0 to 4)";
     if (k.first_op < 0 || k.num_ops < 0 || k.first_op > g.num_ops - k.num_ops)
       return prefix + where + "ops [" + std::to_string(k.first_op) + ", +" +
              std::to_string(k.num_ops) + ") out of the " + std::to_string(g.num_ops) +
              " ops";
+    if (k.hook != MFSDP_HOOK_OPTIMIZER_STEP) {
+      if (k.unit < 0 || k.unit >= plan.num_units)
+        return prefix + where + "unit " + std::to_string(k.unit) +
+               " out of range; the plan has " + std::to_string(plan.num_units) + " units";
+      if (seen[static_cast<size_t>(k.unit) * 4 + k.hook]++)
+        return prefix + where + "a second entry for unit " + std::to_string(k.unit);
+      const std::string problem = hookOpsProblem(plan, k, reduced);
+      if (!problem.empty())
+        return prefix + problem;
+      hooks = true;
+      continue;
+    }
+    if (k.unit != -1)
+      return prefix + where + "unit " + std::to_string(k.unit) +
+             "; the optimizer step has unit -1";
     if (opt)
       return prefix + where + "a second entry for the optimizer step";
     opt = &k;
+  }
+  if (hooks) {
+    // A program that runs the backward hooks reduces every unit's
+    // gradients there (else an optimizer step would wait for ever).
+    std::vector<bool> hasParams(plan.num_units, false);
+    for (int32_t p = 0; p < plan.num_params; ++p)
+      hasParams[plan.params[p].unit] = true;
+    for (int32_t u = 0; u < plan.num_units; ++u)
+      if (hasParams[u] && !reduced[u])
+        return prefix + "no backward hook reduces the gradients of unit " +
+               std::to_string(u);
   }
   if (!opt)
     return "";
@@ -101,9 +187,9 @@ std::string mfsdp::rt::programProblem(const mfsdp_plan &plan) {
                               ", unit " + std::to_string(op.unit) + ", group " +
                               std::to_string(op.group) + "): ";
     if (op.kind < MFSDP_PROGRAM_WAIT_REDUCTION || op.kind > MFSDP_PROGRAM_GATHER)
-      return prefix + where + "unknown kind " + std::to_string(op.kind) +
-             "; expected wait_reduction (0), optimizer (1), broadcast_updates (2) "
-             "or gather (3)";
+      return prefix + where + "kind " + std::to_string(op.kind) +
+             " is not one the optimizer step runs; expected wait_reduction (0), "
+             "optimizer (1), broadcast_updates (2) or gather (3)";
     if (op.unit < 0 || op.unit >= plan.num_units)
       return prefix + where + "unit out of range; the plan has " +
              std::to_string(plan.num_units) + " units";

@@ -166,7 +166,9 @@ const char *mfsdp_last_error(mfsdp_step *step) {
 
 /// The start of a hook: a runtime, a unit in range, and the runtime's work
 /// ordered after the trainer's.
-// `keep`: a reduction in flight stays so (see mfsdp_step::enter).
+// `keep`: a reduction in flight stays so (see mfsdp_step::enter). A
+// compiled program's hooks keep every collective in flight: their ops say
+// where each is waited for.
 #define ENTER_UNIT(step, unit, keep)                                            \
   do {                                                                          \
     if (!(step))                                                                \
@@ -175,7 +177,8 @@ const char *mfsdp_last_error(mfsdp_step *step) {
       return (step)->fail(MFSDP_ERROR_INVALID,                                  \
                           "unit " + std::to_string(unit) + " is out of range [0, " + \
                               std::to_string((step)->plan.num_units) + ")");    \
-    if (auto entered = (step)->enter(keep))                                     \
+    if (auto entered = (step)->enter((keep) || (step)->programmed,              \
+                                     (step)->programmed))                      \
       return entered;                                                           \
   } while (0)
 
@@ -191,15 +194,23 @@ mfsdp_status mfsdp_pre_forward(mfsdp_step *step, int32_t unit) {
     // During backward this is activation-checkpoint recomputation (unit
     // already gathered, by pre_backward).
     const bool recomputing = s == UnitState::Backward;
-    if (auto st = step->gather(unit, recomputing))
-      return st;
+    if (step->programmed && !recomputing) {
+      if (auto st = runHook(step, MFSDP_HOOK_PRE_FORWARD, unit))
+        return st;
+    } else {
+      if (recomputing)
+        if (auto st = step->completePrefetch(unit))
+          return st;
+      if (auto st = step->gather(unit, recomputing))
+        return st;
+    }
     s = recomputing ? UnitState::Backward : UnitState::Forward;
     if (!recomputing)
       step->reducedBeforeForward[unit] = step->reduced[unit];
     step->reduced[unit] = false;
     // Prefetch: the next unit's gather runs while the trainer computes this
     // one (waited for by the next call).
-    if (!recomputing && unit + 1 < step->plan.num_units &&
+    if (!step->programmed && !recomputing && unit + 1 < step->plan.num_units &&
         step->state[unit + 1] == UnitState::Idle)
       if (auto st = step->startPrefetch(unit + 1, false))
         return st;
@@ -218,7 +229,12 @@ mfsdp_status mfsdp_post_forward(mfsdp_step *step, int32_t unit) {
       return step->fail(MFSDP_ERROR_ORDER, "post_forward of unit " +
                                                std::to_string(unit) +
                                                " without its pre_forward");
-    step->release(unit);
+    if (step->programmed) {
+      if (auto st = runHook(step, MFSDP_HOOK_POST_FORWARD, unit))
+        return st;
+    } else {
+      step->release(unit);
+    }
     s = UnitState::ForwardDone;
     return MFSDP_OK;
   });
@@ -255,6 +271,12 @@ mfsdp_status mfsdp_pre_backward(mfsdp_step *step, int32_t unit) {
       return step->fail(MFSDP_ERROR_ORDER,
                         "pre_backward of unit " + std::to_string(unit) +
                             " before its forward finished (post_forward)");
+    if (step->programmed) {
+      if (auto st = runHook(step, MFSDP_HOOK_PRE_BACKWARD, unit))
+        return st;
+      s = UnitState::Backward;
+      return step->finish();
+    }
     if (auto st = step->gather(unit, true))
       return st;
     // The gradient buffers are zero from mfsdp_create or the last zero_grad,
@@ -283,6 +305,12 @@ mfsdp_status mfsdp_post_backward(mfsdp_step *step, int32_t unit) {
       return step->fail(MFSDP_ERROR_ORDER, "post_backward of unit " +
                                                std::to_string(unit) +
                                                " without its pre_backward");
+    if (step->programmed) {
+      if (auto st = runHook(step, MFSDP_HOOK_POST_BACKWARD, unit))
+        return st;
+      s = UnitState::Idle;
+      return step->finish();
+    }
     if (!step->noSync) {
       // Overlap: this unit's reductions run during the previous unit's
       // backward; its gathered copy and gradients are released when they

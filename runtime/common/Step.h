@@ -10,6 +10,7 @@
 //   Collectives.cpp     a unit's gathers and reductions
 //   Buckets.cpp         the bucket engine: one collective per bucket
 //   Pipeline.cpp        prefetched gathers and overlapped reductions
+//   Execute.cpp         the forward and backward hooks' compiled ops
 //   Optimizer.cpp       the optimizer step
 //   Clipping.cpp        hyperparameters and gradient clipping
 //   Checkpoint.cpp      load / store of parameters and optimizer state
@@ -84,6 +85,7 @@ struct Started {
   int32_t param = -1;
   int32_t bucket = -1;
   CommHandle handle = 0;
+  int32_t unit = -1; // whose gather it is (gathers in flight)
 };
 
 /// An optimizer's name, for messages.
@@ -111,6 +113,11 @@ std::string programProblem(const mfsdp_plan &plan);
 const mfsdp_program_hook *optimizerHook(const mfsdp_plan &plan);
 /// mfsdp_optimizer_step (Optimizer.cpp).
 mfsdp_status optimizerStep(mfsdp_step *step);
+/// Whether plan.program carries the forward and backward hooks (then the
+/// hooks run runHook and not the runtime's own protocol; Program.cpp).
+bool programHooks(const mfsdp_plan &plan);
+/// Runs the compiled ops of `hook` (mfsdp_hook) for `unit` (Execute.cpp).
+mfsdp_status runHook(mfsdp_step *step, int32_t hook, int32_t unit);
 /// mfsdp_load_param, mfsdp_store_param, mfsdp_load_state and
 /// mfsdp_store_state (Checkpoint.cpp).
 mfsdp_status loadParam(mfsdp_step *step, int32_t param, const float *full);
@@ -151,13 +158,20 @@ struct mfsdp_step {
   int64_t replicaRank = 0; // this rank's dp_replicate replica
   WorkCounters work;       // for tests (Counters.h)
   bool noSync = false;
-  /// Gather prefetch in flight: the unit whose gathered copies are being
-  /// gathered ahead of its hook (-1: none), and each parameter's started
-  /// collective. Completed (completePrefetch) at the start of the next call
-  /// that touches buffers, so no collective is ever left unwaited and every
-  /// rank waits in the same order.
-  int32_t prefetchUnit = -1;
+  /// Gathers in flight (started ahead of their wait: the runtime's
+  /// prefetch, or a compiled program's MFSDP_PROGRAM_START_GATHER), each
+  /// bucket's or parameter's collective with its unit. The runtime's own
+  /// protocol completes them (completePrefetch) at the start of the next
+  /// call that touches buffers; a compiled program where it says
+  /// (MFSDP_PROGRAM_WAIT_GATHER), and any other call first. So no
+  /// collective is ever left unwaited and every rank waits in the same
+  /// order.
   std::vector<Started> prefetchStarted;
+  /// The forward and backward hooks run the compiled program (runHook).
+  bool programmed = false;
+  /// plan.program's hook entry per unit and mfsdp_hook (unit * 4 + hook;
+  /// -1: none, the hook runs no ops).
+  std::vector<int32_t> hookEntry;
   /// Gradient reduction in flight (with prefetch 1, overlapped with the
   /// previous unit's backward): the unit post_backward left it running for
   /// (-1: none) and each parameter's started collective. Completed
@@ -197,6 +211,13 @@ struct mfsdp_step {
   /// made room for it, under ZeRO-3 (ZeRO-1/2 keep the copies all step).
   bool prefetching() const {
     return memory && memory->prefetch == 1 && plan.zero >= 3;
+  }
+  /// Whether a gather of `unit` is in flight.
+  bool gatherPending(int32_t unit) const {
+    for (const Started &started : prefetchStarted)
+      if (started.unit == unit)
+        return true;
+    return false;
   }
   bool prefetchPending(int32_t param) const {
     for (const Started &started : prefetchStarted)
@@ -253,11 +274,15 @@ struct mfsdp_step {
   /// collective but bf16 rounding: row shards and owned matrices not yet
   /// gathered. Block shards (reordered after the collective) and
   /// replicated tensors (a copy) are gathered at the unit's own hook.
+  /// The runtime's own protocol starts one unit ahead (prefetching());
+  /// startGather starts whatever a compiled program says.
   mfsdp_status startPrefetch(int32_t unit, bool forBackward);
+  mfsdp_status startGather(int32_t unit, bool forBackward);
 
-  /// Waits for the prefetch in flight, if any (then bf16 rounding). Every
-  /// started collective is waited for, even after a failure.
-  mfsdp_status completePrefetch();
+  /// Waits for the gathers in flight of `unit` (-1: all), if any (then
+  /// bf16 rounding). Every started collective is waited for, even after a
+  /// failure.
+  mfsdp_status completePrefetch(int32_t unit = -1);
 
   /// A row-shard bucket's staging buffer for a gather (forward or
   /// backward) or a reduction: `which` 0, 1 or 2 (mfsdp_bucket_offsets).
@@ -364,8 +389,10 @@ struct mfsdp_step {
   /// The start of a call that touches buffers the trainer may still be
   /// using: the runtime's work goes after the trainer's.
   /// With `keepReduction` a reduction in flight stays so (the hooks of the
-  /// unit before it, whose buffers the memory plan keeps apart from it).
-  mfsdp_status enter(bool keepReduction = false);
+  /// unit before it, whose buffers the memory plan keeps apart from it);
+  /// with `keepGathers` the gathers in flight too (a compiled program's
+  /// hooks, whose ops say where each is waited for).
+  mfsdp_status enter(bool keepReduction = false, bool keepGathers = false);
   /// MFSDP_ERROR_INVALID unless mfsdp_create succeeded on this runtime.
   mfsdp_status usable() {
     if (!created)

@@ -268,6 +268,15 @@ int main(int argc, char **argv) {
     mfsdp_program_op gather{};
     gather.kind = MFSDP_PROGRAM_GATHER;
     gather.unit = 0;
+    // An op of a forward or backward hook: a unit, no parameters, every rank.
+    auto hookOp = [](int32_t kind, int32_t unit) {
+      mfsdp_program_op op{};
+      op.kind = kind;
+      op.unit = unit;
+      op.group = unit;
+      op.only_rank = -1;
+      return op;
+    };
     struct BadProgram {
       std::vector<mfsdp_program_op> ops;
       mfsdp_program_hook hook;
@@ -275,7 +284,8 @@ int main(int argc, char **argv) {
     } badPrograms[] = {
         {{good[0], good[1]}, {MFSDP_HOOK_OPTIMIZER_STEP, -1, 0, 2}, nullptr},
         {{unknown, good[1]}, {MFSDP_HOOK_OPTIMIZER_STEP, -1, 0, 2},
-         "invalid program: op 0 (unknown, unit 1, group 1): unknown kind 9"},
+         "invalid program: op 0 (unknown, unit 1, group 1): kind 9 is not one the "
+         "optimizer step runs"},
         {{good[0], good[1], good[1]}, {MFSDP_HOOK_OPTIMIZER_STEP, -1, 0, 3},
          "op 2 (optimizer, unit 0, group 0): parameter 'w' is stepped twice"},
         {{good[0]}, {MFSDP_HOOK_OPTIMIZER_STEP, -1, 0, 1},
@@ -292,7 +302,17 @@ int main(int argc, char **argv) {
         {{good[0], good[1]}, {MFSDP_HOOK_OPTIMIZER_STEP, -1, 1, 2},
          "hook entry 0 (optimizer_step): ops [1, +2) out of the 2 ops"},
         {{good[0], good[1]}, {MFSDP_HOOK_PRE_FORWARD, 0, 0, 2},
-         "hook entry 0 (pre_forward): this runtime executes only the optimizer step"},
+         "op 0 (optimizer, unit 1) of pre_forward(0): kind 1 is not one a forward or "
+         "backward hook runs"},
+        {{hookOp(MFSDP_PROGRAM_PLACE_GRADS, 0)}, {MFSDP_HOOK_POST_FORWARD, 0, 0, 1},
+         "op 0 (place_grads, unit 0) of post_forward(0): a forward hook runs no "
+         "gradient work"},
+        {{hookOp(MFSDP_PROGRAM_START_GATHER, 2)}, {MFSDP_HOOK_PRE_FORWARD, 1, 0, 1},
+         "op 0 (start_gather, unit 2) of pre_forward(1): unit out of range"},
+        {{hookOp(MFSDP_PROGRAM_START_REDUCTION, 1)}, {MFSDP_HOOK_POST_BACKWARD, 1, 0, 1},
+         "no backward hook reduces the gradients of unit 0"},
+        {{hookOp(MFSDP_PROGRAM_START_GATHER, 0)}, {MFSDP_HOOK_PRE_FORWARD, 5, 0, 1},
+         "hook entry 0 (pre_forward): unit 5 out of range"},
     };
     for (BadProgram &bad : badPrograms) {
       mfsdp_program program{};

@@ -233,4 +233,133 @@ TEST(RuntimeProgram, Errors) {
   }
 }
 
+
+/// One hook's ops as "kind unit" words (hook entries of lowerStepProgram).
+std::string hookText(const RuntimeProgram &p, int32_t hook, int32_t unit) {
+  static const char *kinds[] = {"wait_reduction", "optimizer",   "broadcast",
+                                "gather",         "start_gather", "wait_gather",
+                                "release",        "place_grads",  "start_reduction"};
+  for (const mfsdp_program_hook &h : p.hooks) {
+    if (h.hook != hook || h.unit != unit)
+      continue;
+    std::string out;
+    for (int32_t i = h.first_op; i < h.first_op + h.num_ops; ++i)
+      out += std::string(out.empty() ? "" : ", ") + kinds[p.ops[i].kind] + " u" +
+             std::to_string(p.ops[i].unit);
+    return out;
+  }
+  return "(no entry)";
+}
+
+// The forward and backward hooks of the same step: ZeRO-2 keeps the copies
+// (each pre hook only makes sure of its unit); each unit's reduction starts
+// in its post_backward. This hand-built step reads the gradient shards only
+// in the optimizer phase, so the schedule waits for every reduction there
+// (the runtime keeps one in flight: a start lands the one before).
+TEST(RuntimeProgram, HooksFollowTheSchedule) {
+  Plan plan;
+  Step s = threeUnits();
+  OverlapOptions o;
+  o.prefetch = 1;
+  scheduleOverlap(s, o);
+  const RuntimeProgram p = lowerStepProgram(s, plan.plan);
+  ASSERT_EQ(p.error, "");
+  ASSERT_EQ(p.hooksLeftOut, "");
+  EXPECT_EQ(p.hooks.size(), 1u + 3 * 4);
+  EXPECT_EQ(hookText(p, MFSDP_HOOK_PRE_FORWARD, 0), "wait_gather u0");
+  EXPECT_EQ(hookText(p, MFSDP_HOOK_POST_FORWARD, 0), "");
+  EXPECT_EQ(hookText(p, MFSDP_HOOK_PRE_BACKWARD, 2), "wait_gather u2, place_grads u2");
+  EXPECT_EQ(hookText(p, MFSDP_HOOK_POST_BACKWARD, 2), "start_reduction u2");
+  EXPECT_EQ(hookText(p, MFSDP_HOOK_POST_BACKWARD, 1), "start_reduction u1");
+  EXPECT_EQ(hookText(p, MFSDP_HOOK_POST_BACKWARD, 0), "start_reduction u0");
+  const mfsdp_program_hook &opt = p.hooks.front();
+  ASSERT_EQ(opt.hook, MFSDP_HOOK_OPTIMIZER_STEP);
+  EXPECT_EQ(p.ops[opt.first_op].kind, MFSDP_PROGRAM_WAIT_REDUCTION);
+}
+
+// ZeRO-3 with prefetch: each forward gather starts one unit ahead and the
+// copy is freed in post_forward; the backward gather of the unit before
+// starts in pre_backward.
+TEST(RuntimeProgram, HooksPrefetchUnderZero3) {
+  Plan plan;
+  plan.plan.zero = 3;
+  Step s = threeUnits();
+  // ZeRO-3's gathers: per group a gathered buffer, gathered before each
+  // phase's compute and freed after it.
+  Step z;
+  z.name = s.name;
+  z.world = s.world;
+  z.buffers = s.buffers;
+  std::vector<int64_t> fwdBuf, bwdBuf;
+  for (int64_t g = 0; g < 3; ++g)
+    for (int k = 0; k < 2; ++k) {
+      Buffer b;
+      b.name = (k ? "bwd gathered g" : "fwd gathered g") + std::to_string(g);
+      b.bytes = 128;
+      z.buffers.push_back(b);
+      (k ? bwdBuf : fwdBuf).push_back(static_cast<int64_t>(z.buffers.size()) - 1);
+    }
+  for (const Op &op : s.ops) {
+    if (op.kind == OpKind::Compute) {
+      const bool fwd = op.phase == Phase::Forward;
+      const int64_t g = op.group, buf = fwd ? fwdBuf[g] : bwdBuf[g];
+      Op alloc = make(OpKind::Alloc, op.phase, "alloc", -1, g, {}, {buf});
+      z.ops.push_back(alloc);
+      z.ops.push_back(collective(CollKind::AllGather, op.phase,
+                                 std::string(fwd ? "gather" : "bwd gather") + " g" +
+                                     std::to_string(g),
+                                 g, {}, g, buf));
+      z.ops.push_back(op);
+      z.ops.push_back(make(OpKind::Free, op.phase, "free", -1, g, {}, {buf}));
+      continue;
+    }
+    if (op.phase == Phase::Optimizer && op.kind == OpKind::Collective)
+      continue; // ZeRO-3 gathers at the next use
+    z.ops.push_back(op);
+  }
+  OverlapOptions o;
+  o.prefetch = 1;
+  scheduleOverlap(z, o);
+  const RuntimeProgram p = lowerStepProgram(z, plan.plan);
+  ASSERT_EQ(p.error, "");
+  ASSERT_EQ(p.hooksLeftOut, "");
+  EXPECT_EQ(hookText(p, MFSDP_HOOK_PRE_FORWARD, 0),
+            "start_gather u0, start_gather u1, wait_gather u0");
+  EXPECT_EQ(hookText(p, MFSDP_HOOK_POST_FORWARD, 0), "release u0");
+  EXPECT_EQ(hookText(p, MFSDP_HOOK_PRE_FORWARD, 2), "wait_gather u2");
+  EXPECT_EQ(hookText(p, MFSDP_HOOK_PRE_BACKWARD, 1),
+            "start_gather u0, wait_gather u1, place_grads u1");
+}
+
+// Where a gather group holds two units, or microbatches repeat the hooks,
+// only the optimizer step is lowered, and the program says why.
+TEST(RuntimeProgram, HooksLeftOut) {
+  Plan plan;
+  Step s = threeUnits();
+  for (Op &op : s.ops)
+    if (op.group == 2)
+      op.group = 1;
+  RuntimeProgram p = lowerStepProgram(s, plan.plan);
+  EXPECT_EQ(p.error, "");
+  EXPECT_EQ(p.hooksLeftOut, "gather group 1 holds units 1 and 2, which the trainer's "
+                            "hooks name one at a time");
+  EXPECT_EQ(p.hooks.size(), 1u);
+  Step m = threeUnits();
+  m.microbatches = 2;
+  p = lowerStepProgram(m, plan.plan);
+  EXPECT_EQ(p.hooksLeftOut, "the step accumulates 2 microbatches, whose hooks repeat");
+}
+
+// A unit whose gradients no collective reduces cannot be run by the hooks.
+TEST(RuntimeProgram, HooksRefuseAnUnreducedUnit) {
+  Plan plan;
+  Step s = threeUnits();
+  s.ops.erase(std::remove_if(s.ops.begin(), s.ops.end(),
+                             [](const Op &op) { return op.name == "reduce_scatter g1"; }),
+              s.ops.end());
+  const RuntimeProgram p = lowerStepProgram(s, plan.plan);
+  EXPECT_EQ(p.error, "unit 1 ('?') has parameters whose gradients no collective of "
+                     "the schedule's backward reduces");
+}
+
 } // namespace

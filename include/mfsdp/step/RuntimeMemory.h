@@ -89,8 +89,15 @@ std::vector<mfsdp_bucket> bucketViews(const std::vector<RuntimeBucket> &buckets)
 /// (gathered copies kept all step) it changes no lifetime. The plan's
 /// buckets (mfsdp_bucket) are laid out as the runtime needs them: their
 /// members' buffers in one piece, with staging for row-shard buckets.
+/// With a compiled `program` that carries the forward and backward hooks
+/// (mfsdp_program), the lifetimes are the program's instead: its hooks
+/// replayed in a training step's order (forward units in order, backward in
+/// reverse, then the optimizer step), each gather's copy live from its
+/// start to its release or its reduction's wait, each unit's gradients
+/// from MFSDP_PROGRAM_PLACE_GRADS to the wait of its reduction.
 RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
-                                    int64_t alignment = 256, int32_t prefetch = 0);
+                                    int64_t alignment = 256, int32_t prefetch = 0,
+                                    const mfsdp_program *program = nullptr);
 
 } // namespace mfsdp::step
 

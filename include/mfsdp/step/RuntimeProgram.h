@@ -2,9 +2,11 @@
 //
 // Lowers a scheduled step program (after mfsdp-schedule-overlap and
 // mfsdp-plan-memory) into the table the runtime executes (mfsdp_program in
-// runtime.h). So far the optimizer phase: the waits for reductions still in
-// flight, each group's optimizer kernels, the ns_split broadcasts and the
-// ZeRO-1/2 gathers of the updated parameters, in the schedule's order.
+// runtime.h): per unit its forward and backward hooks (the starts and
+// waits of its gathers and reductions, the frees, the gradient buffers)
+// and the optimizer phase (the waits for reductions still in flight, each
+// group's optimizer kernels, the ns_split broadcasts and the ZeRO-1/2
+// gathers of the updated parameters), all in the schedule's order.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MFSDP_STEP_RUNTIMEPROGRAM_H
@@ -36,6 +38,10 @@ struct RuntimeProgram {
   std::vector<ProgramOp> ops;
   std::vector<mfsdp_program_hook> hooks;
   std::string error; // set when the step cannot be lowered
+  /// Why the forward and backward hooks were not lowered ("" when they
+  /// were, or when only the optimizer phase was asked for): the runtime
+  /// then runs them by its own protocol.
+  std::string hooksLeftOut;
 
   /// The C view (mfsdp_plan::program); valid while this object and the
   /// returned storage live and neither changes.
@@ -63,6 +69,30 @@ struct RuntimeProgram {
 /// tensors only) is gathered at the end. Fails (error) on an op it does
 /// not know, a parameter not in the plan, or a parameter stepped twice.
 RuntimeProgram lowerOptimizerProgram(const Step &step, const mfsdp_plan &plan);
+
+/// The whole scheduled step as the runtime's program: the optimizer phase
+/// (lowerOptimizerProgram) and each unit's forward and backward hooks.
+/// The hooks split the forward and backward ops at the compute ops: what
+/// comes before a unit's first compute op of a phase belongs to its pre
+/// hook, what follows its last one to its post hook, split between the two
+/// hooks where the next unit's gather work (a start or a wait of a gather)
+/// begins, so every op keeps its place in the schedule's order. Then
+///  - an all-gather (-v) over dp_shard: MFSDP_PROGRAM_START_GATHER of the
+///    unit (once per hook), and its Wait: MFSDP_PROGRAM_WAIT_GATHER;
+///  - a reduction over dp_shard: MFSDP_PROGRAM_START_REDUCTION, its Wait:
+///    MFSDP_PROGRAM_WAIT_REDUCTION (HSDP's all-reduce over replicas is part
+///    of the wait, as the runtime runs it);
+///  - the free of a unit's forward gather: MFSDP_PROGRAM_RELEASE;
+///  - a synchronous collective: its start and its wait.
+/// Every pre hook ends with the unit's MFSDP_PROGRAM_WAIT_GATHER (if no op
+/// waited for it: ZeRO-1/2 keep the copy, a no-op then) and pre_backward
+/// with MFSDP_PROGRAM_PLACE_GRADS. The hooks are lowered where each gather
+/// group of the schedule is one unit of the plan and the step has one
+/// microbatch; otherwise hooksLeftOut says why and only the optimizer phase
+/// is lowered. A compute op names its unit by index (Op::unit) or, as read
+/// from IR, by name: `unitNames` are the plan's units in index order.
+RuntimeProgram lowerStepProgram(const Step &step, const mfsdp_plan &plan,
+                                const std::vector<std::string> &unitNames = {});
 
 } // namespace mfsdp::step
 

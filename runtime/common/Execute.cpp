@@ -1,0 +1,85 @@
+//===- Execute.cpp - The forward and backward hooks' compiled ops ---------===//
+//
+// Where the step library carries them (mfsdp_plan.program, runtime.h), a
+// unit's forward and backward hooks run the ops the compiler lowered from
+// the scheduled sched.step, in their order: the starts and waits of the
+// unit's gathers and reductions, the frees, the gradient buffers. The
+// hooks (Runtime.cpp) still check what the trainer calls against each
+// unit's state; which collective starts and which is waited for where is
+// the program's.
+//
+//===----------------------------------------------------------------------===//
+#include "Step.h"
+
+#include <string>
+
+using namespace mfsdp::rt;
+
+mfsdp_status mfsdp::rt::runHook(mfsdp_step *step, int32_t hook, int32_t unit) {
+  const int32_t entry = step->hookEntry[static_cast<size_t>(unit) * 4 + hook];
+  if (entry < 0)
+    return MFSDP_OK; // a hook with no entry runs no ops
+  const mfsdp_program &g = *step->plan.program;
+  const mfsdp_program_hook &k = g.hooks[entry];
+  // The memory plan's backward places for the backward hooks' gathers.
+  const bool backward = hook == MFSDP_HOOK_PRE_BACKWARD || hook == MFSDP_HOOK_POST_BACKWARD;
+  for (int32_t i = k.first_op; i < k.first_op + k.num_ops; ++i) {
+    const mfsdp_program_op &op = g.ops[i];
+    const int32_t u = op.unit;
+    switch (op.kind) {
+    case MFSDP_PROGRAM_START_GATHER:
+      if (auto s = step->startGather(u, backward))
+        return s;
+      break;
+    case MFSDP_PROGRAM_WAIT_GATHER:
+      if (auto s = step->completePrefetch(u))
+        return s;
+      if (auto s = step->gather(u, backward))
+        return s;
+      break;
+    case MFSDP_PROGRAM_RELEASE:
+      step->about(-1, -1);
+      step->release(u);
+      break;
+    case MFSDP_PROGRAM_PLACE_GRADS:
+      if (auto s = step->placeGrads(u))
+        return s;
+      for (int32_t p : step->unitParams[u])
+        step->params[p].gradLive = true;
+      break;
+    case MFSDP_PROGRAM_START_REDUCTION: {
+      if (step->noSync) {
+        // Accumulating: nothing is reduced, the gradients stay (the plan
+        // keeps them); the backward copy goes as after a reduction.
+        step->about(-1, -1);
+        step->release(u);
+        step->releaseGrads(u);
+        break;
+      }
+      if (step->reduceUnit == u)
+        break; // started already
+      // One reduction in flight at a time: an earlier one the program has
+      // not waited for yet lands first.
+      if (step->reduceUnit >= 0)
+        if (auto s = step->completeReduction())
+          return s;
+      if (auto s = step->reduce(u, /*async=*/true)) {
+        const std::string why = step->error;
+        step->completeReduction(); // waits for what was started
+        step->error = why;
+        return s;
+      }
+      step->reduceUnit = u;
+      break;
+    }
+    case MFSDP_PROGRAM_WAIT_REDUCTION:
+      if (step->reduceUnit == u)
+        if (auto s = step->completeReduction())
+          return s;
+      break;
+    default:
+      break; // refused by mfsdp_create (Program.cpp)
+    }
+  }
+  return MFSDP_OK;
+}
