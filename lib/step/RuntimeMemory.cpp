@@ -269,12 +269,14 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
       else if (k.unit >= 0 && k.unit < N && k.hook >= 0)
         entry[static_cast<size_t>(k.unit) * 4 + k.hook] = h;
     }
-    int32_t inFlight = -1; // the unit whose reduction is in flight
-    auto landed = [&](int32_t u) {
-      for (int32_t p : unitParams[u]) {
-        both(OpKind::Free, p, FullBackward);
-        both(OpKind::Free, p, Grad);
-      }
+    std::vector<int32_t> inFlight; // units whose reductions are in flight
+    auto landAll = [&]() {
+      for (int32_t u : inFlight)
+        for (int32_t p : unitParams[u]) {
+          both(OpKind::Free, p, FullBackward);
+          both(OpKind::Free, p, Grad);
+        }
+      inFlight.clear();
     };
     auto run = [&](const mfsdp_program_hook &k) {
       const bool backward =
@@ -299,15 +301,13 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
             both(OpKind::Alloc, p, Grad);
           break;
         case MFSDP_PROGRAM_START_REDUCTION:
-          if (inFlight >= 0 && inFlight != o.unit)
-            landed(inFlight);
-          inFlight = o.unit;
+          if (std::find(inFlight.begin(), inFlight.end(), o.unit) == inFlight.end())
+            inFlight.push_back(o.unit);
           break;
         case MFSDP_PROGRAM_WAIT_REDUCTION:
-          if (inFlight == o.unit) {
-            landed(o.unit);
-            inFlight = -1;
-          }
+          // The runtime lands every reduction in flight together.
+          if (std::find(inFlight.begin(), inFlight.end(), o.unit) != inFlight.end())
+            landAll();
           break;
         default:
           break;
@@ -324,8 +324,7 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
           run(program->hooks[entry[static_cast<size_t>(u) * 4 + h]]);
     if (optimizerHook)
       run(*optimizerHook);
-    if (inFlight >= 0)
-      landed(inFlight);
+    landAll();
   } else {
     const bool ahead = prefetch == 1 && zero3;
     const int32_t N = plan.num_units;

@@ -255,6 +255,9 @@ public:
       : s(s), p(p) {
     for (size_t u = 0; u < names.size(); ++u)
       unitIndex.emplace(names[u], static_cast<int32_t>(u));
+    for (int32_t i = 0; i < p.num_params; ++i)
+      if (p.params[i].name)
+        paramIndex.emplace(p.params[i].name, i);
   }
 
   /// Each hook's ops, indexed [unit * 4 + hook]; "" or why they cannot be
@@ -270,8 +273,9 @@ public:
       return;
     }
     const int32_t units = std::max(p.num_units, 0);
-    // Each gather group of the schedule must be one unit of the plan.
-    std::map<int64_t, int32_t> unitOfGroup;
+    // Each gather group's units, in forward order (a group of several is
+    // gathered, freed and reduced together: its first unit's pre hooks and
+    // its last unit's post hooks run the group's work).
     for (const Op &op : s.ops) {
       if (!isUnitCompute(op))
         continue;
@@ -282,23 +286,19 @@ public:
                 ", which is not one of the plan's " + std::to_string(units) + " units";
         return;
       }
-      auto [it, fresh] = unitOfGroup.emplace(op.group, unit);
-      if (!fresh && it->second != unit) {
-        leftOut = "gather group " + std::to_string(op.group) + " holds units " +
-                  std::to_string(it->second) + " and " + std::to_string(unit) +
-                  ", which the trainer's hooks name one at a time";
-        return;
-      }
+      std::vector<int32_t> &members = groupUnits[op.group];
+      if (std::find(members.begin(), members.end(), unit) == members.end())
+        members.push_back(unit);
     }
-    groupUnit = std::move(unitOfGroup);
     hooks.assign(static_cast<size_t>(units) * 4, {});
     // Buffers the forward gathers write: their free releases the unit.
     for (const Op &op : s.ops)
       if (isGather(op) && op.phase == Phase::Forward)
         for (int64_t b : op.writes)
-          gatheredBy[b] = unitOf(op);
+          gatheredBy[b] = op.group;
     std::vector<size_t> pending;
     int32_t lastHook = -1, lastUnit = -1; // the post hook of the last compute
+    int64_t lastGroup = -1;
     auto flush = [&](int32_t preHook, int32_t preUnit) {
       size_t split = pending.size();
       if (preHook >= 0)
@@ -324,16 +324,20 @@ public:
       const bool fwd = op.phase == Phase::Forward;
       const int32_t unit = computeUnit(op);
       const int32_t post = fwd ? MFSDP_HOOK_POST_FORWARD : MFSDP_HOOK_POST_BACKWARD;
-      if (post == lastHook && unit == lastUnit) {
-        // The same unit again (its recomputation, then its backward).
+      if (post == lastHook && op.group == lastGroup) {
+        // The same group again (its next unit, or a unit's recomputation
+        // then its backward): what lies between goes with the unit before,
+        // and the group's post hooks move to this unit.
         for (size_t k : pending)
           lower(s.ops[k], lastHook, lastUnit);
         pending.clear();
+        lastUnit = unit;
         continue;
       }
       flush(fwd ? MFSDP_HOOK_PRE_FORWARD : MFSDP_HOOK_PRE_BACKWARD, unit);
       lastHook = post;
       lastUnit = unit;
+      lastGroup = op.group;
     }
     if (!error.empty())
       return;
@@ -388,9 +392,29 @@ private:
     return op.kind == OpKind::Wait && op.waitFor >= 0 &&
            op.waitFor < static_cast<int64_t>(s.ops.size()) && isGather(s.ops[op.waitFor]);
   }
-  int32_t unitOf(const Op &op) const {
-    auto it = groupUnit.find(op.group);
-    return it == groupUnit.end() ? -1 : it->second;
+  /// The units a collective works on: those of the parameters it names,
+  /// else its unit, else its group's.
+  std::vector<int32_t> unitsOf(const Op &op) const {
+    std::vector<int32_t> out;
+    auto note = [&](int32_t u) {
+      if (u >= 0 && u < p.num_units && std::find(out.begin(), out.end(), u) == out.end())
+        out.push_back(u);
+    };
+    for (const std::string &n : op.params) {
+      auto it = paramIndex.find(n);
+      if (it != paramIndex.end())
+        note(p.params[it->second].unit);
+    }
+    if (out.empty() && op.unit >= 0)
+      note(static_cast<int32_t>(op.unit));
+    if (out.empty()) {
+      auto it = groupUnits.find(op.group);
+      if (it != groupUnits.end())
+        for (int32_t u : it->second)
+          note(u);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
   }
   std::string unitName(int32_t u) const {
     for (const Op &op : s.ops)
@@ -412,8 +436,8 @@ private:
     op.kind = kind;
     op.unit = unit;
     if (group < 0) // a free or an op of the lowering's own: the unit's group
-      for (const auto &[g, u] : groupUnit)
-        if (u == unit)
+      for (const auto &[g, members] : groupUnits)
+        if (std::find(members.begin(), members.end(), unit) != members.end())
           group = g;
     op.group = static_cast<int32_t>(group);
     op.from = from;
@@ -437,15 +461,19 @@ private:
     if (op.kind == OpKind::Free) {
       for (int64_t b : op.writes) {
         auto it = gatheredBy.find(b);
-        if (it != gatheredBy.end() && it->second >= 0)
-          add(hook, hookUnit, MFSDP_PROGRAM_RELEASE, it->second, op.name, op.group);
+        if (it == gatheredBy.end())
+          continue;
+        auto members = groupUnits.find(it->second);
+        if (members != groupUnits.end())
+          for (int32_t u : members->second)
+            add(hook, hookUnit, MFSDP_PROGRAM_RELEASE, u, op.name, it->second);
       }
       return;
     }
     if (target->kind != OpKind::Collective || overReplicas(*target))
       return; // allocs, compute, HSDP's all-reduce (part of the wait)
-    const int32_t unit = unitOf(*target);
-    if (unit < 0) {
+    const std::vector<int32_t> units = unitsOf(*target);
+    if (units.empty()) {
       error = "'" + target->name + "' works on group " + std::to_string(target->group) +
               ", which computes no unit";
       return;
@@ -463,20 +491,22 @@ private:
     }
     const int32_t start = gather ? MFSDP_PROGRAM_START_GATHER : MFSDP_PROGRAM_START_REDUCTION;
     const int32_t wait = gather ? MFSDP_PROGRAM_WAIT_GATHER : MFSDP_PROGRAM_WAIT_REDUCTION;
-    if (op.kind == OpKind::Wait) {
-      add(hook, hookUnit, wait, unit, "wait " + target->name, target->group);
-      return;
+    for (int32_t unit : units) {
+      if (op.kind == OpKind::Wait) {
+        add(hook, hookUnit, wait, unit, "wait " + target->name, target->group);
+        continue;
+      }
+      add(hook, hookUnit, start, unit, op.name, op.group);
+      if (!op.async)
+        add(hook, hookUnit, wait, unit, op.name, op.group);
     }
-    add(hook, hookUnit, start, unit, op.name, op.group);
-    if (!op.async)
-      add(hook, hookUnit, wait, unit, op.name, op.group);
   }
 
   const Step &s;
   const mfsdp_plan &p;
-  std::map<int64_t, int32_t> groupUnit;
-  std::unordered_map<int64_t, int32_t> gatheredBy;
-  std::unordered_map<std::string, int32_t> unitIndex;
+  std::map<int64_t, std::vector<int32_t>> groupUnits;
+  std::unordered_map<int64_t, int64_t> gatheredBy; // buffer -> group
+  std::unordered_map<std::string, int32_t> unitIndex, paramIndex;
 };
 
 } // namespace

@@ -26,6 +26,14 @@ mfsdp_status mfsdp::rt::runHook(mfsdp_step *step, int32_t hook, int32_t unit) {
   for (int32_t i = k.first_op; i < k.first_op + k.num_ops; ++i) {
     const mfsdp_program_op &op = g.ops[i];
     const int32_t u = op.unit;
+    // Work on a unit's copy or gradients while its reduction is still in
+    // flight (a hook outside the step's order: an evaluation forward
+    // between backward and optimizer step) lands the reduction first: it
+    // reads those buffers, and its wait releases them.
+    if (op.kind != MFSDP_PROGRAM_START_REDUCTION &&
+        op.kind != MFSDP_PROGRAM_WAIT_REDUCTION && step->reductionInFlight(u))
+      if (auto s = step->completeReduction())
+        return s;
     switch (op.kind) {
     case MFSDP_PROGRAM_START_GATHER:
       if (auto s = step->startGather(u, backward))
@@ -56,24 +64,21 @@ mfsdp_status mfsdp::rt::runHook(mfsdp_step *step, int32_t hook, int32_t unit) {
         step->releaseGrads(u);
         break;
       }
-      if (step->reduceUnit == u)
+      if (step->reductionInFlight(u))
         break; // started already
-      // One reduction in flight at a time: an earlier one the program has
-      // not waited for yet lands first.
-      if (step->reduceUnit >= 0)
-        if (auto s = step->completeReduction())
-          return s;
       if (auto s = step->reduce(u, /*async=*/true)) {
         const std::string why = step->error;
         step->completeReduction(); // waits for what was started
         step->error = why;
         return s;
       }
-      step->reduceUnit = u;
+      step->reducing.push_back(u);
       break;
     }
     case MFSDP_PROGRAM_WAIT_REDUCTION:
-      if (step->reduceUnit == u)
+      // The reductions in flight land together (every rank waits for the
+      // same ones, in the order they were started).
+      if (step->reductionInFlight(u))
         if (auto s = step->completeReduction())
           return s;
       break;

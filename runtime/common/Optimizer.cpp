@@ -42,11 +42,11 @@ MuonHyper muonHyper(const mfsdp_hparams &h) {
 mfsdp_status mfsdp_step::checkReduced(const char *call, bool inFlight) {
   // A reduction in flight is a new one: its unit's gradients land when
   // the program waits for them.
-  const int32_t pending = inFlight ? reduceUnit : -1;
+  const bool pending = inFlight && !reducing.empty();
   for (int32_t u = 0; u < plan.num_units; ++u) {
-    if (unitParams[u].empty() || u == pending)
+    if (unitParams[u].empty() || (inFlight && reductionInFlight(u)))
       continue; // nothing to reduce, nothing to consume; or landing
-    if (stepped && pending < 0)
+    if (stepped && !pending)
       return fail(MFSDP_ERROR_ORDER,
                   std::string(call) + ": no gradients were reduced since the "
                                       "last optimizer_step, which consumed them "
@@ -126,7 +126,7 @@ mfsdp_status runProgram(mfsdp_step *step, const mfsdp_program_hook &hook) {
   // Waits for `unit`'s reduction if it is the one in flight; the step has
   // consumed the gradients all the same.
   auto land = [&](int32_t unit) {
-    if (step->reduceUnit < 0 || step->reduceUnit != unit)
+    if (unit < 0 ? step->reducing.empty() : !step->reductionInFlight(unit))
       return MFSDP_OK;
     mfsdp_status s = step->completeReduction();
     step->stepped = true;
@@ -170,7 +170,7 @@ mfsdp_status runProgram(mfsdp_step *step, const mfsdp_program_hook &hook) {
     }
   }
   // A reduction no op waited for (a unit without stepped parameters).
-  if (auto s = land(step->reduceUnit))
+  if (auto s = land(-1))
     return s;
   // ZeRO-3 gathers at the next use; ZeRO-1/2 units were gathered above.
   step->about(-1, -1);

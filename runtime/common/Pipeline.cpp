@@ -17,8 +17,8 @@ using namespace mfsdp::rt;
 mfsdp_status mfsdp_step::completeReduction() {
   std::vector<Started> started;
   started.swap(reduceStarted);
-  const int32_t unit = reduceUnit;
-  reduceUnit = -1;
+  std::vector<int32_t> units;
+  units.swap(reducing);
   const float scale = 1.f / static_cast<float>(S * R);
   mfsdp_status first = MFSDP_OK;
   std::string firstError;
@@ -67,7 +67,7 @@ mfsdp_status mfsdp_step::completeReduction() {
       firstError = error;
     }
   }
-  if (unit >= 0) {
+  for (int32_t unit : units) {
     if (!first)
       markReduced(unit);
     release(unit);

@@ -318,12 +318,12 @@ mfsdp_status mfsdp_post_backward(mfsdp_step *step, int32_t unit) {
       const bool overlap = step->overlapping();
       if (auto st = step->reduce(unit, overlap)) {
         const std::string why = step->error;
-        step->completeReduction(); // waits for what was started (reduceUnit -1)
+        step->completeReduction(); // waits for what was started (no unit yet)
         step->error = why;
         return st;
       }
       if (overlap) {
-        step->reduceUnit = unit;
+        step->reducing = {unit};
         s = UnitState::Idle;
         return step->finish();
       }

@@ -172,14 +172,23 @@ struct mfsdp_step {
   /// plan.program's hook entry per unit and mfsdp_hook (unit * 4 + hook;
   /// -1: none, the hook runs no ops).
   std::vector<int32_t> hookEntry;
-  /// Gradient reduction in flight (with prefetch 1, overlapped with the
-  /// previous unit's backward): the unit post_backward left it running for
-  /// (-1: none) and each parameter's started collective. Completed
-  /// (completeReduction: wait, scale, then the unit's gathered copy and
-  /// transient gradients released) by the next post_backward before its own
-  /// reduction, or by any call that needs it (enter()).
-  int32_t reduceUnit = -1;
+  /// Gradient reductions in flight (the runtime's protocol with prefetch 1:
+  /// one, overlapped with the previous unit's backward; a compiled program:
+  /// those it started and has not waited for): the units whose reductions
+  /// run (empty: none) and each parameter's or bucket's started collective.
+  /// Completed together (completeReduction: wait, scale, then the units'
+  /// gathered copies and transient gradients released) by the next
+  /// post_backward before its own reduction, by a program's wait for one
+  /// of them, or by any call that needs them (enter()).
+  std::vector<int32_t> reducing;
   std::vector<Started> reduceStarted;
+  /// Whether `unit`'s reduction is in flight.
+  bool reductionInFlight(int32_t unit) const {
+    for (int32_t u : reducing)
+      if (u == unit)
+        return true;
+    return false;
+  }
   /// The plan's buckets, and each unit's.
   std::vector<BucketState> buckets;
   std::vector<std::vector<int32_t>> unitBuckets;
@@ -234,15 +243,15 @@ struct mfsdp_step {
   /// the unit right before it (its backward, or its recomputation, in
   /// state `during`), whose buffers the memory plan keeps apart from it.
   bool keepsReductionFor(int32_t unit, UnitState during) const {
-    return reduceUnit >= 0 && unit + 1 == reduceUnit && state[unit] == during;
+    return reducing.size() == 1 && unit + 1 == reducing.front() && state[unit] == during;
   }
   /// Whether a reduction in flight reads `param`'s buffers.
   bool reductionPending(int32_t param) const {
-    return reduceUnit >= 0 && params[param].desc.unit == reduceUnit;
+    return reductionInFlight(params[param].desc.unit);
   }
 
-  /// Waits for the reduction in flight, if any: every started collective,
-  /// even after a failure; then the scaling, and the unit's gathered copy
+  /// Waits for the reductions in flight, if any: every started collective,
+  /// even after a failure; then the scaling, and the units' gathered copies
   /// and transient gradient buffers are released.
   mfsdp_status completeReduction();
 

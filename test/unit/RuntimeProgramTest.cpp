@@ -331,23 +331,37 @@ TEST(RuntimeProgram, HooksPrefetchUnderZero3) {
             "start_gather u0, wait_gather u1, place_grads u1");
 }
 
-// Where a gather group holds two units, or microbatches repeat the hooks,
-// only the optimizer step is lowered, and the program says why.
-TEST(RuntimeProgram, HooksLeftOut) {
+// A gather group of two units runs the group's work in its first unit's
+// pre hooks and its last unit's post hooks; what the step puts between two
+// units of the group goes with the unit before (this unscheduled step
+// reduces each unit, synchronously, right after its backward).
+TEST(RuntimeProgram, HooksOfAGroupOfUnits) {
   Plan plan;
   Step s = threeUnits();
   for (Op &op : s.ops)
     if (op.group == 2)
       op.group = 1;
-  RuntimeProgram p = lowerStepProgram(s, plan.plan);
-  EXPECT_EQ(p.error, "");
-  EXPECT_EQ(p.hooksLeftOut, "gather group 1 holds units 1 and 2, which the trainer's "
-                            "hooks name one at a time");
-  EXPECT_EQ(p.hooks.size(), 1u);
+  const RuntimeProgram p = lowerStepProgram(s, plan.plan);
+  ASSERT_EQ(p.error, "");
+  ASSERT_EQ(p.hooksLeftOut, "");
+  EXPECT_EQ(hookText(p, MFSDP_HOOK_PRE_BACKWARD, 2), "wait_gather u2, place_grads u2");
+  EXPECT_EQ(hookText(p, MFSDP_HOOK_POST_BACKWARD, 2),
+            "start_reduction u2, wait_reduction u2");
+  EXPECT_EQ(hookText(p, MFSDP_HOOK_POST_BACKWARD, 1),
+            "start_reduction u1, wait_reduction u1");
+  EXPECT_EQ(hookText(p, MFSDP_HOOK_PRE_BACKWARD, 1), "wait_gather u1, place_grads u1");
+}
+
+// Where microbatches repeat the hooks, only the optimizer step is lowered,
+// and the program says why.
+TEST(RuntimeProgram, HooksLeftOut) {
+  Plan plan;
   Step m = threeUnits();
   m.microbatches = 2;
-  p = lowerStepProgram(m, plan.plan);
+  const RuntimeProgram p = lowerStepProgram(m, plan.plan);
+  EXPECT_EQ(p.error, "");
   EXPECT_EQ(p.hooksLeftOut, "the step accumulates 2 microbatches, whose hooks repeat");
+  EXPECT_EQ(p.hooks.size(), 1u);
 }
 
 // A unit whose gradients no collective reduces cannot be run by the hooks.

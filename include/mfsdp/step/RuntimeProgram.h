@@ -86,10 +86,12 @@ RuntimeProgram lowerOptimizerProgram(const Step &step, const mfsdp_plan &plan);
 ///  - a synchronous collective: its start and its wait.
 /// Every pre hook ends with the unit's MFSDP_PROGRAM_WAIT_GATHER (if no op
 /// waited for it: ZeRO-1/2 keep the copy, a no-op then) and pre_backward
-/// with MFSDP_PROGRAM_PLACE_GRADS. The hooks are lowered where each gather
-/// group of the schedule is one unit of the plan and the step has one
-/// microbatch; otherwise hooksLeftOut says why and only the optimizer phase
-/// is lowered. A compute op names its unit by index (Op::unit) or, as read
+/// with MFSDP_PROGRAM_PLACE_GRADS. A gather group of several units is
+/// gathered, freed and reduced together: its work goes to its first unit's
+/// pre hooks and its last unit's post hooks (in the phase's compute order),
+/// each op naming the units whose parameters it carries. The hooks are
+/// lowered where the step has one microbatch; otherwise hooksLeftOut says
+/// why and only the optimizer phase is lowered. A compute op names its unit by index (Op::unit) or, as read
 /// from IR, by name: `unitNames` are the plan's units in index order.
 RuntimeProgram lowerStepProgram(const Step &step, const mfsdp_plan &plan,
                                 const std::vector<std::string> &unitNames = {});
