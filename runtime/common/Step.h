@@ -150,6 +150,7 @@ struct mfsdp_step {
   int64_t steps = 0;
   int64_t replicaRank = 0; // this rank's dp_replicate replica
   WorkCounters work;       // for tests (Counters.h)
+  bool fusedOptimizer = true; // Counters.h: setFusedOptimizer
   bool noSync = false;
   /// Gather prefetch in flight: the unit whose gathered copies are being
   /// gathered ahead of its hook (-1: none), and each parameter's started
