@@ -2,8 +2,9 @@
 //
 // AdamW and SGD on the shards this rank keeps, one fused call per group
 // (Backend::adamwMulti / sgdMulti over the group's tensors), Muon on the
-// matrices it owns, one by one (under ns_split on one dp_replicate replica, which broadcasts the
-// updated master to the others); then the gathered copies are refreshed.
+// matrices it owns, one by one (under ns_split on one dp_replicate
+// replica, which broadcasts the updated master to the others); then the
+// gathered copies are refreshed.
 // With a compiled program (mfsdp_plan.program) in the schedule's order,
 // each group's update as soon as its reduction has landed; without, every
 // reduction waited for first, then the parameters in table order.
@@ -179,8 +180,9 @@ mfsdp_status stepParams(mfsdp_step *step, const int32_t *params, int32_t n) {
         return b.adamwMulti(adamw.data(), static_cast<int64_t>(adamw.size()));
       }))
     return s;
-  if (auto s = fused("SGD", sgdIds,
-                     [&] { return b.sgdMulti(sgd.data(), static_cast<int64_t>(sgd.size())); }))
+  if (auto s = fused("SGD", sgdIds, [&] {
+        return b.sgdMulti(sgd.data(), static_cast<int64_t>(sgd.size()));
+      }))
     return s;
   for (int32_t p : muonIds)
     if (auto s = stepParam(step, step->params[p]))

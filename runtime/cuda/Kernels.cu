@@ -190,8 +190,8 @@ int upload(const std::vector<Slot> &slots, const std::vector<Chunk> &chunks,
   if (int e = check(cudaEventRecord(table.uploaded, stream), "cudaEventRecord"))
     return e;
   deviceSlots = static_cast<const Slot *>(table.device);
-  deviceChunks =
-      reinterpret_cast<const Chunk *>(static_cast<const char *>(table.device) + chunkOffset);
+  deviceChunks = reinterpret_cast<const Chunk *>(static_cast<const char *>(table.device) +
+                                                 chunkOffset);
   return 0;
 }
 
