@@ -11,6 +11,7 @@
 #include "mfsdp/runtime/Backend.h"
 #include "mfsdp/runtime/ControlPlane.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -49,6 +50,30 @@ SGDHyper fromC(const mfsdp_rt_sgd_hyper &h) {
   out.momentum = h.momentum;
   out.weightDecay = h.weight_decay;
   out.nesterov = h.nesterov != 0;
+  return out;
+}
+std::vector<mfsdp_rt_adamw_tensor> toC(const AdamWTensor *t, int64_t n) {
+  std::vector<mfsdp_rt_adamw_tensor> out(static_cast<size_t>(std::max<int64_t>(n, 0)));
+  for (int64_t k = 0; k < n; ++k)
+    out[k] = {t[k].param, t[k].grad, t[k].m, t[k].v, t[k].count, toC(t[k].h), t[k].step};
+  return out;
+}
+std::vector<AdamWTensor> fromC(const mfsdp_rt_adamw_tensor *t, int64_t n) {
+  std::vector<AdamWTensor> out(static_cast<size_t>(std::max<int64_t>(n, 0)));
+  for (int64_t k = 0; k < n; ++k)
+    out[k] = {t[k].param, t[k].grad, t[k].m, t[k].v, t[k].count, fromC(t[k].h), t[k].step};
+  return out;
+}
+std::vector<mfsdp_rt_sgd_tensor> toC(const SGDTensor *t, int64_t n) {
+  std::vector<mfsdp_rt_sgd_tensor> out(static_cast<size_t>(std::max<int64_t>(n, 0)));
+  for (int64_t k = 0; k < n; ++k)
+    out[k] = {t[k].param, t[k].grad, t[k].buf, t[k].count, toC(t[k].h), t[k].step};
+  return out;
+}
+std::vector<SGDTensor> fromC(const mfsdp_rt_sgd_tensor *t, int64_t n) {
+  std::vector<SGDTensor> out(static_cast<size_t>(std::max<int64_t>(n, 0)));
+  for (int64_t k = 0; k < n; ++k)
+    out[k] = {t[k].param, t[k].grad, t[k].buf, t[k].count, fromC(t[k].h), t[k].step};
   return out;
 }
 mfsdp_rt_muon_hyper toC(const MuonHyper &h) {
@@ -206,6 +231,14 @@ public:
               const SGDHyper &h, int64_t step) override {
     const mfsdp_rt_sgd_hyper c = toC(h);
     return t_.sgd_step(t_.self, param, grad, buf, count, &c, step);
+  }
+  int adamwMulti(const AdamWTensor *tensors, int64_t n) override {
+    const std::vector<mfsdp_rt_adamw_tensor> c = toC(tensors, n);
+    return t_.adamw_multi(t_.self, c.data(), n);
+  }
+  int sgdMulti(const SGDTensor *tensors, int64_t n) override {
+    const std::vector<mfsdp_rt_sgd_tensor> c = toC(tensors, n);
+    return t_.sgd_multi(t_.self, c.data(), n);
   }
   int sumSquares(const std::vector<FloatSpan> &spans, double &out) override {
     std::vector<mfsdp_rt_float_span> c;
@@ -525,6 +558,18 @@ mfsdp_rt_backend_table backendTable(Backend *backend) {
                   const mfsdp_rt_sgd_hyper *h, int64_t step) {
     return backendCall(
         [&] { return self(s).sgdStep(param, grad, buf, count, fromC(*h), step); });
+  };
+  t.adamw_multi = [](void *s, const mfsdp_rt_adamw_tensor *tensors, int64_t n) {
+    return backendCall([&] {
+      const std::vector<AdamWTensor> c = fromC(tensors, n);
+      return self(s).adamwMulti(c.data(), n);
+    });
+  };
+  t.sgd_multi = [](void *s, const mfsdp_rt_sgd_tensor *tensors, int64_t n) {
+    return backendCall([&] {
+      const std::vector<SGDTensor> c = fromC(tensors, n);
+      return self(s).sgdMulti(c.data(), n);
+    });
   };
   t.sum_squares = [](void *s, const mfsdp_rt_float_span *spans, int64_t n,
                      double *out) {

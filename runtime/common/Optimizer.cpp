@@ -1,8 +1,10 @@
 //===- Optimizer.cpp - The optimizer step ---------------------------------===//
 //
-// AdamW and SGD on the shards this rank keeps, Muon on the matrices it
-// owns (under ns_split on one dp_replicate replica, which broadcasts the
-// updated master to the others); then the gathered copies are refreshed.
+// AdamW and SGD on the shards this rank keeps, one fused call per group
+// (Backend::adamwMulti / sgdMulti over the group's tensors), Muon on the
+// matrices it owns, one by one (under ns_split on one dp_replicate
+// replica, which broadcasts the updated master to the others); then the
+// gathered copies are refreshed.
 // With a compiled program (mfsdp_plan.program) in the schedule's order,
 // each group's update as soon as its reduction has landed; without, every
 // reduction waited for first, then the parameters in table order.
@@ -63,17 +65,29 @@ mfsdp_status mfsdp_step::checkReduced(const char *call, bool inFlight) {
 
 namespace {
 
-/// One optimizer kernel on `ps`, if this rank keeps and steps it (under
-/// ns_split another replica may step it and send the result); a parameter
-/// this rank keeps without a reduced gradient is MFSDP_ERROR_ORDER.
-mfsdp_status stepParam(mfsdp_step *step, ParamState &ps) {
+/// Whether this rank steps `ps` now: it keeps some of it, an optimizer
+/// steps it, and (under ns_split) this is the replica that steps it; a
+/// parameter this rank keeps without a reduced gradient is
+/// MFSDP_ERROR_ORDER.
+mfsdp_status stepsNow(mfsdp_step *step, const ParamState &ps, bool &now) {
+  now = false;
   if (!ps.ownsAny || ps.desc.optimizer == MFSDP_OPT_NONE)
     return MFSDP_OK;
   if (!ps.gradReduced)
     return step->fail(MFSDP_ERROR_ORDER,
                       "parameter '" + ps.name + "' has no reduced gradient");
-  if (!step->stepsHere(ps))
-    return MFSDP_OK; // ns_split: another replica steps it and sends the result
+  // ns_split: another replica may step it and send the result.
+  now = step->stepsHere(ps);
+  return MFSDP_OK;
+}
+
+/// One optimizer kernel on `ps`, if this rank steps it now (stepsNow):
+/// Muon's matrices always (Newton-Schulz is per matrix), AdamW and SGD
+/// only on the per-parameter path (setFusedOptimizer(false)).
+mfsdp_status stepParam(mfsdp_step *step, ParamState &ps) {
+  bool now = false;
+  if (auto s = stepsNow(step, ps, now); s || !now)
+    return s;
   Backend &b = *step->backend;
   step->about(-1, static_cast<int32_t>(&ps - step->params.data()));
   const int64_t n = ps.localCount;
@@ -82,9 +96,11 @@ mfsdp_status stepParam(mfsdp_step *step, ParamState &ps) {
   case MFSDP_OPT_ADAMW:
     rc = b.adamwStep(ps.master, ps.gradShard, ps.m, ps.v, n, adamwHyper(ps.hparams),
                      step->steps);
+    ++step->work.perParamOptimizerCalls;
     break;
   case MFSDP_OPT_SGD:
     rc = b.sgdStep(ps.master, ps.gradShard, ps.m, n, sgdHyper(ps.hparams), step->steps);
+    ++step->work.perParamOptimizerCalls;
     break;
   case MFSDP_OPT_MUON:
     rc = b.muonStep(ps.master, ps.gradShard, ps.m, ps.desc.rows, ps.desc.cols,
@@ -94,7 +110,84 @@ mfsdp_status stepParam(mfsdp_step *step, ParamState &ps) {
   default:
     break;
   }
+  if (rc == 0)
+    return MFSDP_OK;
   return step->device(rc, "the optimizer step of '" + ps.name + "'");
+}
+
+/// "the fused AdamW step of 3 parameters ('a', 'b', 'c')", for messages.
+std::string fusedWhat(const mfsdp_step *step, const char *optimizer,
+                      const std::vector<int32_t> &ids) {
+  std::string what = std::string("the fused ") + optimizer + " step of " +
+                     std::to_string(ids.size()) + " parameter" +
+                     (ids.size() == 1 ? "" : "s") + " (";
+  for (size_t k = 0; k < ids.size() && k < 4; ++k)
+    what += (k ? ", '" : "'") + step->params[ids[k]].name + "'";
+  return what + (ids.size() > 4 ? ", ...)" : ")");
+}
+
+/// The optimizer kernels of `params` (n indices into the table: a program
+/// op's parameters, or the whole table): the AdamW parameters this rank
+/// steps in one fused call (Backend::adamwMulti), the SGD ones in another,
+/// each with its own hyperparameters; Muon's matrices one by one, in their
+/// order. Every parameter is checked (stepsNow) before any kernel runs.
+mfsdp_status stepParams(mfsdp_step *step, const int32_t *params, int32_t n) {
+  if (!step->fusedOptimizer) {
+    for (int32_t k = 0; k < n; ++k)
+      if (auto s = stepParam(step, step->params[params[k]]))
+        return s;
+    return MFSDP_OK;
+  }
+  std::vector<AdamWTensor> adamw;
+  std::vector<SGDTensor> sgd;
+  std::vector<int32_t> adamwIds, sgdIds, muonIds;
+  for (int32_t k = 0; k < n; ++k) {
+    ParamState &ps = step->params[params[k]];
+    bool now = false;
+    if (auto s = stepsNow(step, ps, now))
+      return s;
+    if (!now)
+      continue;
+    switch (ps.desc.optimizer) {
+    case MFSDP_OPT_ADAMW:
+      adamw.push_back({ps.master, ps.gradShard, ps.m, ps.v, ps.localCount,
+                       adamwHyper(ps.hparams), step->steps});
+      adamwIds.push_back(params[k]);
+      break;
+    case MFSDP_OPT_SGD:
+      sgd.push_back({ps.master, ps.gradShard, ps.m, ps.localCount, sgdHyper(ps.hparams),
+                     step->steps});
+      sgdIds.push_back(params[k]);
+      break;
+    default:
+      muonIds.push_back(params[k]);
+      break;
+    }
+  }
+  Backend &b = *step->backend;
+  auto fused = [&](const char *optimizer, const std::vector<int32_t> &ids, auto call) {
+    if (ids.empty())
+      return MFSDP_OK;
+    step->about(-1, -1);
+    if (step->trace)
+      step->trace->aboutParams(ids);
+    const int rc = call();
+    ++step->work.fusedOptimizerCalls;
+    step->work.fusedOptimizerTensors += static_cast<int64_t>(ids.size());
+    return rc == 0 ? MFSDP_OK : step->device(rc, fusedWhat(step, optimizer, ids));
+  };
+  if (auto s = fused("AdamW", adamwIds, [&] {
+        return b.adamwMulti(adamw.data(), static_cast<int64_t>(adamw.size()));
+      }))
+    return s;
+  if (auto s = fused("SGD", sgdIds, [&] {
+        return b.sgdMulti(sgd.data(), static_cast<int64_t>(sgd.size()));
+      }))
+    return s;
+  for (int32_t p : muonIds)
+    if (auto s = stepParam(step, step->params[p]))
+      return s;
+  return MFSDP_OK;
 }
 
 /// ns_split: the updated masters of `split` (owned matrices this rank keeps)
@@ -143,9 +236,8 @@ mfsdp_status runProgram(mfsdp_step *step, const mfsdp_program_hook &hook) {
     case MFSDP_PROGRAM_WAIT_REDUCTION:
       break;
     case MFSDP_PROGRAM_OPTIMIZER:
-      for (int32_t k = 0; k < op.num_params; ++k)
-        if (auto s = stepParam(step, step->params[op.params[k]]))
-          return s;
+      if (auto s = stepParams(step, op.params, op.num_params))
+        return s;
       break;
     case MFSDP_PROGRAM_BROADCAST_UPDATES: {
       std::vector<ParamState *> split;
@@ -182,6 +274,11 @@ mfsdp_status runProgram(mfsdp_step *step, const mfsdp_program_hook &hook) {
 
 } // namespace
 
+void mfsdp::rt::setFusedOptimizer(mfsdp_step *step, bool fused) {
+  if (step)
+    step->fusedOptimizer = fused;
+}
+
 mfsdp_status mfsdp::rt::optimizerStep(mfsdp_step *step) {
   if (!step)
     return MFSDP_ERROR_INVALID;
@@ -204,9 +301,12 @@ mfsdp_status mfsdp::rt::optimizerStep(mfsdp_step *step) {
   step->stepped = true;
   ++step->steps;
   const mfsdp_plan &p = step->plan;
-  for (ParamState &ps : step->params)
-    if (auto s = stepParam(step, ps))
-      return s;
+  // The whole table as one group: one fused call per optimizer.
+  std::vector<int32_t> all(step->params.size());
+  for (size_t i = 0; i < all.size(); ++i)
+    all[i] = static_cast<int32_t>(i);
+  if (auto s = stepParams(step, all.data(), static_cast<int32_t>(all.size())))
+    return s;
   // ns_split: every replica has stepped its share of the owned matrices;
   // now each updated master goes from its replica to the same owner on
   // the others (in table order on every rank), in one call.

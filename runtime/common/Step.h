@@ -157,6 +157,7 @@ struct mfsdp_step {
   int64_t steps = 0;
   int64_t replicaRank = 0; // this rank's dp_replicate replica
   WorkCounters work;       // for tests (Counters.h)
+  bool fusedOptimizer = true; // Counters.h: setFusedOptimizer
   bool noSync = false;
   /// Gathers in flight (started ahead of their wait: the runtime's
   /// prefetch, or a compiled program's MFSDP_PROGRAM_START_GATHER), each

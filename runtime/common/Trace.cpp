@@ -188,6 +188,11 @@ std::string Trace::subjectArgs() const {
   } else if (aboutParam >= 0 && aboutParam < static_cast<int32_t>(paramNames.size())) {
     unit = paramUnit[aboutParam];
     params.push_back(aboutParam);
+  } else if (!aboutList.empty()) {
+    const int32_t first = aboutList.front();
+    if (first >= 0 && first < static_cast<int32_t>(paramUnit.size()))
+      unit = paramUnit[first];
+    params = aboutList;
   }
   a += ",\"unit\":" + std::to_string(unit) + ",\"params\":[";
   for (size_t i = 0; i < params.size(); ++i) {
@@ -406,6 +411,20 @@ public:
               const SGDHyper &h, int64_t step) override {
     auto s = optimizer("sgd", count);
     return inner->sgdStep(param, grad, buf, count, h, step);
+  }
+  int adamwMulti(const AdamWTensor *tensors, int64_t n) override {
+    int64_t count = 0;
+    for (int64_t k = 0; k < n; ++k)
+      count += tensors[k].count;
+    auto s = optimizer("adamw", count);
+    return inner->adamwMulti(tensors, n);
+  }
+  int sgdMulti(const SGDTensor *tensors, int64_t n) override {
+    int64_t count = 0;
+    for (int64_t k = 0; k < n; ++k)
+      count += tensors[k].count;
+    auto s = optimizer("sgd", count);
+    return inner->sgdMulti(tensors, n);
   }
   int sumSquares(const std::vector<FloatSpan> &spans, double &out) override {
     int64_t count = 0;

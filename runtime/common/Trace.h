@@ -69,6 +69,12 @@ public:
   void about(int32_t bucket, int32_t param) {
     aboutBucket = bucket;
     aboutParam = param;
+    aboutList.clear();
+  }
+  /// Several parameters (a fused optimizer call), in their order.
+  void aboutParams(const std::vector<int32_t> &params) {
+    about(-1, -1);
+    aboutList = params;
   }
 
   /// The args of the current subject: hook, phase, unit, bucket, params.
@@ -144,6 +150,7 @@ private:
   int32_t hookUnit = -1;
   std::string phase = "";
   int32_t aboutBucket = -1, aboutParam = -1;
+  std::vector<int32_t> aboutList; // aboutParams
   friend class TracedBackend;
 };
 

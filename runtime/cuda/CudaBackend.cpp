@@ -54,6 +54,7 @@ public:
       cudaFree(block_);
     if (sums_)
       cudaFree(sums_);
+    cuda::releaseMultiTensorTable(multi_);
     if (blas_)
       cublasDestroy(blas_);
     if (computeDone_)
@@ -321,6 +322,12 @@ public:
       return 0;
     return kernel(cuda::sgdStep(param, grad, buf, count, h, step, compute_));
   }
+  int adamwMulti(const AdamWTensor *tensors, int64_t n) override {
+    return kernel(cuda::adamwMulti(tensors, n, multi_, compute_));
+  }
+  int sgdMulti(const SGDTensor *tensors, int64_t n) override {
+    return kernel(cuda::sgdMulti(tensors, n, multi_, compute_));
+  }
   int sumSquares(const std::vector<FloatSpan> &spans, double &out) override {
     if (int rc = sums(1))
       return rc;
@@ -478,6 +485,7 @@ private:
   void *block_ = nullptr;
   double *sums_ = nullptr; // sums(): device doubles outside the arena
   int64_t sumsCount_ = 0;
+  cuda::MultiTensorTable multi_; // the fused optimizer kernels' tables
   Arena arena_;
   std::string error_;
 };

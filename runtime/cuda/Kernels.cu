@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <vector>
 
 namespace mfsdp::rt::cuda {
 
@@ -34,17 +36,43 @@ unsigned blocks(int64_t n, unsigned threads = 256) {
   return static_cast<unsigned>(std::min<int64_t>((n + threads - 1) / threads, 65535));
 }
 
+/// One AdamW element, as host::adamwStep: adamwKernel's and
+/// adamwMultiKernel's (the same code, so the two agree bitwise).
+__device__ __forceinline__ void adamwElement(float &p, float g, float &m, float &v,
+                                             float beta1, float beta2, float lr,
+                                             float eps, float weightDecay, float c1,
+                                             float c2) {
+  const float decay = 1.f - lr * weightDecay;
+  float mi = beta1 * m + (1.f - beta1) * g;
+  float vi = beta2 * v + (1.f - beta2) * g * g;
+  m = mi;
+  v = vi;
+  p = p * decay - lr * (mi / c1) / (sqrtf(vi / c2) + eps);
+}
+
+/// One SGD element, as host::sgdStep (`buf` read and written only with
+/// momentum).
+__device__ __forceinline__ void sgdElement(float &p, float g, float *buf, float lr,
+                                           float momentum, float weightDecay,
+                                           bool nesterov, bool first) {
+  float d = g + weightDecay * p;
+  if (momentum != 0.f) {
+    float b = first ? d : momentum * *buf + d;
+    *buf = b;
+    d = nesterov ? d + momentum * b : b;
+  }
+  p -= lr * d;
+}
+
 __global__ void adamwKernel(float *p, const float *g, float *m, float *v,
                             int64_t n, AdamWHyper h, float c1, float c2) {
-  const float decay = 1.f - h.lr * h.weightDecay;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    float gi = g[i];
-    float mi = h.beta1 * m[i] + (1.f - h.beta1) * gi;
-    float vi = h.beta2 * v[i] + (1.f - h.beta2) * gi * gi;
+    float pi = p[i], mi = m[i], vi = v[i];
+    adamwElement(pi, g[i], mi, vi, h.beta1, h.beta2, h.lr, h.eps, h.weightDecay, c1, c2);
     m[i] = mi;
     v[i] = vi;
-    p[i] = p[i] * decay - h.lr * (mi / c1) / (sqrtf(vi / c2) + h.eps);
+    p[i] = pi;
   }
 }
 
@@ -52,14 +80,119 @@ __global__ void sgdKernel(float *p, const float *g, float *buf, int64_t n,
                           SGDHyper h, bool first) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    float d = g[i] + h.weightDecay * p[i];
-    if (h.momentum != 0.f) {
-      float b = first ? d : h.momentum * buf[i] + d;
-      buf[i] = b;
-      d = h.nesterov ? d + h.momentum * b : b;
-    }
-    p[i] -= h.lr * d;
+    float pi = p[i];
+    sgdElement(pi, g[i], buf + i, h.lr, h.momentum, h.weightDecay, h.nesterov, first);
+    p[i] = pi;
   }
+}
+
+// The fused kernels' table (multi_tensor_apply's): one slot per tensor
+// (its pointers and hyperparameters, the bias corrections computed on the
+// host as adamwStep does) and one chunk per thread block, naming its slot
+// and its range of elements.
+struct AdamWSlot {
+  float *p;
+  const float *g;
+  float *m, *v;
+  float lr, beta1, beta2, eps, weightDecay, c1, c2;
+};
+struct SGDSlot {
+  float *p;
+  const float *g;
+  float *buf;
+  float lr, momentum, weightDecay;
+  int nesterov, first;
+};
+struct Chunk {
+  int64_t slot, begin, end;
+};
+
+__global__ void adamwMultiKernel(const AdamWSlot *slots, const Chunk *chunks) {
+  const Chunk c = chunks[blockIdx.x];
+  const AdamWSlot s = slots[c.slot];
+  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+    float pi = s.p[i], mi = s.m[i], vi = s.v[i];
+    adamwElement(pi, s.g[i], mi, vi, s.beta1, s.beta2, s.lr, s.eps, s.weightDecay,
+                 s.c1, s.c2);
+    s.m[i] = mi;
+    s.v[i] = vi;
+    s.p[i] = pi;
+  }
+}
+
+__global__ void sgdMultiKernel(const SGDSlot *slots, const Chunk *chunks) {
+  const Chunk c = chunks[blockIdx.x];
+  const SGDSlot s = slots[c.slot];
+  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+    float pi = s.p[i];
+    sgdElement(pi, s.g[i], s.buf + i, s.lr, s.momentum, s.weightDecay, s.nesterov != 0,
+               s.first != 0);
+    s.p[i] = pi;
+  }
+}
+
+/// The chunks of the tensors whose counts are `counts` (slot k for the
+/// k-th tensor of nonzero count), at most kMultiTensorChunk elements each.
+std::vector<Chunk> chunksOf(const std::vector<int64_t> &counts) {
+  std::vector<Chunk> chunks;
+  for (size_t k = 0; k < counts.size(); ++k)
+    for (int64_t b = 0; b < counts[k]; b += kMultiTensorChunk)
+      chunks.push_back({static_cast<int64_t>(k), b,
+                        std::min(b + kMultiTensorChunk, counts[k])});
+  return chunks;
+}
+
+/// Uploads `slots` and `chunks` through `table` (host copy, then device
+/// copy on `stream`), and sets where the kernel finds them.
+template <typename Slot>
+int upload(const std::vector<Slot> &slots, const std::vector<Chunk> &chunks,
+           MultiTensorTable &table, cudaStream_t stream, const Slot *&deviceSlots,
+           const Chunk *&deviceChunks) {
+  const size_t chunkOffset = (slots.size() * sizeof(Slot) + 15) / 16 * 16;
+  const size_t bytes = chunkOffset + chunks.size() * sizeof(Chunk);
+  if (!table.uploaded) {
+    if (int e = check(cudaEventCreateWithFlags(&table.uploaded, cudaEventDisableTiming),
+                      "cudaEventCreate"))
+      return e;
+  } else if (int e = check(cudaEventSynchronize(table.uploaded),
+                           "cudaEventSynchronize (the last table upload)")) {
+    return e; // the host copy is still being read
+  }
+  if (table.hostBytes < bytes) {
+    if (table.host)
+      cudaFreeHost(table.host);
+    table.host = nullptr;
+    table.hostBytes = 0;
+    const size_t want = std::max(bytes, size_t(64) << 10);
+    if (int e = check(cudaMallocHost(&table.host, want), "cudaMallocHost (table)"))
+      return e;
+    table.hostBytes = want;
+  }
+  if (table.deviceBytes < bytes) {
+    if (table.device) // after the kernels issued before that read it
+      if (int e = check(cudaFreeAsync(table.device, stream), "cudaFreeAsync (table)"))
+        return e;
+    table.device = nullptr;
+    table.deviceBytes = 0;
+    const size_t want = std::max(bytes, table.hostBytes);
+    if (int e = check(cudaMallocAsync(&table.device, want, stream),
+                      "cudaMallocAsync (table)"))
+      return e;
+    table.deviceBytes = want;
+  }
+  char *host = static_cast<char *>(table.host);
+  std::memcpy(host, slots.data(), slots.size() * sizeof(Slot));
+  std::memcpy(host + chunkOffset, chunks.data(), chunks.size() * sizeof(Chunk));
+  if (int e = check(cudaMemcpyAsync(table.device, table.host, bytes,
+                                    cudaMemcpyHostToDevice, stream),
+                    "cudaMemcpyAsync (table)"))
+    return e;
+  if (int e = check(cudaEventRecord(table.uploaded, stream), "cudaEventRecord"))
+    return e;
+  deviceSlots = static_cast<const Slot *>(table.device);
+  deviceChunks = reinterpret_cast<const Chunk *>(static_cast<const char *>(table.device) +
+                                                 chunkOffset);
+  return 0;
 }
 
 __global__ void momentumKernel(const float *g, float *buf, float *out, int64_t n,
@@ -294,6 +427,70 @@ int sgdStep(float *p, const float *g, float *buf, int64_t n, const SGDHyper &h,
             int64_t step, cudaStream_t stream) {
   sgdKernel<<<blocks(n), 256, 0, stream>>>(p, g, buf, n, h, step <= 1);
   return check(cudaGetLastError(), "sgdKernel");
+}
+
+void releaseMultiTensorTable(MultiTensorTable &table) {
+  if (table.device)
+    cudaFree(table.device);
+  if (table.host)
+    cudaFreeHost(table.host);
+  if (table.uploaded)
+    cudaEventDestroy(table.uploaded);
+  table = MultiTensorTable{};
+}
+
+int adamwMulti(const AdamWTensor *tensors, int64_t n, MultiTensorTable &table,
+               cudaStream_t stream) {
+  std::vector<AdamWSlot> slots;
+  std::vector<int64_t> counts;
+  for (int64_t k = 0; k < n; ++k) {
+    const AdamWTensor &t = tensors[k];
+    if (t.count <= 0)
+      continue;
+    const float c1 = 1.f - std::pow(t.h.beta1, static_cast<float>(t.step));
+    const float c2 = 1.f - std::pow(t.h.beta2, static_cast<float>(t.step));
+    slots.push_back({t.param, t.grad, t.m, t.v, t.h.lr, t.h.beta1, t.h.beta2, t.h.eps,
+                     t.h.weightDecay, c1, c2});
+    counts.push_back(t.count);
+  }
+  const std::vector<Chunk> chunks = chunksOf(counts);
+  if (chunks.empty())
+    return 0;
+  if (chunks.size() > 0x7fffffffu)
+    return fail("adamwMultiKernel", -1, "more than 2^31 - 1 chunks");
+  const AdamWSlot *deviceSlots = nullptr;
+  const Chunk *deviceChunks = nullptr;
+  if (int e = upload(slots, chunks, table, stream, deviceSlots, deviceChunks))
+    return e;
+  adamwMultiKernel<<<static_cast<unsigned>(chunks.size()), 256, 0, stream>>>(
+      deviceSlots, deviceChunks);
+  return check(cudaGetLastError(), "adamwMultiKernel");
+}
+
+int sgdMulti(const SGDTensor *tensors, int64_t n, MultiTensorTable &table,
+             cudaStream_t stream) {
+  std::vector<SGDSlot> slots;
+  std::vector<int64_t> counts;
+  for (int64_t k = 0; k < n; ++k) {
+    const SGDTensor &t = tensors[k];
+    if (t.count <= 0)
+      continue;
+    slots.push_back({t.param, t.grad, t.buf, t.h.lr, t.h.momentum, t.h.weightDecay,
+                     t.h.nesterov ? 1 : 0, t.step <= 1 ? 1 : 0});
+    counts.push_back(t.count);
+  }
+  const std::vector<Chunk> chunks = chunksOf(counts);
+  if (chunks.empty())
+    return 0;
+  if (chunks.size() > 0x7fffffffu)
+    return fail("sgdMultiKernel", -1, "more than 2^31 - 1 chunks");
+  const SGDSlot *deviceSlots = nullptr;
+  const Chunk *deviceChunks = nullptr;
+  if (int e = upload(slots, chunks, table, stream, deviceSlots, deviceChunks))
+    return e;
+  sgdMultiKernel<<<static_cast<unsigned>(chunks.size()), 256, 0, stream>>>(deviceSlots,
+                                                                         deviceChunks);
+  return check(cudaGetLastError(), "sgdMultiKernel");
 }
 
 int muonMomentum(const float *g, float *buf, float *out, int64_t n, float mu,

@@ -174,6 +174,14 @@ public:
     host::sgdStep(param, grad, buf, count, h, step);
     return 0;
   }
+  int adamwMulti(const AdamWTensor *tensors, int64_t n) override {
+    host::adamwMulti(tensors, n);
+    return 0;
+  }
+  int sgdMulti(const SGDTensor *tensors, int64_t n) override {
+    host::sgdMulti(tensors, n);
+    return 0;
+  }
   int sumSquares(const std::vector<FloatSpan> &spans, double &out) override {
     out = 0;
     for (const FloatSpan &s : spans)

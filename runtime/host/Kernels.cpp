@@ -59,8 +59,11 @@ struct AdamW4 {
 };
 } // namespace
 
-void adamwStep(float *p, const float *g, float *m, float *v, int64_t n,
-               const AdamWHyper &h, int64_t step) {
+namespace {
+/// n elements of AdamW at step `step` (adamwStep's loop; adamwMulti's per
+/// tensor).
+void adamwRange(float *p, const float *g, float *m, float *v, int64_t n,
+                const AdamWHyper &h, int64_t step) {
   // Per element: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g g;
   // p = p (1 - lr wd) - lr (m / c1) / (sqrt(v / c2) + eps).
   const float c1 = 1.f - std::pow(h.beta1, static_cast<float>(step));
@@ -85,8 +88,9 @@ void adamwStep(float *p, const float *g, float *m, float *v, int64_t n,
   }
 }
 
-void sgdStep(float *p, const float *g, float *buf, int64_t n, const SGDHyper &h,
-             int64_t step) {
+/// n elements of SGD at step `step` (sgdStep's loop; sgdMulti's per tensor).
+void sgdRange(float *p, const float *g, float *buf, int64_t n, const SGDHyper &h,
+              int64_t step) {
   for (int64_t i = 0; i < n; ++i) {
     float d = g[i] + h.weightDecay * p[i];
     if (h.momentum != 0.f) {
@@ -95,6 +99,33 @@ void sgdStep(float *p, const float *g, float *buf, int64_t n, const SGDHyper &h,
       d = h.nesterov ? d + h.momentum * b : b;
     }
     p[i] -= h.lr * d;
+  }
+}
+} // namespace
+
+void adamwStep(float *p, const float *g, float *m, float *v, int64_t n,
+               const AdamWHyper &h, int64_t step) {
+  adamwRange(p, g, m, v, n, h, step);
+}
+
+void adamwMulti(const AdamWTensor *tensors, int64_t n) {
+  for (int64_t k = 0; k < n; ++k) {
+    const AdamWTensor &t = tensors[k];
+    if (t.count > 0)
+      adamwRange(t.param, t.grad, t.m, t.v, t.count, t.h, t.step);
+  }
+}
+
+void sgdStep(float *p, const float *g, float *buf, int64_t n, const SGDHyper &h,
+             int64_t step) {
+  sgdRange(p, g, buf, n, h, step);
+}
+
+void sgdMulti(const SGDTensor *tensors, int64_t n) {
+  for (int64_t k = 0; k < n; ++k) {
+    const SGDTensor &t = tensors[k];
+    if (t.count > 0)
+      sgdRange(t.param, t.grad, t.buf, t.count, t.h, t.step);
   }
 }
 

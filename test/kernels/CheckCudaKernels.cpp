@@ -4,7 +4,9 @@
 //
 // Runs every kernel of mfsdp/runtime/CudaKernels.h on the first CUDA device
 // and its twin of mfsdp/runtime/Kernels.h on the host, on the same random
-// inputs, and compares the results: AdamW and SGD over three steps, Muon's
+// inputs, and compares the results: AdamW and SGD over three steps, their
+// fused forms over a list of tensors (also bitwise against the device's
+// per-tensor kernels), Muon's
 // momentum, Newton-Schulz in both precisions and both forms on square,
 // wide and tall matrices (sides past one 256-row strip of the symmetric
 // products), Muon's update, the sum of squares, the bf16 casts and
@@ -31,6 +33,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -144,6 +147,99 @@ void checkSGD() {
     kernelOk(cuda::sgdStep(dp.ptr, dg.ptr, db.ptr, n, h, step, nullptr), "sgdStep");
   }
   compare("sgdStep (3 steps, Nesterov): param", dp.get(), p, 1e-5);
+}
+
+/// The fused kernels (one launch over a table of chunks): tensors of
+/// several chunks, exactly one chunk, one element and none, each with its
+/// own hyperparameters and step, over three steps; against the host's
+/// per-tensor kernels (1e-5) and the device's per-tensor kernels (bitwise:
+/// the same element code). The table grows between calls (a longer list on
+/// the third step) and is reused while the previous upload may be in
+/// flight.
+void checkMultiTensor() {
+  const int64_t chunk = cuda::kMultiTensorChunk;
+  const std::vector<int64_t> sizes = {3 * chunk + 5, 1, 0, chunk, chunk + 1, 257};
+  const size_t k = sizes.size();
+  std::vector<std::vector<float>> p(k), m(k), v(k), buf(k);
+  std::vector<std::unique_ptr<Device<float>>> fp, fm, fv, fb, sp, sm, sv, sb;
+  for (size_t i = 0; i < k; ++i) {
+    p[i] = random(sizes[i], 60 + unsigned(i), -1, 1);
+    m[i].assign(sizes[i], 0.f);
+    v[i].assign(sizes[i], 0.f);
+    buf[i].assign(sizes[i], 0.f);
+    for (auto *set : {&fp, &sp})
+      set->push_back(std::make_unique<Device<float>>(p[i]));
+    for (auto *set : {&fm, &fv, &fb, &sm, &sv, &sb})
+      set->push_back(std::make_unique<Device<float>>(m[i]));
+  }
+  std::vector<std::vector<float>> hp = p, hb = buf; // SGD's host state
+  std::vector<std::unique_ptr<Device<float>>> gp, gb, tp, tb; // SGD's devices
+  for (size_t i = 0; i < k; ++i) {
+    gp.push_back(std::make_unique<Device<float>>(p[i]));
+    tp.push_back(std::make_unique<Device<float>>(p[i]));
+    gb.push_back(std::make_unique<Device<float>>(buf[i]));
+    tb.push_back(std::make_unique<Device<float>>(buf[i]));
+  }
+  cuda::MultiTensorTable table;
+  for (int64_t step = 1; step <= 3; ++step) {
+    std::vector<std::unique_ptr<Device<float>>> grads;
+    std::vector<AdamWTensor> adamw;
+    std::vector<SGDTensor> sgd;
+    for (size_t i = 0; i < k; ++i) {
+      std::vector<float> g = random(sizes[i], 70 + unsigned(10 * step + i), -0.1f, 0.1f);
+      grads.push_back(std::make_unique<Device<float>>(g));
+      const float *dg = grads.back()->ptr;
+      AdamWHyper ha;
+      ha.lr = 1e-3f * float(i + 1);
+      ha.weightDecay = i % 2 ? 0.f : 0.1f;
+      ha.beta2 = i % 3 ? 0.95f : 0.999f;
+      SGDHyper hs;
+      hs.lr = 0.05f / float(i + 1);
+      hs.momentum = i == 0 ? 0.f : 0.9f;
+      hs.weightDecay = i % 2 ? 0.01f : 0.f;
+      hs.nesterov = i == 3;
+      const int64_t t = step + int64_t(i % 2);
+      host::adamwStep(p[i].data(), g.data(), m[i].data(), v[i].data(), sizes[i], ha, t);
+      host::sgdStep(hp[i].data(), g.data(), hb[i].data(), sizes[i], hs, t);
+      if (sizes[i] > 0) {
+        kernelOk(cuda::adamwStep(sp[i]->ptr, dg, sm[i]->ptr, sv[i]->ptr, sizes[i], ha, t,
+                                 nullptr),
+                 "adamwStep");
+        kernelOk(cuda::sgdStep(tp[i]->ptr, dg, tb[i]->ptr, sizes[i], hs, t, nullptr),
+                 "sgdStep");
+      }
+      adamw.push_back({fp[i]->ptr, dg, fm[i]->ptr, fv[i]->ptr, sizes[i], ha, t});
+      sgd.push_back({gp[i]->ptr, dg, gb[i]->ptr, sizes[i], hs, t});
+      if (step == 3) { // empty entries: skipped
+        adamw.push_back({nullptr, nullptr, nullptr, nullptr, 0, ha, t});
+        sgd.push_back({nullptr, nullptr, nullptr, 0, hs, t});
+      }
+    }
+    // Steps 1 and 2: two calls each (the first half of the list, then the
+    // rest), issued back to back; step 3: one call over the whole longer
+    // list.
+    const size_t half = step < 3 ? k / 2 : adamw.size();
+    const int rc = cuda::adamwMulti(adamw.data(), int64_t(half), table, nullptr) ||
+                   cuda::sgdMulti(sgd.data(), int64_t(half), table, nullptr) ||
+                   cuda::adamwMulti(adamw.data() + half, int64_t(adamw.size() - half),
+                                    table, nullptr) ||
+                   cuda::sgdMulti(sgd.data() + half, int64_t(sgd.size() - half), table,
+                                  nullptr);
+    kernelOk(rc, "adamwMulti / sgdMulti");
+  }
+  cuda::releaseMultiTensorTable(table);
+  for (size_t i = 0; i < k; ++i) {
+    if (sizes[i] == 0)
+      continue;
+    const std::string n = " [" + std::to_string(sizes[i]) + "]";
+    compare("adamwMulti (3 steps): param vs host" + n, fp[i]->get(), p[i], 1e-5);
+    compare("adamwMulti (3 steps): exp_avg_sq vs host" + n, fv[i]->get(), v[i], 1e-5);
+    compare("adamwMulti: param vs adamwStep" + n, fp[i]->get(), sp[i]->get(), 0);
+    compare("adamwMulti: exp_avg vs adamwStep" + n, fm[i]->get(), sm[i]->get(), 0);
+    compare("sgdMulti (3 steps): param vs host" + n, gp[i]->get(), hp[i], 1e-5);
+    compare("sgdMulti: param vs sgdStep" + n, gp[i]->get(), tp[i]->get(), 0);
+    compare("sgdMulti: buffer vs sgdStep" + n, gb[i]->get(), tb[i]->get(), 0);
+  }
 }
 
 void checkMuonMomentum() {
@@ -288,6 +384,7 @@ int main(int argc, char **) {
     die("cublasCreate failed");
   checkAdamW();
   checkSGD();
+  checkMultiTensor();
   checkMuonMomentum();
   checkNewtonSchulz(blas);
   checkMuonApply();

@@ -90,6 +90,7 @@
 #include "mfsdp/runtime/Bootstrap.h"
 #include "mfsdp/runtime/ControlPlane.h"
 #include "mfsdp/runtime/Counters.h"
+#include "mfsdp/runtime/Kernels.h"
 #include "mfsdp/step/Builder.h"
 #include "mfsdp/step/RuntimeMemory.h"
 #include "mfsdp/step/RuntimeProgram.h"
@@ -700,6 +701,58 @@ int main(int argc, char **argv) {
            "calls carrying the updates over replicas on rank " + std::to_string(rank) +
                " " + when + ": " + std::to_string(w.nsSplitBroadcastCalls) +
                ", expected " + std::to_string(calls));
+    // The fused optimizer kernels: per step, one AdamW and one SGD call
+    // for each optimizer op of the program (without a program, for the
+    // whole table) that names such a parameter this rank keeps, every one
+    // of those tensors in exactly one call, none one by one.
+    auto keeps = [&](int32_t p) {
+      const mfsdp_param_desc &d = plan.params[p];
+      const int64_t S = plan.dp_shard;
+      switch (d.placement) {
+      case MFSDP_ROW_SHARD:
+        return d.rows - shardRank * ((d.rows + S - 1) / S) > 0;
+      case MFSDP_OWNER:
+        return d.owner == shardRank;
+      case MFSDP_BLOCK_SHARD:
+        return mfsdp::rt::BlockGrid{d.rows, d.cols, d.block_rows, d.block_cols, S}.blocksOf(
+                   shardRank) > 0;
+      default:
+        return true;
+      }
+    };
+    auto fusedCallsOf = [&](const std::vector<int32_t> &ps, int64_t &tensors) {
+      bool adamw = false, sgd = false;
+      for (int32_t p : ps) {
+        const int32_t opt = plan.params[p].optimizer;
+        if ((opt != MFSDP_OPT_ADAMW && opt != MFSDP_OPT_SGD) || !keeps(p))
+          continue;
+        ++tensors;
+        (opt == MFSDP_OPT_ADAMW ? adamw : sgd) = true;
+      }
+      return int64_t(adamw) + int64_t(sgd);
+    };
+    int64_t fusedPerStep = 0, tensorsPerStep = 0;
+    if (plan.program) {
+      for (const step::ProgramOp &op : program.ops)
+        if (op.kind == MFSDP_PROGRAM_OPTIMIZER &&
+            (op.onlyRank < 0 || op.onlyRank == shardRank))
+          fusedPerStep += fusedCallsOf(op.params, tensorsPerStep);
+    } else {
+      std::vector<int32_t> all(plan.num_params);
+      for (int32_t i = 0; i < plan.num_params; ++i)
+        all[i] = i;
+      fusedPerStep = fusedCallsOf(all, tensorsPerStep);
+    }
+    expect(w.fusedOptimizerCalls == stepsRun * fusedPerStep &&
+               w.fusedOptimizerTensors == stepsRun * tensorsPerStep &&
+               w.perParamOptimizerCalls == 0,
+           "fused optimizer calls / tensors / per-parameter calls on rank " +
+               std::to_string(rank) + " " + when + ": " +
+               std::to_string(w.fusedOptimizerCalls) + " / " +
+               std::to_string(w.fusedOptimizerTensors) + " / " +
+               std::to_string(w.perParamOptimizerCalls) + ", expected " +
+               std::to_string(stepsRun * fusedPerStep) + " / " +
+               std::to_string(stepsRun * tensorsPerStep) + " / 0");
     // Over the world: each owned matrix once per step under the split, on
     // every replica without it.
     const int64_t total = ranks.sum<int64_t>(w.muonSteps);

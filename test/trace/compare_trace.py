@@ -9,8 +9,9 @@ this takes, from both, the sequence of
   - collectives: (kind, phase, the set of parameters it carries), in issue
     order (a started collective counts where it starts);
   - optimizer kernels (adamw, sgd, muon): (optimizer, phase, parameter), a
-    kernel of the schedule over several parameters counted as one per
-    parameter in its order,
+    kernel of the schedule over several parameters (and the runtime's fused
+    kernel over a group's tensors) counted as one per parameter in its
+    order,
 and requires the runtime's sequence of every complete training step (one
 optimizer_step each) to equal the simulator's. Ops outside a training
 step's calls (create, load, store, clip_grad_norm) are not compared. The
@@ -96,7 +97,12 @@ def runtime_steps(events, rank, path, phases):
         if cat == "collective" and a.get("kind") in COLLECTIVES:
             item = (a["kind"], a.get("phase"), tuple(sorted(a.get("params", []))))
         elif cat == "optimizer" and a.get("optimizer") in OPTIMIZERS:
-            item = (a["optimizer"], a.get("phase"), tuple(a.get("params", [])))
+            # A fused kernel (one group's AdamW or SGD tensors) counts as
+            # one per parameter in its order, as the simulator's.
+            for p in a.get("params", []):
+                ops.append((e["ts"], a.get("seq", 0), a["hook"],
+                            (a["optimizer"], a.get("phase"), (p,))))
+            continue
         else:
             continue
         ops.append((e["ts"], a.get("seq", 0), a["hook"], item))

@@ -141,6 +141,14 @@ public:
     sgd = h;
     return record(step);
   }
+  int adamwMulti(const AdamWTensor *tensors, int64_t n) override {
+    adamwList.assign(tensors, tensors + n);
+    return record(n);
+  }
+  int sgdMulti(const SGDTensor *tensors, int64_t n) override {
+    sgdList.assign(tensors, tensors + n);
+    return record(n);
+  }
   int sumSquares(const std::vector<FloatSpan> &spans, double &out) override {
     counts.clear();
     for (const FloatSpan &s : spans)
@@ -175,6 +183,8 @@ public:
   AdamWHyper adamw;
   SGDHyper sgd;
   MuonHyper muon;
+  std::vector<AdamWTensor> adamwList;
+  std::vector<SGDTensor> sgdList;
 
 private:
   bool *destroyed_;
@@ -256,6 +266,49 @@ TEST(BackendTable, EveryCallArrivesAsItLeft) {
     EXPECT_EQ(far->sgd.lr, 0.25f);
     EXPECT_EQ(far->sgd.momentum, 0.5f);
     EXPECT_EQ(far->sgd.weightDecay, 0.0625f);
+    // The fused calls: every tensor's pointers, count, hyperparameters
+    // and step cross, in order.
+    float a[4], b[4];
+    AdamWHyper other = adamw;
+    other.weightDecay = 0.f;
+    const std::vector<AdamWTensor> adamwList = {{a, b, a + 1, a + 2, 3, adamw, 17},
+                                                {b, a, b + 1, b + 2, 9, other, 2}};
+    EXPECT_EQ(near->adamwMulti(adamwList.data(), 2), 0);
+    EXPECT_EQ(far->last, 2);
+    ASSERT_EQ(far->adamwList.size(), 2u);
+    for (size_t k = 0; k < 2; ++k) {
+      const AdamWTensor &w = adamwList[k], &g = far->adamwList[k];
+      EXPECT_EQ(g.param, w.param);
+      EXPECT_EQ(g.grad, w.grad);
+      EXPECT_EQ(g.m, w.m);
+      EXPECT_EQ(g.v, w.v);
+      EXPECT_EQ(g.count, w.count);
+      EXPECT_EQ(g.step, w.step);
+      EXPECT_EQ(g.h.lr, w.h.lr);
+      EXPECT_EQ(g.h.beta1, w.h.beta1);
+      EXPECT_EQ(g.h.beta2, w.h.beta2);
+      EXPECT_EQ(g.h.eps, w.h.eps);
+      EXPECT_EQ(g.h.weightDecay, w.h.weightDecay);
+    }
+    SGDHyper plain;
+    const std::vector<SGDTensor> sgdList = {{a, b, nullptr, 4, plain, 1},
+                                            {b, a, a, 2, sgd, 6},
+                                            {nullptr, nullptr, nullptr, 0, sgd, 6}};
+    EXPECT_EQ(near->sgdMulti(sgdList.data(), 3), 0);
+    EXPECT_EQ(far->last, 3);
+    ASSERT_EQ(far->sgdList.size(), 3u);
+    for (size_t k = 0; k < 3; ++k) {
+      const SGDTensor &w = sgdList[k], &g = far->sgdList[k];
+      EXPECT_EQ(g.param, w.param);
+      EXPECT_EQ(g.grad, w.grad);
+      EXPECT_EQ(g.buf, w.buf);
+      EXPECT_EQ(g.count, w.count);
+      EXPECT_EQ(g.step, w.step);
+      EXPECT_EQ(g.h.lr, w.h.lr);
+      EXPECT_EQ(g.h.momentum, w.h.momentum);
+      EXPECT_EQ(g.h.weightDecay, w.h.weightDecay);
+      EXPECT_EQ(g.h.nesterov, w.h.nesterov);
+    }
     EXPECT_TRUE(far->sgd.nesterov);
     MuonHyper muon;
     muon.lr = 0.03f;

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -153,6 +154,91 @@ TEST(RuntimeKernels, SGDMatchesTorchSemantics) {
     }
     expectClose(p, rp, 1e-5, "sgd");
   }
+}
+
+// The fused kernels step a list of tensors, each with its own
+// hyperparameters and step, in one call; every tensor must come out bitwise
+// as one per-tensor call leaves it (the optimizer step of a group may use
+// either). Sizes cover the four-wide body and its 1-3 element tail, a
+// tensor of one element and an empty one (skipped: null pointers).
+TEST(RuntimeKernels, AdamWMultiIsBitwiseThePerTensorKernel) {
+  const std::vector<int64_t> sizes = {257, 1, 0, 64, 3, 1030};
+  struct Buffers {
+    std::vector<float> p, m, v;
+  };
+  std::vector<Buffers> fused(sizes.size()), single(sizes.size());
+  std::vector<AdamWHyper> hypers;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const int64_t n = sizes[k];
+    fused[k] = {random(n, 10 + k), std::vector<float>(n, 0.f), std::vector<float>(n, 0.f)};
+    single[k] = fused[k];
+    // Weight decay off for some (norms, biases), other rates and betas.
+    hypers.push_back({1e-3f * float(k + 1), k % 2 ? 0.8f : 0.9f, k % 3 ? 0.95f : 0.999f,
+                      k % 2 ? 1e-6f : 1e-8f, k % 2 ? 0.f : 0.1f});
+  }
+  for (int64_t t = 1; t <= 4; ++t) {
+    std::vector<std::vector<float>> grads;
+    std::vector<AdamWTensor> list;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      grads.push_back(random(sizes[k], 300 + 10 * t + k));
+      // Each tensor at its own step (a tensor added to the group later).
+      const int64_t step = t + int64_t(k % 2);
+      if (sizes[k] == 0) {
+        list.push_back({nullptr, nullptr, nullptr, nullptr, 0, hypers[k], step});
+        continue;
+      }
+      list.push_back({fused[k].p.data(), grads[k].data(), fused[k].m.data(),
+                      fused[k].v.data(), sizes[k], hypers[k], step});
+      host::adamwStep(single[k].p.data(), grads[k].data(), single[k].m.data(),
+                      single[k].v.data(), sizes[k], hypers[k], step);
+    }
+    host::adamwMulti(list.data(), static_cast<int64_t>(list.size()));
+  }
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const size_t bytes = sizeof(float) * sizes[k];
+    if (bytes == 0)
+      continue;
+    EXPECT_EQ(std::memcmp(fused[k].p.data(), single[k].p.data(), bytes), 0) << "p " << k;
+    EXPECT_EQ(std::memcmp(fused[k].m.data(), single[k].m.data(), bytes), 0) << "m " << k;
+    EXPECT_EQ(std::memcmp(fused[k].v.data(), single[k].v.data(), bytes), 0) << "v " << k;
+  }
+  // And the values moved: a list the fused kernel skipped would not.
+  EXPECT_NE(fused[0].p, random(sizes[0], 10));
+}
+
+TEST(RuntimeKernels, SGDMultiIsBitwiseThePerTensorKernel) {
+  const std::vector<int64_t> sizes = {64, 7, 0, 1};
+  std::vector<std::vector<float>> fp(sizes.size()), fb(sizes.size()), sp, sb;
+  std::vector<SGDHyper> hypers;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    fp[k] = random(sizes[k], 20 + k);
+    fb[k].assign(sizes[k], 0.f);
+    // Plain, momentum, Nesterov, weight decay or not.
+    hypers.push_back({0.05f / float(k + 1), k == 0 ? 0.f : 0.9f, k % 2 ? 0.01f : 0.f,
+                      k == 3});
+  }
+  sp = fp;
+  sb = fb;
+  for (int64_t t = 1; t <= 3; ++t) {
+    std::vector<std::vector<float>> grads;
+    std::vector<SGDTensor> list;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      grads.push_back(random(sizes[k], 400 + 10 * t + k));
+      list.push_back({sizes[k] ? fp[k].data() : nullptr,
+                      sizes[k] ? grads[k].data() : nullptr,
+                      sizes[k] ? fb[k].data() : nullptr, sizes[k], hypers[k], t});
+      host::sgdStep(sp[k].data(), grads[k].data(), sb[k].data(), sizes[k], hypers[k], t);
+    }
+    host::sgdMulti(list.data(), static_cast<int64_t>(list.size()));
+  }
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const size_t bytes = sizeof(float) * sizes[k];
+    if (bytes == 0)
+      continue;
+    EXPECT_EQ(std::memcmp(fp[k].data(), sp[k].data(), bytes), 0) << "p " << k;
+    EXPECT_EQ(std::memcmp(fb[k].data(), sb[k].data(), bytes), 0) << "buf " << k;
+  }
+  EXPECT_NE(fp[0], random(sizes[0], 20));
 }
 
 TEST(RuntimeKernels, NewtonSchulzMatchesReference) {

@@ -188,6 +188,30 @@ public:
                         int64_t count, const AdamWHyper &h, int64_t step) = 0;
   virtual int sgdStep(float *param, const float *grad, float *buf,
                       int64_t count, const SGDHyper &h, int64_t step) = 0;
+  /// The fused optimizer kernels (Kernels.h: host::adamwMulti, sgdMulti):
+  /// every tensor of the list, each with its own hyperparameters and step,
+  /// in one call; the host backend steps them in one loop, the CUDA backend
+  /// in one kernel launch over a table of chunks of the tensors (as
+  /// torch's multi_tensor_apply). The list is read before the call returns.
+  /// This default issues one adamwStep / sgdStep per tensor.
+  virtual int adamwMulti(const AdamWTensor *tensors, int64_t n) {
+    for (int64_t k = 0; k < n; ++k) {
+      const AdamWTensor &t = tensors[k];
+      if (t.count > 0)
+        if (int rc = adamwStep(t.param, t.grad, t.m, t.v, t.count, t.h, t.step))
+          return rc;
+    }
+    return 0;
+  }
+  virtual int sgdMulti(const SGDTensor *tensors, int64_t n) {
+    for (int64_t k = 0; k < n; ++k) {
+      const SGDTensor &t = tensors[k];
+      if (t.count > 0)
+        if (int rc = sgdStep(t.param, t.grad, t.buf, t.count, t.h, t.step))
+          return rc;
+    }
+    return 0;
+  }
   /// out (host memory, set when this returns) = the sum of the squares of
   /// every float of `spans`, accumulated in double (host::sumSquares).
   virtual int sumSquares(const std::vector<FloatSpan> &spans, double &out) = 0;

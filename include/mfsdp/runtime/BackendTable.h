@@ -31,8 +31,9 @@
 extern "C" {
 #endif
 
-/* The layout version of the structs below (their `version` field). */
-#define MFSDP_RT_BACKEND_TABLE_VERSION 1
+/* The layout version of the structs below (their `version` field).
+ * 2: the fused optimizer kernels (adamw_multi, sgd_multi). */
+#define MFSDP_RT_BACKEND_TABLE_VERSION 2
 
 /* Groups (Backend.h: Group). */
 #define MFSDP_RT_GROUP_SHARD 0
@@ -88,6 +89,23 @@ typedef struct mfsdp_rt_muon_hyper {
   int32_t ns_precision; /* NsPrecision */
   int32_t ns_form;      /* NsForm */
 } mfsdp_rt_muon_hyper;
+/* One tensor of a fused optimizer call (Kernels.h: AdamWTensor, SGDTensor). */
+typedef struct mfsdp_rt_adamw_tensor {
+  float *param;
+  const float *grad;
+  float *m, *v;
+  int64_t count;
+  mfsdp_rt_adamw_hyper h;
+  int64_t step;
+} mfsdp_rt_adamw_tensor;
+typedef struct mfsdp_rt_sgd_tensor {
+  float *param;
+  const float *grad;
+  float *buf;
+  int64_t count;
+  mfsdp_rt_sgd_hyper h;
+  int64_t step;
+} mfsdp_rt_sgd_tensor;
 typedef struct mfsdp_rt_block_grid {
   int64_t rows, cols, block_rows, block_cols, ranks;
 } mfsdp_rt_block_grid;
@@ -164,6 +182,8 @@ typedef struct mfsdp_rt_backend_table {
                     int64_t count, const mfsdp_rt_adamw_hyper *h, int64_t step);
   int (*sgd_step)(void *self, float *param, const float *grad, float *buf, int64_t count,
                   const mfsdp_rt_sgd_hyper *h, int64_t step);
+  int (*adamw_multi)(void *self, const mfsdp_rt_adamw_tensor *tensors, int64_t n);
+  int (*sgd_multi)(void *self, const mfsdp_rt_sgd_tensor *tensors, int64_t n);
   int (*sum_squares)(void *self, const mfsdp_rt_float_span *spans, int64_t num_spans,
                      double *out);
   int64_t (*muon_scratch)(void *self, int64_t rows, int64_t cols);

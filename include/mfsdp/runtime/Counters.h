@@ -19,6 +19,15 @@ namespace mfsdp::rt {
 struct WorkCounters {
   /// Muon steps (momentum, Newton-Schulz, update) of a whole matrix.
   int64_t muonSteps = 0;
+  /// The fused optimizer kernels (Backend::adamwMulti / sgdMulti) this
+  /// rank issued: one per optimizer op of the program that names an AdamW
+  /// or SGD parameter this rank steps (without a program, one per
+  /// optimizer over the whole table), and the tensors they stepped.
+  int64_t fusedOptimizerCalls = 0;
+  int64_t fusedOptimizerTensors = 0;
+  /// AdamW / SGD kernels issued one per parameter (only after
+  /// setFusedOptimizer(step, false)).
+  int64_t perParamOptimizerCalls = 0;
   /// Updated masters this rank sent to the other replicas under ns_split.
   int64_t nsSplitSends = 0;
   /// Updated masters this rank received from another replica under ns_split.
@@ -58,6 +67,12 @@ struct WorkCounters {
 
 /// The counters of `step` on this rank (zeros for null).
 WorkCounters workCounters(const mfsdp_step *step);
+
+/// For benchmarks and tests: `fused` false makes the optimizer step issue
+/// one AdamW / SGD kernel per parameter (Backend::adamwStep / sgdStep), the
+/// path before the fused kernels, instead of one fused call per group;
+/// true (the default) restores it. The results are bitwise the same.
+void setFusedOptimizer(mfsdp_step *step, bool fused);
 
 } // namespace mfsdp::rt
 

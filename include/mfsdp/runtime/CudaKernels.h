@@ -26,6 +26,28 @@ int adamwStep(float *param, const float *grad, float *m, float *v, int64_t n,
               const AdamWHyper &h, int64_t step, cudaStream_t stream);
 int sgdStep(float *param, const float *grad, float *buf, int64_t n,
             const SGDHyper &h, int64_t step, cudaStream_t stream);
+/// The host and device memory of a fused optimizer call's table of
+/// tensors and chunks, kept between calls and grown as needed: a pinned
+/// host copy the table is written into, the device copy the kernel reads
+/// (stream-ordered allocations), and an event after the last upload, which
+/// the next call waits for before it writes the host copy again.
+/// releaseMultiTensorTable frees them (after the stream is done).
+struct MultiTensorTable {
+  void *host = nullptr, *device = nullptr;
+  size_t hostBytes = 0, deviceBytes = 0;
+  struct CUevent_st *uploaded = nullptr;
+};
+void releaseMultiTensorTable(MultiTensorTable &table);
+/// The fused forms (host::adamwMulti, sgdMulti): one kernel launch over
+/// every tensor of the list, split into chunks of at most
+/// kMultiTensorChunk elements, one thread block per chunk; each tensor
+/// carries its own hyperparameters and step. The list is uploaded through
+/// `table` before the call returns.
+constexpr int64_t kMultiTensorChunk = 16384;
+int adamwMulti(const AdamWTensor *tensors, int64_t n, MultiTensorTable &table,
+               cudaStream_t stream);
+int sgdMulti(const SGDTensor *tensors, int64_t n, MultiTensorTable &table,
+             cudaStream_t stream);
 int muonMomentum(const float *grad, float *buf, float *out, int64_t n,
                  float momentum, bool nesterov, cudaStream_t stream);
 /// Bytes of device workspace newtonSchulz needs.

@@ -30,6 +30,29 @@ struct SGDHyper {
   bool nesterov = false;
 };
 
+/// One tensor of a fused optimizer step (host::adamwMulti, sgdMulti and
+/// their CUDA twins): its buffers, its element count, and its own
+/// hyperparameters and step, so that the tensors of one call may differ in
+/// any of them (weight decay off for norms and biases, a group's learning
+/// rate). A tensor of count 0 is skipped; its pointers are not read.
+struct AdamWTensor {
+  float *param = nullptr;
+  const float *grad = nullptr;
+  float *m = nullptr, *v = nullptr;
+  int64_t count = 0;
+  AdamWHyper h;
+  int64_t step = 1;
+};
+
+struct SGDTensor {
+  float *param = nullptr;
+  const float *grad = nullptr;
+  float *buf = nullptr;
+  int64_t count = 0;
+  SGDHyper h;
+  int64_t step = 1;
+};
+
 /// Muon's update scale for a rows x cols matrix (torch.optim.Muon's
 /// adjust_lr_fn): 0.2 sqrt(max(rows, cols)) (match_rms_adamw),
 /// sqrt(max(1, rows / cols)) (original) or sqrt(rows / cols)
@@ -160,6 +183,13 @@ void adamwStep(float *param, const float *grad, float *m, float *v, int64_t n,
 /// buffer initialised with the first gradient when `step` is 1).
 void sgdStep(float *param, const float *grad, float *buf, int64_t n,
              const SGDHyper &h, int64_t step);
+
+/// The fused forms: every tensor of `tensors` (n of them) stepped in one
+/// call, in one pass over the list, each exactly as adamwStep / sgdStep
+/// would step it alone (the same operations in the same order: the results
+/// are bitwise those of one call per tensor). The tensors must not overlap.
+void adamwMulti(const AdamWTensor *tensors, int64_t n);
+void sgdMulti(const SGDTensor *tensors, int64_t n);
 
 /// Muon momentum (EMA form, torch.optim.Muon): buf = mu*buf + (1-mu)*g;
 /// out = nesterov ? g + mu*(buf - g) : buf.
