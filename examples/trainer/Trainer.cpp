@@ -1,6 +1,7 @@
 //===- Trainer.cpp - The example trainer over the step library ------------===//
 #include "Trainer.h"
 
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -10,6 +11,14 @@ namespace {
 struct Views {
   float *norm, *fc1, *fc2, *bias;
 };
+
+/// The fp32 value of a bf16 element (exact).
+float widen(uint16_t x) {
+  const uint32_t bits = static_cast<uint32_t>(x) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
 } // namespace
 
 bool train(mfsdp_step *step, const ModelConfig &c, const TrainOptions &o,
@@ -28,6 +37,7 @@ bool train(mfsdp_step *step, const ModelConfig &c, const TrainOptions &o,
             " entries for " + std::to_string(4 * c.layers) + " parameters";
     return false;
   }
+  std::vector<std::vector<float>> widened(static_cast<size_t>(4 * c.layers));
   auto views = [&](int64_t layer, bool grad, Views &v) {
     float **slots[4] = {&v.norm, &v.fc1, &v.fc2, &v.bias};
     for (int k = 0; k < 4; ++k) {
@@ -46,7 +56,28 @@ bool train(mfsdp_step *step, const ModelConfig &c, const TrainOptions &o,
       mfsdp_status s = grad ? mfsdp_grad_view(step, at, &t) : mfsdp_param_view(step, at, &t);
       if (!ok(s, grad ? "grad view" : "param view"))
         return false;
-      *slots[k] = static_cast<float *>(t.data);
+      if (t.dtype.code == kDLFloat && t.dtype.bits == 32 && t.dtype.lanes == 1) {
+        *slots[k] = static_cast<float *>(t.data);
+        continue;
+      }
+      if (grad || t.dtype.code != kDLBfloat || t.dtype.bits != 16 || t.dtype.lanes != 1) {
+        error = std::string(grad ? "the gradient" : "the parameter") + " view of table entry " +
+                std::to_string(at) + " has DLPack dtype code " +
+                std::to_string(t.dtype.code) + ", " + std::to_string(t.dtype.bits) +
+                " bits; the example trainer takes fp32 (and bf16 parameters)";
+        return false;
+      }
+      // A bf16 compute copy: the model computes in fp32 on its values,
+      // widened (exactly) into a buffer of the trainer's.
+      int64_t numel = 1;
+      for (int32_t d = 0; d < t.ndim; ++d)
+        numel *= t.shape[d];
+      std::vector<float> &w = widened[i];
+      w.resize(static_cast<size_t>(numel));
+      const uint16_t *bits = static_cast<const uint16_t *>(t.data);
+      for (int64_t e = 0; e < numel; ++e)
+        w[e] = widen(bits[e]);
+      *slots[k] = w.data();
     }
     return true;
   };

@@ -20,7 +20,7 @@ std::string mfsdp_step::occupant(int64_t lo, int64_t hi) const {
   };
   for (const ParamState &ps : params) {
     const std::string unit = " (unit " + std::to_string(ps.desc.unit) + ")";
-    if (overlaps(ps.full, ps.fullAt, ps.fullSize))
+    if (overlaps(ps.full, ps.fullAt, ps.fullFloats()))
       return "the gathered '" + ps.name + "'" + unit;
     if (overlaps(ps.grad, ps.at.grad, ps.fullSize))
       return "the gradient of '" + ps.name + "'" + unit;
@@ -85,7 +85,7 @@ int64_t mfsdp_step::arenaBytes() const {
   for (const ParamState &ps : params) {
     total += bytes(ps.localSize) * (2 + (ps.desc.optimizer != MFSDP_OPT_NONE) +
                                     (ps.desc.optimizer == MFSDP_OPT_ADAMW));
-    total += bytes(ps.fullSize) * 2;
+    total += bytes(ps.fullFloats()) + bytes(ps.fullSize); // copy, gradient
     largestFull = std::max(largestFull, ps.fullSize);
     if (ps.desc.placement == MFSDP_BLOCK_SHARD) // its staging buffer
       largestBlocks = std::max(largestBlocks, ps.fullSize);

@@ -402,7 +402,9 @@ static mfsdp_status view(mfsdp_step *step, int32_t param, DLTensor *out,
   std::memset(out, 0, sizeof(*out));
   out->data = buf;
   out->device = step->backend->device();
-  out->dtype = {kDLFloat, 32, 1};
+  // The compute copy in its dtype (bf16: kDLBfloat, 16 bits); gradients
+  // are fp32.
+  out->dtype = !grad && ps.bf16() ? DLDataType{kDLBfloat, 16, 1} : DLDataType{kDLFloat, 32, 1};
   // rows and cols are adjacent int64_t fields of the descriptor, so they
   // serve as the shape array (rows alone for a 1-D tensor).
   out->ndim = ps.desc.cols == 1 ? 1 : 2;

@@ -48,7 +48,8 @@ struct ParamState {
   float *master = nullptr;    // shard, owned matrix, or whole
   float *m = nullptr, *v = nullptr; // AdamW / SGD / Muon state
   float *gradShard = nullptr; // the reduced gradient this rank keeps
-  float *full = nullptr;      // gathered parameter (null when freed)
+  float *full = nullptr;      // gathered parameter (null when freed): fp32,
+                              // or bf16 elements (fullBF16) in fullFloats()
   float *grad = nullptr;      // gradient buffer handed to the trainer
   bool gradLive = false;      // grad handed out (pre_backward ran)
   bool gradReduced = false;   // gradShard holds a reduced gradient
@@ -56,6 +57,14 @@ struct ParamState {
   int32_t bucket = -1;        // the plan's bucket it is in (-1: none)
   mfsdp_hparams hparams{};    // its optimizer's, from the next step on
   int64_t elements() const { return desc.rows * desc.cols; }
+  /// The compute copy is bf16 (MFSDP_COMPUTE_BF16): `full` holds fullSize
+  /// 16-bit elements, gathered as such (half the bytes of fp32).
+  bool bf16() const { return desc.compute_dtype == MFSDP_COMPUTE_BF16; }
+  /// Bytes of one element of the compute copy.
+  int64_t computeBytes() const { return bf16() ? 2 : 4; }
+  /// Floats of arena the compute copy takes (the arena counts in floats).
+  int64_t fullFloats() const { return bf16() ? (fullSize + 1) / 2 : fullSize; }
+  uint16_t *fullBF16() const { return reinterpret_cast<uint16_t *>(full); }
 };
 
 /// A bucket of the plan (mfsdp_bucket) as this rank runs it.
@@ -67,6 +76,8 @@ struct BucketState {
   int64_t chunk = 0;
   std::vector<int64_t> rel;
   bool gaps = false; // the chunk has alignment gaps between members
+  bool bf16 = false; // its members' compute copies are bf16 (all or none)
+  int64_t span = 0;  // owners: floats from the first member's copy to the end
   // Owners: each rank's span (floats) of the gathered buffer, and the
   // first member this rank owns (-1: none).
   std::vector<int64_t> counts;
@@ -383,6 +394,13 @@ struct mfsdp_step {
   /// the owned matrix, or the whole tensor), into the whole tensor `full`
   /// (ps.fullSize elements) on every rank of the dp_shard group.
   mfsdp_status gatherWhole(const ParamState &ps, const float *local, float *full);
+
+  /// The compute copy of `ps` gathered from its masters (`ps.master`) into
+  /// `ps.full`: gatherWhole for fp32; for bf16 this rank's part cast to
+  /// bf16 at its place in the copy (block shards: in the staging buffer)
+  /// and all-gathered in place as bf16. With `handle` (row shards and
+  /// owned matrices only) it is only started: wait(*handle) completes it.
+  mfsdp_status gatherCompute(ParamState &ps, CommHandle *handle);
 
   /// Block shards: every rank's packed blocks (`local`) concatenated in
   /// packed order (BlockGrid) into `packed` (ps.fullSize floats).
