@@ -152,9 +152,8 @@ mfsdp_status mfsdp_step::reduceBucket(int32_t b, CommHandle *handle) {
                            std::to_string(bs.unit) + ")";
   for (int32_t p : bs.members) {
     ParamState &ps = params[p];
-    if (ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
-      if (auto s = device(backend->roundToBF16(ps.grad, ps.elements()), "bf16 rounding"))
-        return s;
+    if (auto s = widenGrad(ps))
+      return s;
   }
   ParamState &first = params[bs.members.front()];
   float *shards = nullptr; // this rank's grad_shard span
@@ -265,6 +264,9 @@ mfsdp_status mfsdp_step::layOutBuckets() {
       if (j > 0 && ps.bf16() != bs.bf16)
         return bad(name + " mixes fp32 and bf16 compute copies ('" + ps.name + "')");
       bs.bf16 = ps.bf16();
+      // An owner bucket's bf16 gather stages in the upper half of its
+      // members' fp32-sized copies.
+      ps.wideCopy = k.placement == MFSDP_OWNER;
       ps.bucket = b;
       bs.members.push_back(p);
     }

@@ -10,7 +10,9 @@
 //===----------------------------------------------------------------------===//
 #include "Step.h"
 
+#include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace mfsdp::rt;
@@ -121,6 +123,49 @@ mfsdp_status mfsdp_step::gatherCompute(ParamState &ps, CommHandle *handle) {
   }
 }
 
+namespace {
+/// The chunks [first, first + count) of an in-place widening of n bf16
+/// elements at element n of a buffer into n floats at its start: chunk
+/// [d, d + len) writes 16-bit elements [2d, 2d + 2len), below the first
+/// bf16 element not yet read (n + d) when len <= (n - d) / 2; the last
+/// element reads its own source before writing it.
+std::vector<std::pair<int64_t, int64_t>> wideningChunks(int64_t n) {
+  std::vector<std::pair<int64_t, int64_t>> chunks;
+  for (int64_t d = 0; d < n;) {
+    const int64_t len = std::max<int64_t>((n - d) / 2, 1);
+    chunks.push_back({d, len});
+    d += len;
+  }
+  return chunks;
+}
+} // namespace
+
+mfsdp_status mfsdp_step::widenGrad(ParamState &ps) {
+  if (!ps.bf16() || ps.gradWide || !ps.grad)
+    return MFSDP_OK;
+  for (auto [d, len] : wideningChunks(ps.fullSize))
+    if (auto s = device(backend->castFromBF16(ps.gradBF16() + d, ps.grad + d, len),
+                        "widening the gradient of '" + ps.name + "'"))
+      return s;
+  ps.gradWide = true;
+  return MFSDP_OK;
+}
+
+mfsdp_status mfsdp_step::narrowGrad(ParamState &ps) {
+  if (!ps.gradWide || !ps.grad)
+    return MFSDP_OK;
+  // The widening's chunks in reverse: each reads floats no later chunk
+  // wrote over, and writes where no float still to be read lies.
+  const auto chunks = wideningChunks(ps.fullSize);
+  for (auto it = chunks.rbegin(); it != chunks.rend(); ++it)
+    if (auto s = device(backend->castToBF16(ps.grad + it->first, ps.gradBF16() + it->first,
+                                            it->second),
+                        "narrowing the gradient of '" + ps.name + "'"))
+      return s;
+  ps.gradWide = false;
+  return MFSDP_OK;
+}
+
 mfsdp_status mfsdp_step::gatherPacked(const ParamState &ps, const float *local,
                                       float *packed) {
   return comm(backend->allGatherV(Group::Shard, ps.ownsAny ? local : nullptr,
@@ -173,9 +218,9 @@ mfsdp_status mfsdp_step::reduce(int32_t unit, bool async) {
       continue;
     about(-1, p);
     const int64_t n = ps.elements();
-    if (ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
-      if (auto s = device(backend->roundToBF16(ps.grad, n), "bf16 rounding"))
-        return s;
+    // bf16: reduced in fp32 (widened exactly from the trainer's bf16).
+    if (auto s = widenGrad(ps))
+      return s;
     // A block shard's gradient is packed by rank into the unit's gathered
     // copy, which nothing reads once the unit's backward is over and
     // which the memory plan keeps until the reduction's wait (the shared

@@ -50,7 +50,10 @@ struct ParamState {
   float *gradShard = nullptr; // the reduced gradient this rank keeps
   float *full = nullptr;      // gathered parameter (null when freed): fp32,
                               // or bf16 elements (fullBF16) in fullFloats()
-  float *grad = nullptr;      // gradient buffer handed to the trainer
+  float *grad = nullptr;      // gradient buffer handed to the trainer: fp32,
+                              // or bf16 elements at gradBF16() (below)
+  bool gradWide = false;      // bf16: `grad` holds the fp32 gradient a
+                              // reduction widened, not the trainer's bf16
   bool gradLive = false;      // grad handed out (pre_backward ran)
   bool gradReduced = false;   // gradShard holds a reduced gradient
   int32_t nsReplica = -1;     // ns_split: the replica that steps it (-1: all)
@@ -62,9 +65,18 @@ struct ParamState {
   bool bf16() const { return desc.compute_dtype == MFSDP_COMPUTE_BF16; }
   /// Bytes of one element of the compute copy.
   int64_t computeBytes() const { return bf16() ? 2 : 4; }
-  /// Floats of arena the compute copy takes (the arena counts in floats).
-  int64_t fullFloats() const { return bf16() ? (fullSize + 1) / 2 : fullSize; }
+  /// Floats of arena the compute copy takes (the arena counts in floats):
+  /// bf16 ceil(fullSize / 2), but fullSize in an owner bucket (wideCopy),
+  /// as the static memory plan sizes them (lib/step/RuntimeMemory.cpp).
+  int64_t fullFloats() const {
+    return bf16() && !wideCopy ? (fullSize + 1) / 2 : fullSize;
+  }
+  bool wideCopy = false; // set by layOutBuckets
   uint16_t *fullBF16() const { return reinterpret_cast<uint16_t *>(full); }
+  /// A bf16 parameter's gradient as the trainer writes it: fullSize bf16
+  /// elements in the upper half of its fp32-sized buffer, which the
+  /// reduction widens in place to fp32 (widenGrad).
+  uint16_t *gradBF16() const { return reinterpret_cast<uint16_t *>(grad) + fullSize; }
 };
 
 /// A bucket of the plan (mfsdp_bucket) as this rank runs it.
@@ -401,6 +413,14 @@ struct mfsdp_step {
   /// and all-gathered in place as bf16. With `handle` (row shards and
   /// owned matrices only) it is only started: wait(*handle) completes it.
   mfsdp_status gatherCompute(ParamState &ps, CommHandle *handle);
+
+  /// bf16 gradients (ps.bf16()): the trainer's bf16 gradient widened in
+  /// place to the fp32 gradient the reduction reads (ps.gradWide), and
+  /// back (exactly: its values are bf16's) before the trainer is handed it
+  /// again. Chunks from the front, each written only over bf16 elements
+  /// already read: about log2(fullSize) casts. Nothing to do otherwise.
+  mfsdp_status widenGrad(ParamState &ps);
+  mfsdp_status narrowGrad(ParamState &ps);
 
   /// Block shards: every rank's packed blocks (`local`) concatenated in
   /// packed order (BlockGrid) into `packed` (ps.fullSize floats).

@@ -1129,6 +1129,13 @@ int main(int argc, char **argv) {
       d.compute_dtype = MFSDP_COMPUTE_F32;
     mfsdp_plan fp32Plan = plan;
     fp32Plan.params = fp32Descs.data();
+    // Its own memory plan: fp32 copies take twice the place of bf16 ones.
+    step::RuntimeMemoryPlan fp32Memory =
+        step::planRuntimeMemory(fp32Plan, micro > 1, 256, prefetch ? 1 : 0);
+    expect(fp32Memory.error.empty(), "fp32 memory plan: " + fp32Memory.error);
+    const mfsdp_memory_plan fp32MemoryPlan = fp32Memory.view();
+    if (!dynamic)
+      fp32Plan.memory = &fp32MemoryPlan;
     fp32Plan.hash = mfsdp_plan_hash(&fp32Plan);
     auto unit0Bytes = [&](const mfsdp_plan &p, const char *what) {
       mfsdp_step *fresh = nullptr;
@@ -1139,6 +1146,24 @@ int main(int argc, char **argv) {
                  mfsdp_post_forward(fresh, 0) == MFSDP_OK,
              std::string(what) + " pre_forward and post_forward");
       const int64_t bytes = mfsdp::rt::workCounters(fresh).gatherBytes;
+      // The gradient buffer is in the compute dtype too: the rest of the
+      // forward, then the last unit's first parameter's.
+      const int32_t last = p.num_units - 1;
+      int32_t param = 0;
+      while (param + 1 < p.num_params && p.params[param].unit != last)
+        ++param;
+      for (int32_t u = 1; u < p.num_units; ++u)
+        expect(mfsdp_pre_forward(fresh, u) == MFSDP_OK &&
+                   mfsdp_post_forward(fresh, u) == MFSDP_OK,
+               std::string(what) + " forward: " + mfsdp_last_error(fresh));
+      DLTensor g;
+      const bool isBF16 = p.params[param].compute_dtype == MFSDP_COMPUTE_BF16;
+      expect(mfsdp_pre_backward(fresh, last) == MFSDP_OK &&
+                 mfsdp_grad_view(fresh, param, &g) == MFSDP_OK &&
+                 g.dtype.code == (isBF16 ? kDLBfloat : kDLFloat) &&
+                 g.dtype.bits == (isBF16 ? 16 : 32),
+             std::string("the ") + what + " gradient view of " + p.params[param].name +
+                 ": " + mfsdp_last_error(fresh));
       mfsdp_destroy(fresh);
       return bytes;
     };
@@ -1148,9 +1173,17 @@ int main(int argc, char **argv) {
            "unit 0's gathers on rank " + std::to_string(rank) + ": " +
                std::to_string(bf16Bytes) + " bytes in bf16, " + std::to_string(fp32Bytes) +
                " in fp32 (expected twice)");
+    // The static memory plan sizes the bf16 copies in their bytes.
+    const int64_t bf16Arena = memoryPlan.arena_bytes[shardRank];
+    const int64_t fp32Arena = fp32MemoryPlan.arena_bytes[shardRank];
+    expect(bf16Arena <= fp32Arena, "the arena of rank " + std::to_string(rank) + ": " +
+                                      std::to_string(bf16Arena) + " bytes with bf16 copies, " +
+                                      std::to_string(fp32Arena) + " with fp32");
     if (rank == 0)
-      std::printf("bf16: unit 0 gathers %lld bytes per rank, %lld with fp32 compute copies\n",
-                  static_cast<long long>(bf16Bytes), static_cast<long long>(fp32Bytes));
+      std::printf("bf16: unit 0 gathers %lld bytes per rank, %lld with fp32 compute copies; "
+                  "arena %lld bytes, %lld with fp32\n",
+                  static_cast<long long>(bf16Bytes), static_cast<long long>(fp32Bytes),
+                  static_cast<long long>(bf16Arena), static_cast<long long>(fp32Arena));
   }
   mfsdp_destroy(step);
   if (!dumpPath.empty() && rank == 0) {

@@ -94,8 +94,9 @@ double globalLossAndGrad(const TrainConfig &c, int64_t step,
   // Per layer: pointers to params and grads, in modelParams order.
   std::vector<const double *> P(static_cast<size_t>(4 * L));
   std::vector<double *> G(static_cast<size_t>(4 * L));
-  // bf16: the compute copies, and one rank's gradients at a time.
-  ParamMap rounded, rankGrads;
+  // bf16: the compute copies, one microbatch's gradients, and one rank's
+  // bf16 gradient buffers (accumulated over its microbatches).
+  ParamMap rounded, microGrads, rankGrads;
   for (size_t i = 0; i < infos.size(); ++i) {
     auto it = params.find(infos[i].name);
     if (it == params.end() ||
@@ -109,7 +110,8 @@ double globalLossAndGrad(const TrainConfig &c, int64_t step,
         r.push_back(toBF16(x));
       P[i] = r.data();
       rankGrads[infos[i].name].assign(it->second.size(), 0.0);
-      G[i] = rankGrads[infos[i].name].data();
+      microGrads[infos[i].name].assign(it->second.size(), 0.0);
+      G[i] = microGrads[infos[i].name].data();
     }
   }
 
@@ -140,13 +142,19 @@ double globalLossAndGrad(const TrainConfig &c, int64_t step,
                            g[1], g[2], g[3]);
         dy.swap(dx);
       }
-      if (c.bf16Compute && mb + 1 == c.microbatches)
-        // This rank's mean gradient rounded as its bf16 buffer holds it.
-        for (auto &kv : rankGrads) {
+      if (c.bf16Compute)
+        // The microbatch's share of the rank's mean gradient added into its
+        // bf16 buffer (rounded), which goes to the reduction after the last.
+        for (auto &kv : microGrads) {
+          std::vector<double> &acc = rankGrads[kv.first];
           std::vector<double> &sum = grads[kv.first];
           for (size_t k = 0; k < kv.second.size(); ++k) {
-            sum[k] += toBF16(kv.second[k] / static_cast<double>(c.microbatches));
+            acc[k] = toBF16(acc[k] + kv.second[k] / static_cast<double>(c.microbatches));
             kv.second[k] = 0.0;
+            if (mb + 1 == c.microbatches) {
+              sum[k] += acc[k];
+              acc[k] = 0.0;
+            }
           }
         }
     }
