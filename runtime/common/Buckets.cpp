@@ -19,7 +19,10 @@ mfsdp_status mfsdp_step::placeStaging(BucketState &bs, int which,
   const int64_t at[3] = {bs.stagingAt.gather, bs.stagingAt.gather_backward,
                          bs.stagingAt.reduce};
   bs.stagingAtNow = at[which];
-  return place(at[which], S * bs.chunk, bs.staging, what);
+  // A bf16 bucket's gathers stage bf16 chunks (the memory plan's half).
+  const int64_t elements = S * bs.chunk;
+  return place(at[which], which < 2 && bs.bf16 ? (elements + 1) / 2 : elements, bs.staging,
+               what);
 }
 
 mfsdp_status mfsdp_step::gatherBucket(int32_t b, bool forBackward, CommHandle *handle) {
