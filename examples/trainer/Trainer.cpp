@@ -1,6 +1,7 @@
 //===- Trainer.cpp - The example trainer over the step library ------------===//
 #include "Trainer.h"
 
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -9,6 +10,29 @@ namespace mfsdp::example {
 namespace {
 struct Views {
   float *norm, *fc1, *fc2, *bias;
+};
+
+/// The fp32 value of a bf16 element (exact).
+float widen(uint16_t x) {
+  const uint32_t bits = static_cast<uint32_t>(x) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+/// x rounded to the nearest bf16, ties to even (as torch).
+uint16_t narrow(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu))
+    return static_cast<uint16_t>((bits >> 16) | 0x0040u); // quiet NaN
+  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+/// A bf16 view the model reads or adds into through an fp32 buffer.
+struct Widened {
+  std::vector<float> values;
+  uint16_t *view = nullptr; // the runtime's bf16 elements
 };
 } // namespace
 
@@ -28,6 +52,16 @@ bool train(mfsdp_step *step, const ModelConfig &c, const TrainOptions &o,
             " entries for " + std::to_string(4 * c.layers) + " parameters";
     return false;
   }
+  std::vector<Widened> widened(static_cast<size_t>(4 * c.layers)),
+      widenedGrads(static_cast<size_t>(4 * c.layers));
+  auto narrowGrads = [&](int64_t layer) {
+    for (int64_t i = 4 * layer; i < 4 * layer + 4; ++i) {
+      Widened &w = widenedGrads[i];
+      for (size_t e = 0; w.view && e < w.values.size(); ++e)
+        w.view[e] = narrow(w.values[e]);
+      w.view = nullptr;
+    }
+  };
   auto views = [&](int64_t layer, bool grad, Views &v) {
     float **slots[4] = {&v.norm, &v.fc1, &v.fc2, &v.bias};
     for (int k = 0; k < 4; ++k) {
@@ -46,7 +80,30 @@ bool train(mfsdp_step *step, const ModelConfig &c, const TrainOptions &o,
       mfsdp_status s = grad ? mfsdp_grad_view(step, at, &t) : mfsdp_param_view(step, at, &t);
       if (!ok(s, grad ? "grad view" : "param view"))
         return false;
-      *slots[k] = static_cast<float *>(t.data);
+      if (t.dtype.code == kDLFloat && t.dtype.bits == 32 && t.dtype.lanes == 1) {
+        *slots[k] = static_cast<float *>(t.data);
+        continue;
+      }
+      if (t.dtype.code != kDLBfloat || t.dtype.bits != 16 || t.dtype.lanes != 1) {
+        error = std::string(grad ? "the gradient" : "the parameter") + " view of table entry " +
+                std::to_string(at) + " has DLPack dtype code " +
+                std::to_string(t.dtype.code) + ", " + std::to_string(t.dtype.bits) +
+                " bits; the example trainer takes fp32 or bf16";
+        return false;
+      }
+      // bf16: the model computes in fp32 on the values widened (exactly)
+      // into a buffer of the trainer's; a gradient is added there and
+      // rounded back into the runtime's bf16 buffer after the backward
+      // (narrowGrads), as a bf16 gradient accumulates.
+      int64_t numel = 1;
+      for (int32_t d = 0; d < t.ndim; ++d)
+        numel *= t.shape[d];
+      Widened &w = (grad ? widenedGrads : widened)[i];
+      w.values.resize(static_cast<size_t>(numel));
+      w.view = static_cast<uint16_t *>(t.data);
+      for (int64_t e = 0; e < numel; ++e)
+        w.values[e] = widen(w.view[e]);
+      *slots[k] = w.values.data();
     }
     return true;
   };
@@ -99,6 +156,7 @@ bool train(mfsdp_step *step, const ModelConfig &c, const TrainOptions &o,
           return false;
         blocks[l]->backward(v.norm, v.fc1, v.fc2, v.bias, dy.data(), dx.data(),
                             g.norm, g.fc1, g.fc2, g.bias);
+        narrowGrads(l);
         if (!ok(mfsdp_post_backward(step, u), "post_backward"))
           return false;
         dy.swap(dx);

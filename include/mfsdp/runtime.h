@@ -605,8 +605,15 @@ mfsdp_status mfsdp_set_hparams(mfsdp_step *step, int32_t param,
 mfsdp_status mfsdp_clip_grad_norm(mfsdp_step *step, double max_norm,
                                   double extra_sq, double *total_norm);
 
-/* Views (fp32, row-major) of a gathered parameter and of its gradient
- * buffer (the trainer adds into it). Valid until the unit is freed. The
+/* Views (row-major) of a gathered parameter and of its gradient buffer
+ * (the trainer adds into it), in the parameter's compute dtype:
+ * {kDLFloat, 32, 1} for MFSDP_COMPUTE_F32, {kDLBfloat, 16, 1} (2 bytes an
+ * element; the parameter's each its fp32 master rounded to nearest even)
+ * for MFSDP_COMPUTE_BF16. A bf16 gradient is reduced in fp32 (widened in
+ * place, exactly); a plan that keeps gradients gives the trainer its bf16
+ * gradient again at the next pre_backward or grad view (between the
+ * reduction and then, the buffer holds the fp32 gradient: take a fresh
+ * view). Valid until the unit is freed. The
  * device is the backend's: kDLCPU, or kDLCUDA with the rank's device id.
  * Work on them is done when the hook that provides them returns; the
  * trainer's own writes must be done (its stream synchronised) before it

@@ -114,12 +114,27 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
     // The staging buffer holds a whole (padded) tensor.
     largestWhole = std::max(largestWhole, sizes[i].full);
   }
+  // A bf16 compute copy takes 2 bytes an element (ceil(n / 2) floats),
+  // except in an owner bucket, whose gather stages every owner's span in
+  // the upper half of the members' fp32-sized copies (docs/runtime.md,
+  // "bf16 compute copies"). The gradient buffer keeps fp32's size: its
+  // reduction widens the bf16 gradient to fp32 in place.
+  std::vector<bool> halfCopy(plan.num_params, false);
+  for (int32_t i = 0; i < plan.num_params; ++i)
+    halfCopy[i] = plan.params[i].compute_dtype == MFSDP_COMPUTE_BF16;
+  for (int32_t b = 0; plan.buckets && b < plan.num_buckets; ++b) {
+    const mfsdp_bucket &k = plan.buckets[b];
+    for (int32_t j = 0; k.placement == MFSDP_OWNER && k.params && j < k.num_params; ++j)
+      if (k.params[j] >= 0 && k.params[j] < plan.num_params)
+        halfCopy[k.params[j]] = false;
+  }
   auto kindFloats = [&](int32_t i, int k) {
     const runtime::BufferFloats &f = sizes[i];
+    const int64_t copy = halfCopy[i] ? (f.full + 1) / 2 : f.full;
     // ZeRO-1/2 keep one gathered copy all step; ZeRO-3 gathers one for
     // forward and one for backward, each with its own lifetime.
     const int64_t floats[NumKinds] = {f.master,    f.expAvg, f.expAvgSq,
-                                      f.gradShard, f.full,   zero3 ? f.full : 0,
+                                      f.gradShard, copy,     zero3 ? copy : 0,
                                       f.grad};
     return floats[k];
   };
@@ -191,11 +206,16 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
       group(Master, -1);
       group(GradShard, -1);
       const int64_t chunk = static_cast<int64_t>(s.buffers[index[k.params[0]][Master]].bytes);
-      staged[b][0] = addBuffer(fmt::format("bucket {} gather staging", b), S * chunk,
+      // A bucket of bf16 copies (all or none) gathers every rank's chunk in
+      // bf16: half the bytes. Its reduction stages fp32 gradients.
+      const int64_t gathered =
+          plan.params[k.params[0]].compute_dtype == MFSDP_COMPUTE_BF16 ? S * chunk / 2
+                                                                       : S * chunk;
+      staged[b][0] = addBuffer(fmt::format("bucket {} gather staging", b), gathered,
                                false, -1, false);
       if (zero3)
         staged[b][1] = addBuffer(fmt::format("bucket {} backward gather staging", b),
-                                 S * chunk, false, -1, true);
+                                 gathered, false, -1, true);
       staged[b][2] = addBuffer(fmt::format("bucket {} reduce staging", b), S * chunk,
                                false, -1, false);
     } else {

@@ -797,7 +797,7 @@ def fully_shard(model, mesh="dp_shard=2", policy="adamw", zero=3, *, library=Non
                 units=None, example_inputs=None, example_kwargs=None, external=(),
                 prefetch=False, accumulate=False, bucket_mb=None, layouts=None,
                 backend="host", adamw=None, muon=None, sgd=None, param_groups=None,
-                init_fn=None, work_dir=None, compile_args=()):
+                init_fn=None, work_dir=None, compile_args=(), param_dtype=None):
     """Shards `model` with a step library and returns (model, optimizer).
 
     mesh, policy, zero: the plan (mfsdp-compile --mesh --policy --zero); the model is
@@ -815,16 +815,25 @@ def fully_shard(model, mesh="dp_shard=2", policy="adamw", zero=3, *, library=Non
         reset_parameters()); each rank initialises only one unit at a time.
     external: names or patterns of parameters the plan leaves to an outer stack; they
         stay ordinary torch parameters, stepped by torch.optim.AdamW.
+    param_dtype: torch.bfloat16 for bf16 mixed precision (FSDP2's
+        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)):
+        the model's parameters become bf16 tensors over the runtime's bf16 gathered
+        copies (gathered as bf16), gradients are bf16 and reduced in fp32, masters and
+        optimizer state stay fp32. Default (None): fp32. Compiling only: a library
+        compiled ahead of time carries its own dtypes.
     """
     if isinstance(model, MFSDPModule):
         raise Error("fully_shard: this model is already sharded")
     if not isinstance(model, nn.Module):
         raise Error(f"fully_shard: expected a torch.nn.Module, got {type(model).__name__}")
     launch = _rt.launcher()
+    if param_dtype not in (None, torch.float32, torch.bfloat16):
+        raise Error(f"fully_shard: param_dtype {param_dtype}; expected torch.float32 or "
+                    "torch.bfloat16")
     if library is None:
         lib_path = _compile(model, mesh, policy, zero, units, example_inputs, example_kwargs,
                             external, prefetch, accumulate, bucket_mb, layouts, work_dir,
-                            compile_args)
+                            compile_args, param_dtype)
     else:
         lib_path = os.fspath(library)
     lib = _rt.Library(lib_path)
@@ -844,7 +853,8 @@ def fully_shard(model, mesh="dp_shard=2", policy="adamw", zero=3, *, library=Non
 
 
 def _compile(model, mesh, policy, zero, units, example_inputs, example_kwargs, external,
-             prefetch, accumulate, bucket_mb, layouts, work_dir, compile_args):
+             prefetch, accumulate, bucket_mb, layouts, work_dir, compile_args,
+             param_dtype=None):
     from . import mfsdp_export
     if units is None:
         units = _default_units(model)
@@ -856,7 +866,8 @@ def _compile(model, mesh, policy, zero, units, example_inputs, example_kwargs, e
                     "with its dims; compile ahead of time and pass library=")
     def export(device):
         return mfsdp_export.export_graph(model, units, example_inputs, name=type(model).__name__,
-                                         example_kwargs=example_kwargs, mesh=mesh, device=device)
+                                         example_kwargs=example_kwargs, mesh=mesh, device=device,
+                                         dtype="bf16" if param_dtype == torch.bfloat16 else None)
     try:
         graph = export("meta")
     except mfsdp_export.ExportError as e:

@@ -205,8 +205,9 @@ struct Step {
     std::memset(&t, 0, sizeof(t));
     mfsdp_status st = grad ? mfsdp_grad_view(s, param, &t) : mfsdp_param_view(s, param, &t);
     check(st, grad ? "mfsdp_grad_view" : "mfsdp_param_view");
-    if (t.dtype.code != kDLFloat || t.dtype.bits != 32 || t.dtype.lanes != 1)
-      raise("a view that is not fp32");
+    const bool bf16 = t.dtype.code == kDLBfloat && t.dtype.bits == 16 && t.dtype.lanes == 1;
+    if (!bf16 && (t.dtype.code != kDLFloat || t.dtype.bits != 32 || t.dtype.lanes != 1))
+      raise("a view that is neither fp32 nor bf16");
     size_t shape[4];
     int64_t strides[4];
     if (t.ndim < 1 || t.ndim > 4)
@@ -222,10 +223,14 @@ struct Step {
         s1 *= t.shape[i];
       }
     }
-    float *data = reinterpret_cast<float *>(static_cast<char *>(t.data) + t.byte_offset);
-    nb::ndarray<nb::pytorch, float> arr(data, static_cast<size_t>(t.ndim), shape, self,
-                                        strides, nb::dtype<float>(), t.device.device_type,
-                                        t.device.device_id);
+    // A bf16 compute copy is a torch.bfloat16 tensor over the runtime's
+    // 2-byte elements.
+    void *data = static_cast<char *>(t.data) + t.byte_offset;
+    const nb::dlpack::dtype dtype =
+        bf16 ? nb::dlpack::dtype{static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat), 16, 1}
+             : nb::dtype<float>();
+    nb::ndarray<nb::pytorch> arr(data, static_cast<size_t>(t.ndim), shape, self, strides,
+                                 dtype, t.device.device_type, t.device.device_id);
     return nb::cast(arr, nb::rv_policy::reference);
   }
 

@@ -206,6 +206,21 @@ public:
     return t_.start_all_reduce(t_.self, toC(g), buf, count, &handle);
   }
 
+  int allGatherBF16(Group g, const uint16_t *send, uint16_t *recv,
+                    const std::vector<int64_t> &counts, CommHandle *handle) override {
+    return t_.all_gather_bf16(t_.self, toC(g), send, recv, counts.data(),
+                              static_cast<int64_t>(counts.size()), handle);
+  }
+  int castToBF16(const float *in, uint16_t *out, int64_t count) override {
+    return t_.cast_to_bf16(t_.self, in, out, count);
+  }
+  int castFromBF16(const uint16_t *in, float *out, int64_t count) override {
+    return t_.cast_from_bf16(t_.self, in, out, count);
+  }
+  int copy2DBF16(uint16_t *dst, int64_t dstPitch, const uint16_t *src, int64_t srcPitch,
+                 int64_t width, int64_t height) override {
+    return t_.copy_2d_bf16(t_.self, dst, dstPitch, src, srcPitch, width, height);
+  }
   int roundToBF16(float *buf, int64_t count) override {
     return t_.round_to_bf16(t_.self, buf, count);
   }
@@ -595,6 +610,23 @@ mfsdp_rt_backend_table backendTable(Backend *backend) {
   t.kernel_stream = [](void *s) { return self(s).kernelStream(); };
   t.synchronize = [](void *s) {
     return backendCall([&] { return self(s).synchronize(); });
+  };
+  t.all_gather_bf16 = [](void *s, int32_t g, const uint16_t *send, uint16_t *recv,
+                         const int64_t *counts, int64_t n, int64_t *handle) {
+    return backendCall([&] {
+      return self(s).allGatherBF16(fromC(g), send, recv,
+                                   std::vector<int64_t>(counts, counts + n), handle);
+    });
+  };
+  t.cast_to_bf16 = [](void *s, const float *in, uint16_t *out, int64_t count) {
+    return backendCall([&] { return self(s).castToBF16(in, out, count); });
+  };
+  t.cast_from_bf16 = [](void *s, const uint16_t *in, float *out, int64_t count) {
+    return backendCall([&] { return self(s).castFromBF16(in, out, count); });
+  };
+  t.copy_2d_bf16 = [](void *s, uint16_t *dst, int64_t dp, const uint16_t *src,
+                      int64_t sp, int64_t w, int64_t h) {
+    return backendCall([&] { return self(s).copy2DBF16(dst, dp, src, sp, w, h); });
   };
   return t;
 }

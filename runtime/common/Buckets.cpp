@@ -19,7 +19,10 @@ mfsdp_status mfsdp_step::placeStaging(BucketState &bs, int which,
   const int64_t at[3] = {bs.stagingAt.gather, bs.stagingAt.gather_backward,
                          bs.stagingAt.reduce};
   bs.stagingAtNow = at[which];
-  return place(at[which], S * bs.chunk, bs.staging, what);
+  // A bf16 bucket's gathers stage bf16 chunks (the memory plan's half).
+  const int64_t elements = S * bs.chunk;
+  return place(at[which], which < 2 && bs.bf16 ? (elements + 1) / 2 : elements, bs.staging,
+               what);
 }
 
 mfsdp_status mfsdp_step::gatherBucket(int32_t b, bool forBackward, CommHandle *handle) {
@@ -31,7 +34,7 @@ mfsdp_status mfsdp_step::gatherBucket(int32_t b, bool forBackward, CommHandle *h
   for (int32_t p : bs.members) {
     ParamState &ps = params[p];
     ps.fullAt = forBackward ? ps.at.full_backward : ps.at.full;
-    if (auto s = place(ps.fullAt, ps.fullSize, ps.full,
+    if (auto s = place(ps.fullAt, ps.fullFloats(), ps.full,
                        "the gathered '" + ps.name + "'" +
                            (forBackward ? " for backward" : ""))) {
       for (int32_t q : bs.members)
@@ -48,14 +51,52 @@ mfsdp_status mfsdp_step::gatherBucket(int32_t b, bool forBackward, CommHandle *h
         releaseFull(params[q]);
       return s;
     }
-    rc = handle ? backend->startAllGather(Group::Shard, first.master, bs.staging,
-                                          bs.chunk, *handle)
-                : backend->allGather(Group::Shard, first.master, bs.staging, bs.chunk);
+    if (bs.bf16) {
+      // This rank's chunk cast to bf16 at its place in the staging buffer,
+      // then all-gathered in place.
+      uint16_t *staging = reinterpret_cast<uint16_t *>(bs.staging);
+      uint16_t *mine = staging + shardRank * bs.chunk;
+      if (auto s = device(backend->castToBF16(first.master, mine, bs.chunk),
+                          "casting " + what + " to bf16")) {
+        releaseStaging(bs);
+        for (int32_t q : bs.members)
+          releaseFull(params[q]);
+        return s;
+      }
+      rc = backend->allGatherBF16(Group::Shard, mine, staging,
+                                  std::vector<int64_t>(S, bs.chunk), handle);
+    } else {
+      rc = handle ? backend->startAllGather(Group::Shard, first.master, bs.staging,
+                                            bs.chunk, *handle)
+                  : backend->allGather(Group::Shard, first.master, bs.staging, bs.chunk);
+    }
+    work.gatherBytes += S * bs.chunk * (bs.bf16 ? 2 : 4);
+  } else if (bs.bf16) {
+    // The members' places are fp32-sized: their span's upper half holds
+    // every owner's span in bf16 (this rank's cast there first), gathered
+    // in place and moved down to the members' copies by
+    // finishBucketGather.
+    uint16_t *packed = first.fullBF16() + bs.span;
+    int64_t at = 0;
+    for (int64_t r = 0; r < shardRank; ++r)
+      at += bs.counts[r];
+    if (bs.firstMine >= 0)
+      if (auto s = device(backend->castToBF16(params[bs.firstMine].master, packed + at,
+                                              bs.mine),
+                          "casting " + what + " to bf16")) {
+        for (int32_t q : bs.members)
+          releaseFull(params[q]);
+        return s;
+      }
+    rc = backend->allGatherBF16(Group::Shard, bs.firstMine >= 0 ? packed + at : nullptr,
+                                packed, bs.counts, handle);
+    work.gatherBytes += bs.span * 2;
   } else {
     const float *send = bs.firstMine >= 0 ? params[bs.firstMine].master : nullptr;
     rc = handle ? backend->startAllGatherV(Group::Shard, send, first.full, bs.counts,
                                            *handle)
                 : backend->allGatherV(Group::Shard, send, first.full, bs.counts);
+    work.gatherBytes += bs.span * 4;
   }
   ++work.bucketGathers;
   mfsdp_status s = comm(rc, ((handle ? "starting the all-gather of "
@@ -67,7 +108,7 @@ mfsdp_status mfsdp_step::gatherBucket(int32_t b, bool forBackward, CommHandle *h
 
 mfsdp_status mfsdp_step::finishBucketGather(int32_t b, mfsdp_status s) {
   BucketState &bs = buckets[b];
-  if (!s && bs.rows && bs.kernels.unpack) {
+  if (!s && bs.rows && bs.kernels.unpack && !bs.bf16) {
     // The plan's kernel: one pass with the bucket's constants.
     std::vector<float *> full;
     for (int32_t p : bs.members)
@@ -76,14 +117,29 @@ mfsdp_status mfsdp_step::finishBucketGather(int32_t b, mfsdp_status s) {
     s = device(bs.kernels.unpack(bs.staging, full.data(), backend->kernelStream()),
                "the plan's unpack kernel of bucket " + std::to_string(b));
   }
+  const std::string unpacking = "unpacking bucket " + std::to_string(b);
+  const uint16_t *packed = bs.rows ? reinterpret_cast<const uint16_t *>(bs.staging)
+                                   : params[bs.members.front()].fullBF16() + bs.span;
   for (size_t j = 0; j < bs.members.size(); ++j) {
     ParamState &ps = params[bs.members[j]];
-    if (!s && bs.rows && !bs.kernels.unpack)
+    if (!s && bs.rows && bs.bf16)
+      // (The plan's kernels are fp32's.)
+      s = device(backend->copy2DBF16(ps.fullBF16(), ps.localSize, packed + bs.rel[j],
+                                     bs.chunk, ps.localSize, S),
+                 unpacking);
+    else if (!s && bs.rows && !bs.kernels.unpack)
       s = device(backend->copy2D(ps.full, ps.localSize, bs.staging + bs.rel[j],
                                  bs.chunk, ps.localSize, S),
-                 "unpacking bucket " + std::to_string(b));
-    if (!s && ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
-      s = device(backend->roundToBF16(ps.full, ps.elements()), "bf16 rounding");
+                 unpacking);
+    else if (!s && !bs.rows && bs.bf16) {
+      // Member j from bf16 element span + r to 2r (r: its offset in
+      // floats): in order, each copy writes below every source not yet
+      // moved, and never over its own.
+      const int64_t r = (ps.full - params[bs.members.front()].full);
+      s = device(backend->copy2DBF16(ps.fullBF16(), ps.elements(), packed + r,
+                                     ps.elements(), ps.elements(), 1),
+                 unpacking);
+    }
   }
   if (bs.rows)
     releaseStaging(bs);
@@ -99,9 +155,8 @@ mfsdp_status mfsdp_step::reduceBucket(int32_t b, CommHandle *handle) {
                            std::to_string(bs.unit) + ")";
   for (int32_t p : bs.members) {
     ParamState &ps = params[p];
-    if (ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
-      if (auto s = device(backend->roundToBF16(ps.grad, ps.elements()), "bf16 rounding"))
-        return s;
+    if (auto s = widenGrad(ps))
+      return s;
   }
   ParamState &first = params[bs.members.front()];
   float *shards = nullptr; // this rank's grad_shard span
@@ -209,6 +264,12 @@ mfsdp_status mfsdp_step::layOutBuckets() {
                    " and another placement or unit");
       if (!bs.rows && j > 0 && params[bs.members.back()].desc.owner > ps.desc.owner)
         return bad(name + " is not ordered by owner at '" + ps.name + "'");
+      if (j > 0 && ps.bf16() != bs.bf16)
+        return bad(name + " mixes fp32 and bf16 compute copies ('" + ps.name + "')");
+      bs.bf16 = ps.bf16();
+      // An owner bucket's bf16 gather stages in the upper half of its
+      // members' fp32-sized copies.
+      ps.wideCopy = k.placement == MFSDP_OWNER;
       ps.bucket = b;
       bs.members.push_back(p);
     }
@@ -260,6 +321,7 @@ mfsdp_status mfsdp_step::layOutBuckets() {
                      "same distances ('" + ps.name + "')");
         end = r + ps.elements();
       }
+      bs.span = end;
       // Each owner's span runs from its first member to the next owner's.
       int64_t next = end;
       for (int32_t o = static_cast<int32_t>(S) - 1; o >= 0; --o)

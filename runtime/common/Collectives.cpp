@@ -10,7 +10,9 @@
 //===----------------------------------------------------------------------===//
 #include "Step.h"
 
+#include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace mfsdp::rt;
@@ -46,6 +48,124 @@ mfsdp_status mfsdp_step::gatherWhole(const ParamState &ps, const float *local,
   }
 }
 
+mfsdp_status mfsdp_step::gatherCompute(ParamState &ps, CommHandle *handle) {
+  const int64_t n = ps.elements();
+  const bool collective = ps.desc.placement == MFSDP_ROW_SHARD ||
+                          ps.desc.placement == MFSDP_OWNER ||
+                          ps.desc.placement == MFSDP_BLOCK_SHARD;
+  if (collective)
+    work.gatherBytes += ps.fullSize * ps.computeBytes();
+  if (!ps.bf16()) {
+    if (!handle)
+      return gatherWhole(ps, ps.master, ps.full);
+    if (ps.desc.placement == MFSDP_ROW_SHARD)
+      return comm(backend->startAllGather(Group::Shard, ps.master, ps.full, ps.localSize,
+                                          *handle),
+                  "starting the all-gather");
+    std::vector<int64_t> counts(S, 0);
+    counts[ps.desc.owner] = n;
+    return comm(backend->startAllGatherV(Group::Shard, ps.ownsAny ? ps.master : nullptr,
+                                         ps.full, counts, *handle),
+                "starting the all-gather-v");
+  }
+  // bf16: this rank's fp32 part rounded into its place of the gathered
+  // buffer, which the all-gather then fills in place, 2 bytes an element.
+  uint16_t *full = ps.fullBF16();
+  const std::string cast = "casting '" + ps.name + "' to bf16";
+  switch (ps.desc.placement) {
+  case MFSDP_ROW_SHARD: {
+    uint16_t *mine = full + shardRank * ps.localSize;
+    if (auto s = device(backend->castToBF16(ps.master, mine, ps.localSize), cast))
+      return s;
+    return comm(backend->allGatherBF16(Group::Shard, mine, full,
+                                       std::vector<int64_t>(S, ps.localSize), handle),
+                "all-gather (bf16)");
+  }
+  case MFSDP_OWNER: {
+    std::vector<int64_t> counts(S, 0);
+    counts[ps.desc.owner] = n;
+    if (ps.ownsAny)
+      if (auto s = device(backend->castToBF16(ps.master, full, n), cast))
+        return s;
+    return comm(backend->allGatherBF16(Group::Shard, ps.ownsAny ? full : nullptr, full,
+                                       counts, handle),
+                "all-gather-v (bf16)");
+  }
+  case MFSDP_BLOCK_SHARD: {
+    // Every rank's packed blocks in bf16 in the staging buffer, then each
+    // block to its place in the whole tensor (one strided copy a block).
+    float *staging = nullptr;
+    if (auto s = blockStaging(ps, staging, "gathering"))
+      return s;
+    uint16_t *packed = reinterpret_cast<uint16_t *>(staging);
+    int64_t at = 0;
+    for (int64_t r = 0; r < shardRank; ++r)
+      at += ps.blockCounts[r];
+    mfsdp_status s = MFSDP_OK;
+    if (ps.ownsAny)
+      s = device(backend->castToBF16(ps.master, packed + at, ps.blockCounts[shardRank]),
+                 cast);
+    if (!s)
+      s = comm(backend->allGatherBF16(Group::Shard, ps.ownsAny ? packed + at : nullptr,
+                                      packed, ps.blockCounts, nullptr),
+               "all-gather-v of blocks (bf16)");
+    const BlockGrid &g = ps.grid;
+    for (int64_t i = 0; !s && i < g.blocks(); ++i)
+      s = device(backend->copy2DBF16(full + g.wholeOffset(g.blockAt(i), 0), g.cols,
+                                     packed + i * g.blockElems(), g.blockCols, g.blockCols,
+                                     g.blockRows),
+                 "unpacking the blocks of '" + ps.name + "'");
+    backend->release(staging);
+    return s;
+  }
+  default:
+    return device(backend->castToBF16(ps.master, full, n), cast);
+  }
+}
+
+namespace {
+/// The chunks [first, first + count) of an in-place widening of n bf16
+/// elements at element n of a buffer into n floats at its start: chunk
+/// [d, d + len) writes 16-bit elements [2d, 2d + 2len), below the first
+/// bf16 element not yet read (n + d) when len <= (n - d) / 2; the last
+/// element reads its own source before writing it.
+std::vector<std::pair<int64_t, int64_t>> wideningChunks(int64_t n) {
+  std::vector<std::pair<int64_t, int64_t>> chunks;
+  for (int64_t d = 0; d < n;) {
+    const int64_t len = std::max<int64_t>((n - d) / 2, 1);
+    chunks.push_back({d, len});
+    d += len;
+  }
+  return chunks;
+}
+} // namespace
+
+mfsdp_status mfsdp_step::widenGrad(ParamState &ps) {
+  if (!ps.bf16() || ps.gradWide || !ps.grad)
+    return MFSDP_OK;
+  for (auto [d, len] : wideningChunks(ps.fullSize))
+    if (auto s = device(backend->castFromBF16(ps.gradBF16() + d, ps.grad + d, len),
+                        "widening the gradient of '" + ps.name + "'"))
+      return s;
+  ps.gradWide = true;
+  return MFSDP_OK;
+}
+
+mfsdp_status mfsdp_step::narrowGrad(ParamState &ps) {
+  if (!ps.gradWide || !ps.grad)
+    return MFSDP_OK;
+  // The widening's chunks in reverse: each reads floats no later chunk
+  // wrote over, and writes where no float still to be read lies.
+  const auto chunks = wideningChunks(ps.fullSize);
+  for (auto it = chunks.rbegin(); it != chunks.rend(); ++it)
+    if (auto s = device(backend->castToBF16(ps.grad + it->first, ps.gradBF16() + it->first,
+                                            it->second),
+                        "narrowing the gradient of '" + ps.name + "'"))
+      return s;
+  ps.gradWide = false;
+  return MFSDP_OK;
+}
+
 mfsdp_status mfsdp_step::gatherPacked(const ParamState &ps, const float *local,
                                       float *packed) {
   return comm(backend->allGatherV(Group::Shard, ps.ownsAny ? local : nullptr,
@@ -65,15 +185,12 @@ mfsdp_status mfsdp_step::gather(int32_t unit, bool forBackward) {
     if (ps.full || ps.bucket >= 0)
       continue;
     ps.fullAt = forBackward ? ps.at.full_backward : ps.at.full;
-    if (auto s = place(ps.fullAt, ps.fullSize, ps.full,
+    if (auto s = place(ps.fullAt, ps.fullFloats(), ps.full,
                        "the gathered '" + ps.name + "'" +
                            (forBackward ? " for backward" : "")))
       return s;
     about(-1, p);
-    mfsdp_status s = gatherWhole(ps, ps.master, ps.full);
-    if (!s && ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
-      s = device(backend->roundToBF16(ps.full, ps.elements()), "bf16 rounding");
-    if (s) {
+    if (mfsdp_status s = gatherCompute(ps, nullptr)) {
       backend->release(ps.full);
       ps.full = nullptr;
       return s;
@@ -101,14 +218,16 @@ mfsdp_status mfsdp_step::reduce(int32_t unit, bool async) {
       continue;
     about(-1, p);
     const int64_t n = ps.elements();
-    if (ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
-      if (auto s = device(backend->roundToBF16(ps.grad, n), "bf16 rounding"))
-        return s;
+    // bf16: reduced in fp32 (widened exactly from the trainer's bf16).
+    if (auto s = widenGrad(ps))
+      return s;
     // A block shard's gradient is packed by rank into the unit's gathered
     // copy, which nothing reads once the unit's backward is over and
     // which the memory plan keeps until the reduction's wait (the shared
     // staging buffer is not: the next unit's gather may use it).
-    const bool packInCopy = ps.desc.placement == MFSDP_BLOCK_SHARD && ps.full;
+    // (A bf16 copy has half the bytes an fp32 gradient needs.)
+    const bool packInCopy =
+        ps.desc.placement == MFSDP_BLOCK_SHARD && ps.full && !ps.bf16();
     if (async && (ps.desc.placement != MFSDP_BLOCK_SHARD || packInCopy)) {
       CommHandle handle = 0;
       int rc = 0;

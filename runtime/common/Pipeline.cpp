@@ -104,25 +104,15 @@ mfsdp_status mfsdp_step::startGather(int32_t unit, bool forBackward) {
                     ps.desc.placement != MFSDP_OWNER))
       continue;
     ps.fullAt = forBackward ? ps.at.full_backward : ps.at.full;
-    if (auto s = place(ps.fullAt, ps.fullSize, ps.full,
+    if (auto s = place(ps.fullAt, ps.fullFloats(), ps.full,
                        "the prefetched '" + ps.name + "'" +
                            (forBackward ? " for backward" : "")))
       return s;
     CommHandle handle = 0;
-    int rc = 0;
     about(-1, p);
-    if (ps.desc.placement == MFSDP_ROW_SHARD) {
-      rc = backend->startAllGather(Group::Shard, ps.master, ps.full, ps.localSize,
-                                   handle);
-    } else {
-      std::vector<int64_t> counts(S, 0);
-      counts[ps.desc.owner] = ps.elements();
-      rc = backend->startAllGatherV(Group::Shard, ps.ownsAny ? ps.master : nullptr,
-                                    ps.full, counts, handle);
-    }
-    if (rc) {
+    if (mfsdp_status s = gatherCompute(ps, &handle)) {
       releaseFull(ps);
-      return comm(rc, "starting the prefetch all-gather");
+      return s;
     }
     prefetchStarted.push_back({p, -1, handle, unit});
     ++work.prefetchStarts;
@@ -155,8 +145,6 @@ mfsdp_status mfsdp_step::completePrefetch(int32_t unit) {
       ParamState &ps = params[st.param];
       s = comm(backend->wait(st.handle),
                ("the prefetched all-gather of '" + ps.name + "'").c_str());
-      if (!s && ps.desc.compute_dtype == MFSDP_COMPUTE_BF16)
-        s = device(backend->roundToBF16(ps.full, ps.elements()), "bf16 rounding");
       if (s)
         releaseFull(ps);
     }

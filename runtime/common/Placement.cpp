@@ -20,7 +20,7 @@ std::string mfsdp_step::occupant(int64_t lo, int64_t hi) const {
   };
   for (const ParamState &ps : params) {
     const std::string unit = " (unit " + std::to_string(ps.desc.unit) + ")";
-    if (overlaps(ps.full, ps.fullAt, ps.fullSize))
+    if (overlaps(ps.full, ps.fullAt, ps.fullFloats()))
       return "the gathered '" + ps.name + "'" + unit;
     if (overlaps(ps.grad, ps.at.grad, ps.fullSize))
       return "the gradient of '" + ps.name + "'" + unit;
@@ -85,7 +85,7 @@ int64_t mfsdp_step::arenaBytes() const {
   for (const ParamState &ps : params) {
     total += bytes(ps.localSize) * (2 + (ps.desc.optimizer != MFSDP_OPT_NONE) +
                                     (ps.desc.optimizer == MFSDP_OPT_ADAMW));
-    total += bytes(ps.fullSize) * 2;
+    total += bytes(ps.fullFloats()) + bytes(ps.fullSize); // copy, gradient
     largestFull = std::max(largestFull, ps.fullSize);
     if (ps.desc.placement == MFSDP_BLOCK_SHARD) // its staging buffer
       largestBlocks = std::max(largestBlocks, ps.fullSize);
@@ -97,8 +97,14 @@ int64_t mfsdp_step::arenaBytes() const {
 
 mfsdp_status mfsdp_step::placeGrads(int32_t unit) {
   about(-1, -1);
-  if (gradsKept())
+  if (gradsKept()) {
+    // A kept bf16 gradient widened by its last reduction is the trainer's
+    // bf16 again.
+    for (int32_t p : unitParams[unit])
+      if (auto s = narrowGrad(params[p]))
+        return s;
     return MFSDP_OK;
+  }
   for (int32_t p : unitParams[unit])
     if (params[p].gradReduced)
       // The freed gradient cannot be added to: a second backward would
@@ -117,6 +123,7 @@ mfsdp_status mfsdp_step::placeGrads(int32_t unit) {
     if (auto s = place(ps.at.grad, ps.fullSize, ps.grad,
                        "the gradient of '" + ps.name + "'"))
       return s;
+    ps.gradWide = false;
     if (auto s = device(backend->zero(ps.grad, ps.fullSize), "zero-fill")) {
       backend->release(ps.grad);
       ps.grad = nullptr;
@@ -134,6 +141,7 @@ void mfsdp_step::releaseGrads(int32_t unit) {
     backend->release(ps.grad);
     ps.grad = nullptr;
     ps.gradLive = false;
+    ps.gradWide = false;
   }
 }
 

@@ -363,9 +363,11 @@ mfsdp_status mfsdp_zero_grad(mfsdp_step *step) {
     if (auto st = step->enter())
       return st;
     for (ParamState &ps : step->params) {
-      if (ps.gradLive)
+      if (ps.gradLive) {
         if (auto s = step->device(step->backend->zero(ps.grad, ps.fullSize), "zero-fill"))
           return s;
+        ps.gradWide = false; // zero in bf16 too
+      }
       ps.gradReduced = false;
     }
     std::fill(step->reduced.begin(), step->reduced.end(), false);
@@ -420,6 +422,15 @@ static mfsdp_status view(mfsdp_step *step, int32_t param, DLTensor *out,
       return st;
   }
   ParamState &ps = step->params[param];
+  if (grad && ps.gradLive && ps.gradWide) {
+    // A kept bf16 gradient its reduction widened: the trainer's bf16 again.
+    if (auto st = step->enter())
+      return st;
+    if (auto st = step->narrowGrad(ps))
+      return st;
+    if (auto st = step->finish())
+      return st;
+  }
   float *buf = grad ? (ps.gradLive ? ps.grad : nullptr) : ps.full;
   if (!buf)
     return step->fail(MFSDP_ERROR_ORDER,
@@ -428,9 +439,11 @@ static mfsdp_status view(mfsdp_step *step, int32_t param, DLTensor *out,
                           (grad ? "pre_backward" : "pre_forward or pre_backward") +
                           " of unit " + std::to_string(ps.desc.unit) + " first");
   std::memset(out, 0, sizeof(*out));
-  out->data = buf;
+  // The compute copy and the gradient in the compute dtype (bf16:
+  // kDLBfloat, 16 bits; the gradient in the upper half of its buffer).
+  out->data = grad && ps.bf16() ? static_cast<void *>(ps.gradBF16()) : buf;
   out->device = step->backend->device();
-  out->dtype = {kDLFloat, 32, 1};
+  out->dtype = ps.bf16() ? DLDataType{kDLBfloat, 16, 1} : DLDataType{kDLFloat, 32, 1};
   // rows and cols are adjacent int64_t fields of the descriptor, so they
   // serve as the shape array (rows alone for a 1-D tensor).
   out->ndim = ps.desc.cols == 1 ? 1 : 2;

@@ -49,14 +49,35 @@ struct ParamState {
   float *master = nullptr;    // shard, owned matrix, or whole
   float *m = nullptr, *v = nullptr; // AdamW / SGD / Muon state
   float *gradShard = nullptr; // the reduced gradient this rank keeps
-  float *full = nullptr;      // gathered parameter (null when freed)
-  float *grad = nullptr;      // gradient buffer handed to the trainer
+  float *full = nullptr;      // gathered parameter (null when freed): fp32,
+                              // or bf16 elements (fullBF16) in fullFloats()
+  float *grad = nullptr;      // gradient buffer handed to the trainer: fp32,
+                              // or bf16 elements at gradBF16() (below)
+  bool gradWide = false;      // bf16: `grad` holds the fp32 gradient a
+                              // reduction widened, not the trainer's bf16
   bool gradLive = false;      // grad handed out (pre_backward ran)
   bool gradReduced = false;   // gradShard holds a reduced gradient
   int32_t nsReplica = -1;     // ns_split: the replica that steps it (-1: all)
   int32_t bucket = -1;        // the plan's bucket it is in (-1: none)
   mfsdp_hparams hparams{};    // its optimizer's, from the next step on
   int64_t elements() const { return desc.rows * desc.cols; }
+  /// The compute copy is bf16 (MFSDP_COMPUTE_BF16): `full` holds fullSize
+  /// 16-bit elements, gathered as such (half the bytes of fp32).
+  bool bf16() const { return desc.compute_dtype == MFSDP_COMPUTE_BF16; }
+  /// Bytes of one element of the compute copy.
+  int64_t computeBytes() const { return bf16() ? 2 : 4; }
+  /// Floats of arena the compute copy takes (the arena counts in floats):
+  /// bf16 ceil(fullSize / 2), but fullSize in an owner bucket (wideCopy),
+  /// as the static memory plan sizes them (lib/step/RuntimeMemory.cpp).
+  int64_t fullFloats() const {
+    return bf16() && !wideCopy ? (fullSize + 1) / 2 : fullSize;
+  }
+  bool wideCopy = false; // set by layOutBuckets
+  uint16_t *fullBF16() const { return reinterpret_cast<uint16_t *>(full); }
+  /// A bf16 parameter's gradient as the trainer writes it: fullSize bf16
+  /// elements in the upper half of its fp32-sized buffer, which the
+  /// reduction widens in place to fp32 (widenGrad).
+  uint16_t *gradBF16() const { return reinterpret_cast<uint16_t *>(grad) + fullSize; }
 };
 
 /// A bucket of the plan (mfsdp_bucket) as this rank runs it.
@@ -68,6 +89,8 @@ struct BucketState {
   int64_t chunk = 0;
   std::vector<int64_t> rel;
   bool gaps = false; // the chunk has alignment gaps between members
+  bool bf16 = false; // its members' compute copies are bf16 (all or none)
+  int64_t span = 0;  // owners: floats from the first member's copy to the end
   // Owners: each rank's span (floats) of the gathered buffer, and the
   // first member this rank owns (-1: none).
   std::vector<int64_t> counts;
@@ -420,6 +443,21 @@ struct mfsdp_step {
   /// the owned matrix, or the whole tensor), into the whole tensor `full`
   /// (ps.fullSize elements) on every rank of the dp_shard group.
   mfsdp_status gatherWhole(const ParamState &ps, const float *local, float *full);
+
+  /// The compute copy of `ps` gathered from its masters (`ps.master`) into
+  /// `ps.full`: gatherWhole for fp32; for bf16 this rank's part cast to
+  /// bf16 at its place in the copy (block shards: in the staging buffer)
+  /// and all-gathered in place as bf16. With `handle` (row shards and
+  /// owned matrices only) it is only started: wait(*handle) completes it.
+  mfsdp_status gatherCompute(ParamState &ps, CommHandle *handle);
+
+  /// bf16 gradients (ps.bf16()): the trainer's bf16 gradient widened in
+  /// place to the fp32 gradient the reduction reads (ps.gradWide), and
+  /// back (exactly: its values are bf16's) before the trainer is handed it
+  /// again. Chunks from the front, each written only over bf16 elements
+  /// already read: about log2(fullSize) casts. Nothing to do otherwise.
+  mfsdp_status widenGrad(ParamState &ps);
+  mfsdp_status narrowGrad(ParamState &ps);
 
   /// Block shards: every rank's packed blocks (`local`) concatenated in
   /// packed order (BlockGrid) into `packed` (ps.fullSize floats).

@@ -384,6 +384,35 @@ public:
     return rc;
   }
 
+  int allGatherBF16(Group g, const uint16_t *send, uint16_t *recv,
+                    const std::vector<int64_t> &counts, CommHandle *handle) override {
+    // The same kinds as the fp32 gathers (the schedule's), at 2 bytes an
+    // element.
+    bool even = true;
+    for (int64_t c : counts)
+      even &= c == counts.front();
+    const char *kind = even ? "all_gather" : "all_gather_v";
+    if (!handle) {
+      auto s = sync(kind, g, sum(counts), 2);
+      return inner->allGatherBF16(g, send, recv, counts, nullptr);
+    }
+    Started st = start(kind, g, sum(counts), 2);
+    int rc = inner->allGatherBF16(g, send, recv, counts, handle);
+    return started(std::move(st), rc, *handle);
+  }
+  int castToBF16(const float *in, uint16_t *out, int64_t count) override {
+    auto s = kernel("cast_bf16", count);
+    return inner->castToBF16(in, out, count);
+  }
+  int castFromBF16(const uint16_t *in, float *out, int64_t count) override {
+    auto s = kernel("cast_f32", count);
+    return inner->castFromBF16(in, out, count);
+  }
+  int copy2DBF16(uint16_t *dst, int64_t dstPitch, const uint16_t *src, int64_t srcPitch,
+                 int64_t width, int64_t height) override {
+    auto s = kernel("copy_2d_bf16", width * height);
+    return inner->copy2DBF16(dst, dstPitch, src, srcPitch, width, height);
+  }
   int roundToBF16(float *buf, int64_t count) override {
     auto s = kernel("round_bf16", count);
     return inner->roundToBF16(buf, count);
@@ -464,17 +493,18 @@ private:
            ",\"async\":" + (async ? "true" : "false") +
            ",\"seq\":" + std::to_string(t.nextSeq());
   }
-  Trace::Span sync(const char *kind, Group g, int64_t floats) {
+  Trace::Span sync(const char *kind, Group g, int64_t floats, int64_t elemBytes = 4) {
     // A synchronous collective blocks the host: one span on the
     // communication thread.
-    Trace::Span s(&t, kind, "collective", collectiveArgs(kind, g, floats * 4, false));
+    Trace::Span s(&t, kind, "collective",
+                  collectiveArgs(kind, g, floats * elemBytes, false));
     s.onThread(1);
     return s;
   }
-  Started start(const char *kind, Group g, int64_t floats) {
+  Started start(const char *kind, Group g, int64_t floats, int64_t elemBytes = 4) {
     Started st;
     st.kind = kind;
-    st.args = collectiveArgs(kind, g, floats * 4, true);
+    st.args = collectiveArgs(kind, g, floats * elemBytes, true);
     st.ts = Trace::now();
     return st;
   }

@@ -295,6 +295,31 @@ public:
     return synchronize();
   }
 
+  int allGatherBF16(Group g, const uint16_t *send, uint16_t *recv,
+                    const std::vector<int64_t> &counts, CommHandle *handle) override {
+    if (!handle)
+      return collective([&] { return comm(g).allGatherBF16(send, recv, counts, comm_); });
+    return started(*handle,
+                   [&] { return comm(g).allGatherBF16(send, recv, counts, comm_); });
+  }
+  int castToBF16(const float *in, uint16_t *out, int64_t count) override {
+    return kernel(cuda::castF32ToBF16(in, out, count, compute_));
+  }
+  int castFromBF16(const uint16_t *in, float *out, int64_t count) override {
+    return kernel(cuda::castBF16ToF32(in, out, count, compute_));
+  }
+  int copy2DBF16(uint16_t *dst, int64_t dstPitch, const uint16_t *src, int64_t srcPitch,
+                 int64_t width, int64_t height) override {
+    if (width <= 0 || height <= 0)
+      return 0;
+    const size_t e = sizeof(uint16_t);
+    return checkCuda(cudaMemcpy2DAsync(dst, e * static_cast<size_t>(dstPitch), src,
+                                       e * static_cast<size_t>(srcPitch),
+                                       e * static_cast<size_t>(width),
+                                       static_cast<size_t>(height),
+                                       cudaMemcpyDeviceToDevice, compute_),
+                     "cudaMemcpy2DAsync (bf16, device to device)");
+  }
   int roundToBF16(float *buf, int64_t count) override {
     return kernel(cuda::roundToBF16(buf, count, compute_));
   }

@@ -538,11 +538,15 @@ int muonApply(float *p, const float *o, int64_t rows, int64_t cols,
 }
 
 int castF32ToBF16(const float *in, uint16_t *out, int64_t n, cudaStream_t stream) {
+  if (n <= 0)
+    return 0;
   toBF16Kernel<<<blocks(n), 256, 0, stream>>>(in, reinterpret_cast<__nv_bfloat16 *>(out), n);
   return check(cudaGetLastError(), "toBF16Kernel");
 }
 
 int castBF16ToF32(const uint16_t *in, float *out, int64_t n, cudaStream_t stream) {
+  if (n <= 0)
+    return 0;
   fromBF16Kernel<<<blocks(n), 256, 0, stream>>>(
       reinterpret_cast<const __nv_bfloat16 *>(in), out, n);
   return check(cudaGetLastError(), "fromBF16Kernel");

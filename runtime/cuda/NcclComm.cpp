@@ -251,6 +251,25 @@ int NcclComm::allGatherV(const float *send, float *recv,
                         });
 }
 
+int NcclComm::allGatherBF16(const uint16_t *send, uint16_t *recv,
+                            const std::vector<int64_t> &counts, void *stream) {
+  bool even = static_cast<int>(counts.size()) == size_;
+  for (int64_t c : counts)
+    even &= c == counts.front();
+  if (even && counts.front() > 0)
+    return checkNccl(ncclAllGather(send, recv, static_cast<size_t>(counts.front()),
+                                   ncclBfloat16, handle(comm_), streamOf(stream)),
+                     "ncclAllGather (bf16)");
+  if (even)
+    return 0;
+  return groupedPerRank(counts, size_, "ncclBroadcast (bf16 all-gather-v)",
+                        [&](int r, size_t off) {
+                          return ncclBroadcast(r == rank_ ? send : recv + off, recv + off,
+                                               static_cast<size_t>(counts[r]), ncclBfloat16,
+                                               r, handle(comm_), streamOf(stream));
+                        });
+}
+
 int NcclComm::reduceScatterV(const float *send, float *recv,
                              const std::vector<int64_t> &counts, void *stream) {
   // The reduced segment lands only on its owner r.

@@ -277,6 +277,14 @@ public:
       return rc;
     return start("allGatherV", gatherVOp(send, recv, counts), out);
   }
+  int allGather16(const uint16_t *send, uint16_t *recv, const std::vector<int64_t> &counts,
+                  HostRequestPtr *out) override {
+    if (int rc = checkCounts("allGather16", counts, 1))
+      return rc;
+    if (!out)
+      return run("allGather16", gatherVOp(send, recv, counts));
+    return start("allGather16", gatherVOp(send, recv, counts), *out);
+  }
   int startReduceScatter(const float *send, float *recv, int64_t count,
                          HostRequestPtr &out) override {
     return start("reduceScatter", reduceScatterOp(send, recv, evenCounts(count)), out);
@@ -341,7 +349,8 @@ private:
     };
   }
 
-  Op gatherVOp(const float *send, float *recv, const std::vector<int64_t> &counts) {
+  template <typename T>
+  Op gatherVOp(const T *send, T *recv, const std::vector<int64_t> &counts) {
     return [this, send, recv, counts] {
       std::vector<size_t> elements(counts.begin(), counts.end());
       int64_t total = 0, at = 0;
@@ -354,7 +363,7 @@ private:
       gloo::AllgathervOptions opts(context_);
       opts.setOutput(recv, std::move(elements));
       if (counts[rank()] > 0 && send != recv + at)
-        opts.setInput(const_cast<float *>(send), static_cast<size_t>(counts[rank()]));
+        opts.setInput(const_cast<T *>(send), static_cast<size_t>(counts[rank()]));
       gloo::allgatherv(opts);
     };
   }

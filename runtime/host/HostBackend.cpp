@@ -144,6 +144,31 @@ public:
     return check(comm(g).allReduce(values, count));
   }
 
+  int allGatherBF16(Group g, const uint16_t *send, uint16_t *recv,
+                    const std::vector<int64_t> &counts, CommHandle *handle) override {
+    if (!handle)
+      return check(comm(g).allGather16(send, recv, counts, nullptr));
+    HostRequestPtr r;
+    if (int rc = check(comm(g).allGather16(send, recv, counts, &r)))
+      return rc;
+    return keep(std::move(r), *handle);
+  }
+  int castToBF16(const float *in, uint16_t *out, int64_t count) override {
+    host::castF32ToBF16(in, out, count);
+    return 0;
+  }
+  int castFromBF16(const uint16_t *in, float *out, int64_t count) override {
+    host::castBF16ToF32(in, out, count);
+    return 0;
+  }
+  int copy2DBF16(uint16_t *dst, int64_t dstPitch, const uint16_t *src, int64_t srcPitch,
+                 int64_t width, int64_t height) override {
+    for (int64_t i = 0; i < height && width > 0; ++i)
+      std::memcpy(dst + i * dstPitch, src + i * srcPitch,
+                  sizeof(uint16_t) * static_cast<size_t>(width));
+    return 0;
+  }
+
   int roundToBF16(float *buf, int64_t count) override {
     for (int64_t i = 0; i < count; ++i)
       buf[i] = host::fromBF16(host::toBF16(buf[i]));

@@ -197,6 +197,26 @@ public:
     return 0;
   }
 
+  int allGather16(const uint16_t *send, uint16_t *recv, const std::vector<int64_t> &counts,
+                  HostRequestPtr *out) override {
+    auto r = std::make_unique<MpiRequest>();
+    if (int rc = toInts("allGather16", counts, r->counts, &r->displs))
+      return rc;
+    // MPI does not let send alias recv: in place is MPI_IN_PLACE.
+    const void *from = send == recv + r->displs[rank()] ? MPI_IN_PLACE : send;
+    if (!out)
+      return check(MPI_Allgatherv(from, r->counts[rank()], MPI_UINT16_T, recv,
+                                  r->counts.data(), r->displs.data(), MPI_UINT16_T, comm_),
+                   "MPI_Allgatherv (16-bit)");
+    if (int rc = check(MPI_Iallgatherv(from, r->counts[rank()], MPI_UINT16_T, recv,
+                                       r->counts.data(), r->displs.data(), MPI_UINT16_T,
+                                       comm_, &r->request),
+                       "MPI_Iallgatherv (16-bit)"))
+      return rc;
+    *out = std::move(r);
+    return 0;
+  }
+
 private:
   /// count elements of `type` at buf = their sum over the group, in place.
   int allReduceOf(void *buf, int64_t count, MPI_Datatype type) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace mfsdp::reference {
 
@@ -63,6 +64,22 @@ ParamMap initialParams(const example::ModelConfig &m) {
   return out;
 }
 
+namespace {
+/// x rounded to fp32, then to the nearest bf16 (ties to even): a value of
+/// the runtime's (an fp32 master or gradient) cast to bf16.
+double toBF16(double x) {
+  const float f = static_cast<float>(x);
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  if (!std::isfinite(f))
+    return f;
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  float r;
+  std::memcpy(&r, &u, sizeof(r));
+  return r;
+}
+} // namespace
+
 double globalLossAndGrad(const TrainConfig &c, int64_t step,
                          const ParamMap &params, ParamMap &grads) {
   const example::ModelConfig &m = c.model;
@@ -77,6 +94,9 @@ double globalLossAndGrad(const TrainConfig &c, int64_t step,
   // Per layer: pointers to params and grads, in modelParams order.
   std::vector<const double *> P(static_cast<size_t>(4 * L));
   std::vector<double *> G(static_cast<size_t>(4 * L));
+  // bf16: the compute copies, one microbatch's gradients, and one rank's
+  // bf16 gradient buffers (accumulated over its microbatches).
+  ParamMap rounded, microGrads, rankGrads;
   for (size_t i = 0; i < infos.size(); ++i) {
     auto it = params.find(infos[i].name);
     if (it == params.end() ||
@@ -84,6 +104,15 @@ double globalLossAndGrad(const TrainConfig &c, int64_t step,
       return 0.0;
     P[i] = it->second.data();
     G[i] = grads[infos[i].name].data();
+    if (c.bf16Compute) {
+      std::vector<double> &r = rounded[infos[i].name];
+      for (double x : it->second)
+        r.push_back(toBF16(x));
+      P[i] = r.data();
+      rankGrads[infos[i].name].assign(it->second.size(), 0.0);
+      microGrads[infos[i].name].assign(it->second.size(), 0.0);
+      G[i] = microGrads[infos[i].name].data();
+    }
   }
 
   std::vector<BasicBlock<double>> blocks;
@@ -113,11 +142,26 @@ double globalLossAndGrad(const TrainConfig &c, int64_t step,
                            g[1], g[2], g[3]);
         dy.swap(dx);
       }
+      if (c.bf16Compute)
+        // The microbatch's share of the rank's mean gradient added into its
+        // bf16 buffer (rounded), which goes to the reduction after the last.
+        for (auto &kv : microGrads) {
+          std::vector<double> &acc = rankGrads[kv.first];
+          std::vector<double> &sum = grads[kv.first];
+          for (size_t k = 0; k < kv.second.size(); ++k) {
+            acc[k] = toBF16(acc[k] + kv.second[k] / static_cast<double>(c.microbatches));
+            kv.second[k] = 0.0;
+            if (mb + 1 == c.microbatches) {
+              sum[k] += acc[k];
+              acc[k] = 0.0;
+            }
+          }
+        }
     }
   const double count = static_cast<double>(c.ranks * c.microbatches);
   for (auto &kv : grads)
     for (double &x : kv.second)
-      x /= count;
+      x /= c.bf16Compute ? static_cast<double>(c.ranks) : count;
   return lossSum / count;
 }
 

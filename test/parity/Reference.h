@@ -94,6 +94,13 @@ struct TrainConfig {
   /// sqrt(sum of every gradient's squares + clipExtraSq); with clipMaxNorm
   /// > 0 every gradient is scaled by min(1, clipMaxNorm / (total + 1e-6)).
   double clipMaxNorm = 0, clipExtraSq = 0;
+  /// bf16 compute copies and gradients (MFSDP_COMPUTE_BF16), with the
+  /// runtime's roundings: the forward and backward use each parameter's
+  /// fp32 master rounded to bf16 (nearest even), and each rank accumulates
+  /// its gradient (the mean over its microbatches) in a bf16 buffer, each
+  /// microbatch's sum rounded to fp32 then bf16, before the ranks'
+  /// gradients are averaged (in fp32 as a reduction is).
+  bool bf16Compute = false;
 };
 
 struct Result {

@@ -82,13 +82,21 @@ def main():
                     help="a parameter the plan leaves to an outer stack (owned by a tp dim of "
                          "size 1): compiled ahead of time, passed as fully_shard(library=, "
                          "external=); it stays a torch parameter, stepped by torch's AdamW")
+    ap.add_argument("--bf16", action="store_true",
+                    help="bf16 mixed precision (fully_shard(param_dtype=torch.bfloat16)); torch "
+                         "does the same: bf16 copies of its fp32 parameters compute each "
+                         "rank's slices, whose bf16 gradients are averaged in fp32 into the "
+                         "fp32 parameters' gradients (FSDP2's param_dtype=bf16, "
+                         "reduce_dtype=fp32)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batch", type=int, default=2, help="sequences per rank per microbatch")
     ap.add_argument("--seq", type=int, default=12)
     ap.add_argument("--tol", type=float, default=1e-5)
-    ap.add_argument("--break", dest="broken", choices=("saved", "ties"), default=None,
-                    help="remove a part of the package's autograd handling: the run must then "
-                         "differ from the reference (the test fails if it still matches)")
+    ap.add_argument("--break", dest="broken", choices=("saved", "ties", "rounding"),
+                    default=None,
+                    help="remove a part of the package's autograd handling (or, with --bf16, "
+                         "the reference's bf16 roundings): the run must then differ from the "
+                         "reference (the test fails if it still matches)")
     args = ap.parse_args()
 
     from mfsdp import runtime as rt
@@ -133,6 +141,8 @@ def main():
     kw = dict(mesh=mesh, policy=args.policy, zero=args.zero, prefetch=args.prefetch,
               accumulate=args.accum > 1, bucket_mb=args.bucket_mb, adamw=adamw_opts,
               muon=muon_opts, param_groups=groups)
+    if args.bf16:
+        kw["param_dtype"] = torch.bfloat16
     if args.external:
         # The outer stack's dim: tp of size 1, so that no rank differs in it and
         # this test's reference (plain data parallelism) still applies; an outer
@@ -268,7 +278,10 @@ def main():
         # torch alone: every rank's slice, in rank order.
         ref_loss = 0.0
         ref_slices = [[0.0] * world for _ in range(args.accum)]
-        for a in range(args.accum):
+        rounded = args.bf16 and args.broken != "rounding"
+        if rounded:
+            ref_loss = _bf16_reference(ref, data, world, args.accum, ref_slices)
+        for a in range(0 if rounded else args.accum):
             for r in range(world):
                 ids = data[a, r]
                 o = ref(input_ids=ids, labels=ids)
@@ -309,6 +322,38 @@ def main():
     bad = worst > args.tol or worst_loss > args.tol
     _finish(args, rank, f"worst {worst:.3e} at {where}, loss {worst_loss:.3e} > {args.tol}",
             mismatch=bad)
+
+
+def _bf16_reference(ref, data, world, accum, slices):
+    """One step's gradients of `ref` (fp32) as bf16 mixed precision makes them: each
+    rank's slices run on bf16 copies of the parameters (buffers stay fp32, as in the
+    sharded model), their gradients accumulate in bf16 per rank, and the ranks' are
+    summed in rank order in fp32 and averaged into ref's gradients. Returns the global
+    mean loss; slices[a][r] gets each slice's."""
+    ref16 = copy.deepcopy(ref)
+    params = list(ref.parameters())
+    params16 = list(ref16.parameters())
+    with torch.no_grad():
+        for p16, p in zip(params16, params):
+            p16.data = p.detach().to(torch.bfloat16)
+            p16.grad = None
+    total = [None] * len(params)
+    loss = 0.0
+    for r in range(world):
+        for p16 in params16:
+            p16.grad = None
+        for a in range(accum):
+            ids = data[a, r]
+            o = ref16(input_ids=ids, labels=ids)
+            (o.loss / accum).backward()
+            slices[a][r] = o.loss.item()
+            loss += o.loss.item() / (accum * world)
+        for i, p16 in enumerate(params16):
+            g = p16.grad.float() if p16.grad is not None else torch.zeros_like(params[i])
+            total[i] = g if total[i] is None else total[i] + g
+    for p, g in zip(params, total):
+        p.grad = g * (1.0 / world)
+    return loss
 
 
 def _name_of(model, q):

@@ -117,6 +117,23 @@ public:
     h = 45;
     return 0;
   }
+  int allGatherBF16(Group g, const uint16_t *, uint16_t *, const std::vector<int64_t> &c,
+                    CommHandle *handle) override {
+    group = g;
+    counts = c;
+    if (handle)
+      *handle = 42;
+    return 0;
+  }
+  int castToBF16(const float *, uint16_t *, int64_t count) override { return record(count); }
+  int castFromBF16(const uint16_t *, float *, int64_t count) override {
+    return record(count + 1);
+  }
+  int copy2DBF16(uint16_t *, int64_t dstPitch, const uint16_t *, int64_t srcPitch,
+                 int64_t width, int64_t height) override {
+    counts = {dstPitch, srcPitch, width, height, 16};
+    return 0;
+  }
   int roundToBF16(float *, int64_t count) override { return record(count); }
   int scale(float *, int64_t, float factor) override {
     scaled = factor;
@@ -214,6 +231,21 @@ TEST(BackendTable, EveryCallArrivesAsItLeft) {
 
     EXPECT_EQ(near->copy2D(nullptr, 7, nullptr, 5, 3, 2), 0);
     EXPECT_EQ(far->counts, (std::vector<int64_t>{7, 5, 3, 2}));
+    // bf16 compute copies: a gather started with a handle and one without,
+    // the casts and the 2-byte strided copy.
+    CommHandle bf16Handle = 0;
+    EXPECT_EQ(near->allGatherBF16(Group::Replicate, nullptr, nullptr, {3, 0, 5}, &bf16Handle),
+              0);
+    EXPECT_EQ(bf16Handle, 42);
+    EXPECT_EQ(far->counts, (std::vector<int64_t>{3, 0, 5}));
+    EXPECT_EQ(near->allGatherBF16(Group::Shard, nullptr, nullptr, {2, 2}, nullptr), 0);
+    EXPECT_EQ(far->group, Group::Shard);
+    EXPECT_EQ(near->castToBF16(nullptr, nullptr, 11), 0);
+    EXPECT_EQ(far->last, 11);
+    EXPECT_EQ(near->castFromBF16(nullptr, nullptr, 11), 0);
+    EXPECT_EQ(far->last, 12);
+    EXPECT_EQ(near->copy2DBF16(nullptr, 9, nullptr, 4, 3, 2), 0);
+    EXPECT_EQ(far->counts, (std::vector<int64_t>{9, 4, 3, 2, 16}));
     EXPECT_EQ(near->reduceScatterV(Group::Replicate, nullptr, nullptr, {4, 0, 9}), 0);
     EXPECT_EQ(far->group, Group::Replicate);
     EXPECT_EQ(far->counts, (std::vector<int64_t>{4, 0, 9}));

@@ -17,6 +17,12 @@ using namespace mfsdp;
 
 namespace {
 
+/// Floats of a gathered copy as the runtime places it: bf16 ones 2 bytes
+/// an element (no owner buckets in these plans).
+int64_t copyFloats(const mfsdp_param_desc &d, const runtime::BufferFloats &f) {
+  return d.compute_dtype == MFSDP_COMPUTE_BF16 ? (f.full + 1) / 2 : f.full;
+}
+
 mfsdp_param_desc param(const char *name, int64_t rows, int64_t cols,
                        int32_t unit, int32_t placement = MFSDP_ROW_SHARD,
                        int32_t owner = 0, int32_t optimizer = MFSDP_OPT_ADAMW) {
@@ -88,7 +94,7 @@ std::string replay(const mfsdp_plan &plan, const step::RuntimeMemoryPlan &m,
     add(o.exp_avg_sq, f.expAvgSq, n + " v");
     add(o.grad_shard, f.gradShard, n + " grad shard");
     if (!zero3)
-      add(o.full, f.full, n + " full");
+      add(o.full, copyFloats(plan.params[i], f), n + " full");
     if (m.keepGrads)
       add(o.grad, f.grad, n + " grad");
   }
@@ -107,7 +113,8 @@ std::string replay(const mfsdp_plan &plan, const step::RuntimeMemoryPlan &m,
       }
       const runtime::BufferFloats f =
           runtime::bufferFloats(plan.params[i], plan.dp_shard, rank);
-      add(backward ? m.params[i].full_backward : m.params[i].full, f.full, n);
+      add(backward ? m.params[i].full_backward : m.params[i].full,
+          copyFloats(plan.params[i], f), n);
     }
   };
   auto grads = [&](int32_t u, bool live) {
@@ -256,6 +263,28 @@ TEST(RuntimeMemory, ZeroThreeSharesOneUnitsSpace) {
     EXPECT_EQ(o.master % 256, 0);
     EXPECT_NE(o.full, -1);
     EXPECT_NE(o.full_backward, -1);
+  }
+}
+
+// bf16 compute copies: the same plan with each gathered copy in 2 bytes an
+// element (512 B) and the gradient buffer still fp32-sized (1024 B: the
+// reduction widens it in place): one unit's backward copy and gradient,
+// 1536 B, shared by all units, above the 6144 B of state: 7680 B, against
+// 8192 B with fp32 copies.
+TEST(RuntimeMemory, BF16CopiesTakeHalfThePlace) {
+  std::vector<mfsdp_param_desc> ps = {param("a", 4, 64, 0), param("b", 4, 64, 1),
+                                      param("c", 4, 64, 2)};
+  for (mfsdp_param_desc &d : ps)
+    d.compute_dtype = MFSDP_COMPUTE_BF16;
+  mfsdp_plan plan = planOf(ps, 2, 3, 3);
+  step::RuntimeMemoryPlan m = step::planRuntimeMemory(plan, false);
+  ASSERT_TRUE(m.error.empty()) << m.error;
+  EXPECT_EQ(m.arenaBytes[0], 7680);
+  EXPECT_EQ(m.arenaBytes[1], 7680);
+  for (int64_t r = 0; r < 2; ++r) {
+    int64_t highest = 0;
+    EXPECT_EQ(replay(plan, m, r, highest), "");
+    EXPECT_LE(highest, m.arenaBytes[r]);
   }
 }
 

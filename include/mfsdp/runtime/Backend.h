@@ -15,7 +15,8 @@
 //         with dlopen (loadCudaBackend) when a trainer asks for it, and
 //         the backend crosses as a C table (BackendTable.h).
 //
-// Buffers are fp32 arrays in the backend's memory, sub-allocated from one
+// Buffers are fp32 arrays (bf16 compute copies: 16-bit arrays in the same
+// float-counted allocations) in the backend's memory, sub-allocated from one
 // arena per rank that the engine sizes once (reserve). Work is ordered as
 // it is issued; a call may return before its work is done on the device,
 // except copyToHost and copyFromHost, which return with the host memory
@@ -170,6 +171,28 @@ public:
                                   CommHandle &handle) = 0;
   virtual int startAllReduce(Group group, float *buf, int64_t count,
                              CommHandle &handle) = 0;
+
+  // bf16 compute copies (mfsdp_param_desc::compute_dtype MFSDP_COMPUTE_BF16):
+  // 16-bit elements, the raw bits of bf16 values, in arena buffers of
+  // ceil(count / 2) floats. -----------------------------------------------------
+
+  /// recv = counts[r] bf16 elements from each rank r, concatenated (send
+  /// may be null where this rank's count is 0). In place when send is this
+  /// rank's place in recv (the engine casts its shard there first). With
+  /// `handle` it is only started, and wait(*handle) completes it, as
+  /// startAllGatherV. Host: MPI_UINT16_T or gloo on 16-bit payloads; CUDA:
+  /// ncclBfloat16.
+  virtual int allGatherBF16(Group group, const uint16_t *send, uint16_t *recv,
+                            const std::vector<int64_t> &counts,
+                            CommHandle *handle) = 0;
+  /// out = in rounded to bf16 (round to nearest even, as torch's
+  /// .to(torch.bfloat16)).
+  virtual int castToBF16(const float *in, uint16_t *out, int64_t count) = 0;
+  /// out = in widened to fp32 (exact).
+  virtual int castFromBF16(const uint16_t *in, float *out, int64_t count) = 0;
+  /// copy2D on bf16 elements (pitches and width in elements).
+  virtual int copy2DBF16(uint16_t *dst, int64_t dstPitch, const uint16_t *src,
+                         int64_t srcPitch, int64_t width, int64_t height) = 0;
 
   // Kernels: the semantics of Kernels.h. ---------------------------------------
 

@@ -193,6 +193,13 @@ typedef struct mfsdp_rt_backend_table {
   int (*after_trainer)(void *self);
   void *(*kernel_stream)(void *self);
   int (*synchronize)(void *self);
+  /* bf16 compute copies (16-bit elements); handle NULL: complete on return. */
+  int (*all_gather_bf16)(void *self, int32_t group, const uint16_t *send, uint16_t *recv,
+                         const int64_t *counts, int64_t num_counts, int64_t *handle);
+  int (*cast_to_bf16)(void *self, const float *in, uint16_t *out, int64_t count);
+  int (*cast_from_bf16)(void *self, const uint16_t *in, float *out, int64_t count);
+  int (*copy_2d_bf16)(void *self, uint16_t *dst, int64_t dst_pitch, const uint16_t *src,
+                      int64_t src_pitch, int64_t width, int64_t height);
 } mfsdp_rt_backend_table;
 
 /* The one symbol libmfsdp_rt_cuda exports for libmfsdp_rt: fills `table`

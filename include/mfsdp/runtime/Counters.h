@@ -58,6 +58,11 @@ struct WorkCounters {
   /// count a bucket's as one.
   int64_t bucketGathers = 0;
   int64_t bucketReductions = 0;
+  /// Bytes of compute copies this rank's all-gathers received (the whole
+  /// gathered buffer of each, over dp_shard, started or not): fp32
+  /// parameters 4 bytes an element, bf16 ones 2 (mfsdp_param_desc::
+  /// compute_dtype). Replicated tensors, copied, count nothing.
+  int64_t gatherBytes = 0;
   /// This rank's position in its dp_shard group (the dp_shard rank whose
   /// shards and owned matrices it stores) and in its dp_replicate group,
   /// as the backend formed them from the plan's mesh.

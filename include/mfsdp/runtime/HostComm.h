@@ -3,7 +3,8 @@
 // The host backend's collectives: the same operations the CUDA backend runs
 // with NCCL (all-gather, reduce-scatter, all-reduce, the owner variants
 // all-gather-v / reduce-scatter-v, broadcasts), on fp32 buffers in host
-// memory (and an all-reduce on doubles, for gradient clipping), in the group of this rank along one dim of the mesh (the ranks
+// memory (and an all-reduce on doubles, for gradient clipping, and an
+// all-gather of 16-bit elements, for bf16 compute copies), in the group of this rank along one dim of the mesh (the ranks
 // that differ only in that coordinate, row-major: meshGroup), behind one
 // interface the host backend calls. Two implementations, chosen by where
 // the ranks come from:
@@ -88,6 +89,14 @@ public:
                                   const std::vector<int64_t> &counts,
                                   HostRequestPtr &out) = 0;
   virtual int startAllReduce(float *buf, int64_t count, HostRequestPtr &out) = 0;
+  /// The all-gather-v above on 16-bit elements (bf16 compute copies, sent
+  /// as they are stored: half the bytes of fp32): recv = counts[r] elements
+  /// from each rank r, concatenated. In place when send is this rank's
+  /// place in recv (as FSDP2 gathers). With `out` it is only started and
+  /// (*out)->wait() completes it; without, it is complete when it returns.
+  virtual int allGather16(const uint16_t *send, uint16_t *recv,
+                          const std::vector<int64_t> &counts,
+                          HostRequestPtr *out) = 0;
   /// buf (count floats on every rank) = rank root's buf, in place.
   virtual int broadcast(float *buf, int64_t count, int root) = 0;
   /// broadcast() of each (buf, count, root), issued together and complete

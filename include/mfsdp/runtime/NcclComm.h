@@ -66,6 +66,11 @@ public:
                  void *stream);
   int reduceScatterV(const float *send, float *recv,
                      const std::vector<int64_t> &counts, void *stream);
+  /// HostComm::allGather16 on bf16 elements (ncclBfloat16): ncclAllGather
+  /// when every count is the same (in place when send is this rank's
+  /// place in recv), else one broadcast per rank in an NCCL group.
+  int allGatherBF16(const uint16_t *send, uint16_t *recv,
+                    const std::vector<int64_t> &counts, void *stream);
   int broadcast(float *buf, int64_t count, int root, void *stream);
   /// broadcast() of each (buf, count, root) with count > 0, in one NCCL
   /// group.
