@@ -31,8 +31,12 @@ struct ScheduleStepPass : public mfsdp::impl::ScheduleStepBase<ScheduleStepPass>
     sched::StepOp op = getOperation();
     step::Step s;
     SmallVector<Location> locations;
-    if (failed(readStep(op, s, &locations)) ||
-        failed(bucketStage(op, s, bucket)) ||
+    if (failed(readStep(op, s, &locations)))
+      return signalPassFailure();
+    // The body is written anew from `s`: drop the old one now rather than
+    // hold both through the stages (on large steps the IR is the larger).
+    op.getBody().front().clear();
+    if (failed(bucketStage(op, s, bucket)) ||
         failed(overlapStage(op, s, overlap)))
       return signalPassFailure();
     step::MemoryPlan plan = step::planMemory(s);

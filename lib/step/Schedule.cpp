@@ -142,6 +142,11 @@ std::vector<GatherBlock> gatherBlocks(const Step &s) {
 } // namespace
 
 void scheduleOverlap(Step &s, const OverlapOptions &o) {
+  prepareOverlap(s, o);
+  finishOverlap(s, o);
+}
+
+void prepareOverlap(Step &s, const OverlapOptions &o) {
   // 1. Prefetch: move each gather block before the compute of the group
   // `prefetch` groups earlier in program order (same phase).
   if (o.prefetch > 0) {
@@ -233,7 +238,9 @@ void scheduleOverlap(Step &s, const OverlapOptions &o) {
     for (Op &op : s.ops)
       if (isGather(op))
         op.comm = 2;
+}
 
+void finishOverlap(Step &s, const OverlapOptions &o) {
   // 3. Optimizer order. Landing order (optimizerFill < 0): the last group
   // is reduced first in backward, so each group starts as soon as it can.
   // First units first (optimizerFill = k): k groups in landing order fill
