@@ -1,5 +1,6 @@
 //===- BucketCollectives.cpp - mfsdp-bucket-collectives -------------------===//
 #include "passes/Passes.h"
+#include "passes/ScheduleStages.h"
 #include "dialects/sched/StepBridge.h"
 
 #include "mfsdp/step/Schedule.h"
@@ -12,23 +13,27 @@ namespace mfsdp {
 using namespace mlir;
 using namespace mfsdp;
 
+LogicalResult mfsdp::bucketStage(sched::StepOp op, step::Step &s,
+                                 const BucketCollectivesOptions &options) {
+  if (options.bucketMB < 0)
+    return op.emitError("bucket-mb must be >= 0, got ") << options.bucketMB;
+  step::bucketCollectives(s, static_cast<double>(options.bucketMB) * 1024 * 1024);
+  return success();
+}
+
 namespace {
 struct BucketCollectivesPass
     : public mfsdp::impl::BucketCollectivesBase<BucketCollectivesPass> {
   using Base::Base;
   void runOnOperation() override {
-    if (bucketMB < 0) {
-      getOperation().emitError("bucket-mb must be >= 0, got ")
-          << bucketMB.getValue();
-      return signalPassFailure();
-    }
     sched::StepOp op = getOperation();
+    BucketCollectivesOptions options;
+    options.bucketMB = bucketMB;
     step::Step s;
     SmallVector<Location> locations;
-    if (failed(readStep(op, s, &locations)))
-      return signalPassFailure();
-    step::bucketCollectives(s, static_cast<double>(bucketMB) * 1024 * 1024);
-    if (failed(rewriteStep(op, s, locations)))
+    if (failed(readStep(op, s, &locations)) ||
+        failed(bucketStage(op, s, options)) ||
+        failed(rewriteStep(op, s, locations)))
       return signalPassFailure();
   }
 };

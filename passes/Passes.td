@@ -275,4 +275,49 @@ def VerifySchedule : Pass<"mfsdp-verify-schedule", "::mfsdp::sched::StepOp"> {
   ];
 }
 
+def ScheduleStep : Pass<"mfsdp-schedule-step", "::mfsdp::sched::StepOp"> {
+  let summary = "Bucket, overlap, plan memory and verify a step in one pass";
+  let description = [{
+    Runs `mfsdp-bucket-collectives`, `mfsdp-schedule-overlap`,
+    `mfsdp-plan-memory` and `mfsdp-verify-schedule`, with their options, on
+    the step read once from the `sched.step`, and writes it once: the
+    result and the diagnostics are those of the four passes in a row, with
+    the reading and writing of the whole step three times fewer (what the
+    default pipeline runs; on large graphs converting the step between the
+    IR and the C++ program dominated the four passes).
+
+    Example:
+
+    ```mlir
+    // mfsdp-opt --mfsdp-schedule-step="prefetch=1 memory-cap-mb=76000"
+    // is the same as
+    // mfsdp-opt --mfsdp-bucket-collectives --mfsdp-schedule-overlap=prefetch=1
+    //           --mfsdp-plan-memory --mfsdp-verify-schedule=memory-cap-mb=76000
+    ```
+  }];
+  let options = [
+    Option<"bucketMB", "bucket-mb", "int64_t", /*default=*/"0",
+           "Largest bucket in MiB (0: no limit)">,
+    Option<"prefetch", "prefetch", "int64_t", /*default=*/"1",
+           "Gather this many groups ahead (0: no prefetch)">,
+    Option<"maxInflightMB", "max-inflight-mb", "int64_t", /*default=*/"0",
+           "Cap on gathered MiB alive at once (0: no cap)">,
+    Option<"gatherComm", "gather-comm", "::mfsdp::GatherComm",
+           /*default=*/"::mfsdp::GatherComm::Shared",
+           "shared (one communicator) or separate (gathers on their own)",
+           "::mfsdp::clValues<::mfsdp::GatherComm>()">,
+    Option<"optimizerOrder", "optimizer-order", "::mfsdp::OptimizerOrder",
+           /*default=*/"::mfsdp::OptimizerOrder::FirstUnits",
+           "first-units (the first groups updated first, chosen with the "
+           "simulator) or landing (the order reductions land)",
+           "::mfsdp::clValues<::mfsdp::OptimizerOrder>()">,
+    Option<"hardware", "hardware", "std::string", /*default=*/"\"a100\"",
+           "Simulator profile for optimizer-order=first-units: a100, h100 "
+           "or h100-ib">,
+    Option<"memoryCapMB", "memory-cap-mb", "int64_t", /*default=*/"0",
+           "Per-rank memory cap in MiB (0: none)">,
+  ];
+  let dependentDialects = ["::mfsdp::sched::SchedDialect"];
+}
+
 #endif // MFSDP_PASSES_TD

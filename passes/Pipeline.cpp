@@ -29,21 +29,18 @@ void mfsdp::buildDefaultPipeline(OpPassManager &pm, const PipelineOptions &o) {
   step.baseline = o.baseline;
   step.nsSteps = o.nsSteps;
   pm.addPass(createBuildStep(step));
-  BucketCollectivesOptions bucket;
-  bucket.bucketMB = o.bucketMB;
-  OpPassManager &steps = pm.nest<sched::StepOp>();
-  steps.addPass(createBucketCollectives(bucket));
-  ScheduleOverlapOptions overlap;
-  overlap.prefetch = o.prefetch;
-  overlap.maxInflightMB = o.maxInflightMB;
-  overlap.gatherComm = o.gatherComm;
-  overlap.optimizerOrder = o.optimizerOrder;
-  overlap.hardware = o.hardware;
-  steps.addPass(createScheduleOverlap(overlap));
-  steps.addPass(createPlanMemory());
-  VerifyScheduleOptions verify;
-  verify.memoryCapMB = o.memoryCapMB;
-  steps.addPass(createVerifySchedule(verify));
+  // The four schedule passes run as one, on the step read once (the
+  // same result as mfsdp-bucket-collectives, mfsdp-schedule-overlap,
+  // mfsdp-plan-memory and mfsdp-verify-schedule in a row).
+  ScheduleStepOptions schedule;
+  schedule.bucketMB = o.bucketMB;
+  schedule.prefetch = o.prefetch;
+  schedule.maxInflightMB = o.maxInflightMB;
+  schedule.gatherComm = o.gatherComm;
+  schedule.optimizerOrder = o.optimizerOrder;
+  schedule.hardware = o.hardware;
+  schedule.memoryCapMB = o.memoryCapMB;
+  pm.addNestedPass<sched::StepOp>(createScheduleStep(schedule));
 }
 
 void mfsdp::registerDefaultPipeline() {

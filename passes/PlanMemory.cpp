@@ -1,5 +1,6 @@
 //===- PlanMemory.cpp - mfsdp-plan-memory ---------------------------------===//
 #include "passes/Passes.h"
+#include "passes/ScheduleStages.h"
 #include "dialects/sched/StepBridge.h"
 
 #include "mfsdp/step/Schedule.h"
@@ -14,6 +15,19 @@ namespace mfsdp {
 using namespace mlir;
 using namespace mfsdp;
 
+void mfsdp::setMemoryPlan(sched::StepOp op, const step::MemoryPlan &plan) {
+  // Offsets and sizes are whole bytes; the planner keeps them in doubles.
+  auto whole = [](const std::vector<double> &bytes) {
+    SmallVector<int64_t> out;
+    for (double v : bytes)
+      out.push_back(static_cast<int64_t>(std::llround(v)));
+    return out;
+  };
+  Builder b(op.getContext());
+  op.setArenaBytesAttr(b.getDenseI64ArrayAttr(whole(plan.arenaBytes)));
+  op.setPeakBytesAttr(b.getDenseI64ArrayAttr(whole(plan.peakBytes)));
+}
+
 namespace {
 struct PlanMemoryPass : public mfsdp::impl::PlanMemoryBase<PlanMemoryPass> {
   using Base::Base;
@@ -26,16 +40,7 @@ struct PlanMemoryPass : public mfsdp::impl::PlanMemoryBase<PlanMemoryPass> {
     step::MemoryPlan plan = step::planMemory(s);
     if (failed(rewriteStep(op, s, locations)))
       return signalPassFailure();
-    // Offsets and sizes are whole bytes; the planner keeps them in doubles.
-    auto whole = [](const std::vector<double> &bytes) {
-      SmallVector<int64_t> out;
-      for (double v : bytes)
-        out.push_back(static_cast<int64_t>(std::llround(v)));
-      return out;
-    };
-    Builder b(op.getContext());
-    op.setArenaBytesAttr(b.getDenseI64ArrayAttr(whole(plan.arenaBytes)));
-    op.setPeakBytesAttr(b.getDenseI64ArrayAttr(whole(plan.peakBytes)));
+    setMemoryPlan(op, plan);
   }
 };
 } // namespace

@@ -1,5 +1,6 @@
 //===- ScheduleOverlap.cpp - mfsdp-schedule-overlap -----------------------===//
 #include "passes/Passes.h"
+#include "passes/ScheduleStages.h"
 #include "dialects/sched/StepBridge.h"
 
 #include "mfsdp/cost/OptimizerOrder.h"
@@ -13,46 +14,49 @@ namespace mfsdp {
 using namespace mlir;
 using namespace mfsdp;
 
+LogicalResult mfsdp::overlapStage(sched::StepOp op, step::Step &s,
+                                  const ScheduleOverlapOptions &options) {
+  if (options.prefetch < 0 || options.maxInflightMB < 0)
+    return op.emitError("prefetch and max-inflight-mb must be >= 0");
+  const cost::SimProfile *profile = planner::findHardwareProfile(options.hardware);
+  if (!profile)
+    return op.emitError(planner::unknownHardwareMessage(options.hardware));
+  step::OverlapOptions o;
+  o.prefetch = options.prefetch;
+  o.maxInflightBytes = static_cast<double>(options.maxInflightMB) * 1024 * 1024;
+  o.separateGatherComm = options.gatherComm == GatherComm::Separate;
+  for (const step::Op &x : s.ops)
+    if (x.kind == step::OpKind::Collective && x.async)
+      return op.emitError("is already scheduled (it has async collectives)");
+  step::OverlapOptions so = o;
+  if (options.optimizerOrder == OptimizerOrder::FirstUnits) {
+    cost::OrderChoice choice = cost::chooseOptimizerFill(s, o, *profile);
+    if (!choice.ok)
+      return op.emitError("cannot simulate the step to order its optimizer: ")
+             << choice.error;
+    so.optimizerFill = choice.fill;
+  }
+  step::scheduleOverlap(s, so);
+  return success();
+}
+
 namespace {
 struct ScheduleOverlapPass
     : public mfsdp::impl::ScheduleOverlapBase<ScheduleOverlapPass> {
   using Base::Base;
   void runOnOperation() override {
-    step::OverlapOptions o;
-    if (prefetch < 0 || maxInflightMB < 0) {
-      getOperation().emitError("prefetch and max-inflight-mb must be >= 0");
-      return signalPassFailure();
-    }
-    const cost::SimProfile *profile = planner::findHardwareProfile(hardware);
-    if (!profile) {
-      getOperation().emitError(planner::unknownHardwareMessage(hardware));
-      return signalPassFailure();
-    }
-    o.prefetch = prefetch;
-    o.maxInflightBytes = static_cast<double>(maxInflightMB) * 1024 * 1024;
-    o.separateGatherComm = gatherComm == GatherComm::Separate;
+    ScheduleOverlapOptions options;
+    options.prefetch = prefetch;
+    options.maxInflightMB = maxInflightMB;
+    options.gatherComm = gatherComm;
+    options.optimizerOrder = optimizerOrder;
+    options.hardware = hardware;
     sched::StepOp op = getOperation();
     step::Step s;
     SmallVector<Location> locations;
-    if (failed(readStep(op, s, &locations)))
-      return signalPassFailure();
-    for (const step::Op &x : s.ops)
-      if (x.kind == step::OpKind::Collective && x.async) {
-        op.emitError("is already scheduled (it has async collectives)");
-        return signalPassFailure();
-      }
-    step::OverlapOptions so = o;
-    if (optimizerOrder == OptimizerOrder::FirstUnits) {
-      cost::OrderChoice choice = cost::chooseOptimizerFill(s, o, *profile);
-      if (!choice.ok) {
-        op.emitError("cannot simulate the step to order its optimizer: ")
-            << choice.error;
-        return signalPassFailure();
-      }
-      so.optimizerFill = choice.fill;
-    }
-    step::scheduleOverlap(s, so);
-    if (failed(rewriteStep(op, s, locations)))
+    if (failed(readStep(op, s, &locations)) ||
+        failed(overlapStage(op, s, options)) ||
+        failed(rewriteStep(op, s, locations)))
       return signalPassFailure();
   }
 };

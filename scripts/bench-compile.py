@@ -17,9 +17,16 @@ constant, 2.0: linear, 4.0: quadratic).
    layer, one unit a layer plus the embedding and the head) of N units, at
    dp_shard = 64, with the graph's policy and with mixed_muon_adamw.
    Target: 100k units in < 30 s and < 2 GiB (run with --units-max 100000;
-   the default stops at 10k units).
+   the default stops at 10k units; --units N,M,... runs those sizes only).
 
-Usage: bench-compile.py [BIN_DIR] [--units-max N] [--skip-deepseek]
+Besides the wall time, each case reports the CPU time of the process (user
+plus system), which other work on the machine inflates less than the wall
+time. --timeout S stops a case after S seconds of wall time and reports it
+as stopped, with the peak RSS it had reached.
+
+Usage: bench-compile.py [BIN_DIR] [--units-max N] [--units N,M,...]
+                        [--skip-deepseek] [--policies graph,mixed_muon_adamw]
+                        [--timeout S]
 """
 import argparse
 import os
@@ -36,17 +43,32 @@ def run(cmd):
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 
 
+TIMEOUT = None
+
+
 def timed_rss(cmd):
-    """Wall seconds and peak RSS (bytes) of one process."""
+    """Wall seconds, CPU seconds, peak RSS (bytes) of one process, and
+    whether it was stopped at the timeout."""
     start = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(p.pid, 0)
+    stopped = False
+    while True:
+        pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+        if pid:
+            break
+        if TIMEOUT and time.perf_counter() - start > TIMEOUT:
+            p.kill()
+            _, status, usage = os.wait4(p.pid, 0)
+            stopped = True
+            break
+        time.sleep(0.05)
     elapsed = time.perf_counter() - start
     err = p.stderr.read().decode()
     p.stderr.close()
-    if status != 0:
+    if status != 0 and not stopped:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{err}")
-    return elapsed, usage.ru_maxrss * 1024
+    cpu = usage.ru_utime + usage.ru_stime
+    return elapsed, cpu, usage.ru_maxrss * 1024, stopped
 
 
 def pipeline(opt, mlir, out, mesh, policy):
@@ -57,15 +79,16 @@ def pipeline(opt, mlir, out, mesh, policy):
 def table(title, rows, key_name):
     print(title)
     print(f"  {key_name:>8s} {'policy':18s} {'wall s':>8s} {'t(2N)/t(N)':>10s} "
-          f"{'peak RSS MiB':>12s} {'IR MiB':>8s}")
+          f"{'CPU s':>8s} {'peak RSS MiB':>12s} {'IR MiB':>8s}")
     prev = {}
-    for key, policy, wall, rss, size in rows:
+    for key, policy, wall, cpu, rss, size, stopped in rows:
         ratio = ""
-        if policy in prev and key == 2 * prev[policy][0]:
+        if policy in prev and key == 2 * prev[policy][0] and not stopped:
             ratio = f"{wall / prev[policy][1]:.2f}"
         prev[policy] = (key, wall)
+        ir = "stopped" if stopped else f"{size / 2**20:8.1f}"
         print(f"  {key:8d} {policy or 'graph (adamw)':18s} {wall:8.2f} {ratio:>10s} "
-              f"{rss / 2**20:12.0f} {size / 2**20:8.1f}")
+              f"{cpu:8.2f} {rss / 2**20:12.0f} {ir:>8s}")
     print()
 
 
@@ -73,10 +96,20 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("bin", nargs="?", default="build/bin")
     ap.add_argument("--units-max", type=int, default=10000)
+    ap.add_argument("--units", default="",
+                    help="comma-separated unit counts (instead of the doubling "
+                         "series up to --units-max)")
     ap.add_argument("--skip-deepseek", action="store_true")
+    ap.add_argument("--policies", default="graph,mixed_muon_adamw",
+                    help="comma-separated: graph (the graph's, AdamW) and/or "
+                         "mixed_muon_adamw")
+    ap.add_argument("--timeout", type=float, default=0,
+                    help="stop a case after this many seconds (0: never)")
     args = ap.parse_args()
+    global TIMEOUT
+    TIMEOUT = args.timeout or None
     tool = lambda name: os.path.join(args.bin, name)
-    policies = ["", "mixed_muon_adamw"]
+    policies = ["" if p == "graph" else p for p in args.policies.split(",") if p]
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out.mlir")
         if not args.skip_deepseek:
@@ -86,14 +119,15 @@ def main():
             rows = []
             for policy in policies:
                 for world in (256, 512, 1024):
-                    wall, rss = timed_rss(pipeline(tool("mfsdp-opt"), ds, out,
-                                                   f"dp_shard={world}", policy))
-                    rows.append((world, policy, wall, rss, os.path.getsize(out)))
+                    r = timed_rss(pipeline(tool("mfsdp-opt"), ds, out,
+                                           f"dp_shard={world}", policy))
+                    rows.append((world, policy, r[0], r[1], r[2],
+                                 os.path.getsize(out), r[3]))
             table("DeepSeek-V3 without EP ownership (45,337 tensors) through "
                   "--mfsdp-pipeline", rows, "dp_shard")
-            for world, policy, wall, rss, _ in rows:
+            for world, policy, wall, _, rss, _, stopped in rows:
                 if world == 1024:
-                    ok = wall < 5 and rss < 2 * GIB
+                    ok = wall < 5 and rss < 2 * GIB and not stopped
                     print(f"  target dp_shard=1024 {policy or 'graph (adamw)'}: "
                           f"< 5 s and < 2 GiB: {'met' if ok else 'MISSED'}")
             print()
@@ -105,6 +139,8 @@ def main():
             n *= 2
         if args.units_max not in sizes and args.units_max > 0:
             sizes.append(args.units_max)
+        if args.units:
+            sizes = [int(n) for n in args.units.split(",") if n]
         for units in sizes:
             graph = os.path.join(tmp, f"g{units}.json")
             mlir = os.path.join(tmp, f"g{units}.mlir")
@@ -113,15 +149,17 @@ def main():
                  str(units - 2), "-o", graph])
             run([tool("mfsdp-translate"), "--import-mfsdp-graph", graph, "-o", mlir])
             for policy in policies:
-                wall, rss = timed_rss(pipeline(tool("mfsdp-opt"), mlir, out,
-                                               "dp_shard=64", policy))
-                rows.append((units, policy, wall, rss, os.path.getsize(out)))
+                r = timed_rss(pipeline(tool("mfsdp-opt"), mlir, out,
+                                       "dp_shard=64", policy))
+                size = 0 if r[3] else os.path.getsize(out)
+                rows.append((units, policy, r[0], r[1], r[2], size, r[3]))
             os.remove(graph)
+            os.remove(mlir)
         table("Graphs of N units (llama, hidden 64, 9 tensors a layer) at "
               "dp_shard=64", rows, "units")
-        for units, policy, wall, rss, _ in rows:
+        for units, policy, wall, _, rss, _, stopped in rows:
             if units == 100000:
-                ok = wall < 30 and rss < 2 * GIB
+                ok = wall < 30 and rss < 2 * GIB and not stopped
                 print(f"  target 100k units {policy or 'graph (adamw)'}: "
                       f"< 30 s and < 2 GiB: {'met' if ok else 'MISSED'}")
 

@@ -5,11 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <initializer_list>
 #include <map>
 #include <numeric>
 #include <set>
 #include <tuple>
+#include <unordered_map>
 
 namespace mfsdp::step {
 
@@ -142,6 +142,11 @@ std::vector<GatherBlock> gatherBlocks(const Step &s) {
 } // namespace
 
 void scheduleOverlap(Step &s, const OverlapOptions &o) {
+  prepareOverlap(s, o);
+  finishOverlap(s, o);
+}
+
+void prepareOverlap(Step &s, const OverlapOptions &o) {
   // 1. Prefetch: move each gather block before the compute of the group
   // `prefetch` groups earlier in program order (same phase).
   if (o.prefetch > 0) {
@@ -233,7 +238,9 @@ void scheduleOverlap(Step &s, const OverlapOptions &o) {
     for (Op &op : s.ops)
       if (isGather(op))
         op.comm = 2;
+}
 
+void finishOverlap(Step &s, const OverlapOptions &o) {
   // 3. Optimizer order. Landing order (optimizerFill < 0): the last group
   // is reduced first in backward, so each group starts as soon as it can.
   // First units first (optimizerFill = k): k groups in landing order fill
@@ -477,7 +484,7 @@ private:
 };
 
 /// The lowest offset that no set in `sets` blocks for `size` bytes.
-int64_t firstFit(std::initializer_list<const OffsetSet *> sets, int64_t size) {
+int64_t firstFit(const std::vector<const OffsetSet *> &sets, int64_t size) {
   int64_t x = 0;
   for (bool moved = true; moved;) {
     moved = false;
@@ -492,41 +499,67 @@ int64_t firstFit(std::initializer_list<const OffsetSet *> sets, int64_t size) {
   return x;
 }
 
-/// Lifetimes [begin, end] of the buffers placed so far, to find those that
-/// meet a given lifetime: the ones containing its first op (a segment tree,
-/// each lifetime kept in the O(log n) nodes that cover it) and the ones
-/// beginning inside it (by first op). Output-sensitive: a query costs
-/// O(log n) plus the lifetimes it reports.
-class LifetimeIndex {
+/// The offsets taken by buffers live for part of the step, found by
+/// lifetime: a segment tree over op indices in which every lifetime
+/// [begin, end] is kept at the O(log n) nodes that cover it (`cover`), and
+/// in `below` at those nodes and every ancestor of theirs. The buffers whose
+/// lifetimes meet [begin, end] are those in `cover` of a node covering the
+/// query or an ancestor of one, and those in `below` of a node covering the
+/// query; so the offsets they take are the union of O(log n) offset sets,
+/// whatever their number (many activations live from the forward to the
+/// backward pass all meet each other: collecting them one by one per
+/// buffer was quadratic). Sets are kept only for nodes that have one.
+class LifetimeOffsets {
 public:
-  explicit LifetimeIndex(int64_t ops) {
+  explicit LifetimeOffsets(int64_t ops) {
     while (n < ops + 1)
       n <<= 1;
-    nodes.resize(2 * n);
   }
-  void insert(int64_t item, int64_t begin, int64_t end) {
-    byBegin.emplace(begin, item);
-    for (int64_t l = begin + n, r = end + n + 1; l < r; l >>= 1, r >>= 1) {
-      if (l & 1)
-        nodes[l++].push_back(item);
-      if (r & 1)
-        nodes[--r].push_back(item);
-    }
+
+  void insert(int64_t begin, int64_t end, int64_t lo, int64_t hi) {
+    visited.clear();
+    forCovering(begin, end, [&](int64_t node) {
+      cover[node].insert(lo, hi);
+      for (int64_t a = node; a > 0; a >>= 1) {
+        if (std::find(visited.begin(), visited.end(), a) != visited.end())
+          break;
+        visited.push_back(a);
+        below[a].insert(lo, hi);
+      }
+    });
   }
-  /// Calls f(item) once for every item whose lifetime meets [begin, end].
-  template <typename F> void overlapping(int64_t begin, int64_t end, F f) const {
-    for (int64_t i = begin + n; i > 0; i >>= 1)
-      for (int64_t item : nodes[i])
-        f(item);
-    for (auto it = byBegin.upper_bound(begin); it != byBegin.end() && it->first <= end;
-         ++it)
-      f(it->second);
+
+  /// Appends the sets whose union is the offsets taken by the lifetimes
+  /// meeting [begin, end].
+  void meeting(int64_t begin, int64_t end,
+               std::vector<const OffsetSet *> &sets) {
+    visited.clear();
+    forCovering(begin, end, [&](int64_t node) {
+      if (auto it = below.find(node); it != below.end())
+        sets.push_back(&it->second);
+      for (int64_t a = node; a > 0; a >>= 1) {
+        if (std::find(visited.begin(), visited.end(), a) != visited.end())
+          break;
+        visited.push_back(a);
+        if (auto it = cover.find(a); it != cover.end())
+          sets.push_back(&it->second);
+      }
+    });
   }
 
 private:
+  template <typename F> void forCovering(int64_t begin, int64_t end, F f) const {
+    for (int64_t l = begin + n, r = end + n + 1; l < r; l >>= 1, r >>= 1) {
+      if (l & 1)
+        f(l++);
+      if (r & 1)
+        f(--r);
+    }
+  }
+
   int64_t n = 1;
-  std::vector<std::vector<int64_t>> nodes;
-  std::multimap<int64_t, int64_t> byBegin;
+  std::unordered_map<int64_t, OffsetSet> cover, below;
+  std::vector<int64_t> visited;
 };
 
 /// Range maximum over a fixed array, the first index on ties.
@@ -595,29 +628,40 @@ MemoryPlan planMemory(Step &s, int64_t alignment) {
   auto whole = [&](size_t b) { return life[b].begin == 0 && life[b].end >= last; };
   OffsetSet all, shared, wholeAll, wholeShared;
   std::map<int64_t, OffsetSet> owned, wholeOwned;
-  LifetimeIndex partial(last);
+  // Partial lifetimes: of every buffer (met by a buffer all ranks have), of
+  // the buffers all ranks have, and of each rank's own (met by the buffers
+  // of that rank).
+  LifetimeOffsets partialAll(last), partialShared(last);
+  std::map<int64_t, LifetimeOffsets> partialOwned;
   auto find = [](const std::map<int64_t, OffsetSet> &m, int64_t r) -> const OffsetSet * {
     auto it = m.find(r);
     return it == m.end() ? nullptr : &it->second;
   };
+  std::vector<const OffsetSet *> sets;
   for (size_t b : order) {
     const int64_t rank = s.buffers[b].onlyRank;
     const int64_t size = sizes[b];
     int64_t offset = 0;
     if (size > 0) {
+      sets.clear();
       if (whole(b)) {
-        offset = rank < 0 ? firstFit({&all}, size)
-                          : firstFit({&shared, find(owned, rank)}, size);
+        if (rank < 0) {
+          sets.push_back(&all);
+        } else {
+          sets.push_back(&shared);
+          sets.push_back(find(owned, rank));
+        }
+      } else if (rank < 0) {
+        sets.push_back(&wholeAll);
+        partialAll.meeting(life[b].begin, life[b].end, sets);
       } else {
-        OffsetSet met;
-        partial.overlapping(life[b].begin, life[b].end, [&](int64_t p) {
-          int64_t pr = s.buffers[p].onlyRank;
-          if (rank < 0 || pr < 0 || pr == rank)
-            met.insert(s.buffers[p].offset, s.buffers[p].offset + sizes[p]);
-        });
-        offset = rank < 0 ? firstFit({&wholeAll, &met}, size)
-                          : firstFit({&wholeShared, find(wholeOwned, rank), &met}, size);
+        sets.push_back(&wholeShared);
+        sets.push_back(find(wholeOwned, rank));
+        partialShared.meeting(life[b].begin, life[b].end, sets);
+        if (auto it = partialOwned.find(rank); it != partialOwned.end())
+          it->second.meeting(life[b].begin, life[b].end, sets);
       }
+      offset = firstFit(sets, size);
     }
     s.buffers[b].offset = offset;
     const int64_t hi = offset + size;
@@ -627,7 +671,12 @@ MemoryPlan planMemory(Step &s, int64_t alignment) {
       wholeAll.insert(offset, hi);
       (rank < 0 ? wholeShared : wholeOwned[rank]).insert(offset, hi);
     } else {
-      partial.insert(static_cast<int64_t>(b), life[b].begin, life[b].end);
+      partialAll.insert(life[b].begin, life[b].end, offset, hi);
+      if (rank < 0)
+        partialShared.insert(life[b].begin, life[b].end, offset, hi);
+      else
+        partialOwned.try_emplace(rank, last)
+            .first->second.insert(life[b].begin, life[b].end, offset, hi);
     }
   }
 

@@ -166,4 +166,74 @@ TEST(OptimizerOrder, InvalidProfileIsAnError) {
   EXPECT_FALSE(c.error.empty());
 }
 
+// scheduleOverlap is prepareOverlap (what no optimizer order changes) then
+// finishOverlap; the search prepares once and finishes a copy per
+// candidate, so the two must give the same program for every option.
+TEST(OptimizerOrder, PrepareThenFinishIsScheduleOverlap) {
+  for (int64_t prefetch : {0, 1, 2})
+    for (bool separate : {false, true})
+      for (int64_t fill : {-1, 0, 1, 2, 3}) {
+        OverlapOptions o;
+        o.prefetch = prefetch;
+        o.separateGatherComm = separate;
+        o.optimizerFill = fill;
+        Step whole = threeGroups();
+        scheduleOverlap(whole, o);
+        Step parts = threeGroups();
+        prepareOverlap(parts, o);
+        finishOverlap(parts, o);
+        SCOPED_TRACE(testing::Message() << "prefetch " << prefetch << " separate "
+                                        << separate << " fill " << fill);
+        ASSERT_EQ(parts.ops.size(), whole.ops.size());
+        for (size_t i = 0; i < whole.ops.size(); ++i) {
+          EXPECT_EQ(parts.ops[i].name, whole.ops[i].name) << "op " << i;
+          EXPECT_EQ(parts.ops[i].kind, whole.ops[i].kind) << "op " << i;
+          EXPECT_EQ(parts.ops[i].async, whole.ops[i].async) << "op " << i;
+          EXPECT_EQ(parts.ops[i].comm, whole.ops[i].comm) << "op " << i;
+          EXPECT_EQ(parts.ops[i].waitFor, whole.ops[i].waitFor) << "op " << i;
+          EXPECT_EQ(parts.ops[i].reads, whole.ops[i].reads) << "op " << i;
+          EXPECT_EQ(parts.ops[i].writes, whole.ops[i].writes) << "op " << i;
+        }
+      }
+}
+
+// The search simulates copies without names; its candidates must be those
+// of scheduling and simulating the whole step for each fill.
+TEST(OptimizerOrder, SearchMatchesSchedulingEachCandidateInFull) {
+  for (int64_t prefetch : {0, 1}) {
+    OverlapOptions o;
+    o.prefetch = prefetch;
+    cost::OrderChoice c = cost::chooseOptimizerFill(threeGroups(), o, round());
+    ASSERT_TRUE(c.ok) << c.error;
+    ASSERT_EQ(c.candidates.size(), 5u);
+    for (const cost::OrderCandidate &got : c.candidates) {
+      Step s = threeGroups();
+      OverlapOptions each = o;
+      each.optimizerFill = got.fill;
+      scheduleOverlap(s, each);
+      cost::SimOptions so;
+      so.timings = false;
+      cost::SimResult want = cost::simulate(s, round(), so);
+      ASSERT_TRUE(want.ok) << want.error;
+      EXPECT_EQ(got.stepSeconds, want.stepSeconds) << "fill " << got.fill;
+      EXPECT_EQ(got.firstGroupReady, want.firstGroupReady) << "fill " << got.fill;
+      EXPECT_EQ(got.steadyStepSeconds, want.steadyStepSeconds) << "fill " << got.fill;
+    }
+  }
+}
+
+// A step the simulator refuses: the error names the buffer, as simulating
+// the scheduled step itself does, though the search simulates copies
+// without names.
+TEST(OptimizerOrder, ErrorNamesWhatTheStepNames) {
+  Step bad = threeGroups();
+  bad.buffers[3].bytes = -64; // "grads g1"
+  cost::OrderChoice c = cost::chooseOptimizerFill(bad, OverlapOptions{}, round());
+  EXPECT_FALSE(c.ok);
+  Step s = bad;
+  scheduleOverlap(s, OverlapOptions{});
+  EXPECT_EQ(c.error, cost::simulate(s, round()).error);
+  EXPECT_NE(c.error.find("'grads g1'"), std::string::npos) << c.error;
+}
+
 } // namespace

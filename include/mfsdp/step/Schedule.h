@@ -42,6 +42,13 @@ struct OverlapOptions {
 /// `optimizerFill` says.
 void scheduleOverlap(Step &s, const OverlapOptions &options);
 
+/// scheduleOverlap in two parts: prepareOverlap does what does not depend
+/// on `optimizerFill` (prefetch, communicators), finishOverlap the rest
+/// (the optimizer order, async starts and waits, deferred frees). The
+/// optimizer-order search prepares once and finishes a copy per candidate.
+void prepareOverlap(Step &s, const OverlapOptions &options);
+void finishOverlap(Step &s, const OverlapOptions &options);
+
 struct MemoryPlan {
   std::vector<double> arenaBytes; // per rank: the arena the offsets need
   std::vector<double> peakBytes;  // per rank: the most bytes live at once

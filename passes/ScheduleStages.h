@@ -1,0 +1,44 @@
+//===- ScheduleStages.h - The schedule passes on an in-memory step -*- C++ -*-===//
+//
+// What each schedule pass does to a step already read from its sched.step:
+// the passes (mfsdp-bucket-collectives, mfsdp-schedule-overlap,
+// mfsdp-plan-memory, mfsdp-verify-schedule) read the step, run their stage
+// and write it back; mfsdp-schedule-step, which the default pipeline runs,
+// reads the step once, runs the four stages on it and writes it once, with
+// the same result as the four passes in a row.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MFSDP_PASSES_SCHEDULESTAGES_H
+#define MFSDP_PASSES_SCHEDULESTAGES_H
+
+#include "passes/Passes.h"
+
+#include "mfsdp/step/Schedule.h"
+#include "mfsdp/step/Step.h"
+
+namespace mfsdp {
+
+/// Buckets the collectives of `s`; fails with a diagnostic on `op` when
+/// the options are invalid.
+mlir::LogicalResult bucketStage(sched::StepOp op, step::Step &s,
+                                const BucketCollectivesOptions &options);
+
+/// Splits the collectives of `s` into async starts and waits, prefetches
+/// and orders the optimizer; fails with a diagnostic on `op` when the
+/// options are invalid, the step is already scheduled or cannot be
+/// simulated.
+mlir::LogicalResult overlapStage(sched::StepOp op, step::Step &s,
+                                 const ScheduleOverlapOptions &options);
+
+/// Records `plan` (arena and peak bytes per rank) on `op`, whose body
+/// already holds the planned step.
+void setMemoryPlan(sched::StepOp op, const step::MemoryPlan &plan);
+
+/// Verifies `s`, which `op`'s body holds op for op: each issue becomes an
+/// error on its op (or on `op`). Fails when there is any.
+mlir::LogicalResult verifyStage(sched::StepOp op, const step::Step &s,
+                                const VerifyScheduleOptions &options);
+
+} // namespace mfsdp
+
+#endif // MFSDP_PASSES_SCHEDULESTAGES_H
