@@ -30,8 +30,10 @@
 //    plan with one collective per parameter. Hooks only: gathers,
 //    unpacking, packing and reductions; no optimizer step.
 // 4. A whole step of the plan of 3. (ZeRO-3 with gather prefetch and
-//    overlapped reductions) with its optimizer step as a compiled program
-//    (mfsdp_program, landing order) against the runtime's own order.
+//    overlapped reductions) as a compiled program (mfsdp_program: the
+//    forward and backward hooks as the compiler lowers a prefetch-1
+//    schedule, the optimizer step in landing order) against the runtime's
+//    own hook protocol and order.
 //
 // Prints everything on rank 0.
 //
@@ -627,9 +629,46 @@ ProgramResult benchProgram(int world) {
         ops.push_back({MFSDP_PROGRAM_OPTIMIZER, u, u, MFSDP_OPT_MUON, r,
                        static_cast<int32_t>(byOwner[u][r].size()), byOwner[u][r].data()});
   }
-  const mfsdp_program_hook hook = {MFSDP_HOOK_OPTIMIZER_STEP, -1, 0,
-                                   static_cast<int32_t>(ops.size())};
-  const mfsdp_program program = {static_cast<int32_t>(ops.size()), ops.data(), 1, &hook};
+  std::vector<mfsdp_program_hook> hooks = {
+      {MFSDP_HOOK_OPTIMIZER_STEP, -1, 0, static_cast<int32_t>(ops.size())}};
+  // The forward and backward hooks as step::lowerStepProgram lowers a
+  // ZeRO-3 schedule with prefetch 1: each gather started one unit ahead,
+  // each reduction waited for in the next post_backward.
+  auto unitOp = [&](int32_t kind, int32_t u) {
+    ops.push_back({kind, u, u, MFSDP_OPT_NONE, -1, 0, nullptr});
+  };
+  for (int32_t u = 0; u < kUnits; ++u)
+    for (int32_t h = MFSDP_HOOK_PRE_FORWARD; h <= MFSDP_HOOK_POST_BACKWARD; ++h) {
+      const int32_t first = static_cast<int32_t>(ops.size());
+      switch (h) {
+      case MFSDP_HOOK_PRE_FORWARD:
+        if (u == 0)
+          unitOp(MFSDP_PROGRAM_START_GATHER, 0);
+        if (u + 1 < kUnits)
+          unitOp(MFSDP_PROGRAM_START_GATHER, u + 1);
+        unitOp(MFSDP_PROGRAM_WAIT_GATHER, u);
+        break;
+      case MFSDP_HOOK_POST_FORWARD:
+        unitOp(MFSDP_PROGRAM_RELEASE, u);
+        break;
+      case MFSDP_HOOK_PRE_BACKWARD:
+        if (u + 1 == kUnits)
+          unitOp(MFSDP_PROGRAM_START_GATHER, u);
+        if (u > 0)
+          unitOp(MFSDP_PROGRAM_START_GATHER, u - 1);
+        unitOp(MFSDP_PROGRAM_WAIT_GATHER, u);
+        unitOp(MFSDP_PROGRAM_PLACE_GRADS, u);
+        break;
+      default:
+        if (u + 1 < kUnits)
+          unitOp(MFSDP_PROGRAM_WAIT_REDUCTION, u + 1);
+        unitOp(MFSDP_PROGRAM_START_REDUCTION, u);
+        break;
+      }
+      hooks.push_back({h, u, first, static_cast<int32_t>(ops.size()) - first});
+    }
+  const mfsdp_program program = {static_cast<int32_t>(ops.size()), ops.data(),
+                                 static_cast<int32_t>(hooks.size()), hooks.data()};
   ProgramResult out;
   out.ops = static_cast<int64_t>(ops.size());
   auto run = [&](bool withProgram, std::vector<double> &reps) {
@@ -650,16 +689,17 @@ ProgramResult benchProgram(int world) {
     plan.muon_ns_steps = 5;
     plan.num_buckets = static_cast<int32_t>(buckets.size());
     plan.buckets = buckets.data();
+    if (withProgram)
+      plan.program = &program;
+    // The program's memory plan takes its lifetimes from the program.
     mfsdp::step::RuntimeMemoryPlan memory =
-        mfsdp::step::planRuntimeMemory(plan, false, 256, /*prefetch=*/1);
+        mfsdp::step::planRuntimeMemory(plan, false, 256, /*prefetch=*/1, plan.program);
     if (!memory.error.empty()) {
       std::fprintf(stderr, "mfsdp-bench-runtime: memory plan: %s\n", memory.error.c_str());
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
     const mfsdp_memory_plan view = memory.view();
     plan.memory = &view;
-    if (withProgram)
-      plan.program = &program;
     plan.hash = mfsdp_plan_hash(&plan);
     mfsdp_step *step = createLoaded(plan);
     auto check = [&](mfsdp_status st, const char *what) { checkOk(step, st, what); };
@@ -743,9 +783,46 @@ FusedResult benchFused(int world, const char *shape, int32_t vectors, int64_t ve
     ops.push_back({MFSDP_PROGRAM_OPTIMIZER, u, u, MFSDP_OPT_ADAMW, -1, vectors + matrices,
                    members[u].data()});
   }
-  const mfsdp_program_hook hook = {MFSDP_HOOK_OPTIMIZER_STEP, -1, 0,
-                                   static_cast<int32_t>(ops.size())};
-  const mfsdp_program program = {static_cast<int32_t>(ops.size()), ops.data(), 1, &hook};
+  std::vector<mfsdp_program_hook> hooks = {
+      {MFSDP_HOOK_OPTIMIZER_STEP, -1, 0, static_cast<int32_t>(ops.size())}};
+  // The forward and backward hooks as step::lowerStepProgram lowers a
+  // ZeRO-3 schedule with prefetch 1: each gather started one unit ahead,
+  // each reduction waited for in the next post_backward.
+  auto unitOp = [&](int32_t kind, int32_t u) {
+    ops.push_back({kind, u, u, MFSDP_OPT_NONE, -1, 0, nullptr});
+  };
+  for (int32_t u = 0; u < kUnits; ++u)
+    for (int32_t h = MFSDP_HOOK_PRE_FORWARD; h <= MFSDP_HOOK_POST_BACKWARD; ++h) {
+      const int32_t first = static_cast<int32_t>(ops.size());
+      switch (h) {
+      case MFSDP_HOOK_PRE_FORWARD:
+        if (u == 0)
+          unitOp(MFSDP_PROGRAM_START_GATHER, 0);
+        if (u + 1 < kUnits)
+          unitOp(MFSDP_PROGRAM_START_GATHER, u + 1);
+        unitOp(MFSDP_PROGRAM_WAIT_GATHER, u);
+        break;
+      case MFSDP_HOOK_POST_FORWARD:
+        unitOp(MFSDP_PROGRAM_RELEASE, u);
+        break;
+      case MFSDP_HOOK_PRE_BACKWARD:
+        if (u + 1 == kUnits)
+          unitOp(MFSDP_PROGRAM_START_GATHER, u);
+        if (u > 0)
+          unitOp(MFSDP_PROGRAM_START_GATHER, u - 1);
+        unitOp(MFSDP_PROGRAM_WAIT_GATHER, u);
+        unitOp(MFSDP_PROGRAM_PLACE_GRADS, u);
+        break;
+      default:
+        if (u + 1 < kUnits)
+          unitOp(MFSDP_PROGRAM_WAIT_REDUCTION, u + 1);
+        unitOp(MFSDP_PROGRAM_START_REDUCTION, u);
+        break;
+      }
+      hooks.push_back({h, u, first, static_cast<int32_t>(ops.size()) - first});
+    }
+  const mfsdp_program program = {static_cast<int32_t>(ops.size()), ops.data(),
+                                 static_cast<int32_t>(hooks.size()), hooks.data()};
   FusedResult out;
   out.shape = shape;
   out.params = static_cast<int64_t>(descs.size());
@@ -1045,14 +1122,14 @@ int main(int argc, char **argv) {
     std::printf("   one per parameter / bucketed: %.2fx\n", bk.perParamS / bk.bucketedS);
   }
 
-  // 4. The optimizer step as a compiled program.
+  // 4. The step as a compiled program.
   ProgramResult pg = benchProgram(world);
   if (root) {
-    std::printf("\n4. A whole step, the optimizer step as a compiled program against the "
-                "runtime's own order (measured, host CPU): the plan of 3. with gather "
-                "prefetch and overlapped reductions (ZeRO-3, memory plan prefetch 1); "
-                "zero_grad, forward, backward, optimizer step; program of %lld ops in "
-                "landing order\n",
+    std::printf("\n4. A whole step as a compiled program (hooks and optimizer step) "
+                "against the runtime's own protocol and order (measured, host CPU): the "
+                "plan of 3. with gather prefetch and overlapped reductions (ZeRO-3); "
+                "zero_grad, forward, backward, optimizer step; program of %lld ops, the "
+                "optimizer step in landing order\n",
                 (long long)pg.ops);
     std::printf("   program                %8.3f ms  (range %s ms, %zu reps)\n",
                 pg.programS * 1e3, range(pg.programReps, 1e3).c_str(),
