@@ -586,6 +586,47 @@ struct ProgramResult {
 /// unit 0's kernels after the wait for its reduction, which the others
 /// overlap); without: the runtime's own order (every reduction waited for
 /// first, then every parameter in table order).
+/// The forward and backward hooks of `units` units as step::lowerStepProgram
+/// lowers a ZeRO-3 schedule with prefetch 1 (one unit per gather group):
+/// each gather started one unit ahead, released in post_forward, each
+/// reduction waited for in the next post_backward.
+void appendPrefetchHooks(int32_t units, std::vector<mfsdp_program_op> &ops,
+                         std::vector<mfsdp_program_hook> &hooks) {
+  auto unitOp = [&](int32_t kind, int32_t u) {
+    ops.push_back({kind, u, u, MFSDP_OPT_NONE, -1, 0, nullptr});
+  };
+  for (int32_t u = 0; u < units; ++u)
+    for (int32_t h = MFSDP_HOOK_PRE_FORWARD; h <= MFSDP_HOOK_POST_BACKWARD; ++h) {
+      const int32_t first = static_cast<int32_t>(ops.size());
+      switch (h) {
+      case MFSDP_HOOK_PRE_FORWARD:
+        if (u == 0)
+          unitOp(MFSDP_PROGRAM_START_GATHER, 0);
+        if (u + 1 < units)
+          unitOp(MFSDP_PROGRAM_START_GATHER, u + 1);
+        unitOp(MFSDP_PROGRAM_WAIT_GATHER, u);
+        break;
+      case MFSDP_HOOK_POST_FORWARD:
+        unitOp(MFSDP_PROGRAM_RELEASE, u);
+        break;
+      case MFSDP_HOOK_PRE_BACKWARD:
+        if (u + 1 == units)
+          unitOp(MFSDP_PROGRAM_START_GATHER, u);
+        if (u > 0)
+          unitOp(MFSDP_PROGRAM_START_GATHER, u - 1);
+        unitOp(MFSDP_PROGRAM_WAIT_GATHER, u);
+        unitOp(MFSDP_PROGRAM_PLACE_GRADS, u);
+        break;
+      default:
+        if (u + 1 < units)
+          unitOp(MFSDP_PROGRAM_WAIT_REDUCTION, u + 1);
+        unitOp(MFSDP_PROGRAM_START_REDUCTION, u);
+        break;
+      }
+      hooks.push_back({h, u, first, static_cast<int32_t>(ops.size()) - first});
+    }
+}
+
 ProgramResult benchProgram(int world) {
   constexpr int32_t kUnits = 8, kVectors = 12, kMatrices = 4;
   std::vector<mfsdp_param_desc> descs;
@@ -631,42 +672,7 @@ ProgramResult benchProgram(int world) {
   }
   std::vector<mfsdp_program_hook> hooks = {
       {MFSDP_HOOK_OPTIMIZER_STEP, -1, 0, static_cast<int32_t>(ops.size())}};
-  // The forward and backward hooks as step::lowerStepProgram lowers a
-  // ZeRO-3 schedule with prefetch 1: each gather started one unit ahead,
-  // each reduction waited for in the next post_backward.
-  auto unitOp = [&](int32_t kind, int32_t u) {
-    ops.push_back({kind, u, u, MFSDP_OPT_NONE, -1, 0, nullptr});
-  };
-  for (int32_t u = 0; u < kUnits; ++u)
-    for (int32_t h = MFSDP_HOOK_PRE_FORWARD; h <= MFSDP_HOOK_POST_BACKWARD; ++h) {
-      const int32_t first = static_cast<int32_t>(ops.size());
-      switch (h) {
-      case MFSDP_HOOK_PRE_FORWARD:
-        if (u == 0)
-          unitOp(MFSDP_PROGRAM_START_GATHER, 0);
-        if (u + 1 < kUnits)
-          unitOp(MFSDP_PROGRAM_START_GATHER, u + 1);
-        unitOp(MFSDP_PROGRAM_WAIT_GATHER, u);
-        break;
-      case MFSDP_HOOK_POST_FORWARD:
-        unitOp(MFSDP_PROGRAM_RELEASE, u);
-        break;
-      case MFSDP_HOOK_PRE_BACKWARD:
-        if (u + 1 == kUnits)
-          unitOp(MFSDP_PROGRAM_START_GATHER, u);
-        if (u > 0)
-          unitOp(MFSDP_PROGRAM_START_GATHER, u - 1);
-        unitOp(MFSDP_PROGRAM_WAIT_GATHER, u);
-        unitOp(MFSDP_PROGRAM_PLACE_GRADS, u);
-        break;
-      default:
-        if (u + 1 < kUnits)
-          unitOp(MFSDP_PROGRAM_WAIT_REDUCTION, u + 1);
-        unitOp(MFSDP_PROGRAM_START_REDUCTION, u);
-        break;
-      }
-      hooks.push_back({h, u, first, static_cast<int32_t>(ops.size()) - first});
-    }
+  appendPrefetchHooks(kUnits, ops, hooks);
   const mfsdp_program program = {static_cast<int32_t>(ops.size()), ops.data(),
                                  static_cast<int32_t>(hooks.size()), hooks.data()};
   ProgramResult out;
@@ -783,46 +789,9 @@ FusedResult benchFused(int world, const char *shape, int32_t vectors, int64_t ve
     ops.push_back({MFSDP_PROGRAM_OPTIMIZER, u, u, MFSDP_OPT_ADAMW, -1, vectors + matrices,
                    members[u].data()});
   }
-  std::vector<mfsdp_program_hook> hooks = {
-      {MFSDP_HOOK_OPTIMIZER_STEP, -1, 0, static_cast<int32_t>(ops.size())}};
-  // The forward and backward hooks as step::lowerStepProgram lowers a
-  // ZeRO-3 schedule with prefetch 1: each gather started one unit ahead,
-  // each reduction waited for in the next post_backward.
-  auto unitOp = [&](int32_t kind, int32_t u) {
-    ops.push_back({kind, u, u, MFSDP_OPT_NONE, -1, 0, nullptr});
-  };
-  for (int32_t u = 0; u < kUnits; ++u)
-    for (int32_t h = MFSDP_HOOK_PRE_FORWARD; h <= MFSDP_HOOK_POST_BACKWARD; ++h) {
-      const int32_t first = static_cast<int32_t>(ops.size());
-      switch (h) {
-      case MFSDP_HOOK_PRE_FORWARD:
-        if (u == 0)
-          unitOp(MFSDP_PROGRAM_START_GATHER, 0);
-        if (u + 1 < kUnits)
-          unitOp(MFSDP_PROGRAM_START_GATHER, u + 1);
-        unitOp(MFSDP_PROGRAM_WAIT_GATHER, u);
-        break;
-      case MFSDP_HOOK_POST_FORWARD:
-        unitOp(MFSDP_PROGRAM_RELEASE, u);
-        break;
-      case MFSDP_HOOK_PRE_BACKWARD:
-        if (u + 1 == kUnits)
-          unitOp(MFSDP_PROGRAM_START_GATHER, u);
-        if (u > 0)
-          unitOp(MFSDP_PROGRAM_START_GATHER, u - 1);
-        unitOp(MFSDP_PROGRAM_WAIT_GATHER, u);
-        unitOp(MFSDP_PROGRAM_PLACE_GRADS, u);
-        break;
-      default:
-        if (u + 1 < kUnits)
-          unitOp(MFSDP_PROGRAM_WAIT_REDUCTION, u + 1);
-        unitOp(MFSDP_PROGRAM_START_REDUCTION, u);
-        break;
-      }
-      hooks.push_back({h, u, first, static_cast<int32_t>(ops.size()) - first});
-    }
-  const mfsdp_program program = {static_cast<int32_t>(ops.size()), ops.data(),
-                                 static_cast<int32_t>(hooks.size()), hooks.data()};
+  const mfsdp_program_hook hook = {MFSDP_HOOK_OPTIMIZER_STEP, -1, 0,
+                                   static_cast<int32_t>(ops.size())};
+  const mfsdp_program program = {static_cast<int32_t>(ops.size()), ops.data(), 1, &hook};
   FusedResult out;
   out.shape = shape;
   out.params = static_cast<int64_t>(descs.size());
