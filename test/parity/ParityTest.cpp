@@ -74,8 +74,10 @@
 // program (mfsdp_program) of the step scheduled with that optimizer order
 // (mfsdp-schedule-overlap: the groups in the order their reductions land,
 // or K groups in landing order and then the first unit first), and the
-// runtime's optimizer step executes it; a case dumped with and without it
-// must train bit for bit alike.
+// runtime's hooks and optimizer step execute it; a case dumped with and
+// without it must train bit for bit alike. With `depth=N` the schedule
+// gathers N groups ahead (mfsdp-schedule-overlap's prefetch; default: 1
+// with `prefetch`, else 0), another program.
 // Every case also checks, with the engine's work counters, how many
 // Muon steps each rank ran: each owned matrix on one replica under
 // ns_split (and the split must divide some owner's work), on
@@ -339,7 +341,7 @@ int main(int argc, char **argv) {
       std::fprintf(stderr, "usage: mfsdp-parity MESH POLICY ZERO MICROBATCHES "
                            "[recompute|restart|bf16|dynamic|ns_split|prefetch|"
                            "buckets|external|hparams|ns_bf16|clip|blocks=RxC|"
-                           "replicate=BYTES|order=landing|order=K|dump=FILE|"
+                           "replicate=BYTES|order=landing|order=K|depth=N|dump=FILE|"
                            "torchrun]\n");
     ranks.finish();
     return 2;
@@ -353,6 +355,7 @@ int main(int argc, char **argv) {
   bool hparams = false, clip = false, nsBf16 = false;
   bool withProgram = false;        // order=: the plan carries the program
   int64_t orderFill = -1;          // its optimizer order (-1: landing)
+  int64_t depth = -1;              // depth=: its gather prefetch depth
   int64_t replicateUnder = 0;      // replicate=BYTES: replicate smaller tensors
   std::vector<int64_t> blockShape; // blocks=RxC: block-shard the matrices
   std::string dumpPath;            // dump=FILE: rank 0 writes the result
@@ -380,6 +383,14 @@ int main(int argc, char **argv) {
     recompute |= std::strcmp(argv[i], "recompute") == 0;
     restart |= std::strcmp(argv[i], "restart") == 0;
     bf16 |= std::strcmp(argv[i], "bf16") == 0;
+    if (std::strncmp(argv[i], "depth=", 6) == 0) {
+      char *end = nullptr;
+      depth = std::strtoll(argv[i] + 6, &end, 10);
+      if (!argv[i][6] || *end || depth < 0) {
+        std::fprintf(stderr, "depth=N (N >= 0) expected, got %s\n", argv[i]);
+        ranks.abort(2);
+      }
+    }
     if (std::strncmp(argv[i], "order=", 6) == 0) {
       const char *v = argv[i] + 6;
       char *end = nullptr;
@@ -592,7 +603,7 @@ int main(int argc, char **argv) {
     if (bucketed)
       step::bucketCollectives(scheduled, 0);
     step::OverlapOptions overlap;
-    overlap.prefetch = prefetch ? 1 : 0;
+    overlap.prefetch = depth >= 0 ? depth : prefetch ? 1 : 0;
     overlap.optimizerFill = orderFill;
     step::scheduleOverlap(scheduled, overlap);
     program = step::lowerStepProgram(scheduled, plan);

@@ -280,9 +280,9 @@ TEST(RuntimeProgram, HooksFollowTheSchedule) {
 // ZeRO-3 with prefetch: each forward gather starts one unit ahead and the
 // copy is freed in post_forward; the backward gather of the unit before
 // starts in pre_backward.
-TEST(RuntimeProgram, HooksPrefetchUnderZero3) {
-  Plan plan;
-  plan.plan.zero = 3;
+/// The step of threeUnits() under ZeRO-3: per group a gathered buffer,
+/// gathered before each phase's compute and freed after it.
+Step zero3Step() {
   Step s = threeUnits();
   // ZeRO-3's gathers: per group a gathered buffer, gathered before each
   // phase's compute and freed after it.
@@ -317,6 +317,13 @@ TEST(RuntimeProgram, HooksPrefetchUnderZero3) {
       continue; // ZeRO-3 gathers at the next use
     z.ops.push_back(op);
   }
+  return z;
+}
+
+TEST(RuntimeProgram, HooksPrefetchUnderZero3) {
+  Plan plan;
+  plan.plan.zero = 3;
+  Step z = zero3Step();
   OverlapOptions o;
   o.prefetch = 1;
   scheduleOverlap(z, o);
@@ -329,6 +336,28 @@ TEST(RuntimeProgram, HooksPrefetchUnderZero3) {
   EXPECT_EQ(hookText(p, MFSDP_HOOK_PRE_FORWARD, 2), "wait_gather u2");
   EXPECT_EQ(hookText(p, MFSDP_HOOK_PRE_BACKWARD, 1),
             "start_gather u0, wait_gather u1, place_grads u1");
+}
+
+// Another schedule, another program: two groups ahead, pre_forward(0)
+// starts three units' gathers; with no prefetch each hook gathers its own.
+TEST(RuntimeProgram, HooksFollowThePrefetchDepth) {
+  Plan plan;
+  plan.plan.zero = 3;
+  for (int64_t depth : {0, 2}) {
+    Step z = zero3Step();
+    OverlapOptions o;
+    o.prefetch = depth;
+    scheduleOverlap(z, o);
+    const RuntimeProgram p = lowerStepProgram(z, plan.plan);
+    ASSERT_EQ(p.error, "");
+    EXPECT_EQ(hookText(p, MFSDP_HOOK_PRE_FORWARD, 0),
+              depth == 2 ? "start_gather u0, start_gather u1, start_gather u2, wait_gather u0"
+                         : "start_gather u0, wait_gather u0")
+        << "depth " << depth;
+    EXPECT_EQ(hookText(p, MFSDP_HOOK_PRE_FORWARD, 1),
+              depth == 2 ? "wait_gather u1" : "start_gather u1, wait_gather u1")
+        << "depth " << depth;
+  }
 }
 
 // A gather group of two units runs the group's work in its first unit's
