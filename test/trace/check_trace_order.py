@@ -41,6 +41,7 @@ def main():
     ap.add_argument("--np", type=int, required=True)
     ap.add_argument("--zero", type=int, required=True)
     ap.add_argument("--prefetch", action="store_true")
+    ap.add_argument("--prefetch-depth", type=int, default=None)
     ap.add_argument("--phases", default="")
     ap.add_argument("--steps", type=int, default=2)
     o = ap.parse_args()
@@ -57,7 +58,8 @@ def main():
     # The library, and the module it was lowered from: the planned graph and
     # its scheduled, memory-planned step, the program the library carries.
     compile_args = [o.compile, o.model, f"--mesh={o.mesh}", f"--policy={o.policy}",
-                    f"--zero={o.zero}"] + (["--prefetch"] if o.prefetch else [])
+                    f"--zero={o.zero}"] + (["--prefetch"] if o.prefetch else []) + \
+        ([f"--prefetch-depth={o.prefetch_depth}"] if o.prefetch_depth is not None else [])
     run(compile_args + [f"--emit-mlir={graph}", "-o", lib])
 
     env = dict(os.environ, MFSDP_TRACE=pattern)

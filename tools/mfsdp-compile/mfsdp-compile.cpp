@@ -3,7 +3,7 @@
 //   mfsdp-compile model.json --mesh=dp_shard=2 --policy=mixed_muon_adamw
 //                 [--zero=3] [--layouts="owner-strategy=..."]
 //                 [--hf [--hf-transformers=5]]
-//                 [--accumulate] [--prefetch] [--bucket-mb=25]
+//                 [--accumulate] [--prefetch] [--prefetch-depth=N] [--bucket-mb=25]
 //                 [--optimizer-order=first-units|landing]
 //                 [--cuda [--emit-cu=kernels.cu] [--nvcc=nvcc]]
 //                 -o libstep.so [--emit-c=step.c] [--emit-mlir=plan.mlir]
@@ -87,6 +87,13 @@ static cl::opt<bool> prefetchGathers(
              "all-gather in the current unit's pre-hook, so it runs while the "
              "trainer computes; the memory plan holds two units' gathered "
              "copies at once"));
+static cl::opt<int> prefetchDepth(
+    "prefetch-depth",
+    cl::desc("Gather prefetch depth (ZeRO-3): the schedule, and the library's "
+             "program, start each unit's all-gather this many gather groups "
+             "ahead; the memory plan holds that many more copies (default: 1 "
+             "with --prefetch, else 0)"),
+    cl::init(-1));
 static cl::opt<int> bucketMB(
     "bucket-mb",
     cl::desc("Bucket the collectives (mfsdp-build-step, then "
@@ -224,6 +231,10 @@ int main(int argc, char **argv) {
   // one token when the graph states no sequence length), scheduled and
   // memory-planned as mfsdp-sim and mfsdp-verify-schedule see it; the
   // library carries its optimizer phase as the runtime's program.
+  if (prefetchDepth < -1 || prefetchDepth > 64)
+    return fail("--prefetch-depth must be between 0 and 64, got " +
+                std::to_string(prefetchDepth.getValue()));
+  const int depth = prefetchDepth >= 0 ? prefetchDepth.getValue() : prefetchGathers ? 1 : 0;
   if (optimizerOrder != "first-units" && optimizerOrder != "landing")
     return fail("--optimizer-order must be first-units or landing, got '" +
                 optimizerOrder + "'");
@@ -234,7 +245,7 @@ int main(int argc, char **argv) {
     pipeline += std::string(",mfsdp-build-step") + (seq ? "" : "{tokens=1}") + ",sched.step(";
     if (bucketMB > 0)
       pipeline += "mfsdp-bucket-collectives{bucket-mb=" + std::to_string(bucketMB) + "},";
-    pipeline += "mfsdp-schedule-overlap{prefetch=" + std::string(prefetchGathers ? "1" : "0") +
+    pipeline += "mfsdp-schedule-overlap{prefetch=" + std::to_string(depth) +
                 " optimizer-order=" + optimizerOrder + "},mfsdp-plan-memory)";
   }
   if (failed(mlir::parsePassPipeline(pipeline, pm, errs())))
@@ -253,7 +264,10 @@ int main(int argc, char **argv) {
   raw_string_ostream os(source), cudaOs(cudaSource);
   mfsdp::EmitStepOptions emitOptions;
   emitOptions.accumulate = accumulateGrads;
-  emitOptions.prefetch = prefetchGathers ? 1 : 0;
+  // The memory plan's own flag (the runtime's protocol, for a library
+  // without the hooks' program) is 0 or 1; the program's lifetimes are
+  // replayed whatever the depth.
+  emitOptions.prefetch = depth > 0 ? 1 : 0;
   emitOptions.bucketBytes = static_cast<double>(bucketMB.getValue()) * (1 << 20);
   emitOptions.buckets = bucketMB > 0;
   if (!emitCu.empty() && !cudaKernels)
