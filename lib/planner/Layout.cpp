@@ -578,8 +578,10 @@ Report account(const Problem &pr, const Options &o, const Decisions &d) {
         // Block shards: one all-gather / reduce-scatter of the parameter.
         addAll("all_gather", (o.zero >= 3 ? 2 : 1) * ring * bytes);
         if (!p.frozen) {
-          addAll(o.zero >= 2 ? "reduce_scatter" : "all_reduce",
-                 (o.zero >= 2 ? 1 : 2) * ring * bytes);
+          // Every ZeRO level reduce-scatters (ZeRO-1 into a whole gradient
+          // buffer, as Megatron's distributed optimizer does): each rank
+          // steps its own part only.
+          addAll("reduce_scatter", ring * bytes);
           if (R > 1)
             addAll("hsdp_all_reduce", 2 * ringR * bytes / Sd);
         }
@@ -669,8 +671,7 @@ Report account(const Problem &pr, const Options &o, const Decisions &d) {
       addAll("all_gather", (o.zero >= 3 ? 2 : 1) * ring * padded);
       if (gradBytes > 0) {
         double gpad = gradBytes + pad;
-        addAll(o.zero >= 2 ? "reduce_scatter" : "all_reduce",
-               (o.zero >= 2 ? 1 : 2) * ring * gpad);
+        addAll("reduce_scatter", ring * gpad);
         if (R > 1)
           addAll("hsdp_all_reduce", 2 * ringR * gpad / Sd);
       }
@@ -705,10 +706,7 @@ Report account(const Problem &pr, const Options &o, const Decisions &d) {
       RankStats &rs = r.ranks[k];
       rs.commBytes["all_gather_v"] +=
           (o.zero >= 3 ? 2 : 1) * (total - shares[g][(k + 1) % S]);
-      if (o.zero >= 2)
-        rs.commBytes["reduce_scatter_v"] += total - shares[g][k];
-      else
-        rs.commBytes["all_reduce"] += 2 * ring * total;
+      rs.commBytes["reduce_scatter_v"] += total - shares[g][k];
     }
   }
   r.fanoutMean = skewCount ? skewSum / skewCount : 1;

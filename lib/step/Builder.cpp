@@ -707,8 +707,10 @@ private:
     }
   }
 
-  /// Per unit, in backward order: reduce-scatter of rows (all-reduce under
-  /// ZeRO-1), reduce-scatter-v to the owners, and over dp_replicate an
+  /// Per unit, in backward order: reduce-scatter of rows, reduce-scatter-v
+  /// to the owners (under ZeRO-1 too: the gradient buffers stay whole, as
+  /// in Megatron's distributed optimizer, but each rank steps its own part
+  /// only, so its part is all it needs reduced), and over dp_replicate an
   /// all-reduce of what this rank keeps.
   void reduce(size_t gi, int64_t grads) {
     GroupInfo &g = groups[gi];
@@ -718,28 +720,18 @@ private:
       const GroupInfo::Piece &piece = *it;
       const std::string &unit = pr.units[piece.unit].name;
       if (piece.rowBytes > 0) {
-        Op op = o.zero >= 2
-                    ? collective(CollKind::ReduceScatter,
-                                 fmt::format("reduce_scatter {}", unit), grads,
-                                 g.rowGrad, piece.rowBytes)
-                    : collective(CollKind::AllReduce,
-                                 fmt::format("all_reduce {}", unit), grads,
-                                 g.rowGrad, piece.rowBytes);
+        Op op = collective(CollKind::ReduceScatter, fmt::format("reduce_scatter {}", unit),
+                           grads, g.rowGrad, piece.rowBytes);
         op.params = piece.rowNames;
         op.group = static_cast<int64_t>(gi);
         op.unit = piece.unit;
         st.ops.push_back(op);
       }
       if (piece.ownedBytes > 0) {
-        Op op = o.zero >= 2
-                    ? collective(CollKind::ReduceScatterV,
-                                 fmt::format("reduce_scatter_v {}", unit), grads,
-                                 g.ownedLocal, piece.ownedBytes)
-                    : collective(CollKind::AllReduce,
-                                 fmt::format("all_reduce owners {}", unit), grads,
-                                 g.ownedGradFull, piece.ownedBytes);
-        if (o.zero >= 2)
-          op.chunks = piece.chunks;
+        Op op = collective(CollKind::ReduceScatterV,
+                           fmt::format("reduce_scatter_v {}", unit), grads, g.ownedLocal,
+                           piece.ownedBytes);
+        op.chunks = piece.chunks;
         op.params = piece.ownedNames;
         op.group = static_cast<int64_t>(gi);
         op.unit = piece.unit;
@@ -747,7 +739,7 @@ private:
       }
       if (o.replicate > 1 && (piece.rowBytes > 0 || piece.ownedBytes > 0)) {
         // What this rank keeps: its row shard and the largest owner chunk.
-        double kept = (o.zero >= 2 ? piece.rowBytes / S : piece.rowBytes) +
+        double kept = piece.rowBytes / S +
                       *std::max_element(piece.chunks.begin(), piece.chunks.end());
         Op hsdp = collective(CollKind::AllReduce,
                              fmt::format("all_reduce {} over replicas", unit),

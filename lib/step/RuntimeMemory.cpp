@@ -56,7 +56,7 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
                                     int64_t alignment, int32_t prefetch,
                                     const mfsdp_program *program) {
   RuntimeMemoryPlan out;
-  out.keepGrads = keepGrads;
+  out.keepGrads = keepGrads || plan.zero < 2;
   out.prefetch = prefetch;
   if (prefetch != 0 && prefetch != 1) {
     out.error = "prefetch depth " + std::to_string(prefetch) + " (expected 0 or 1)";
@@ -138,8 +138,11 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
                                       f.grad};
     return floats[k];
   };
+  // ZeRO-1 keeps the gradients whole all step (only the optimizer state is
+  // sharded), as the plan report counts them.
+  const bool gradsWhole = keepGrads || plan.zero < 2;
   auto persistentKind = [&](int k) {
-    return k < Full || (k == Full && !zero3) || (k == Grad && keepGrads);
+    return k < Full || (k == Full && !zero3) || (k == Grad && gradsWhole);
   };
 
   // Buckets: each member's buffers of the kinds the bucket's collectives

@@ -25,9 +25,10 @@
 //   sharded (136 B); one all-gather per step, after the optimizer.
 // ZERO2: {"rank": 0, "owned": ["w1"], "ns_flops": 2240, "optimizer_seconds": {{[0-9.e-]+}}, "param_bytes": 272, "grad_bytes": 136, "master_bytes": 0, "optimizer_state_bytes": 144, "memory_bytes": 552, "comm_bytes": {"all_gather": 8, "all_gather_v": 128, "reduce_scatter": 8, "reduce_scatter_v": 128}},
 
-//   ZeRO-1: gradients whole too (272 B) and all-reduced: 2 * (2-1)/2 * (256
-//   + 16) = 272 B.
-// ZERO1: {"rank": 0, "owned": ["w1"], "ns_flops": 2240, "optimizer_seconds": {{[0-9.e-]+}}, "param_bytes": 272, "grad_bytes": 272, "master_bytes": 0, "optimizer_state_bytes": 144, "memory_bytes": 688, "comm_bytes": {"all_gather": 8, "all_gather_v": 128, "all_reduce": 272}},
+//   ZeRO-1: gradients whole too (272 B), still reduce-scattered (each rank
+//   steps its own part only, as Megatron's distributed optimizer): the
+//   same bytes on the wire as ZeRO-2.
+// ZERO1: {"rank": 0, "owned": ["w1"], "ns_flops": 2240, "optimizer_seconds": {{[0-9.e-]+}}, "param_bytes": 272, "grad_bytes": 272, "master_bytes": 0, "optimizer_state_bytes": 144, "memory_bytes": 688, "comm_bytes": {"all_gather": 8, "all_gather_v": 128, "reduce_scatter": 8, "reduce_scatter_v": 128}},
 
 // TEXT-LABEL: graph @hand
 // TEXT: plan report: policy mixed_muon_adamw, ZeRO-3, dp_shard 2 x dp_replicate 1; times predicted for a100
