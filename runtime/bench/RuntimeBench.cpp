@@ -420,6 +420,42 @@ BandwidthResult benchAdamW(int64_t n) {
           adamBytes / median(adamT) / 1e9};
 }
 
+/// A ZeRO-3 plan on `world` dp_shard ranks over `descs` (and `buckets`,
+/// if any): AdamW's and Muon's constants of torch's defaults.
+mfsdp_plan zero3Plan(int world, int32_t units, std::vector<mfsdp_param_desc> &descs,
+                     std::vector<mfsdp_bucket> &buckets) {
+  mfsdp_plan plan = MFSDP_PLAN_INITIALIZER;
+  plan.zero = 3;
+  plan.dp_replicate = 1;
+  plan.dp_shard = world;
+  plan.world = world;
+  plan.num_units = units;
+  plan.num_params = static_cast<int32_t>(descs.size());
+  plan.params = descs.data();
+  plan.adamw_lr = 1e-3f;
+  plan.adamw_beta1 = 0.9f;
+  plan.adamw_beta2 = 0.95f;
+  plan.adamw_eps = 1e-8f;
+  plan.muon_lr = 0.02f;
+  plan.muon_momentum = 0.95f;
+  plan.muon_ns_steps = 5;
+  plan.num_buckets = static_cast<int32_t>(buckets.size());
+  plan.buckets = buckets.empty() ? nullptr : buckets.data();
+  return plan;
+}
+
+/// The static memory plan of `plan` (the program's lifetimes when it
+/// carries the hooks), or the process ends with the reason.
+mfsdp::step::RuntimeMemoryPlan memoryOf(const mfsdp_plan &plan, int32_t prefetch) {
+  mfsdp::step::RuntimeMemoryPlan memory =
+      mfsdp::step::planRuntimeMemory(plan, false, 256, prefetch, plan.program);
+  if (!memory.error.empty()) {
+    std::fprintf(stderr, "mfsdp-bench-runtime: memory plan: %s\n", memory.error.c_str());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return memory;
+}
+
 //===-- 3. Bucketed collectives against one per parameter ------------------===//
 
 struct BucketResult {
@@ -460,24 +496,9 @@ BucketResult benchBuckets(int world) {
   out.params = static_cast<int64_t>(descs.size());
   out.buckets = static_cast<int64_t>(buckets.size());
   auto run = [&](bool bucketed, std::vector<double> &reps) {
-    mfsdp_plan plan = MFSDP_PLAN_INITIALIZER;
-    plan.zero = 3;
-    plan.dp_replicate = 1;
-    plan.dp_shard = world;
-    plan.world = world;
-    plan.num_units = kUnits;
-    plan.num_params = static_cast<int32_t>(descs.size());
-    plan.params = descs.data();
-    plan.muon_ns_steps = 5;
-    if (bucketed) {
-      plan.num_buckets = static_cast<int32_t>(buckets.size());
-      plan.buckets = buckets.data();
-    }
-    mfsdp::step::RuntimeMemoryPlan memory = mfsdp::step::planRuntimeMemory(plan, false);
-    if (!memory.error.empty()) {
-      std::fprintf(stderr, "mfsdp-bench-runtime: memory plan: %s\n", memory.error.c_str());
-      MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+    std::vector<mfsdp_bucket> none;
+    mfsdp_plan plan = zero3Plan(world, kUnits, descs, bucketed ? buckets : none);
+    const mfsdp::step::RuntimeMemoryPlan memory = memoryOf(plan, /*prefetch=*/0);
     const mfsdp_memory_plan view = memory.view();
     plan.memory = &view;
     plan.hash = mfsdp_plan_hash(&plan);
@@ -678,32 +699,11 @@ ProgramResult benchProgram(int world) {
   ProgramResult out;
   out.ops = static_cast<int64_t>(ops.size());
   auto run = [&](bool withProgram, std::vector<double> &reps) {
-    mfsdp_plan plan = MFSDP_PLAN_INITIALIZER;
-    plan.zero = 3;
-    plan.dp_replicate = 1;
-    plan.dp_shard = world;
-    plan.world = world;
-    plan.num_units = kUnits;
-    plan.num_params = static_cast<int32_t>(descs.size());
-    plan.params = descs.data();
-    plan.adamw_lr = 1e-3f;
-    plan.adamw_beta1 = 0.9f;
-    plan.adamw_beta2 = 0.95f;
-    plan.adamw_eps = 1e-8f;
-    plan.muon_lr = 0.02f;
-    plan.muon_momentum = 0.95f;
-    plan.muon_ns_steps = 5;
-    plan.num_buckets = static_cast<int32_t>(buckets.size());
-    plan.buckets = buckets.data();
+    mfsdp_plan plan = zero3Plan(world, kUnits, descs, buckets);
     if (withProgram)
       plan.program = &program;
     // The program's memory plan takes its lifetimes from the program.
-    mfsdp::step::RuntimeMemoryPlan memory =
-        mfsdp::step::planRuntimeMemory(plan, false, 256, /*prefetch=*/1, plan.program);
-    if (!memory.error.empty()) {
-      std::fprintf(stderr, "mfsdp-bench-runtime: memory plan: %s\n", memory.error.c_str());
-      MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+    const mfsdp::step::RuntimeMemoryPlan memory = memoryOf(plan, /*prefetch=*/1);
     const mfsdp_memory_plan view = memory.view();
     plan.memory = &view;
     plan.hash = mfsdp_plan_hash(&plan);
@@ -800,28 +800,10 @@ FusedResult benchFused(int world, const char *shape, int32_t vectors, int64_t ve
   out.ops = static_cast<int64_t>(ops.size());
   std::vector<std::vector<float>> finalFused(descs.size()), finalPerParam(descs.size());
   auto run = [&](bool fused, std::vector<double> &opt, std::vector<double> &whole) {
-    mfsdp_plan plan = MFSDP_PLAN_INITIALIZER;
-    plan.zero = 3;
-    plan.dp_replicate = 1;
-    plan.dp_shard = world;
-    plan.world = world;
-    plan.num_units = kUnits;
-    plan.num_params = static_cast<int32_t>(descs.size());
-    plan.params = descs.data();
-    plan.adamw_lr = 1e-3f;
-    plan.adamw_beta1 = 0.9f;
-    plan.adamw_beta2 = 0.95f;
-    plan.adamw_eps = 1e-8f;
+    mfsdp_plan plan = zero3Plan(world, kUnits, descs, buckets);
     plan.adamw_weight_decay = 0.1f;
-    plan.num_buckets = static_cast<int32_t>(buckets.size());
-    plan.buckets = buckets.data();
-    plan.program = &program;
-    mfsdp::step::RuntimeMemoryPlan memory =
-        mfsdp::step::planRuntimeMemory(plan, false, 256, /*prefetch=*/1);
-    if (!memory.error.empty()) {
-      std::fprintf(stderr, "mfsdp-bench-runtime: memory plan: %s\n", memory.error.c_str());
-      MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+    plan.program = &program; // the optimizer step only: the hooks' protocol
+    const mfsdp::step::RuntimeMemoryPlan memory = memoryOf(plan, /*prefetch=*/1);
     const mfsdp_memory_plan view = memory.view();
     plan.memory = &view;
     plan.hash = mfsdp_plan_hash(&plan);
