@@ -2,6 +2,7 @@
 #include "mfsdp/step/RuntimeMemory.h"
 
 #include "mfsdp/runtime/BufferSizes.h"
+#include "mfsdp/runtime/ProgramHooks.h"
 #include "mfsdp/step/Schedule.h"
 
 #include <fmt/format.h>
@@ -39,17 +40,6 @@ int64_t &field(mfsdp_param_offsets &o, int k) {
   }
 }
 
-} // namespace
-
-namespace {
-bool programHasHooks(const mfsdp_program &g) {
-  if (!g.hooks)
-    return false;
-  for (int32_t i = 0; i < g.num_hooks; ++i)
-    if (g.hooks[i].hook != MFSDP_HOOK_OPTIMIZER_STEP)
-      return true;
-  return false;
-}
 } // namespace
 
 RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
@@ -279,19 +269,15 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
   // pre_backward(u); and unit u's gradients and backward copy stay live
   // until post_backward(u - 1), while its reduction overlaps that backward.
   const int32_t N = plan.num_units;
-  if (program && programHasHooks(*program)) {
+  if (runtime::programHasHooks(program)) {
     // The lifetimes the compiled program gives: the hooks replayed in a
     // training step's order, each op's buffers allocated or freed as the
     // runtime's executor does (runtime/common/Execute.cpp).
-    std::vector<int32_t> entry(static_cast<size_t>(N) * 4, -1);
+    const std::vector<int32_t> entry = runtime::hookEntries(*program, N);
     const mfsdp_program_hook *optimizerHook = nullptr;
-    for (int32_t h = 0; h < program->num_hooks; ++h) {
-      const mfsdp_program_hook &k = program->hooks[h];
-      if (k.hook == MFSDP_HOOK_OPTIMIZER_STEP)
-        optimizerHook = &k;
-      else if (k.unit >= 0 && k.unit < N && k.hook >= 0)
-        entry[static_cast<size_t>(k.unit) * 4 + k.hook] = h;
-    }
+    for (int32_t h = 0; h < program->num_hooks; ++h)
+      if (program->hooks[h].hook == MFSDP_HOOK_OPTIMIZER_STEP)
+        optimizerHook = &program->hooks[h];
     std::vector<int32_t> inFlight; // units whose reductions are in flight
     auto landAll = [&]() {
       for (int32_t u : inFlight)
@@ -337,14 +323,16 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
         }
       }
     };
+    auto runHook = [&](int32_t u, int32_t hook) {
+      if (const int32_t h = entry[runtime::hookSlot(u, hook)]; h >= 0)
+        run(program->hooks[h]);
+    };
     for (int32_t u = 0; u < N; ++u)
       for (int32_t h : {MFSDP_HOOK_PRE_FORWARD, MFSDP_HOOK_POST_FORWARD})
-        if (entry[static_cast<size_t>(u) * 4 + h] >= 0)
-          run(program->hooks[entry[static_cast<size_t>(u) * 4 + h]]);
+        runHook(u, h);
     for (int32_t u = N; u-- > 0;)
       for (int32_t h : {MFSDP_HOOK_PRE_BACKWARD, MFSDP_HOOK_POST_BACKWARD})
-        if (entry[static_cast<size_t>(u) * 4 + h] >= 0)
-          run(program->hooks[entry[static_cast<size_t>(u) * 4 + h]]);
+        runHook(u, h);
     if (optimizerHook)
       run(*optimizerHook);
     landAll();

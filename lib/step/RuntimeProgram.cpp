@@ -1,6 +1,8 @@
 //===- RuntimeProgram.cpp - The scheduled step as the runtime's program ---===//
 #include "mfsdp/step/RuntimeProgram.h"
 
+#include "mfsdp/runtime/ProgramHooks.h"
+
 #include <algorithm>
 #include <map>
 #include <set>
@@ -260,7 +262,7 @@ public:
         paramIndex.emplace(p.params[i].name, i);
   }
 
-  /// Each hook's ops, indexed [unit * 4 + hook]; "" or why they cannot be
+  /// Each hook's ops, indexed by runtime::hookSlot(unit, hook); "" or why they cannot be
   /// lowered (leftOut: the runtime runs its own protocol instead) or what
   /// is wrong with the step (error).
   std::vector<std::vector<ProgramOp>> hooks;
@@ -290,7 +292,11 @@ public:
       if (std::find(members.begin(), members.end(), unit) == members.end())
         members.push_back(unit);
     }
-    hooks.assign(static_cast<size_t>(units) * 4, {});
+    groupOf.assign(static_cast<size_t>(units), -1);
+    for (const auto &[g, members] : groupUnits)
+      for (int32_t u : members)
+        groupOf[u] = g;
+    hooks.assign(runtime::hookSlot(units, 0), {});
     // Buffers the forward gathers write: their free releases the unit.
     for (const Op &op : s.ops)
       if (isGather(op) && op.phase == Phase::Forward)
@@ -423,7 +429,7 @@ private:
     return "?";
   }
   std::vector<ProgramOp> &at(int32_t hook, int32_t unit) {
-    return hooks[static_cast<size_t>(unit) * 4 + hook];
+    return hooks[runtime::hookSlot(unit, hook)];
   }
   /// Adds an op to a hook unless the hook has one of that kind and unit.
   void add(int32_t hook, int32_t hookUnit, int32_t kind, int32_t unit,
@@ -436,9 +442,7 @@ private:
     op.kind = kind;
     op.unit = unit;
     if (group < 0) // a free or an op of the lowering's own: the unit's group
-      for (const auto &[g, members] : groupUnits)
-        if (std::find(members.begin(), members.end(), unit) != members.end())
-          group = g;
+      group = groupOf[unit];
     op.group = static_cast<int32_t>(group);
     op.from = from;
     ops.push_back(std::move(op));
@@ -505,6 +509,7 @@ private:
   const Step &s;
   const mfsdp_plan &p;
   std::map<int64_t, std::vector<int32_t>> groupUnits;
+  std::vector<int64_t> groupOf; // per unit, its gather group (-1: none)
   std::unordered_map<int64_t, int64_t> gatheredBy; // buffer -> group
   std::unordered_map<std::string, int32_t> unitIndex, paramIndex;
 };
@@ -530,7 +535,8 @@ RuntimeProgram lowerStepProgram(const Step &step, const mfsdp_plan &plan,
     const int32_t first = static_cast<int32_t>(out.ops.size());
     for (ProgramOp &op : hooks.hooks[i])
       out.ops.push_back(std::move(op));
-    out.hooks.push_back({static_cast<int32_t>(i % 4), static_cast<int32_t>(i / 4), first,
+    out.hooks.push_back({static_cast<int32_t>(i % runtime::kUnitHooks),
+                         static_cast<int32_t>(i / runtime::kUnitHooks), first,
                          static_cast<int32_t>(out.ops.size()) - first});
   }
   return out;

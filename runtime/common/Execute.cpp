@@ -11,12 +11,14 @@
 //===----------------------------------------------------------------------===//
 #include "Step.h"
 
+#include "mfsdp/runtime/ProgramHooks.h"
+
 #include <string>
 
 using namespace mfsdp::rt;
 
 mfsdp_status mfsdp::rt::runHook(mfsdp_step *step, int32_t hook, int32_t unit) {
-  const int32_t entry = step->hookEntry[static_cast<size_t>(unit) * 4 + hook];
+  const int32_t entry = step->hookEntry[mfsdp::runtime::hookSlot(unit, hook)];
   if (entry < 0)
     return MFSDP_OK; // a hook with no entry runs no ops
   const mfsdp_program &g = *step->plan.program;

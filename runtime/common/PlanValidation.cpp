@@ -14,6 +14,7 @@
 #include "mfsdp/runtime/ControlPlane.h"
 #include "mfsdp/runtime/HostComm.h"
 #include "mfsdp/runtime/PlanHash.h"
+#include "mfsdp/runtime/ProgramHooks.h"
 
 #include <algorithm>
 #include <string>
@@ -392,15 +393,9 @@ mfsdp_status mfsdp::rt::createStep(const mfsdp_plan *plan,
     }
     step->unitParams.resize(plan->num_units);
     step->state.assign(plan->num_units, UnitState::Idle);
-    step->hookEntry.assign(static_cast<size_t>(plan->num_units) * 4, -1);
-    if (plan->program) {
-      for (int32_t h = 0; h < plan->program->num_hooks; ++h) {
-        const mfsdp_program_hook &k = plan->program->hooks[h];
-        if (k.hook < MFSDP_HOOK_OPTIMIZER_STEP)
-          step->hookEntry[static_cast<size_t>(k.unit) * 4 + k.hook] = h;
-      }
-      step->programmed = programHooks(*plan);
-    }
+    if (plan->program)
+      step->hookEntry = mfsdp::runtime::hookEntries(*plan->program, plan->num_units);
+    step->programmed = mfsdp::runtime::programHasHooks(plan->program);
     step->reduced.assign(plan->num_units, false);
     step->reducedBeforeForward.assign(plan->num_units, false);
     for (int32_t i = 0; i < plan->num_params; ++i) {

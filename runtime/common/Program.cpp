@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 #include "Step.h"
 
+#include "mfsdp/runtime/ProgramHooks.h"
+
 #include <string>
 #include <vector>
 
@@ -67,16 +69,6 @@ const mfsdp_program_hook *mfsdp::rt::optimizerHook(const mfsdp_plan &plan) {
   return nullptr;
 }
 
-bool mfsdp::rt::programHooks(const mfsdp_plan &plan) {
-  const mfsdp_program *g = plan.program;
-  if (!g || !g->hooks)
-    return false;
-  for (int32_t i = 0; i < g->num_hooks; ++i)
-    if (g->hooks[i].hook != MFSDP_HOOK_OPTIMIZER_STEP)
-      return true;
-  return false;
-}
-
 namespace {
 
 /// What is wrong with the ops of a forward or backward hook entry ("" when
@@ -134,7 +126,7 @@ std::string mfsdp::rt::programProblem(const mfsdp_plan &plan) {
     if (plan.params[i].unit < 0 || plan.params[i].unit >= plan.num_units)
       return ""; // the parameter table's own check names it
   const mfsdp_program_hook *opt = nullptr;
-  std::vector<int32_t> seen(static_cast<size_t>(plan.num_units) * 4, 0);
+  std::vector<int32_t> seen(mfsdp::runtime::hookSlot(plan.num_units, 0), 0);
   std::vector<int32_t> reduced(plan.num_units, 0);
   bool hooks = false;
   for (int32_t h = 0; h < g.num_hooks; ++h) {
@@ -152,7 +144,7 @@ std::string mfsdp::rt::programProblem(const mfsdp_plan &plan) {
       if (k.unit < 0 || k.unit >= plan.num_units)
         return prefix + where + "unit " + std::to_string(k.unit) +
                " out of range; the plan has " + std::to_string(plan.num_units) + " units";
-      if (seen[static_cast<size_t>(k.unit) * 4 + k.hook]++)
+      if (seen[mfsdp::runtime::hookSlot(k.unit, k.hook)]++)
         return prefix + where + "a second entry for unit " + std::to_string(k.unit);
       const std::string problem = hookOpsProblem(plan, k, reduced);
       if (!problem.empty())

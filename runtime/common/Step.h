@@ -136,9 +136,6 @@ std::string programProblem(const mfsdp_plan &plan);
 const mfsdp_program_hook *optimizerHook(const mfsdp_plan &plan);
 /// mfsdp_optimizer_step (Optimizer.cpp).
 mfsdp_status optimizerStep(mfsdp_step *step);
-/// Whether plan.program carries the forward and backward hooks (then the
-/// hooks run runHook and not the runtime's own protocol; Program.cpp).
-bool programHooks(const mfsdp_plan &plan);
 /// Runs the compiled ops of `hook` (mfsdp_hook) for `unit` (Execute.cpp).
 mfsdp_status runHook(mfsdp_step *step, int32_t hook, int32_t unit);
 /// mfsdp_load_param, mfsdp_store_param, mfsdp_load_state and
@@ -193,8 +190,8 @@ struct mfsdp_step {
   std::vector<Started> prefetchStarted;
   /// The forward and backward hooks run the compiled program (runHook).
   bool programmed = false;
-  /// plan.program's hook entry per unit and mfsdp_hook (unit * 4 + hook;
-  /// -1: none, the hook runs no ops).
+  /// plan.program's hook entry per unit and mfsdp_hook
+  /// (mfsdp::runtime::hookEntries; -1: none, the hook runs no ops).
   std::vector<int32_t> hookEntry;
   /// Gradient reductions in flight (the runtime's protocol with prefetch 1:
   /// one, overlapped with the previous unit's backward; a compiled program:

@@ -1,0 +1,55 @@
+//===- ProgramHooks.h - Where a program's hook entries are --------*- C++ -*-===//
+//
+// A compiled program (mfsdp_program, runtime.h) names its forward and
+// backward hooks by unit and mfsdp_hook. Header-only, so the runtime that
+// executes the hooks (runtime/common/Execute.cpp) and the compiler's static
+// memory plan that replays them (lib/step/RuntimeMemory.cpp) find them the
+// same way.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MFSDP_RUNTIME_PROGRAMHOOKS_H
+#define MFSDP_RUNTIME_PROGRAMHOOKS_H
+
+#include "mfsdp/runtime.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace mfsdp::runtime {
+
+/// The hooks a unit has: pre_forward, post_forward, pre_backward,
+/// post_backward (MFSDP_HOOK_PRE_FORWARD .. MFSDP_HOOK_POST_BACKWARD).
+inline constexpr int32_t kUnitHooks = MFSDP_HOOK_OPTIMIZER_STEP;
+
+/// The slot of `unit`'s `hook` in a table indexed by unit and hook.
+inline size_t hookSlot(int32_t unit, int32_t hook) {
+  return static_cast<size_t>(unit) * kUnitHooks + static_cast<size_t>(hook);
+}
+
+/// Whether `program` (may be NULL) carries any forward or backward hook.
+inline bool programHasHooks(const mfsdp_program *program) {
+  if (!program || !program->hooks)
+    return false;
+  for (int32_t i = 0; i < program->num_hooks; ++i)
+    if (program->hooks[i].hook != MFSDP_HOOK_OPTIMIZER_STEP)
+      return true;
+  return false;
+}
+
+/// Per hookSlot of `units` units, the index of its entry in
+/// program.hooks (-1: none, the hook runs no ops). Entries whose unit or
+/// hook is out of range are left out (mfsdp_create refuses them).
+inline std::vector<int32_t> hookEntries(const mfsdp_program &program, int32_t units) {
+  std::vector<int32_t> entry(static_cast<size_t>(units > 0 ? units : 0) * kUnitHooks, -1);
+  for (int32_t h = 0; program.hooks && h < program.num_hooks; ++h) {
+    const mfsdp_program_hook &k = program.hooks[h];
+    if (k.unit >= 0 && k.unit < units && k.hook >= 0 && k.hook < kUnitHooks)
+      entry[hookSlot(k.unit, k.hook)] = h;
+  }
+  return entry;
+}
+
+} // namespace mfsdp::runtime
+
+#endif // MFSDP_RUNTIME_PROGRAMHOOKS_H
