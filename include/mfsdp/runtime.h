@@ -247,9 +247,11 @@ typedef enum mfsdp_hook {
 typedef enum mfsdp_program_kind {
   /* Wait for the reduction of `unit`'s gradients if it is still in flight
    * (then HSDP's all-reduce over replicas and the scaling, and the unit's
-   * backward copy and transient gradients released), with every other
-   * reduction in flight; nothing when it has landed. An op that reads a unit's gradients waits for them first in
-   * any case. No params. In the optimizer step and in backward hooks. */
+   * backward copy and transient gradients released); the other units'
+   * reductions stay in flight; nothing when it has landed. Any other op
+   * on a unit waits for its reduction first (in the optimizer step on
+   * every rank, also those that do not run the op). No params. In the
+   * optimizer step and in backward hooks. */
   MFSDP_PROGRAM_WAIT_REDUCTION = 0,
   /* One optimizer kernel (`optimizer`: AdamW, SGD or Muon) over `params`,
    * all of `unit` and stepped by that optimizer: one loop over the

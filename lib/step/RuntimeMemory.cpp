@@ -279,13 +279,23 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
       if (program->hooks[h].hook == MFSDP_HOOK_OPTIMIZER_STEP)
         optimizerHook = &program->hooks[h];
     std::vector<int32_t> inFlight; // units whose reductions are in flight
+    // A unit's reduction lands (its backward copy and gradients freed)
+    // where the runtime waits for it: a WAIT_REDUCTION of that unit, or
+    // any other op on the unit (Execute.cpp, Optimizer.cpp); the others
+    // stay in flight.
+    auto land = [&](int32_t u) {
+      auto it = std::find(inFlight.begin(), inFlight.end(), u);
+      if (it == inFlight.end())
+        return;
+      inFlight.erase(it);
+      for (int32_t p : unitParams[u]) {
+        both(OpKind::Free, p, FullBackward);
+        both(OpKind::Free, p, Grad);
+      }
+    };
     auto landAll = [&]() {
-      for (int32_t u : inFlight)
-        for (int32_t p : unitParams[u]) {
-          both(OpKind::Free, p, FullBackward);
-          both(OpKind::Free, p, Grad);
-        }
-      inFlight.clear();
+      while (!inFlight.empty())
+        land(inFlight.front());
     };
     auto run = [&](const mfsdp_program_hook &k) {
       const bool backward =
@@ -295,6 +305,8 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
         const mfsdp_program_op &o = program->ops[i];
         if (o.unit < 0 || o.unit >= N)
           continue;
+        if (o.kind != MFSDP_PROGRAM_START_REDUCTION)
+          land(o.unit);
         switch (o.kind) {
         case MFSDP_PROGRAM_START_GATHER:
         case MFSDP_PROGRAM_WAIT_GATHER:
@@ -312,11 +324,6 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
         case MFSDP_PROGRAM_START_REDUCTION:
           if (std::find(inFlight.begin(), inFlight.end(), o.unit) == inFlight.end())
             inFlight.push_back(o.unit);
-          break;
-        case MFSDP_PROGRAM_WAIT_REDUCTION:
-          // The runtime lands every reduction in flight together.
-          if (std::find(inFlight.begin(), inFlight.end(), o.unit) != inFlight.end())
-            landAll();
           break;
         default:
           break;

@@ -208,7 +208,7 @@ mfsdp_status mfsdp_step::reduce(int32_t unit, bool async) {
     if (auto s = reduceBucket(b, start ? &handle : nullptr))
       return s;
     if (start) {
-      reduceStarted.push_back({-1, b, handle});
+      reduceStarted.push_back({-1, b, handle, unit});
       ++work.reduceStarts;
     }
   }
@@ -255,7 +255,7 @@ mfsdp_status mfsdp_step::reduce(int32_t unit, bool async) {
       }
       if (auto s = comm(rc, "starting the reduction"))
         return s;
-      reduceStarted.push_back({p, -1, handle});
+      reduceStarted.push_back({p, -1, handle, unit});
       ++work.reduceStarts;
       continue;
     }

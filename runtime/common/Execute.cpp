@@ -34,7 +34,7 @@ mfsdp_status mfsdp::rt::runHook(mfsdp_step *step, int32_t hook, int32_t unit) {
     // reads those buffers, and its wait releases them.
     if (op.kind != MFSDP_PROGRAM_START_REDUCTION &&
         op.kind != MFSDP_PROGRAM_WAIT_REDUCTION && step->reductionInFlight(u))
-      if (auto s = step->completeReduction())
+      if (auto s = step->completeReduction(u))
         return s;
     switch (op.kind) {
     case MFSDP_PROGRAM_START_GATHER:
@@ -78,10 +78,10 @@ mfsdp_status mfsdp::rt::runHook(mfsdp_step *step, int32_t hook, int32_t unit) {
       break;
     }
     case MFSDP_PROGRAM_WAIT_REDUCTION:
-      // The reductions in flight land together (every rank waits for the
-      // same ones, in the order they were started).
+      // This unit's reduction lands; the others in flight go on (every
+      // rank runs the same program, so waits in the same order).
       if (step->reductionInFlight(u))
-        if (auto s = step->completeReduction())
+        if (auto s = step->completeReduction(u))
           return s;
       break;
     default:

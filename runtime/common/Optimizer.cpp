@@ -212,30 +212,34 @@ mfsdp_status broadcastUpdates(mfsdp_step *step, const std::vector<ParamState *> 
 
 /// The optimizer step as the compiled program says (runtime.h,
 /// mfsdp_program): its ops in their order, each group's kernels as soon as
-/// its gradients have landed, while the reduction still in flight (the one
-/// the last post_backward left running) goes on until an op waits for it.
+/// its gradients have landed, while the reductions still in flight (those
+/// the last post_backward hooks left running) go on until an op waits for
+/// them.
 mfsdp_status runProgram(mfsdp_step *step, const mfsdp_program_hook &hook) {
   const mfsdp_program &g = *step->plan.program;
-  // Waits for `unit`'s reduction if it is the one in flight; the step has
-  // consumed the gradients all the same.
+  // Waits for `unit`'s reduction if it is in flight (every unit's with
+  // unit < 0); the step has consumed the gradients all the same.
   auto land = [&](int32_t unit) {
     if (unit < 0 ? step->reducing.empty() : !step->reductionInFlight(unit))
       return MFSDP_OK;
-    mfsdp_status s = step->completeReduction();
+    mfsdp_status s = step->completeReduction(unit);
     step->stepped = true;
     return s;
   };
   for (int32_t i = hook.first_op; i < hook.first_op + hook.num_ops; ++i) {
     const mfsdp_program_op &op = g.ops[i];
-    if (op.only_rank >= 0 && op.only_rank != step->shardRank)
-      continue;
-    // Whatever the op, the gradients it reads have landed first.
+    // Whatever the op, the gradients it reads have landed first, on every
+    // rank, also those that do not run it: the ranks wait at the same op.
     if (auto s = land(op.unit))
       return s;
+    if (op.only_rank >= 0 && op.only_rank != step->shardRank)
+      continue;
     switch (op.kind) {
     case MFSDP_PROGRAM_WAIT_REDUCTION:
       break;
     case MFSDP_PROGRAM_OPTIMIZER:
+      if (!step->reducing.empty())
+        ++step->work.overlappedKernels;
       if (auto s = stepParams(step, op.params, op.num_params))
         return s;
       break;

@@ -14,11 +14,24 @@
 
 using namespace mfsdp::rt;
 
-mfsdp_status mfsdp_step::completeReduction() {
+mfsdp_status mfsdp_step::completeReduction(int32_t unit) {
   std::vector<Started> started;
-  started.swap(reduceStarted);
   std::vector<int32_t> units;
-  units.swap(reducing);
+  if (unit < 0) {
+    started.swap(reduceStarted);
+    units.swap(reducing);
+  } else {
+    // This unit's, in the order they were started; the others stay in
+    // flight.
+    std::vector<Started> others;
+    for (const Started &st : reduceStarted)
+      (st.unit == unit ? started : others).push_back(st);
+    reduceStarted.swap(others);
+    std::vector<int32_t> rest;
+    for (int32_t u : reducing)
+      (u == unit ? units : rest).push_back(u);
+    reducing.swap(rest);
+  }
   const float scale = 1.f / static_cast<float>(S * R);
   mfsdp_status first = MFSDP_OK;
   std::string firstError;
@@ -67,11 +80,11 @@ mfsdp_status mfsdp_step::completeReduction() {
       firstError = error;
     }
   }
-  for (int32_t unit : units) {
+  for (int32_t u : units) {
     if (!first)
-      markReduced(unit);
-    release(unit);
-    releaseGrads(unit);
+      markReduced(u);
+    release(u);
+    releaseGrads(u);
   }
   if (first)
     error = firstError;

@@ -108,7 +108,7 @@ struct Started {
   int32_t param = -1;
   int32_t bucket = -1;
   CommHandle handle = 0;
-  int32_t unit = -1; // whose gather it is (gathers in flight)
+  int32_t unit = -1; // whose gather or reduction it is
 };
 
 /// An optimizer's name, for messages.
@@ -197,10 +197,12 @@ struct mfsdp_step {
   /// one, overlapped with the previous unit's backward; a compiled program:
   /// those it started and has not waited for): the units whose reductions
   /// run (empty: none) and each parameter's or bucket's started collective.
-  /// Completed together (completeReduction: wait, scale, then the units'
-  /// gathered copies and transient gradients released) by the next
-  /// post_backward before its own reduction, by a program's wait for one
-  /// of them, or by any call that needs them (enter()).
+  /// Completed (completeReduction: wait, scale, then the unit's gathered
+  /// copy and transient gradients released) one unit at a time where a
+  /// program waits for that unit's (the others stay in flight, so a
+  /// group's optimizer kernel runs while later reductions go on), and all
+  /// together by the protocol's next post_backward before its own
+  /// reduction, or by any call that needs them (enter()).
   std::vector<int32_t> reducing;
   std::vector<Started> reduceStarted;
   /// Whether `unit`'s reduction is in flight.
@@ -274,7 +276,9 @@ struct mfsdp_step {
   /// Waits for the reductions in flight, if any: every started collective,
   /// even after a failure; then the scaling, and the units' gathered copies
   /// and transient gradient buffers are released.
-  mfsdp_status completeReduction();
+  /// Waits for the reductions in flight: `unit`'s alone (its collectives
+  /// in the order they were started), or every unit's with unit < 0.
+  mfsdp_status completeReduction(int32_t unit = -1);
 
   /// Unit `unit`'s gradients are reduced: an optimizer step may use them.
   void markReduced(int32_t unit) {

@@ -94,6 +94,7 @@
 #include "mfsdp/runtime/ControlPlane.h"
 #include "mfsdp/runtime/Counters.h"
 #include "mfsdp/runtime/Kernels.h"
+#include "mfsdp/runtime/ProgramHooks.h"
 #include "mfsdp/step/Builder.h"
 #include "mfsdp/step/RuntimeMemory.h"
 #include "mfsdp/step/RuntimeProgram.h"
@@ -839,6 +840,50 @@ int main(int argc, char **argv) {
                std::to_string(w.reduceStarts) + " / " +
                std::to_string(w.reduceWaits) + ", expected " +
                std::to_string(wantReduces));
+    // The optimizer step lands one unit's reduction where the program
+    // waits for it (or first touches the unit): the kernels that run
+    // while other units' reductions are still in flight, replayed from the
+    // program (the last microbatch's backward starts the reductions).
+    if (hooked && !dynamic) {
+      const mfsdp_program &g = programView.program;
+      const std::vector<int32_t> entry = runtime::hookEntries(g, plan.num_units);
+      std::vector<int32_t> inFlight;
+      auto run = [&](int32_t h, bool count) {
+        int64_t n = 0;
+        if (h < 0)
+          return n;
+        const mfsdp_program_hook &k = g.hooks[h];
+        for (int32_t i = k.first_op; i < k.first_op + k.num_ops; ++i) {
+          const mfsdp_program_op &o = g.ops[i];
+          if (o.kind == MFSDP_PROGRAM_START_REDUCTION) {
+            if (std::find(inFlight.begin(), inFlight.end(), o.unit) == inFlight.end())
+              inFlight.push_back(o.unit);
+            continue;
+          }
+          inFlight.erase(std::remove(inFlight.begin(), inFlight.end(), o.unit),
+                         inFlight.end());
+          n += count && o.kind == MFSDP_PROGRAM_OPTIMIZER && !inFlight.empty() &&
+               (o.only_rank < 0 || o.only_rank == w.shardRank);
+        }
+        return n;
+      };
+      for (int32_t u = plan.num_units; u-- > 0;)
+        for (int32_t h : {MFSDP_HOOK_PRE_BACKWARD, MFSDP_HOOK_POST_BACKWARD})
+          run(entry[runtime::hookSlot(u, h)], false);
+      // clip_grad_norm reads every gradient: it lands them all first.
+      if (clip)
+        inFlight.clear();
+      int32_t optimizerEntry = -1;
+      for (int32_t h = 0; h < g.num_hooks; ++h)
+        if (g.hooks[h].hook == MFSDP_HOOK_OPTIMIZER_STEP)
+          optimizerEntry = h;
+      const int64_t want = stepsRun * run(optimizerEntry, true);
+      expect(w.overlappedKernels == want,
+             "optimizer kernels run while other reductions were in flight on rank " +
+                 std::to_string(rank) + " " + when + ": " +
+                 std::to_string(w.overlappedKernels) + ", expected " +
+                 std::to_string(want));
+    }
     // Buckets: one reduce-scatter(-v) per bucket per step; under ZeRO-3 one
     // all-gather(-v) per bucket for each microbatch's forward and backward
     // (a recomputation reuses the backward's), under ZeRO-1/2 at least the

@@ -52,6 +52,11 @@ struct WorkCounters {
   /// that needs them, or mfsdp_destroy).
   int64_t reduceStarts = 0;
   int64_t reduceWaits = 0;
+  /// Optimizer kernels of a compiled program (MFSDP_PROGRAM_OPTIMIZER ops
+  /// this rank ran) started while another unit's reduction was still in
+  /// flight: the program lands one unit's reduction where it waits for
+  /// it, so a group's update overlaps the reductions still running.
+  int64_t overlappedKernels = 0;
   /// Collectives of the plan's buckets (mfsdp_bucket): all-gathers (and
   /// all-gather-v) and reduce-scatters (-v), one per bucket each time, in
   /// place of one per member. The prefetch and reduction counters above
