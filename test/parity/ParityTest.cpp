@@ -1,6 +1,6 @@
 //===- ParityTest.cpp - Sharded training equals single-device training ----===//
 //
-//   mpirun -np N mfsdp-parity MESH POLICY ZERO MICROBATCHES [recompute|restart|bf16|dynamic|ns_split|prefetch|buckets|external|hparams|clip|blocks=RxC|replicate=BYTES|dump=FILE]
+//   mpirun -np N mfsdp-parity MESH POLICY ZERO MICROBATCHES [recompute|restart|bf16|dynamic|ns_split|prefetch|buckets|bucket=BYTES|external|hparams|clip|blocks=RxC|replicate=BYTES|dump=FILE]
 //   (N processes with the torchrun variables) mfsdp-parity MESH ... torchrun
 //
 // Plans the example model with the layout planner (policy, ZeRO level,
@@ -25,8 +25,9 @@
 // started asynchronously (every row-sharded or owned parameter of units
 // 1.. in forward and ..N-2 in backward, per microbatch) and all waited for.
 // With `buckets`, the plan has the buckets the compiler would form (the
-// step program, bucketed without a size limit) and the work counters must
-// show one collective per bucket. With `external`, layers.1.fc1.weight
+// step program, bucketed without a size limit; with `bucket=BYTES` into
+// buckets of at most BYTES) and the work counters must show one collective
+// per bucket. With `external`, layers.1.fc1.weight
 // belongs to an outer stack (placement external, axes ["tp"]): the table
 // leaves it out, the trainer finds it through the table index in an outer
 // stack of this test (the whole tensor on every rank, gradient averaged over
@@ -342,7 +343,8 @@ int main(int argc, char **argv) {
       std::fprintf(stderr, "usage: mfsdp-parity MESH POLICY ZERO MICROBATCHES "
                            "[recompute|restart|bf16|dynamic|ns_split|prefetch|"
                            "buckets|external|hparams|ns_bf16|clip|blocks=RxC|"
-                           "replicate=BYTES|order=landing|order=K|depth=N|dump=FILE|"
+                           "replicate=BYTES|bucket=BYTES|order=landing|order=K|depth=N|"
+                           "dump=FILE|"
                            "torchrun]\n");
     ranks.finish();
     return 2;
@@ -358,6 +360,7 @@ int main(int argc, char **argv) {
   int64_t orderFill = -1;          // its optimizer order (-1: landing)
   int64_t depth = -1;              // depth=: its gather prefetch depth
   int64_t replicateUnder = 0;      // replicate=BYTES: replicate smaller tensors
+  double bucketLimit = 0;          // bucket=BYTES: buckets of at most BYTES
   std::vector<int64_t> blockShape; // blocks=RxC: block-shard the matrices
   std::string dumpPath;            // dump=FILE: rank 0 writes the result
   for (int i = 5; i < argc; ++i) {
@@ -381,6 +384,15 @@ int main(int argc, char **argv) {
     nsBf16 |= std::strcmp(argv[i], "ns_bf16") == 0;
     if (std::strncmp(argv[i], "replicate=", 10) == 0)
       replicateUnder = std::atoll(argv[i] + 10);
+    if (std::strncmp(argv[i], "bucket=", 7) == 0) {
+      char *end = nullptr;
+      bucketLimit = std::strtod(argv[i] + 7, &end);
+      if (!argv[i][7] || *end || !(bucketLimit > 0)) {
+        std::fprintf(stderr, "bucket=BYTES (BYTES > 0) expected, got %s\n", argv[i]);
+        ranks.abort(2);
+      }
+      bucketed = true;
+    }
     recompute |= std::strcmp(argv[i], "recompute") == 0;
     restart |= std::strcmp(argv[i], "restart") == 0;
     bf16 |= std::strcmp(argv[i], "bf16") == 0;
@@ -573,7 +585,8 @@ int main(int argc, char **argv) {
   }
   // Buckets as the compiler forms them: the step program of the plan, its
   // collectives bucketed without a size limit (each unit's row shards in
-  // one bucket, its owned matrices in another).
+  // one bucket, its owned matrices in another), or with `bucket=BYTES`
+  // into runs of at most BYTES (mfsdp-bucket-collectives' bucket-mb).
   std::vector<step::RuntimeBucket> buckets;
   if (bucketed) {
     std::vector<step::UnitCost> costs(pr.units.size());
@@ -581,8 +594,8 @@ int main(int argc, char **argv) {
     build.tokens = 1;
     build.microbatches = micro;
     step::Step program = step::buildStep(pr, opts, decisions, costs, build, "parity");
-    step::bucketCollectives(program, 0);
-    buckets = step::runtimeBuckets(program, plan);
+    step::bucketCollectives(program, bucketLimit);
+    buckets = step::runtimeBuckets(program, plan, bucketLimit);
   }
   const std::vector<mfsdp_bucket> bucketViews = step::bucketViews(buckets);
   plan.num_buckets = static_cast<int32_t>(bucketViews.size());
@@ -602,7 +615,7 @@ int main(int argc, char **argv) {
     build.microbatches = micro;
     step::Step scheduled = step::buildStep(pr, opts, decisions, costs, build, "parity");
     if (bucketed)
-      step::bucketCollectives(scheduled, 0);
+      step::bucketCollectives(scheduled, bucketLimit);
     step::OverlapOptions overlap;
     overlap.prefetch = depth >= 0 ? depth : prefetch ? 1 : 0;
     overlap.optimizerFill = orderFill;
@@ -1339,6 +1352,10 @@ int main(int argc, char **argv) {
                  (prefetch ? " prefetch" : "") + (hparams ? " hparams" : "") +
                  (nsBf16 ? " ns_bf16" : "") +
                  (clip ? " clip" : "") +
+                 (bucketed ? " " + std::to_string(buckets.size()) + " buckets" : "") +
+                 (bucketed && withProgram
+                      ? " program of " + std::to_string(programView.program.num_ops) + " ops"
+                      : "") +
                  (replicateUnder > 0 ? " replicate=" + std::to_string(replicateUnder) : "") +
                  (blockShape.empty() ? "" : " blocks=" + std::to_string(blockShape[0]) +
                                                 "x" + std::to_string(blockShape[1])) +
