@@ -3,12 +3,15 @@
 //   mfsdp-compile examples/trainer/model.json --mesh=dp_shard=2 \
 //       --policy=mixed_muon_adamw -o libstep.so
 //   mpirun -np 2 mfsdp-example-trainer ./libstep.so [--steps N]
-//       [--microbatches M] [--tokens T]
+//       [--microbatches M] [--tokens T] [--load DIR] [--save DIR]
 //
 // Opens the step library, reads its plan, checks that the plan is for this
 // model (the stack of blocks in Model.h, with the sizes the plan's shapes
-// give), loads the initial parameters, trains on synthetic data (every
-// data-parallel rank on its own batch) and prints the mean loss of each step.
+// give), loads the initial parameters (or, with --load, a checkpoint that
+// any mesh or policy saved, with the step to go on from), trains on
+// synthetic data (every data-parallel rank on its own batch), prints the
+// mean loss of each step and, with --save, writes a sharded checkpoint
+// (mfsdp_save) with the next step's index as its data position.
 //
 //===----------------------------------------------------------------------===//
 #include "Model.h"
@@ -95,6 +98,7 @@ int main(int argc, char **argv) {
   example::TrainOptions opts;
   opts.steps = 5;
   int64_t tokens = 8;
+  std::string loadDir, saveDir;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> const char * {
@@ -108,6 +112,10 @@ int main(int argc, char **argv) {
       opts.microbatches = parseCount("--microbatches", value());
     else if (a == "--tokens")
       tokens = parseCount("--tokens", value());
+    else if (a == "--load")
+      loadDir = value();
+    else if (a == "--save")
+      saveDir = value();
     else if (!a.empty() && a[0] == '-')
       die("unknown option '" + a + "'");
     else if (!library)
@@ -116,7 +124,8 @@ int main(int argc, char **argv) {
       die("one step library expected, got '" + std::string(library) + "' and '" + a + "'");
   }
   if (!library)
-    die("usage: mfsdp-example-trainer LIBSTEP.so [--steps N] [--microbatches M] [--tokens T]");
+    die("usage: mfsdp-example-trainer LIBSTEP.so [--steps N] [--microbatches M] "
+        "[--tokens T] [--load DIR] [--save DIR]");
 
   void *handle = dlopen(library, RTLD_NOW | RTLD_LOCAL);
   if (!handle)
@@ -134,11 +143,23 @@ int main(int argc, char **argv) {
   if (createFn(&step) != MFSDP_OK)
     die(std::string("mfsdp_create: ") + mfsdp_last_error(step));
   std::vector<example::ParamInfo> infos = example::modelParams(model);
-  for (size_t i = 0; i < infos.size(); ++i) {
-    std::vector<float> init(example::numel(infos[i]));
-    example::initParam(infos[i], init.data());
-    if (mfsdp_load_param(step, static_cast<int32_t>(i), init.data()) != MFSDP_OK)
-      die("load " + infos[i].name + ": " + mfsdp_last_error(step));
+  if (loadDir.empty()) {
+    for (size_t i = 0; i < infos.size(); ++i) {
+      std::vector<float> init(example::numel(infos[i]));
+      example::initParam(infos[i], init.data());
+      if (mfsdp_load_param(step, static_cast<int32_t>(i), init.data()) != MFSDP_OK)
+        die("load " + infos[i].name + ": " + mfsdp_last_error(step));
+    }
+  } else {
+    // The checkpoint's parameters, optimizer state and step count; its
+    // user dictionary says which batch comes next.
+    char user[4096];
+    if (mfsdp_load(step, loadDir.c_str(), user, sizeof(user)) != MFSDP_OK)
+      die("--load " + loadDir + ": " + mfsdp_last_error(step));
+    const char *at = std::strstr(user, "\"next_step\":");
+    if (!at)
+      die("--load " + loadDir + ": its user dictionary has no next_step: " + user);
+    opts.firstStep = std::strtoll(at + std::strlen("\"next_step\":"), nullptr, 10);
   }
   if (rank == 0)
     std::printf("mfsdp-example-trainer: %lld blocks (hidden %lld, inter %lld), "
@@ -158,7 +179,17 @@ int main(int argc, char **argv) {
     double sum = 0;
     MPI_Allreduce(&losses[s], &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0)
-      std::printf("step %zu: loss %.6f\n", s + 1, sum / world);
+      std::printf("step %lld: loss %.6f\n",
+                  static_cast<long long>(opts.firstStep) + static_cast<long long>(s) + 1,
+                  sum / world);
+  }
+  if (!saveDir.empty()) {
+    const std::string user =
+        "{\"next_step\": " + std::to_string(opts.firstStep + opts.steps) + "}";
+    if (mfsdp_save(step, saveDir.c_str(), user.c_str()) != MFSDP_OK)
+      die("--save " + saveDir + ": " + mfsdp_last_error(step));
+    if (rank == 0)
+      std::printf("saved %s\n", saveDir.c_str());
   }
   mfsdp_destroy(step);
   dlclose(handle);

@@ -84,6 +84,8 @@ typedef enum mfsdp_status {
   MFSDP_ERROR_COMM = 4,    /* a collective failed */
   MFSDP_ERROR_BACKEND = 5, /* the backend is unavailable (no CUDA driver or
                               device) or failed (out of memory, a kernel) */
+  MFSDP_ERROR_IO = 6,      /* a checkpoint file could not be written or
+                              read, or is damaged (a checksum differs) */
 } mfsdp_status;
 
 /* A status's name ("MFSDP_ERROR_PLAN"), or "unknown mfsdp_status" for a
@@ -647,6 +649,39 @@ mfsdp_status mfsdp_store_state(mfsdp_step *step, int32_t param, int32_t which,
 /* The optimizer step count (AdamW's bias correction); local. */
 mfsdp_status mfsdp_step_count(mfsdp_step *step, int64_t *count);
 mfsdp_status mfsdp_set_step_count(mfsdp_step *step, int64_t count);
+
+/* Sharded checkpoints on disk. Collective: every rank calls them with the
+ * same directory, between steps (no unit's hooks in progress).
+ *
+ * mfsdp_save writes a new directory `dir` (an error if it exists; its
+ * parent must): one safetensors file per rank (rank-NNNNN.safetensors)
+ * with only what that rank keeps (row shards, owned matrices, block
+ * shards; replicated tensors from dp_shard rank 0; dp_replicate replica 0,
+ * or under ns_split the replica that steps an owned Muon matrix for its
+ * momentum; the first coordinate of every outer dim), every piece a
+ * rectangle of the whole fp32 tensor with its checksum: the masters and
+ * the optimizer state (exp_avg and exp_avg_sq for AdamW, the momentum for
+ * SGD and Muon); and index.json: the plan hash, mesh, policy, every
+ * parameter's shape, placement and optimizer, the files with their sizes
+ * and checksums, the optimizer step count, and `user` (a JSON object, the
+ * trainer's own: its data position, its lr schedule; NULL or "" for {}).
+ * Written into `dir`.tmp-ID, every file and the directory fsynced, the
+ * index last, then renamed to `dir`: a kill at any moment leaves no `dir`
+ * or a complete one (and a .tmp- directory to remove).
+ *
+ * mfsdp_load reads a checkpoint written by any mesh, placement or ZeRO
+ * level (resharding): each rank reads the pieces that overlap what it
+ * keeps under this plan and checks their checksums. The ranks must read
+ * the same index (MFSDP_ERROR_INVALID otherwise); a checkpoint of another
+ * model (a parameter missing, extra or of another shape, an optimizer
+ * state it lacks) is MFSDP_ERROR_PLAN listing the differences; a missing
+ * or damaged file MFSDP_ERROR_IO naming it. It sets the step count and,
+ * when `user` is not NULL, copies the user dictionary (JSON, NUL
+ * terminated) into it (MFSDP_ERROR_INVALID if it needs more than
+ * `user_size` bytes). Either every rank loads or every rank fails. */
+mfsdp_status mfsdp_save(mfsdp_step *step, const char *dir, const char *user);
+mfsdp_status mfsdp_load(mfsdp_step *step, const char *dir, char *user,
+                        int64_t user_size);
 
 /* What the last failing call on `step` said; owned by the runtime, valid
  * until the next call on it. A static message for NULL. */

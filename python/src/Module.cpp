@@ -42,6 +42,7 @@ const char *statusName(mfsdp_status s) {
   case MFSDP_ERROR_PLAN: return "plan";
   case MFSDP_ERROR_COMM: return "comm";
   case MFSDP_ERROR_BACKEND: return "backend";
+  case MFSDP_ERROR_IO: return "io";
   }
   return "unknown";
 }

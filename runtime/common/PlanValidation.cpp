@@ -354,6 +354,8 @@ mfsdp_status mfsdp::rt::createStep(const mfsdp_plan *plan,
       return failed(MFSDP_ERROR_INVALID, "the ranks asked for different backends "
                                          "in mfsdp_config");
   }
+  step->mesh = mesh;
+  step->worldRank = control->rank();
   BackendOptions options;
   options.mesh = std::move(mesh);
   options.trainerStream = config ? config->cuda_stream : nullptr;
@@ -476,6 +478,7 @@ mfsdp_status mfsdp::rt::createStep(const mfsdp_plan *plan,
   step->created = s == MFSDP_OK;
   if (!step->created)
     step->createError = step->error;
+  step->control = std::move(control);
   *out = step.release();
   return s;
 }

@@ -83,6 +83,8 @@ const char *mfsdp_status_string(mfsdp_status status) {
     return "MFSDP_ERROR_COMM";
   case MFSDP_ERROR_BACKEND:
     return "MFSDP_ERROR_BACKEND";
+  case MFSDP_ERROR_IO:
+    return "MFSDP_ERROR_IO";
   }
   return "unknown mfsdp_status";
 }
@@ -522,6 +524,20 @@ mfsdp_status mfsdp_set_hparams(mfsdp_step *step, int32_t param,
                             why);
     ps.hparams = *in;
     return MFSDP_OK;
+  });
+}
+
+mfsdp_status mfsdp_save(mfsdp_step *step, const char *dir, const char *user) {
+  return barrier(step, "mfsdp_save", [&]() -> mfsdp_status {
+    Trace::Span hook = traced(step, "save");
+    return mfsdp::rt::saveCheckpoint(step, dir, user);
+  });
+}
+
+mfsdp_status mfsdp_load(mfsdp_step *step, const char *dir, char *user, int64_t user_size) {
+  return barrier(step, "mfsdp_load", [&]() -> mfsdp_status {
+    Trace::Span hook = traced(step, "load");
+    return mfsdp::rt::loadCheckpoint(step, dir, user, user_size);
   });
 }
 

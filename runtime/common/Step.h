@@ -22,6 +22,7 @@
 #include "mfsdp/runtime.h"
 #include "mfsdp/runtime/Arena.h"
 #include "mfsdp/runtime/Backend.h"
+#include "mfsdp/runtime/ControlPlane.h"
 #include "mfsdp/runtime/Counters.h"
 #include "Trace.h"
 
@@ -145,6 +146,10 @@ mfsdp_status storeParam(mfsdp_step *step, int32_t param, float *full);
 mfsdp_status loadState(mfsdp_step *step, int32_t param, int32_t which,
                        const float *full);
 mfsdp_status storeState(mfsdp_step *step, int32_t param, int32_t which, float *full);
+/// mfsdp_save and mfsdp_load (CheckpointFiles.cpp).
+mfsdp_status saveCheckpoint(mfsdp_step *step, const char *dir, const char *user);
+mfsdp_status loadCheckpoint(mfsdp_step *step, const char *dir, char *user,
+                            int64_t userSize);
 
 } // namespace mfsdp::rt
 
@@ -169,6 +174,12 @@ struct mfsdp_step {
   /// The last optimizer_step consumed the reduced gradients, and no unit's
   /// gradients were reduced since: another step is refused.
   bool stepped = false;
+  /// How the ranks of mfsdp_create agree (MPI or torchrun), kept for the
+  /// calls that need every rank's word (checkpoints); destroyed after the
+  /// backend. The mesh the groups were formed on, and this rank in it.
+  std::unique_ptr<mfsdp::rt::ControlPlane> control;
+  std::vector<mfsdp::rt::MeshDimSpec> mesh;
+  int64_t worldRank = 0;
   std::unique_ptr<mfsdp::rt::Trace> trace; // MFSDP_TRACE (Trace.h); null: off
   std::unique_ptr<Backend> backend;
   float *muonScratch = nullptr;
