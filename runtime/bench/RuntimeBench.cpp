@@ -3,6 +3,7 @@
 //   mpirun -np 2 mfsdp-bench-runtime [floats-per-array, default 64M]
 //   mfsdp-bench-runtime ns [ROWSxCOLS ...]
 //   mpirun -np 2 mfsdp-bench-runtime fused
+//   mpirun -np 2 mfsdp-bench-runtime checkpoint [DIR, default $TMPDIR or /tmp]
 //
 // Measures the host backend (MPI + OpenBLAS, one BLAS thread per rank) on
 // this machine's CPU, wall clock (steady_clock), median of several
@@ -54,6 +55,14 @@
 // 512x2048, 256x704 by default), the two forms timed alternately in each
 // repetition; prints each form's median, the time ratio syrk / GEMM, the
 // FLOP ratio and the largest difference between the two forms' outputs.
+//
+// `checkpoint` saves and loads (mfsdp_save, mfsdp_load) a ZeRO-3 AdamW plan
+// of 32 row-sharded 1024x1024 matrices (masters and both states, 403 MB)
+// into DIR, and in the same rounds has every rank write (write + fsync)
+// and read its share of the same bytes in a file of its own: the disk's
+// bandwidth beside the checkpoint's, the page cache dropped before each
+// read (posix_fadvise); three rounds, medians of the slowest rank's time,
+// and the two ratios.
 //
 //===----------------------------------------------------------------------===//
 #include "mfsdp/planner/OwnerAssignment.h"
