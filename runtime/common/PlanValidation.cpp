@@ -17,6 +17,8 @@
 #include "mfsdp/runtime/ProgramHooks.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -467,14 +469,25 @@ mfsdp_status mfsdp::rt::createStep(const mfsdp_plan *plan,
     s = step->finish();
   // Every rank goes on or none does: a rank whose buffers did not fit
   // would leave the others waiting in their first collective.
+  // Call-sequence checks (CallCheck.cpp) on every rank or on none: a rank
+  // that compares alone would wait for the others.
+  const char *checkEnv = std::getenv("MFSDP_CHECK_CALLS");
+  const bool checkCalls = checkEnv && *checkEnv && std::strcmp(checkEnv, "0") != 0;
   std::vector<int64_t> lo, hi;
-  if (!control->minMax({static_cast<int64_t>(s)}, lo, hi, error))
+  if (!control->minMax({static_cast<int64_t>(s), checkCalls ? 1 : 0}, lo, hi, error))
     s = step->fail(MFSDP_ERROR_COMM,
                    error + " while the ranks agreed that mfsdp_create succeeded");
   else if (!s && hi[0] != MFSDP_OK)
     s = step->fail(static_cast<mfsdp_status>(hi[0]),
                    "another rank could not create its runtime (its "
                    "mfsdp_last_error says why)");
+  else if (!s && lo[1] != hi[1])
+    s = step->fail(MFSDP_ERROR_INVALID,
+                   std::string("MFSDP_CHECK_CALLS is ") +
+                       (checkCalls ? "set" : "not set") +
+                       " on this rank but not on every other: set it the same "
+                       "on every rank");
+  step->checkCalls = checkCalls;
   step->created = s == MFSDP_OK;
   if (!step->created)
     step->createError = step->error;

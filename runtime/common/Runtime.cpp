@@ -159,6 +159,14 @@ mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
 }
 
 void mfsdp_destroy(mfsdp_step *step) {
+  if (step) {
+    // A rank that destroys its runtime while others still call into theirs
+    // meets them in the call check (which they then fail); nothing more.
+    try {
+      step->checkCall("destroy");
+    } catch (...) {
+    }
+  }
   delete step; // the destructor lets no exception out (Step.h)
 }
 
@@ -184,8 +192,18 @@ const char *mfsdp_last_error(mfsdp_step *step) {
       return entered;                                                           \
   } while (0)
 
+/// A collective call: its place in the ranks' call sequence compared first
+/// (MFSDP_CHECK_CALLS, CallCheck.cpp).
+#define CHECK_CALL(step, call, unit)                                            \
+  do {                                                                          \
+    if ((step))                                                                 \
+      if (auto checked = (step)->checkCall((call), (unit)))                     \
+        return checked;                                                         \
+  } while (0)
+
 mfsdp_status mfsdp_pre_forward(mfsdp_step *step, int32_t unit) {
   return barrier(step, "mfsdp_pre_forward", [&]() -> mfsdp_status {
+    CHECK_CALL(step, "pre_forward", unit);
     Trace::Span hook = traced(step, "pre_forward", unit);
     ENTER_UNIT(step, unit, step->keepsReductionFor(unit, UnitState::Backward));
     UnitState &s = step->state[unit];
@@ -222,6 +240,7 @@ mfsdp_status mfsdp_pre_forward(mfsdp_step *step, int32_t unit) {
 
 mfsdp_status mfsdp_post_forward(mfsdp_step *step, int32_t unit) {
   return barrier(step, "mfsdp_post_forward", [&]() -> mfsdp_status {
+    CHECK_CALL(step, "post_forward", unit);
     Trace::Span hook = traced(step, "post_forward", unit);
     ENTER_UNIT(step, unit, step->keepsReductionFor(unit, UnitState::Backward));
     UnitState &s = step->state[unit];
@@ -266,6 +285,7 @@ mfsdp_status mfsdp_end_forward(mfsdp_step *step, int32_t unit) {
 
 mfsdp_status mfsdp_pre_backward(mfsdp_step *step, int32_t unit) {
   return barrier(step, "mfsdp_pre_backward", [&]() -> mfsdp_status {
+    CHECK_CALL(step, "pre_backward", unit);
     Trace::Span hook = traced(step, "pre_backward", unit);
     ENTER_UNIT(step, unit, step->keepsReductionFor(unit, UnitState::ForwardDone));
     UnitState &s = step->state[unit];
@@ -300,6 +320,7 @@ mfsdp_status mfsdp_pre_backward(mfsdp_step *step, int32_t unit) {
 
 mfsdp_status mfsdp_post_backward(mfsdp_step *step, int32_t unit) {
   return barrier(step, "mfsdp_post_backward", [&]() -> mfsdp_status {
+    CHECK_CALL(step, "post_backward", unit);
     Trace::Span hook = traced(step, "post_backward", unit);
     ENTER_UNIT(step, unit, false);
     UnitState &s = step->state[unit];
@@ -359,6 +380,7 @@ mfsdp_status mfsdp_set_no_sync(mfsdp_step *step, int32_t noSync) {
 
 mfsdp_status mfsdp_zero_grad(mfsdp_step *step) {
   return barrier(step, "mfsdp_zero_grad", [&]() -> mfsdp_status {
+    CHECK_CALL(step, "zero_grad", -1);
     Trace::Span hook = traced(step, "zero_grad");
     if (!step)
       return MFSDP_ERROR_INVALID;
@@ -380,6 +402,7 @@ mfsdp_status mfsdp_zero_grad(mfsdp_step *step) {
 mfsdp_status mfsdp_optimizer_step(mfsdp_step *step) {
   return barrier(step, "mfsdp_optimizer_step",
                  [&]() -> mfsdp_status {
+                   CHECK_CALL(step, "optimizer_step", -1);
                    Trace::Span hook = traced(step, "optimizer_step");
                    return optimizerStep(step);
                  });
@@ -388,6 +411,7 @@ mfsdp_status mfsdp_optimizer_step(mfsdp_step *step) {
 mfsdp_status mfsdp_clip_grad_norm(mfsdp_step *step, double max_norm, double extra_sq,
                                   double *total_norm) {
   return barrier(step, "mfsdp_clip_grad_norm", [&]() -> mfsdp_status {
+    CHECK_CALL(step, "clip_grad_norm", -1);
     Trace::Span hook = traced(step, "clip_grad_norm");
     if (!step || !total_norm)
       return MFSDP_ERROR_INVALID;
@@ -469,6 +493,7 @@ mfsdp_status mfsdp_grad_view(mfsdp_step *step, int32_t param, DLTensor *out) {
 
 mfsdp_status mfsdp_load_param(mfsdp_step *step, int32_t param, const float *full) {
   return barrier(step, "mfsdp_load_param", [&]() -> mfsdp_status {
+    CHECK_CALL(step, "load_param", param);
     Trace::Span hook = traced(step, "load_param");
     return loadParam(step, param, full);
   });
@@ -476,6 +501,7 @@ mfsdp_status mfsdp_load_param(mfsdp_step *step, int32_t param, const float *full
 
 mfsdp_status mfsdp_store_param(mfsdp_step *step, int32_t param, float *full) {
   return barrier(step, "mfsdp_store_param", [&]() -> mfsdp_status {
+    CHECK_CALL(step, "store_param", param);
     Trace::Span hook = traced(step, "store_param");
     return storeParam(step, param, full);
   });
@@ -492,6 +518,7 @@ mfsdp_status mfsdp_load_state(mfsdp_step *step, int32_t param, int32_t which,
 mfsdp_status mfsdp_store_state(mfsdp_step *step, int32_t param, int32_t which,
                                float *full) {
   return barrier(step, "mfsdp_store_state", [&]() -> mfsdp_status {
+    CHECK_CALL(step, "store_state", param);
     Trace::Span hook = traced(step, "store_state");
     return storeState(step, param, which, full);
   });
@@ -529,6 +556,7 @@ mfsdp_status mfsdp_set_hparams(mfsdp_step *step, int32_t param,
 
 mfsdp_status mfsdp_save(mfsdp_step *step, const char *dir, const char *user) {
   return barrier(step, "mfsdp_save", [&]() -> mfsdp_status {
+    CHECK_CALL(step, "save", -1);
     Trace::Span hook = traced(step, "save");
     return mfsdp::rt::saveCheckpoint(step, dir, user);
   });
@@ -536,6 +564,7 @@ mfsdp_status mfsdp_save(mfsdp_step *step, const char *dir, const char *user) {
 
 mfsdp_status mfsdp_load(mfsdp_step *step, const char *dir, char *user, int64_t user_size) {
   return barrier(step, "mfsdp_load", [&]() -> mfsdp_status {
+    CHECK_CALL(step, "load", -1);
     Trace::Span hook = traced(step, "load");
     return mfsdp::rt::loadCheckpoint(step, dir, user, user_size);
   });

@@ -444,8 +444,21 @@ struct mfsdp_step {
       return fail(MFSDP_ERROR_INVALID,
                   "this runtime was not created (mfsdp_create failed: " +
                       createError + ")");
+    if (!stoppedBy.empty())
+      return fail(MFSDP_ERROR_ORDER, "this runtime stopped: " + stoppedBy +
+                                         "; destroy it (mfsdp_destroy)");
     return MFSDP_OK;
   }
+
+  /// Call-sequence checks (MFSDP_CHECK_CALLS=1, CallCheck.cpp): every
+  /// collective call folded into a running hash the ranks compare at that
+  /// call; a difference stops the runtime on every rank, naming each
+  /// rank's call.
+  bool checkCalls = false;
+  uint64_t callHash = 0;
+  int64_t callCount = 0;
+  std::string stoppedBy; // why the runtime stopped (empty: it has not)
+  mfsdp_status checkCall(const char *call, int32_t unit = -1);
 
   /// The end of a call that hands buffers to the trainer or reads its
   /// writes: everything issued is done.

@@ -787,6 +787,51 @@ int main(int argc, char **argv) {
         "mfsdp_pre_forward: an exception inside the runtime: out of host memory");
   mfsdp_destroy(s);
 
+  // Call-sequence checks (MFSDP_CHECK_CALLS=1): ranks that call different
+  // units, a lone optimizer step, or one that destroys its runtime while
+  // the other goes on meet in the check; every rank stops with
+  // MFSDP_ERROR_ORDER naming each rank's call, and later calls are
+  // refused. With the check off, the same calls would pair mismatched
+  // collectives. A rank without the check set while others have it is
+  // refused at create.
+  if (world >= 2) {
+    ::setenv("MFSDP_CHECK_CALLS", rank == 0 ? "1" : "0", 1);
+    fails(s, mfsdp_create(&plan, &s), MFSDP_ERROR_INVALID,
+          rank == 0 ? "MFSDP_CHECK_CALLS is set on this rank but not on every other"
+                    : "MFSDP_CHECK_CALLS is not set on this rank but not on every other");
+    mfsdp_destroy(s);
+    s = nullptr;
+    ::setenv("MFSDP_CHECK_CALLS", "1", 1);
+    // Same calls: no error, the same results.
+    expect(mfsdp_create(&plan, &s) == MFSDP_OK, "create (call checks)");
+    expect(mfsdp_pre_forward(s, 0) == MFSDP_OK && mfsdp_post_forward(s, 0) == MFSDP_OK,
+           std::string("the same calls pass the check: ") + mfsdp_last_error(s));
+    // Different units.
+    st = mfsdp_pre_forward(s, rank == 0 ? 1 : 0);
+    fails(s, st, MFSDP_ERROR_ORDER,
+          "rank 0 called pre_forward(1) (call 3); rank 1 called pre_forward(0) (call 3)");
+    fails(s, mfsdp_pre_forward(s, 0), MFSDP_ERROR_ORDER, "this runtime stopped");
+    mfsdp_destroy(s);
+    s = nullptr;
+    // A lone optimizer step.
+    expect(mfsdp_create(&plan, &s) == MFSDP_OK, "create (call checks, 2)");
+    st = rank == 0 ? mfsdp_optimizer_step(s) : mfsdp_pre_forward(s, 0);
+    fails(s, st, MFSDP_ERROR_ORDER, "called optimizer_step() (call 1)");
+    mfsdp_destroy(s);
+    s = nullptr;
+    // Different step counts: rank 1 is done and destroys its runtime while
+    // rank 0 starts another forward.
+    expect(mfsdp_create(&plan, &s) == MFSDP_OK, "create (call checks, 3)");
+    if (rank == 0) {
+      fails(s, mfsdp_pre_forward(s, 0), MFSDP_ERROR_ORDER, "called destroy() (call 1)");
+      mfsdp_destroy(s);
+    } else {
+      mfsdp_destroy(s);
+    }
+    s = nullptr;
+    ::unsetenv("MFSDP_CHECK_CALLS");
+  }
+
   int counts[2] = {passed, failed}, totals[2] = {0, 0};
   MPI_Reduce(counts, totals, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
   if (rank == 0)
