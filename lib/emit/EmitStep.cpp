@@ -698,10 +698,6 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
           " * mfsdp-plan-memory): per hook, the ops the runtime runs, in this order.\n"
           " * Per op its kind, unit, group, optimizer, only rank and parameters\n"
           " * (indices in mfsdp_params); the sched op it comes from in the comment. */\n";
-    if (!program.hooksLeftOut.empty())
-      os << "/* The forward and backward hooks are not in the program (the runtime\n"
-            " * runs its own protocol for them): "
-         << commentText(program.hooksLeftOut) << ". */\n";
     size_t total = 0;
     for (const step::ProgramOp &op : program.ops)
       total += op.params.size();

@@ -262,18 +262,12 @@ public:
         paramIndex.emplace(p.params[i].name, i);
   }
 
-  /// Each hook's ops, indexed by runtime::hookSlot(unit, hook); "" or why they cannot be
-  /// lowered (leftOut: the runtime runs its own protocol instead) or what
+  /// Each hook's ops, indexed by runtime::hookSlot(unit, hook); "" or what
   /// is wrong with the step (error).
   std::vector<std::vector<ProgramOp>> hooks;
-  std::string leftOut, error;
+  std::string error;
 
   void run() {
-    if (s.microbatches > 1) {
-      leftOut = "the step accumulates " + std::to_string(s.microbatches) +
-                " microbatches, whose hooks repeat";
-      return;
-    }
     const int32_t units = std::max(p.num_units, 0);
     // Each gather group's units, in forward order (a group of several is
     // gathered, freed and reduced together: its first unit's pre hooks and
@@ -296,12 +290,75 @@ public:
     for (const auto &[g, members] : groupUnits)
       for (int32_t u : members)
         groupOf[u] = g;
-    hooks.assign(runtime::hookSlot(units, 0), {});
     // Buffers the forward gathers write: their free releases the unit.
     for (const Op &op : s.ops)
       if (isGather(op) && op.phase == Phase::Forward)
         for (int64_t b : op.writes)
           gatheredBy[b] = op.group;
+    // The microbatches: each a forward then a backward, in program order.
+    // Their hooks are the same but for the reduction, which only the last
+    // runs (the trainer runs the others under no-sync, where a
+    // START_REDUCTION reduces nothing): the last microbatch's hooks are
+    // the program, and every other one's must be them without reductions.
+    const std::vector<std::pair<size_t, size_t>> ranges = microbatches();
+    if (static_cast<int64_t>(ranges.size()) != std::max<int64_t>(s.microbatches, 1)) {
+      error = "the step says " + std::to_string(s.microbatches) +
+              " microbatches but its ops run " + std::to_string(ranges.size()) +
+              " forward and backward passes";
+      return;
+    }
+    std::vector<std::vector<std::vector<ProgramOp>>> each;
+    for (size_t m = 0; m < ranges.size(); ++m) {
+      hooks.assign(runtime::hookSlot(units, 0), {});
+      lowerRange(ranges[m].first, ranges[m].second);
+      if (!error.empty())
+        return;
+      finishHooks();
+      each.push_back(std::move(hooks));
+    }
+    hooks = std::move(each.back());
+    for (size_t m = 0; m + 1 < each.size() && error.empty(); ++m)
+      agree(static_cast<int64_t>(m), each[m]);
+    if (!error.empty())
+      return;
+    // Every unit's gradients are reduced somewhere.
+    std::vector<bool> hasParams(units, false), reduced(units, false);
+    for (int32_t i = 0; i < p.num_params; ++i)
+      hasParams[p.params[i].unit] = true;
+    for (int32_t u = 0; u < units; ++u)
+      for (int32_t h : {MFSDP_HOOK_PRE_BACKWARD, MFSDP_HOOK_POST_BACKWARD})
+        for (const ProgramOp &op : at(h, u))
+          if (op.kind == MFSDP_PROGRAM_START_REDUCTION)
+            reduced[op.unit] = true;
+    for (int32_t u = 0; u < units; ++u)
+      if (hasParams[u] && !reduced[u]) {
+        error = "unit " + std::to_string(u) + " ('" + unitName(u) +
+                "') has parameters whose gradients no collective of the "
+                "schedule's backward reduces";
+        return;
+      }
+  }
+
+private:
+  /// [begin, end) of each microbatch's forward and backward ops: a forward
+  /// op after a backward one starts the next.
+  std::vector<std::pair<size_t, size_t>> microbatches() const {
+    std::vector<std::pair<size_t, size_t>> out;
+    Phase last = Phase::Optimizer;
+    for (size_t i = 0; i < s.ops.size(); ++i) {
+      const Phase ph = s.ops[i].phase;
+      if (ph == Phase::Optimizer)
+        continue;
+      if (out.empty() || (ph == Phase::Forward && last == Phase::Backward))
+        out.push_back({i, i + 1});
+      out.back().second = i + 1;
+      last = ph;
+    }
+    return out;
+  }
+
+  /// Lowers the forward and backward ops in [begin, end) into `hooks`.
+  void lowerRange(size_t begin, size_t end) {
     std::vector<size_t> pending;
     int32_t lastHook = -1, lastUnit = -1; // the post hook of the last compute
     int64_t lastGroup = -1;
@@ -319,7 +376,7 @@ public:
       }
       pending.clear();
     };
-    for (size_t i = 0; i < s.ops.size() && error.empty(); ++i) {
+    for (size_t i = begin; i < end && error.empty(); ++i) {
       const Op &op = s.ops[i];
       if (op.phase == Phase::Optimizer)
         continue;
@@ -345,39 +402,75 @@ public:
       lastUnit = unit;
       lastGroup = op.group;
     }
-    if (!error.empty())
-      return;
-    if (lastHook >= 0)
+    if (error.empty() && lastHook >= 0)
       flush(-1, -1);
-    if (!error.empty())
-      return;
-    // Every pre hook leaves its unit whole; pre_backward hands out the
-    // gradient buffers. Every unit's gradients are reduced somewhere.
-    std::vector<bool> hasParams(units, false), reduced(units, false);
+  }
+
+  /// Every pre hook leaves its unit whole; pre_backward hands out the
+  /// gradient buffers.
+  void finishHooks() {
+    std::vector<bool> hasParams(std::max(p.num_units, 0), false);
     for (int32_t i = 0; i < p.num_params; ++i)
       hasParams[p.params[i].unit] = true;
-    for (int32_t u = 0; u < units; ++u)
-      for (int32_t h : {MFSDP_HOOK_PRE_BACKWARD, MFSDP_HOOK_POST_BACKWARD})
-        for (const ProgramOp &op : at(h, u))
-          if (op.kind == MFSDP_PROGRAM_START_REDUCTION)
-            reduced[op.unit] = true;
-    for (int32_t u = 0; u < units; ++u) {
+    for (int32_t u = 0; u < p.num_units; ++u) {
       if (!hasParams[u])
         continue;
       for (int32_t h : {MFSDP_HOOK_PRE_FORWARD, MFSDP_HOOK_PRE_BACKWARD})
         add(h, u, MFSDP_PROGRAM_WAIT_GATHER, u, "the unit whole for its hook");
       add(MFSDP_HOOK_PRE_BACKWARD, u, MFSDP_PROGRAM_PLACE_GRADS, u,
           "the unit's gradient buffers");
-      if (!reduced[u]) {
-        error = "unit " + std::to_string(u) + " ('" + unitName(u) +
-                "') has parameters whose gradients no collective of the "
-                "schedule's backward reduces";
+    }
+  }
+
+  /// Microbatch `m`'s hooks (`mine`) against the program's (the last
+  /// microbatch's, in `hooks`): the same ops in the same order, without
+  /// the reductions.
+  void agree(int64_t m, const std::vector<std::vector<ProgramOp>> &mine) {
+    auto isReductionOp = [](const ProgramOp &op) {
+      return op.kind == MFSDP_PROGRAM_START_REDUCTION ||
+             op.kind == MFSDP_PROGRAM_WAIT_REDUCTION;
+    };
+    auto say = [](const ProgramOp &op) {
+      return std::string(runtime::programKindName(op.kind)) + " of unit " +
+             std::to_string(op.unit) + " ('" + op.from + "')";
+    };
+    for (size_t slot = 0; slot < hooks.size(); ++slot) {
+      const int32_t unit = static_cast<int32_t>(slot / runtime::kUnitHooks);
+      const int32_t hook = static_cast<int32_t>(slot % runtime::kUnitHooks);
+      auto where = [&] { // named on error only (unitName searches the step)
+        const std::string name = unitName(unit);
+        return "microbatch " + std::to_string(m) + "'s " + runtime::hookName(hook) +
+               " of unit " + std::to_string(unit) + (name == "?" ? "" : " ('" + name + "')");
+      };
+      std::vector<const ProgramOp *> want;
+      for (const ProgramOp &op : hooks[slot])
+        if (!isReductionOp(op))
+          want.push_back(&op);
+      size_t k = 0;
+      for (const ProgramOp &op : mine[slot]) {
+        if (isReductionOp(op)) {
+          error = where() + " runs " + say(op) +
+                  "; only the last microbatch reduces (the others accumulate "
+                  "under no-sync)";
+          return;
+        }
+        if (k == want.size() || want[k]->kind != op.kind || want[k]->unit != op.unit) {
+          error = where() + " runs " + say(op) + " where the last microbatch's runs " +
+                  (k == want.size() ? std::string("nothing more") : say(*want[k])) +
+                  ": the microbatches' hooks must agree (one program runs them all)";
+          return;
+        }
+        ++k;
+      }
+      if (k < want.size()) {
+        error = where() + " does not run " + say(*want[k]) +
+                ", which the last microbatch's runs: the microbatches' hooks must "
+                "agree (one program runs them all)";
         return;
       }
     }
   }
 
-private:
   int32_t computeUnit(const Op &op) const {
     if (op.unit >= 0)
       return static_cast<int32_t>(op.unit);
@@ -525,10 +618,6 @@ RuntimeProgram lowerStepProgram(const Step &step, const mfsdp_plan &plan,
   hooks.run();
   if (!hooks.error.empty()) {
     out.error = hooks.error;
-    return out;
-  }
-  if (!hooks.leftOut.empty()) {
-    out.hooksLeftOut = hooks.leftOut;
     return out;
   }
   for (size_t i = 0; i < hooks.hooks.size(); ++i) {

@@ -788,7 +788,7 @@ int main(int argc, char **argv) {
     // A compiled program that runs the hooks starts every gather of a row
     // shard or owned matrix ahead of its wait (ZeRO-3, forward and
     // backward) and every reduction (below), as the schedule says.
-    const bool hooked = withProgram && program.hooksLeftOut.empty();
+    const bool hooked = withProgram;
     int64_t perMicro = 0;
     if (hooked && zero >= 3) {
       for (int32_t i = 0; i < plan.num_params; ++i) {

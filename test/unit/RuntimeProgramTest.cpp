@@ -264,7 +264,6 @@ TEST(RuntimeProgram, HooksFollowTheSchedule) {
   scheduleOverlap(s, o);
   const RuntimeProgram p = lowerStepProgram(s, plan.plan);
   ASSERT_EQ(p.error, "");
-  ASSERT_EQ(p.hooksLeftOut, "");
   EXPECT_EQ(p.hooks.size(), 1u + 3 * 4);
   EXPECT_EQ(hookText(p, MFSDP_HOOK_PRE_FORWARD, 0), "wait_gather u0");
   EXPECT_EQ(hookText(p, MFSDP_HOOK_POST_FORWARD, 0), "");
@@ -329,7 +328,6 @@ TEST(RuntimeProgram, HooksPrefetchUnderZero3) {
   scheduleOverlap(z, o);
   const RuntimeProgram p = lowerStepProgram(z, plan.plan);
   ASSERT_EQ(p.error, "");
-  ASSERT_EQ(p.hooksLeftOut, "");
   EXPECT_EQ(hookText(p, MFSDP_HOOK_PRE_FORWARD, 0),
             "start_gather u0, start_gather u1, wait_gather u0");
   EXPECT_EQ(hookText(p, MFSDP_HOOK_POST_FORWARD, 0), "release u0");
@@ -372,7 +370,6 @@ TEST(RuntimeProgram, HooksOfAGroupOfUnits) {
       op.group = 1;
   const RuntimeProgram p = lowerStepProgram(s, plan.plan);
   ASSERT_EQ(p.error, "");
-  ASSERT_EQ(p.hooksLeftOut, "");
   EXPECT_EQ(hookText(p, MFSDP_HOOK_PRE_BACKWARD, 2), "wait_gather u2, place_grads u2");
   EXPECT_EQ(hookText(p, MFSDP_HOOK_POST_BACKWARD, 2),
             "start_reduction u2, wait_reduction u2");
@@ -381,16 +378,90 @@ TEST(RuntimeProgram, HooksOfAGroupOfUnits) {
   EXPECT_EQ(hookText(p, MFSDP_HOOK_PRE_BACKWARD, 1), "wait_gather u1, place_grads u1");
 }
 
-// Where microbatches repeat the hooks, only the optimizer step is lowered,
-// and the program says why.
-TEST(RuntimeProgram, HooksLeftOut) {
+/// `one` (a step of one microbatch, not yet scheduled) accumulating `n`
+/// microbatches: its forward and backward ops `n` times, the reductions in
+/// the last only, then its optimizer phase.
+Step microbatched(const Step &one, int64_t n) {
+  Step s = one;
+  s.microbatches = n;
+  s.ops.clear();
+  for (int64_t m = 0; m < n; ++m)
+    for (const Op &op : one.ops)
+      if (op.phase != Phase::Optimizer &&
+          (m + 1 == n || op.kind != OpKind::Collective ||
+           op.coll != CollKind::ReduceScatter))
+        s.ops.push_back(op);
+  for (const Op &op : one.ops)
+    if (op.phase == Phase::Optimizer)
+      s.ops.push_back(op);
+  return s;
+}
+
+/// Every forward and backward hook of `p`, one line each.
+std::string allHooks(const RuntimeProgram &p, int32_t units) {
+  std::string out;
+  for (int32_t u = 0; u < units; ++u)
+    for (int32_t h = MFSDP_HOOK_PRE_FORWARD; h <= MFSDP_HOOK_POST_BACKWARD; ++h)
+      out += std::to_string(h) + " u" + std::to_string(u) + ": " + hookText(p, h, u) + "\n";
+  return out;
+}
+
+// Microbatches run the same hooks: the program of a step that accumulates
+// two microbatches (the first with no reduction) is the program of its one
+// microbatch, for each prefetch depth (the schedule prefetches within a
+// microbatch).
+TEST(RuntimeProgram, HooksOfMicrobatches) {
   Plan plan;
-  Step m = threeUnits();
-  m.microbatches = 2;
-  const RuntimeProgram p = lowerStepProgram(m, plan.plan);
-  EXPECT_EQ(p.error, "");
-  EXPECT_EQ(p.hooksLeftOut, "the step accumulates 2 microbatches, whose hooks repeat");
-  EXPECT_EQ(p.hooks.size(), 1u);
+  plan.plan.zero = 3;
+  for (int64_t depth : {0, 1, 2}) {
+    OverlapOptions o;
+    o.prefetch = depth;
+    Step one = zero3Step();
+    Step two = microbatched(one, 2);
+    scheduleOverlap(one, o);
+    scheduleOverlap(two, o);
+    const RuntimeProgram p1 = lowerStepProgram(one, plan.plan);
+    const RuntimeProgram p2 = lowerStepProgram(two, plan.plan);
+    ASSERT_EQ(p1.error, "") << "depth " << depth;
+    ASSERT_EQ(p2.error, "") << "depth " << depth;
+    EXPECT_EQ(p2.hooks.size(), 1u + 3 * 4) << "depth " << depth;
+    EXPECT_EQ(allHooks(p2, 3), allHooks(p1, 3)) << "depth " << depth;
+  }
+}
+
+// Microbatches whose hooks differ cannot run one program: the error names
+// the microbatch, the hook and the op.
+TEST(RuntimeProgram, HooksOfMicrobatchesMustAgree) {
+  Plan plan;
+  plan.plan.zero = 3;
+  Step two = microbatched(zero3Step(), 2);
+  // The first microbatch does not gather unit 1 for its backward.
+  auto bwd = std::find_if(two.ops.begin(), two.ops.end(),
+                          [](const Op &op) { return op.name == "bwd gather g1"; });
+  ASSERT_NE(bwd, two.ops.end());
+  two.ops.erase(bwd);
+  EXPECT_EQ(lowerStepProgram(two, plan.plan).error,
+            "microbatch 0's pre_backward of unit 1 runs wait_gather of unit 1 ('the unit "
+            "whole for its hook') where the last microbatch's runs start_gather of unit 1 "
+            "('bwd gather g1'): the microbatches' hooks must agree (one program runs "
+            "them all)");
+  // The first microbatch reduces.
+  Step reducing = microbatched(zero3Step(), 2);
+  auto first = std::find_if(reducing.ops.begin(), reducing.ops.end(),
+                            [](const Op &op) { return op.name == "backward u1"; });
+  ASSERT_NE(first, reducing.ops.end());
+  reducing.ops.insert(first + 1, collective(CollKind::ReduceScatter, Phase::Backward,
+                                            "early reduce_scatter g1", 1,
+                                            {"u1.w", "u1.b"}, 1, 4));
+  EXPECT_EQ(lowerStepProgram(reducing, plan.plan).error,
+            "microbatch 0's post_backward of unit 1 runs start_reduction of unit 1 "
+            "('early reduce_scatter g1'); only the last microbatch reduces (the others "
+            "accumulate under no-sync)");
+  // The step says more microbatches than its ops run.
+  Step short3 = microbatched(zero3Step(), 2);
+  short3.microbatches = 3;
+  EXPECT_EQ(lowerStepProgram(short3, plan.plan).error,
+            "the step says 3 microbatches but its ops run 2 forward and backward passes");
 }
 
 // A unit whose gradients no collective reduces cannot be run by the hooks.

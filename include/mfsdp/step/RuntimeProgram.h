@@ -38,10 +38,6 @@ struct RuntimeProgram {
   std::vector<ProgramOp> ops;
   std::vector<mfsdp_program_hook> hooks;
   std::string error; // set when the step cannot be lowered
-  /// Why the forward and backward hooks were not lowered ("" when they
-  /// were, or when only the optimizer phase was asked for): the runtime
-  /// then runs them by its own protocol.
-  std::string hooksLeftOut;
 
   /// The C view (mfsdp_plan::program); valid while this object and the
   /// returned storage live and neither changes.
@@ -89,10 +85,16 @@ RuntimeProgram lowerOptimizerProgram(const Step &step, const mfsdp_plan &plan);
 /// with MFSDP_PROGRAM_PLACE_GRADS. A gather group of several units is
 /// gathered, freed and reduced together: its work goes to its first unit's
 /// pre hooks and its last unit's post hooks (in the phase's compute order),
-/// each op naming the units whose parameters it carries. The hooks are
-/// lowered where the step has one microbatch; otherwise hooksLeftOut says
-/// why and only the optimizer phase is lowered. A compute op names its unit by index (Op::unit) or, as read
-/// from IR, by name: `unitNames` are the plan's units in index order.
+/// each op naming the units whose parameters it carries. A step that
+/// accumulates microbatches runs each microbatch's forward and backward in
+/// turn, with the same hooks but for the reduction, which the last one
+/// alone runs (the trainer runs the others under no-sync, where
+/// MFSDP_PROGRAM_START_REDUCTION reduces nothing and releases what a
+/// reduction would): the hooks are the last microbatch's, and every other
+/// microbatch's must be those without their reductions (an error names the
+/// microbatch, the hook and the op that differ). A compute op names its
+/// unit by index (Op::unit) or, as read from IR, by name: `unitNames` are
+/// the plan's units in index order.
 RuntimeProgram lowerStepProgram(const Step &step, const mfsdp_plan &plan,
                                 const std::vector<std::string> &unitNames = {});
 
