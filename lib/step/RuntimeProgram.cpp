@@ -38,7 +38,10 @@ bool overReplicas(const Op &op) {
 
 class Lowering {
 public:
-  Lowering(const Step &s, const mfsdp_plan &p) : s(s), p(p) {}
+  /// `waitedInHooks`: units whose reduction the forward and backward hooks
+  /// already wait for (their waits here would find nothing in flight).
+  Lowering(const Step &s, const mfsdp_plan &p, std::set<int32_t> waitedInHooks = {})
+      : s(s), p(p), waited(std::move(waitedInHooks)) {}
 
   RuntimeProgram run() {
     for (int32_t i = 0; i < p.num_params; ++i)
@@ -57,6 +60,13 @@ public:
           unitGroup[p.params[it->second].unit] = static_cast<int32_t>(op.group);
       }
     }
+    for (size_t u = 0; u < unitGroup.size(); ++u)
+      if (unitGroup[u] >= 0)
+        groupUnits[unitGroup[u]].push_back(static_cast<int32_t>(u));
+    unitParams.assign(unitGroup.size(), {});
+    for (int32_t i = 0; i < p.num_params; ++i)
+      if (p.params[i].unit >= 0 && p.params[i].unit < p.num_units)
+        unitParams[p.params[i].unit].push_back(i);
     stepped.assign(static_cast<size_t>(std::max(p.num_params, 0)), false);
     gathered.assign(unitGroup.size(), false);
     for (size_t i = 0; i < s.ops.size() && out.error.empty(); ++i)
@@ -98,12 +108,11 @@ private:
     return out.ops.back();
   }
 
-  std::vector<int32_t> unitsOf(int64_t group) const {
-    std::vector<int32_t> units;
-    for (size_t u = 0; u < unitGroup.size(); ++u)
-      if (unitGroup[u] == group)
-        units.push_back(static_cast<int32_t>(u));
-    return units;
+  /// The units of `group`, in index order.
+  const std::vector<int32_t> &unitsOf(int64_t group) const {
+    static const std::vector<int32_t> none;
+    auto it = groupUnits.find(group);
+    return it == groupUnits.end() ? none : it->second;
   }
 
   bool find(const std::string &name, const Op &op, int32_t &param) {
@@ -125,8 +134,10 @@ private:
     }
     const Op &target = s.ops[wait.waitFor];
     // The runtime's optimizer-phase collectives are synchronous, and
-    // gathers of the earlier phases are waited by their hooks.
-    if (target.phase == Phase::Optimizer || !isReduction(target))
+    // gathers of the earlier phases are waited by their hooks. HSDP's
+    // all-reduce over replicas is part of the wait of the unit's reduction
+    // over dp_shard (as in the hooks), which the schedule waits for too.
+    if (target.phase == Phase::Optimizer || !isReduction(target) || overReplicas(target))
       return;
     std::set<int32_t> units;
     for (const std::string &n : target.params) {
@@ -149,6 +160,7 @@ private:
     if (op.optimizer != "adamw" && op.optimizer != "sgd" && op.optimizer != "muon") {
       out.error = "'" + op.name + "' runs optimizer kernel '" + op.optimizer +
                   "'; the runtime runs adamw, sgd and muon";
+      out.unsupported = true;
       return;
     }
     std::vector<int32_t> params;
@@ -159,11 +171,13 @@ private:
       params.push_back(param);
     }
     // A group's replicated tensors are stepped by an op that names none.
-    if (op.params.empty())
-      for (int32_t i = 0; i < p.num_params; ++i)
-        if (p.params[i].placement == MFSDP_REPLICATE &&
-            unitGroup[p.params[i].unit] == op.group)
-          params.push_back(i);
+    if (op.params.empty()) {
+      for (int32_t u : unitsOf(op.group))
+        for (int32_t i : unitParams[u])
+          if (p.params[i].placement == MFSDP_REPLICATE)
+            params.push_back(i);
+      std::sort(params.begin(), params.end());
+    }
     // One op per unit and optimizer, units in order, each in the order of
     // its parameters' first appearance.
     std::map<int32_t, std::vector<std::pair<int32_t, std::vector<int32_t>>>> byUnit;
@@ -199,9 +213,8 @@ private:
       // ns_split: the updated owned Muon matrices over replicas.
       for (int32_t u : unitsOf(op.group)) {
         std::vector<int32_t> members;
-        for (int32_t i = 0; i < p.num_params; ++i)
-          if (p.params[i].unit == u && p.params[i].placement == MFSDP_OWNER &&
-              p.params[i].optimizer == MFSDP_OPT_MUON)
+        for (int32_t i : unitParams[u])
+          if (p.params[i].placement == MFSDP_OWNER && p.params[i].optimizer == MFSDP_OPT_MUON)
             members.push_back(i);
         if (!members.empty())
           add(MFSDP_PROGRAM_BROADCAST_UPDATES, u, static_cast<int32_t>(op.group),
@@ -221,6 +234,7 @@ private:
     out.error = "'" + op.name + "' (" + std::string(enumName(op.coll)) +
                 ") in the optimizer phase is a collective the runtime does not run "
                 "(ZeRO-" + std::to_string(p.zero) + ")";
+    out.unsupported = true;
   }
 
   void lower(const Op &op) {
@@ -239,6 +253,7 @@ private:
     }
     out.error = "'" + op.name + "' (" + std::string(opKindName(op.kind)) +
                 ") in the optimizer phase is an op the runtime does not run";
+    out.unsupported = true;
   }
 
   const Step &s;
@@ -246,6 +261,8 @@ private:
   RuntimeProgram out;
   std::unordered_map<std::string, int32_t> index;
   std::vector<int32_t> unitGroup;
+  std::unordered_map<int64_t, std::vector<int32_t>> groupUnits;
+  std::vector<std::vector<int32_t>> unitParams; // per unit, in index order
   std::vector<bool> stepped, gathered;
   std::set<int32_t> waited;
 };
@@ -266,6 +283,7 @@ public:
   /// is wrong with the step (error).
   std::vector<std::vector<ProgramOp>> hooks;
   std::string error;
+  bool unsupported = false; // error names an op the runtime does not run
 
   void run() {
     const int32_t units = std::max(p.num_units, 0);
@@ -300,8 +318,10 @@ public:
     // runs (the trainer runs the others under no-sync, where a
     // START_REDUCTION reduces nothing): the last microbatch's hooks are
     // the program, and every other one's must be them without reductions.
-    const std::vector<std::pair<size_t, size_t>> ranges = microbatches();
-    if (static_cast<int64_t>(ranges.size()) != std::max<int64_t>(s.microbatches, 1)) {
+    std::vector<std::pair<size_t, size_t>> ranges = microbatches();
+    if (ranges.empty())
+      ranges.push_back({0, 0}); // no forward or backward op: empty hooks
+    else if (static_cast<int64_t>(ranges.size()) != std::max<int64_t>(s.microbatches, 1)) {
       error = "the step says " + std::to_string(s.microbatches) +
               " microbatches but its ops run " + std::to_string(ranges.size()) +
               " forward and backward passes";
@@ -310,6 +330,7 @@ public:
     std::vector<std::vector<std::vector<ProgramOp>>> each;
     for (size_t m = 0; m < ranges.size(); ++m) {
       hooks.assign(runtime::hookSlot(units, 0), {});
+      reductionWaited.clear();
       lowerRange(ranges[m].first, ranges[m].second);
       if (!error.empty())
         return;
@@ -340,19 +361,17 @@ public:
   }
 
 private:
-  /// [begin, end) of each microbatch's forward and backward ops: a forward
-  /// op after a backward one starts the next.
+  /// [begin, end) of each microbatch's forward and backward ops
+  /// (microbatchOf).
   std::vector<std::pair<size_t, size_t>> microbatches() const {
     std::vector<std::pair<size_t, size_t>> out;
-    Phase last = Phase::Optimizer;
+    const std::vector<int64_t> of = microbatchOf(s);
     for (size_t i = 0; i < s.ops.size(); ++i) {
-      const Phase ph = s.ops[i].phase;
-      if (ph == Phase::Optimizer)
+      if (s.ops[i].phase == Phase::Optimizer)
         continue;
-      if (out.empty() || (ph == Phase::Forward && last == Phase::Backward))
+      if (out.empty() || of[i] >= static_cast<int64_t>(out.size()))
         out.push_back({i, i + 1});
       out.back().second = i + 1;
-      last = ph;
     }
     return out;
   }
@@ -579,6 +598,7 @@ private:
     if (!gather && !isReduction(*target)) {
       error = "'" + target->name + "' (" + std::string(enumName(target->coll)) +
               ") is a collective the runtime's hooks do not run";
+      unsupported = true;
       return;
     }
     if (gather && (target->phase == Phase::Forward) != forwardHook) {
@@ -588,16 +608,29 @@ private:
     }
     const int32_t start = gather ? MFSDP_PROGRAM_START_GATHER : MFSDP_PROGRAM_START_REDUCTION;
     const int32_t wait = gather ? MFSDP_PROGRAM_WAIT_GATHER : MFSDP_PROGRAM_WAIT_REDUCTION;
+    // A unit's reductions (its row shards' reduce-scatter, its replicated
+    // tensors' all-reduce, ...) start together and land together at the
+    // first wait for any of them: later waits lower to nothing.
+    auto firstWait = [&](int32_t unit) {
+      return gather || reductionWaited.insert(unit).second;
+    };
     for (int32_t unit : units) {
       if (op.kind == OpKind::Wait) {
-        add(hook, hookUnit, wait, unit, "wait " + target->name, target->group);
+        if (firstWait(unit))
+          add(hook, hookUnit, wait, unit, "wait " + target->name, target->group);
         continue;
       }
       add(hook, hookUnit, start, unit, op.name, op.group);
-      if (!op.async)
+      if (!op.async && firstWait(unit))
         add(hook, hookUnit, wait, unit, op.name, op.group);
     }
   }
+
+public:
+  /// The units whose reduction the (last microbatch's) hooks wait for.
+  std::set<int32_t> reductionWaited;
+
+private:
 
   const Step &s;
   const mfsdp_plan &p;
@@ -611,13 +644,20 @@ private:
 
 RuntimeProgram lowerStepProgram(const Step &step, const mfsdp_plan &plan,
                                 const std::vector<std::string> &unitNames) {
-  RuntimeProgram out = lowerOptimizerProgram(step, plan);
-  if (!out.error.empty())
+  RuntimeProgram out;
+  if (!plan.params && plan.num_params > 0) {
+    out.error = "the plan has no parameter table";
     return out;
+  }
   HookLowering hooks(step, plan, unitNames);
   hooks.run();
+  // The optimizer step waits for the reductions the hooks do not.
+  out = Lowering(step, plan, hooks.reductionWaited).run();
+  if (!out.error.empty())
+    return out;
   if (!hooks.error.empty()) {
     out.error = hooks.error;
+    out.unsupported = hooks.unsupported;
     return out;
   }
   for (size_t i = 0; i < hooks.hooks.size(); ++i) {

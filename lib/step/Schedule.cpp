@@ -155,21 +155,7 @@ void prepareOverlap(Step &s, const OverlapOptions &o) {
     std::vector<int64_t> order(s.ops.size());
     std::iota(order.begin(), order.end(), 0);
     std::vector<GatherBlock> blocks = gatherBlocks(s);
-    // Each op's microbatch: a forward op after a backward one starts the next.
-    std::vector<int64_t> microbatch(s.ops.size(), 0);
-    {
-      int64_t m = 0;
-      Phase last = Phase::Forward;
-      for (size_t i = 0; i < s.ops.size(); ++i) {
-        const Phase ph = s.ops[i].phase;
-        if (ph == Phase::Optimizer)
-          continue;
-        if (ph == Phase::Forward && last == Phase::Backward)
-          ++m;
-        last = ph;
-        microbatch[i] = m;
-      }
-    }
+    const std::vector<int64_t> microbatch = microbatchOf(s);
     // Where each group's compute starts, per microbatch and phase, in
     // program order.
     using Key = std::tuple<int64_t, int, int64_t>; // microbatch, phase, group

@@ -613,6 +613,14 @@ int main(int argc, char **argv) {
     }
     program.view(programView);
     plan.program = &programView.program;
+    // The program runs as the step says (mfsdp-verify-schedule's check).
+    const step::ProgramIssue issue =
+        step::verifyProgram(scheduled, plan, programView.program);
+    if (!issue.message.empty()) {
+      std::fprintf(stderr, "the program does not run as scheduled: %s\n",
+                   issue.message.c_str());
+      ranks.abort(2);
+    }
   }
   // The static memory plan, for the program's lifetimes when it has hooks.
   step::RuntimeMemoryPlan memory =
