@@ -267,7 +267,15 @@ def VerifySchedule : Pass<"mfsdp-verify-schedule", "::mfsdp::sched::StepOp"> {
     collective still uses it, used after it is freed; if a collective is
     issued by one rank only (the ranks would issue different sequences on a
     communicator and deadlock); if a collective is never waited for; or if
-    a rank's arena exceeds `memory-cap-mb`.
+    a rank's arena exceeds `memory-cap-mb`. Then, where the module holds
+    the `plan.graph` the step was built from, lowers the step to the
+    runtime's program (as the step library will carry it) and fails on the
+    `sched.step`, naming the hook and the op, if that program would not run
+    as the step says: a unit not whole at its compute or released before
+    it, a start not waited for or a wait for nothing, a parameter stepped
+    before its reduction lands or not exactly once, ZeRO-1/2 gathers not
+    once per unit, gathered copies allocated or freed in another order
+    (docs/schedule.md, "Verifying what runs").
   }];
   let options = [
     Option<"memoryCapMB", "memory-cap-mb", "int64_t", /*default=*/"0",

@@ -1,9 +1,15 @@
 //===- VerifySchedule.cpp - mfsdp-verify-schedule -------------------------===//
 #include "passes/Passes.h"
 #include "passes/ScheduleStages.h"
+#include "dialects/plan/PlanOps.h"
 #include "dialects/sched/StepBridge.h"
 
+#include "mfsdp/emit/RuntimePlan.h"
+#include "mfsdp/step/RuntimeProgram.h"
 #include "mfsdp/step/Schedule.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
 
 namespace mfsdp {
 #define GEN_PASS_DEF_VERIFYSCHEDULE
@@ -12,6 +18,53 @@ namespace mfsdp {
 
 using namespace mlir;
 using namespace mfsdp;
+
+/// The program the step library would carry: `s` lowered for the runtime's
+/// plan of the module's plan.graph (as the emitter builds both) and checked
+/// against `s`. Nothing to check where the module has no single plan.graph
+/// (a step written by hand) or no step library can be built from it or
+/// from the step (a baseline's step with ops the runtime does not run, as
+/// mfsdp-sim --compare schedules): the emitter says why.
+static LogicalResult verifyProgramOf(sched::StepOp op, const step::Step &s) {
+  auto module = op->getParentOfType<ModuleOp>();
+  if (!module)
+    return success();
+  plan::GraphOp graph;
+  for (plan::GraphOp g : module.getOps<plan::GraphOp>()) {
+    if (graph)
+      return success();
+    graph = g;
+  }
+  if (!graph)
+    return success();
+  RuntimePlan runtimePlan;
+  {
+    ScopedDiagnosticHandler quiet(op.getContext(),
+                                  [](Diagnostic &) { return success(); });
+    if (failed(buildRuntimePlan(graph, runtimePlan)))
+      return success();
+  }
+  const step::RuntimeProgram program =
+      step::lowerStepProgram(s, runtimePlan.plan, runtimePlan.unitNames);
+  if (program.unsupported)
+    return success();
+  if (!program.error.empty())
+    return op.emitOpError() << "cannot be lowered into the runtime's program: "
+                            << program.error;
+  step::RuntimeProgram::View view;
+  program.view(view);
+  const step::ProgramIssue issue =
+      step::verifyProgram(s, runtimePlan.plan, view.program, runtimePlan.unitNames);
+  if (issue.message.empty())
+    return success();
+  InFlightDiagnostic d = op.emitOpError() << "lowers to a runtime program that "
+                                             "does not run as scheduled: "
+                                          << issue.message;
+  if (issue.op >= 0 && issue.op < static_cast<int32_t>(program.ops.size()))
+    d << " (op " << issue.op << " is lowered from '" << program.ops[issue.op].from
+      << "')";
+  return d;
+}
 
 LogicalResult mfsdp::verifyStage(sched::StepOp op, const step::Step &s,
                                  const VerifyScheduleOptions &options) {
@@ -27,7 +80,10 @@ LogicalResult mfsdp::verifyStage(sched::StepOp op, const step::Step &s,
     at->emitError(issue.message);
     failedAny = true;
   }
-  return failure(failedAny);
+  // The step itself first: its program is checked once the step is sound.
+  if (failedAny)
+    return failure();
+  return verifyProgramOf(op, s);
 }
 
 namespace {

@@ -233,8 +233,13 @@ typedef struct mfsdp_mesh_dim {
  * range of `ops` named by one mfsdp_program_hook entry: the optimizer step
  * (MFSDP_HOOK_OPTIMIZER_STEP, unit -1) and, where the compiler lowered
  * them, each unit's four forward and backward hooks (a hook with no entry
- * runs no ops). A program with no forward or backward entry leaves those
- * hooks to the runtime's own protocol (docs/runtime.md). What the trainer
+ * runs no ops). Every library mfsdp-compile or mfsdp-translate
+ * --emit-step-c builds carries all four hooks of every unit, for steps
+ * that accumulate microbatches too (one set of hooks for every
+ * microbatch: under no-sync a START_REDUCTION reduces nothing). A plan
+ * with no program, or one with no forward or backward entry (built by
+ * hand), leaves those hooks to the runtime's own protocol
+ * (docs/runtime.md). What the trainer
  * calls is still checked against the unit's state (MFSDP_ERROR_ORDER), and
  * a pre_forward during the unit's backward (activation recomputation) runs
  * no ops: the backward gather is in place. */

@@ -38,7 +38,10 @@ bool overReplicas(const Op &op) {
 
 class Lowering {
 public:
-  Lowering(const Step &s, const mfsdp_plan &p) : s(s), p(p) {}
+  /// `waitedInHooks`: units whose reduction the forward and backward hooks
+  /// already wait for (their waits here would find nothing in flight).
+  Lowering(const Step &s, const mfsdp_plan &p, std::set<int32_t> waitedInHooks = {})
+      : s(s), p(p), waited(std::move(waitedInHooks)) {}
 
   RuntimeProgram run() {
     for (int32_t i = 0; i < p.num_params; ++i)
@@ -57,6 +60,13 @@ public:
           unitGroup[p.params[it->second].unit] = static_cast<int32_t>(op.group);
       }
     }
+    for (size_t u = 0; u < unitGroup.size(); ++u)
+      if (unitGroup[u] >= 0)
+        groupUnits[unitGroup[u]].push_back(static_cast<int32_t>(u));
+    unitParams.assign(unitGroup.size(), {});
+    for (int32_t i = 0; i < p.num_params; ++i)
+      if (p.params[i].unit >= 0 && p.params[i].unit < p.num_units)
+        unitParams[p.params[i].unit].push_back(i);
     stepped.assign(static_cast<size_t>(std::max(p.num_params, 0)), false);
     gathered.assign(unitGroup.size(), false);
     for (size_t i = 0; i < s.ops.size() && out.error.empty(); ++i)
@@ -98,12 +108,11 @@ private:
     return out.ops.back();
   }
 
-  std::vector<int32_t> unitsOf(int64_t group) const {
-    std::vector<int32_t> units;
-    for (size_t u = 0; u < unitGroup.size(); ++u)
-      if (unitGroup[u] == group)
-        units.push_back(static_cast<int32_t>(u));
-    return units;
+  /// The units of `group`, in index order.
+  const std::vector<int32_t> &unitsOf(int64_t group) const {
+    static const std::vector<int32_t> none;
+    auto it = groupUnits.find(group);
+    return it == groupUnits.end() ? none : it->second;
   }
 
   bool find(const std::string &name, const Op &op, int32_t &param) {
@@ -125,8 +134,10 @@ private:
     }
     const Op &target = s.ops[wait.waitFor];
     // The runtime's optimizer-phase collectives are synchronous, and
-    // gathers of the earlier phases are waited by their hooks.
-    if (target.phase == Phase::Optimizer || !isReduction(target))
+    // gathers of the earlier phases are waited by their hooks. HSDP's
+    // all-reduce over replicas is part of the wait of the unit's reduction
+    // over dp_shard (as in the hooks), which the schedule waits for too.
+    if (target.phase == Phase::Optimizer || !isReduction(target) || overReplicas(target))
       return;
     std::set<int32_t> units;
     for (const std::string &n : target.params) {
@@ -149,6 +160,7 @@ private:
     if (op.optimizer != "adamw" && op.optimizer != "sgd" && op.optimizer != "muon") {
       out.error = "'" + op.name + "' runs optimizer kernel '" + op.optimizer +
                   "'; the runtime runs adamw, sgd and muon";
+      out.unsupported = true;
       return;
     }
     std::vector<int32_t> params;
@@ -159,11 +171,13 @@ private:
       params.push_back(param);
     }
     // A group's replicated tensors are stepped by an op that names none.
-    if (op.params.empty())
-      for (int32_t i = 0; i < p.num_params; ++i)
-        if (p.params[i].placement == MFSDP_REPLICATE &&
-            unitGroup[p.params[i].unit] == op.group)
-          params.push_back(i);
+    if (op.params.empty()) {
+      for (int32_t u : unitsOf(op.group))
+        for (int32_t i : unitParams[u])
+          if (p.params[i].placement == MFSDP_REPLICATE)
+            params.push_back(i);
+      std::sort(params.begin(), params.end());
+    }
     // One op per unit and optimizer, units in order, each in the order of
     // its parameters' first appearance.
     std::map<int32_t, std::vector<std::pair<int32_t, std::vector<int32_t>>>> byUnit;
@@ -199,9 +213,8 @@ private:
       // ns_split: the updated owned Muon matrices over replicas.
       for (int32_t u : unitsOf(op.group)) {
         std::vector<int32_t> members;
-        for (int32_t i = 0; i < p.num_params; ++i)
-          if (p.params[i].unit == u && p.params[i].placement == MFSDP_OWNER &&
-              p.params[i].optimizer == MFSDP_OPT_MUON)
+        for (int32_t i : unitParams[u])
+          if (p.params[i].placement == MFSDP_OWNER && p.params[i].optimizer == MFSDP_OPT_MUON)
             members.push_back(i);
         if (!members.empty())
           add(MFSDP_PROGRAM_BROADCAST_UPDATES, u, static_cast<int32_t>(op.group),
@@ -221,6 +234,7 @@ private:
     out.error = "'" + op.name + "' (" + std::string(enumName(op.coll)) +
                 ") in the optimizer phase is a collective the runtime does not run "
                 "(ZeRO-" + std::to_string(p.zero) + ")";
+    out.unsupported = true;
   }
 
   void lower(const Op &op) {
@@ -239,6 +253,7 @@ private:
     }
     out.error = "'" + op.name + "' (" + std::string(opKindName(op.kind)) +
                 ") in the optimizer phase is an op the runtime does not run";
+    out.unsupported = true;
   }
 
   const Step &s;
@@ -246,6 +261,8 @@ private:
   RuntimeProgram out;
   std::unordered_map<std::string, int32_t> index;
   std::vector<int32_t> unitGroup;
+  std::unordered_map<int64_t, std::vector<int32_t>> groupUnits;
+  std::vector<std::vector<int32_t>> unitParams; // per unit, in index order
   std::vector<bool> stepped, gathered;
   std::set<int32_t> waited;
 };
@@ -262,18 +279,13 @@ public:
         paramIndex.emplace(p.params[i].name, i);
   }
 
-  /// Each hook's ops, indexed by runtime::hookSlot(unit, hook); "" or why they cannot be
-  /// lowered (leftOut: the runtime runs its own protocol instead) or what
+  /// Each hook's ops, indexed by runtime::hookSlot(unit, hook); "" or what
   /// is wrong with the step (error).
   std::vector<std::vector<ProgramOp>> hooks;
-  std::string leftOut, error;
+  std::string error;
+  bool unsupported = false; // error names an op the runtime does not run
 
   void run() {
-    if (s.microbatches > 1) {
-      leftOut = "the step accumulates " + std::to_string(s.microbatches) +
-                " microbatches, whose hooks repeat";
-      return;
-    }
     const int32_t units = std::max(p.num_units, 0);
     // Each gather group's units, in forward order (a group of several is
     // gathered, freed and reduced together: its first unit's pre hooks and
@@ -296,12 +308,76 @@ public:
     for (const auto &[g, members] : groupUnits)
       for (int32_t u : members)
         groupOf[u] = g;
-    hooks.assign(runtime::hookSlot(units, 0), {});
     // Buffers the forward gathers write: their free releases the unit.
     for (const Op &op : s.ops)
       if (isGather(op) && op.phase == Phase::Forward)
         for (int64_t b : op.writes)
           gatheredBy[b] = op.group;
+    // The microbatches: each a forward then a backward, in program order.
+    // Their hooks are the same but for the reduction, which only the last
+    // runs (the trainer runs the others under no-sync, where a
+    // START_REDUCTION reduces nothing): the last microbatch's hooks are
+    // the program, and every other one's must be them without reductions.
+    std::vector<std::pair<size_t, size_t>> ranges = microbatches();
+    if (ranges.empty())
+      ranges.push_back({0, 0}); // no forward or backward op: empty hooks
+    else if (static_cast<int64_t>(ranges.size()) != std::max<int64_t>(s.microbatches, 1)) {
+      error = "the step says " + std::to_string(s.microbatches) +
+              " microbatches but its ops run " + std::to_string(ranges.size()) +
+              " forward and backward passes";
+      return;
+    }
+    std::vector<std::vector<std::vector<ProgramOp>>> each;
+    for (size_t m = 0; m < ranges.size(); ++m) {
+      hooks.assign(runtime::hookSlot(units, 0), {});
+      reductionWaited.clear();
+      lowerRange(ranges[m].first, ranges[m].second);
+      if (!error.empty())
+        return;
+      finishHooks();
+      each.push_back(std::move(hooks));
+    }
+    hooks = std::move(each.back());
+    for (size_t m = 0; m + 1 < each.size() && error.empty(); ++m)
+      agree(static_cast<int64_t>(m), each[m]);
+    if (!error.empty())
+      return;
+    // Every unit's gradients are reduced somewhere.
+    std::vector<bool> hasParams(units, false), reduced(units, false);
+    for (int32_t i = 0; i < p.num_params; ++i)
+      hasParams[p.params[i].unit] = true;
+    for (int32_t u = 0; u < units; ++u)
+      for (int32_t h : {MFSDP_HOOK_PRE_BACKWARD, MFSDP_HOOK_POST_BACKWARD})
+        for (const ProgramOp &op : at(h, u))
+          if (op.kind == MFSDP_PROGRAM_START_REDUCTION)
+            reduced[op.unit] = true;
+    for (int32_t u = 0; u < units; ++u)
+      if (hasParams[u] && !reduced[u]) {
+        error = "unit " + std::to_string(u) + " ('" + unitName(u) +
+                "') has parameters whose gradients no collective of the "
+                "schedule's backward reduces";
+        return;
+      }
+  }
+
+private:
+  /// [begin, end) of each microbatch's forward and backward ops
+  /// (microbatchOf).
+  std::vector<std::pair<size_t, size_t>> microbatches() const {
+    std::vector<std::pair<size_t, size_t>> out;
+    const std::vector<int64_t> of = microbatchOf(s);
+    for (size_t i = 0; i < s.ops.size(); ++i) {
+      if (s.ops[i].phase == Phase::Optimizer)
+        continue;
+      if (out.empty() || of[i] >= static_cast<int64_t>(out.size()))
+        out.push_back({i, i + 1});
+      out.back().second = i + 1;
+    }
+    return out;
+  }
+
+  /// Lowers the forward and backward ops in [begin, end) into `hooks`.
+  void lowerRange(size_t begin, size_t end) {
     std::vector<size_t> pending;
     int32_t lastHook = -1, lastUnit = -1; // the post hook of the last compute
     int64_t lastGroup = -1;
@@ -319,7 +395,7 @@ public:
       }
       pending.clear();
     };
-    for (size_t i = 0; i < s.ops.size() && error.empty(); ++i) {
+    for (size_t i = begin; i < end && error.empty(); ++i) {
       const Op &op = s.ops[i];
       if (op.phase == Phase::Optimizer)
         continue;
@@ -345,39 +421,75 @@ public:
       lastUnit = unit;
       lastGroup = op.group;
     }
-    if (!error.empty())
-      return;
-    if (lastHook >= 0)
+    if (error.empty() && lastHook >= 0)
       flush(-1, -1);
-    if (!error.empty())
-      return;
-    // Every pre hook leaves its unit whole; pre_backward hands out the
-    // gradient buffers. Every unit's gradients are reduced somewhere.
-    std::vector<bool> hasParams(units, false), reduced(units, false);
+  }
+
+  /// Every pre hook leaves its unit whole; pre_backward hands out the
+  /// gradient buffers.
+  void finishHooks() {
+    std::vector<bool> hasParams(std::max(p.num_units, 0), false);
     for (int32_t i = 0; i < p.num_params; ++i)
       hasParams[p.params[i].unit] = true;
-    for (int32_t u = 0; u < units; ++u)
-      for (int32_t h : {MFSDP_HOOK_PRE_BACKWARD, MFSDP_HOOK_POST_BACKWARD})
-        for (const ProgramOp &op : at(h, u))
-          if (op.kind == MFSDP_PROGRAM_START_REDUCTION)
-            reduced[op.unit] = true;
-    for (int32_t u = 0; u < units; ++u) {
+    for (int32_t u = 0; u < p.num_units; ++u) {
       if (!hasParams[u])
         continue;
       for (int32_t h : {MFSDP_HOOK_PRE_FORWARD, MFSDP_HOOK_PRE_BACKWARD})
         add(h, u, MFSDP_PROGRAM_WAIT_GATHER, u, "the unit whole for its hook");
       add(MFSDP_HOOK_PRE_BACKWARD, u, MFSDP_PROGRAM_PLACE_GRADS, u,
           "the unit's gradient buffers");
-      if (!reduced[u]) {
-        error = "unit " + std::to_string(u) + " ('" + unitName(u) +
-                "') has parameters whose gradients no collective of the "
-                "schedule's backward reduces";
+    }
+  }
+
+  /// Microbatch `m`'s hooks (`mine`) against the program's (the last
+  /// microbatch's, in `hooks`): the same ops in the same order, without
+  /// the reductions.
+  void agree(int64_t m, const std::vector<std::vector<ProgramOp>> &mine) {
+    auto isReductionOp = [](const ProgramOp &op) {
+      return op.kind == MFSDP_PROGRAM_START_REDUCTION ||
+             op.kind == MFSDP_PROGRAM_WAIT_REDUCTION;
+    };
+    auto say = [](const ProgramOp &op) {
+      return std::string(runtime::programKindName(op.kind)) + " of unit " +
+             std::to_string(op.unit) + " ('" + op.from + "')";
+    };
+    for (size_t slot = 0; slot < hooks.size(); ++slot) {
+      const int32_t unit = static_cast<int32_t>(slot / runtime::kUnitHooks);
+      const int32_t hook = static_cast<int32_t>(slot % runtime::kUnitHooks);
+      auto where = [&] { // named on error only (unitName searches the step)
+        const std::string name = unitName(unit);
+        return "microbatch " + std::to_string(m) + "'s " + runtime::hookName(hook) +
+               " of unit " + std::to_string(unit) + (name == "?" ? "" : " ('" + name + "')");
+      };
+      std::vector<const ProgramOp *> want;
+      for (const ProgramOp &op : hooks[slot])
+        if (!isReductionOp(op))
+          want.push_back(&op);
+      size_t k = 0;
+      for (const ProgramOp &op : mine[slot]) {
+        if (isReductionOp(op)) {
+          error = where() + " runs " + say(op) +
+                  "; only the last microbatch reduces (the others accumulate "
+                  "under no-sync)";
+          return;
+        }
+        if (k == want.size() || want[k]->kind != op.kind || want[k]->unit != op.unit) {
+          error = where() + " runs " + say(op) + " where the last microbatch's runs " +
+                  (k == want.size() ? std::string("nothing more") : say(*want[k])) +
+                  ": the microbatches' hooks must agree (one program runs them all)";
+          return;
+        }
+        ++k;
+      }
+      if (k < want.size()) {
+        error = where() + " does not run " + say(*want[k]) +
+                ", which the last microbatch's runs: the microbatches' hooks must "
+                "agree (one program runs them all)";
         return;
       }
     }
   }
 
-private:
   int32_t computeUnit(const Op &op) const {
     if (op.unit >= 0)
       return static_cast<int32_t>(op.unit);
@@ -486,6 +598,7 @@ private:
     if (!gather && !isReduction(*target)) {
       error = "'" + target->name + "' (" + std::string(enumName(target->coll)) +
               ") is a collective the runtime's hooks do not run";
+      unsupported = true;
       return;
     }
     if (gather && (target->phase == Phase::Forward) != forwardHook) {
@@ -495,16 +608,29 @@ private:
     }
     const int32_t start = gather ? MFSDP_PROGRAM_START_GATHER : MFSDP_PROGRAM_START_REDUCTION;
     const int32_t wait = gather ? MFSDP_PROGRAM_WAIT_GATHER : MFSDP_PROGRAM_WAIT_REDUCTION;
+    // A unit's reductions (its row shards' reduce-scatter, its replicated
+    // tensors' all-reduce, ...) start together and land together at the
+    // first wait for any of them: later waits lower to nothing.
+    auto firstWait = [&](int32_t unit) {
+      return gather || reductionWaited.insert(unit).second;
+    };
     for (int32_t unit : units) {
       if (op.kind == OpKind::Wait) {
-        add(hook, hookUnit, wait, unit, "wait " + target->name, target->group);
+        if (firstWait(unit))
+          add(hook, hookUnit, wait, unit, "wait " + target->name, target->group);
         continue;
       }
       add(hook, hookUnit, start, unit, op.name, op.group);
-      if (!op.async)
+      if (!op.async && firstWait(unit))
         add(hook, hookUnit, wait, unit, op.name, op.group);
     }
   }
+
+public:
+  /// The units whose reduction the (last microbatch's) hooks wait for.
+  std::set<int32_t> reductionWaited;
+
+private:
 
   const Step &s;
   const mfsdp_plan &p;
@@ -518,17 +644,20 @@ private:
 
 RuntimeProgram lowerStepProgram(const Step &step, const mfsdp_plan &plan,
                                 const std::vector<std::string> &unitNames) {
-  RuntimeProgram out = lowerOptimizerProgram(step, plan);
-  if (!out.error.empty())
-    return out;
-  HookLowering hooks(step, plan, unitNames);
-  hooks.run();
-  if (!hooks.error.empty()) {
-    out.error = hooks.error;
+  RuntimeProgram out;
+  if (!plan.params && plan.num_params > 0) {
+    out.error = "the plan has no parameter table";
     return out;
   }
-  if (!hooks.leftOut.empty()) {
-    out.hooksLeftOut = hooks.leftOut;
+  HookLowering hooks(step, plan, unitNames);
+  hooks.run();
+  // The optimizer step waits for the reductions the hooks do not.
+  out = Lowering(step, plan, hooks.reductionWaited).run();
+  if (!out.error.empty())
+    return out;
+  if (!hooks.error.empty()) {
+    out.error = hooks.error;
+    out.unsupported = hooks.unsupported;
     return out;
   }
   for (size_t i = 0; i < hooks.hooks.size(); ++i) {

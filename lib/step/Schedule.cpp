@@ -148,42 +148,51 @@ void scheduleOverlap(Step &s, const OverlapOptions &o) {
 
 void prepareOverlap(Step &s, const OverlapOptions &o) {
   // 1. Prefetch: move each gather block before the compute of the group
-  // `prefetch` groups earlier in program order (same phase).
+  // `prefetch` groups earlier in program order (same phase, same
+  // microbatch: each microbatch's forward and backward gather their own
+  // groups, so every microbatch runs the same hooks).
   if (o.prefetch > 0) {
     std::vector<int64_t> order(s.ops.size());
     std::iota(order.begin(), order.end(), 0);
     std::vector<GatherBlock> blocks = gatherBlocks(s);
-    // Where each group's compute starts, per phase, in program order.
-    std::vector<std::pair<Phase, std::vector<size_t>>> firsts;
-    std::map<std::pair<int, int64_t>, size_t> firstCompute;
-    std::vector<std::pair<Phase, int64_t>> computeOrder;
-    std::map<std::pair<int, int64_t>, size_t> orderOf; // key -> computeOrder index
+    const std::vector<int64_t> microbatch = microbatchOf(s);
+    // Where each group's compute starts, per microbatch and phase, in
+    // program order.
+    using Key = std::tuple<int64_t, int, int64_t>; // microbatch, phase, group
+    std::map<Key, size_t> firstCompute;
+    std::vector<Key> computeOrder;
+    std::map<Key, size_t> orderOf; // key -> computeOrder index
     for (size_t i = 0; i < s.ops.size(); ++i) {
       const Op &op = s.ops[i];
       if (op.kind != OpKind::Compute || op.group < 0 || op.compute == "copy")
         continue;
-      auto key = std::make_pair(static_cast<int>(op.phase), op.group);
+      Key key{microbatch[i], static_cast<int>(op.phase), op.group};
       if (!firstCompute.count(key)) {
         firstCompute[key] = i;
         orderOf[key] = computeOrder.size();
-        computeOrder.push_back({op.phase, op.group});
+        computeOrder.push_back(key);
       }
     }
-    // The gather blocks of each (phase, group), in block order.
-    std::map<std::pair<int, int64_t>, std::vector<size_t>> blocksOf;
+    auto blockKey = [&](const GatherBlock &b) {
+      return Key{microbatch[b.begin + 1], static_cast<int>(b.phase), b.group};
+    };
+    // The gather blocks of each (microbatch, phase, group), in block order.
+    std::map<Key, std::vector<size_t>> blocksOf;
     for (size_t k = 0; k < blocks.size(); ++k)
-      blocksOf[{static_cast<int>(blocks[k].phase), blocks[k].group}].push_back(k);
+      blocksOf[blockKey(blocks[k])].push_back(k);
     // For each block: the group whose compute is `prefetch` groups before.
     std::map<size_t, size_t> moveBefore; // block begin -> target op index
     for (const GatherBlock &b : blocks) {
-      auto found = orderOf.find({static_cast<int>(b.phase), b.group});
+      const Key key = blockKey(b);
+      auto found = orderOf.find(key);
       if (found == orderOf.end())
         continue;
       auto it = computeOrder.begin() + static_cast<std::ptrdiff_t>(found->second);
       int64_t back = 0;
       auto target = it;
       while (back < o.prefetch && target != computeOrder.begin() &&
-             std::prev(target)->first == b.phase) {
+             std::get<0>(*std::prev(target)) == std::get<0>(key) &&
+             std::get<1>(*std::prev(target)) == std::get<1>(key)) {
         --target;
         ++back;
       }
@@ -194,7 +203,7 @@ void prepareOverlap(Step &s, const OverlapOptions &o) {
         // The blocks of the groups in [target, it), summed in block order.
         std::vector<size_t> others;
         for (auto g = target; g != it; ++g) {
-          auto list = blocksOf.find({static_cast<int>(g->first), g->second});
+          auto list = blocksOf.find(*g);
           if (list != blocksOf.end())
             others.insert(others.end(), list->second.begin(), list->second.end());
         }
@@ -206,7 +215,7 @@ void prepareOverlap(Step &s, const OverlapOptions &o) {
         if (inflight > o.maxInflightBytes)
           continue;
       }
-      moveBefore[b.begin] = firstCompute[{static_cast<int>(target->first), target->second}];
+      moveBefore[b.begin] = firstCompute[*target];
     }
     // Rebuild the order: blocks go right before their target compute (and
     // the waits that precede it will be placed later, after them).

@@ -13,51 +13,8 @@
 #include <string>
 #include <vector>
 
-namespace {
-
-const char *kindName(int32_t kind) {
-  switch (kind) {
-  case MFSDP_PROGRAM_WAIT_REDUCTION:
-    return "wait_reduction";
-  case MFSDP_PROGRAM_OPTIMIZER:
-    return "optimizer";
-  case MFSDP_PROGRAM_BROADCAST_UPDATES:
-    return "broadcast_updates";
-  case MFSDP_PROGRAM_GATHER:
-    return "gather";
-  case MFSDP_PROGRAM_START_GATHER:
-    return "start_gather";
-  case MFSDP_PROGRAM_WAIT_GATHER:
-    return "wait_gather";
-  case MFSDP_PROGRAM_RELEASE:
-    return "release";
-  case MFSDP_PROGRAM_PLACE_GRADS:
-    return "place_grads";
-  case MFSDP_PROGRAM_START_REDUCTION:
-    return "start_reduction";
-  default:
-    return "unknown";
-  }
-}
-
-const char *hookName(int32_t hook) {
-  switch (hook) {
-  case MFSDP_HOOK_PRE_FORWARD:
-    return "pre_forward";
-  case MFSDP_HOOK_POST_FORWARD:
-    return "post_forward";
-  case MFSDP_HOOK_PRE_BACKWARD:
-    return "pre_backward";
-  case MFSDP_HOOK_POST_BACKWARD:
-    return "post_backward";
-  case MFSDP_HOOK_OPTIMIZER_STEP:
-    return "optimizer_step";
-  default:
-    return "unknown";
-  }
-}
-
-} // namespace
+using mfsdp::runtime::hookName;
+using mfsdp::runtime::programKindName;
 
 const mfsdp_program_hook *mfsdp::rt::optimizerHook(const mfsdp_plan &plan) {
   const mfsdp_program *g = plan.program;
@@ -80,7 +37,7 @@ std::string hookOpsProblem(const mfsdp_plan &plan, const mfsdp_program_hook &k,
       k.hook == MFSDP_HOOK_PRE_BACKWARD || k.hook == MFSDP_HOOK_POST_BACKWARD;
   for (int32_t i = k.first_op; i < k.first_op + k.num_ops; ++i) {
     const mfsdp_program_op &op = g.ops[i];
-    const std::string where = "op " + std::to_string(i) + " (" + kindName(op.kind) +
+    const std::string where = "op " + std::to_string(i) + " (" + programKindName(op.kind) +
                               ", unit " + std::to_string(op.unit) + ") of " +
                               hookName(k.hook) + "(" + std::to_string(k.unit) + "): ";
     switch (op.kind) {
@@ -175,7 +132,7 @@ std::string mfsdp::rt::programProblem(const mfsdp_plan &plan) {
   std::vector<int32_t> stepped(plan.num_params, 0), gathered(plan.num_units, 0);
   for (int32_t i = opt->first_op; i < opt->first_op + opt->num_ops; ++i) {
     const mfsdp_program_op &op = g.ops[i];
-    const std::string where = "op " + std::to_string(i) + " (" + kindName(op.kind) +
+    const std::string where = "op " + std::to_string(i) + " (" + programKindName(op.kind) +
                               ", unit " + std::to_string(op.unit) + ", group " +
                               std::to_string(op.group) + "): ";
     if (op.kind < MFSDP_PROGRAM_WAIT_REDUCTION || op.kind > MFSDP_PROGRAM_GATHER)
@@ -195,7 +152,7 @@ std::string mfsdp::rt::programProblem(const mfsdp_plan &plan) {
         op.kind == MFSDP_PROGRAM_OPTIMIZER || op.kind == MFSDP_PROGRAM_BROADCAST_UPDATES;
     if (!withParams && op.num_params != 0)
       return prefix + where + "names " + std::to_string(op.num_params) +
-             " params; a " + kindName(op.kind) + " names none (it works on the unit)";
+             " params; a " + programKindName(op.kind) + " names none (it works on the unit)";
     if (op.kind == MFSDP_PROGRAM_OPTIMIZER && op.optimizer != MFSDP_OPT_ADAMW &&
         op.optimizer != MFSDP_OPT_SGD && op.optimizer != MFSDP_OPT_MUON)
       return prefix + where + "optimizer " + std::to_string(op.optimizer) +

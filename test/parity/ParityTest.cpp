@@ -627,6 +627,14 @@ int main(int argc, char **argv) {
     }
     program.view(programView);
     plan.program = &programView.program;
+    // The program runs as the step says (mfsdp-verify-schedule's check).
+    const step::ProgramIssue issue =
+        step::verifyProgram(scheduled, plan, programView.program);
+    if (!issue.message.empty()) {
+      std::fprintf(stderr, "the program does not run as scheduled: %s\n",
+                   issue.message.c_str());
+      ranks.abort(2);
+    }
   }
   // The static memory plan, for the program's lifetimes when it has hooks.
   step::RuntimeMemoryPlan memory =
@@ -802,7 +810,7 @@ int main(int argc, char **argv) {
     // A compiled program that runs the hooks starts every gather of a row
     // shard or owned matrix ahead of its wait (ZeRO-3, forward and
     // backward) and every reduction (below), as the schedule says.
-    const bool hooked = withProgram && program.hooksLeftOut.empty();
+    const bool hooked = withProgram;
     int64_t perMicro = 0;
     if (hooked && zero >= 3) {
       for (int32_t i = 0; i < plan.num_params; ++i) {

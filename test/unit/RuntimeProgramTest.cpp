@@ -264,7 +264,6 @@ TEST(RuntimeProgram, HooksFollowTheSchedule) {
   scheduleOverlap(s, o);
   const RuntimeProgram p = lowerStepProgram(s, plan.plan);
   ASSERT_EQ(p.error, "");
-  ASSERT_EQ(p.hooksLeftOut, "");
   EXPECT_EQ(p.hooks.size(), 1u + 3 * 4);
   EXPECT_EQ(hookText(p, MFSDP_HOOK_PRE_FORWARD, 0), "wait_gather u0");
   EXPECT_EQ(hookText(p, MFSDP_HOOK_POST_FORWARD, 0), "");
@@ -329,7 +328,6 @@ TEST(RuntimeProgram, HooksPrefetchUnderZero3) {
   scheduleOverlap(z, o);
   const RuntimeProgram p = lowerStepProgram(z, plan.plan);
   ASSERT_EQ(p.error, "");
-  ASSERT_EQ(p.hooksLeftOut, "");
   EXPECT_EQ(hookText(p, MFSDP_HOOK_PRE_FORWARD, 0),
             "start_gather u0, start_gather u1, wait_gather u0");
   EXPECT_EQ(hookText(p, MFSDP_HOOK_POST_FORWARD, 0), "release u0");
@@ -372,7 +370,6 @@ TEST(RuntimeProgram, HooksOfAGroupOfUnits) {
       op.group = 1;
   const RuntimeProgram p = lowerStepProgram(s, plan.plan);
   ASSERT_EQ(p.error, "");
-  ASSERT_EQ(p.hooksLeftOut, "");
   EXPECT_EQ(hookText(p, MFSDP_HOOK_PRE_BACKWARD, 2), "wait_gather u2, place_grads u2");
   EXPECT_EQ(hookText(p, MFSDP_HOOK_POST_BACKWARD, 2),
             "start_reduction u2, wait_reduction u2");
@@ -381,16 +378,90 @@ TEST(RuntimeProgram, HooksOfAGroupOfUnits) {
   EXPECT_EQ(hookText(p, MFSDP_HOOK_PRE_BACKWARD, 1), "wait_gather u1, place_grads u1");
 }
 
-// Where microbatches repeat the hooks, only the optimizer step is lowered,
-// and the program says why.
-TEST(RuntimeProgram, HooksLeftOut) {
+/// `one` (a step of one microbatch, not yet scheduled) accumulating `n`
+/// microbatches: its forward and backward ops `n` times, the reductions in
+/// the last only, then its optimizer phase.
+Step microbatched(const Step &one, int64_t n) {
+  Step s = one;
+  s.microbatches = n;
+  s.ops.clear();
+  for (int64_t m = 0; m < n; ++m)
+    for (const Op &op : one.ops)
+      if (op.phase != Phase::Optimizer &&
+          (m + 1 == n || op.kind != OpKind::Collective ||
+           op.coll != CollKind::ReduceScatter))
+        s.ops.push_back(op);
+  for (const Op &op : one.ops)
+    if (op.phase == Phase::Optimizer)
+      s.ops.push_back(op);
+  return s;
+}
+
+/// Every forward and backward hook of `p`, one line each.
+std::string allHooks(const RuntimeProgram &p, int32_t units) {
+  std::string out;
+  for (int32_t u = 0; u < units; ++u)
+    for (int32_t h = MFSDP_HOOK_PRE_FORWARD; h <= MFSDP_HOOK_POST_BACKWARD; ++h)
+      out += std::to_string(h) + " u" + std::to_string(u) + ": " + hookText(p, h, u) + "\n";
+  return out;
+}
+
+// Microbatches run the same hooks: the program of a step that accumulates
+// two microbatches (the first with no reduction) is the program of its one
+// microbatch, for each prefetch depth (the schedule prefetches within a
+// microbatch).
+TEST(RuntimeProgram, HooksOfMicrobatches) {
   Plan plan;
-  Step m = threeUnits();
-  m.microbatches = 2;
-  const RuntimeProgram p = lowerStepProgram(m, plan.plan);
-  EXPECT_EQ(p.error, "");
-  EXPECT_EQ(p.hooksLeftOut, "the step accumulates 2 microbatches, whose hooks repeat");
-  EXPECT_EQ(p.hooks.size(), 1u);
+  plan.plan.zero = 3;
+  for (int64_t depth : {0, 1, 2}) {
+    OverlapOptions o;
+    o.prefetch = depth;
+    Step one = zero3Step();
+    Step two = microbatched(one, 2);
+    scheduleOverlap(one, o);
+    scheduleOverlap(two, o);
+    const RuntimeProgram p1 = lowerStepProgram(one, plan.plan);
+    const RuntimeProgram p2 = lowerStepProgram(two, plan.plan);
+    ASSERT_EQ(p1.error, "") << "depth " << depth;
+    ASSERT_EQ(p2.error, "") << "depth " << depth;
+    EXPECT_EQ(p2.hooks.size(), 1u + 3 * 4) << "depth " << depth;
+    EXPECT_EQ(allHooks(p2, 3), allHooks(p1, 3)) << "depth " << depth;
+  }
+}
+
+// Microbatches whose hooks differ cannot run one program: the error names
+// the microbatch, the hook and the op.
+TEST(RuntimeProgram, HooksOfMicrobatchesMustAgree) {
+  Plan plan;
+  plan.plan.zero = 3;
+  Step two = microbatched(zero3Step(), 2);
+  // The first microbatch does not gather unit 1 for its backward.
+  auto bwd = std::find_if(two.ops.begin(), two.ops.end(),
+                          [](const Op &op) { return op.name == "bwd gather g1"; });
+  ASSERT_NE(bwd, two.ops.end());
+  two.ops.erase(bwd);
+  EXPECT_EQ(lowerStepProgram(two, plan.plan).error,
+            "microbatch 0's pre_backward of unit 1 runs wait_gather of unit 1 ('the unit "
+            "whole for its hook') where the last microbatch's runs start_gather of unit 1 "
+            "('bwd gather g1'): the microbatches' hooks must agree (one program runs "
+            "them all)");
+  // The first microbatch reduces.
+  Step reducing = microbatched(zero3Step(), 2);
+  auto first = std::find_if(reducing.ops.begin(), reducing.ops.end(),
+                            [](const Op &op) { return op.name == "backward u1"; });
+  ASSERT_NE(first, reducing.ops.end());
+  reducing.ops.insert(first + 1, collective(CollKind::ReduceScatter, Phase::Backward,
+                                            "early reduce_scatter g1", 1,
+                                            {"u1.w", "u1.b"}, 1, 4));
+  EXPECT_EQ(lowerStepProgram(reducing, plan.plan).error,
+            "microbatch 0's post_backward of unit 1 runs start_reduction of unit 1 "
+            "('early reduce_scatter g1'); only the last microbatch reduces (the others "
+            "accumulate under no-sync)");
+  // The step says more microbatches than its ops run.
+  Step short3 = microbatched(zero3Step(), 2);
+  short3.microbatches = 3;
+  EXPECT_EQ(lowerStepProgram(short3, plan.plan).error,
+            "the step says 3 microbatches but its ops run 2 forward and backward passes");
 }
 
 // A unit whose gradients no collective reduces cannot be run by the hooks.
@@ -406,3 +477,336 @@ TEST(RuntimeProgram, HooksRefuseAnUnreducedUnit) {
 }
 
 } // namespace
+
+//===----------------------------------------------------------------------===//
+// verifyProgram: a lowered program passes; each corruption of it is the
+// checker's first violation, named by hook and op.
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// A lowered program whose tables the tests corrupt.
+struct Lowered {
+  Step step;
+  RuntimeProgram program;
+  RuntimeProgram::View view;
+  std::string check(const mfsdp_plan &plan) {
+    program.view(view);
+    const ProgramIssue issue = verifyProgram(step, plan, view.program);
+    // The op is named where the message names one ("op N (...)").
+    if (issue.op >= 0) {
+      EXPECT_NE(issue.message.find("op " + std::to_string(issue.op) + " ("), std::string::npos)
+          << issue.message;
+    }
+    return issue.message;
+  }
+  /// The index of the `n`-th op of `kind` on `unit` in `hook` of `hookUnit`.
+  int32_t find(int32_t hook, int32_t hookUnit, int32_t kind, int32_t unit, int n = 0) {
+    for (const mfsdp_program_hook &h : program.hooks)
+      if (h.hook == hook && h.unit == hookUnit)
+        for (int32_t i = h.first_op; i < h.first_op + h.num_ops; ++i)
+          if (program.ops[i].kind == kind && program.ops[i].unit == unit && n-- == 0)
+            return i;
+    return -1;
+  }
+  mfsdp_program_hook &entry(int32_t hook, int32_t unit) {
+    for (mfsdp_program_hook &h : program.hooks)
+      if (h.hook == hook && h.unit == unit)
+        return h;
+    static mfsdp_program_hook none{};
+    ADD_FAILURE() << "no entry for hook " << hook << " of unit " << unit;
+    return none;
+  }
+};
+
+Lowered lowered(Step s, const mfsdp_plan &plan, int64_t prefetch) {
+  OverlapOptions o;
+  o.prefetch = prefetch;
+  scheduleOverlap(s, o);
+  Lowered l;
+  l.step = std::move(s);
+  l.program = lowerStepProgram(l.step, plan);
+  EXPECT_EQ(l.program.error, "");
+  return l;
+}
+
+} // namespace
+
+// What lowerStepProgram lowers passes, under ZeRO-2 and ZeRO-3 at each
+// prefetch depth, with microbatches too.
+TEST(VerifyProgram, LoweredProgramsPass) {
+  Plan zero2;
+  Plan zero3;
+  zero3.plan.zero = 3;
+  for (int64_t depth : {0, 1, 2}) {
+    EXPECT_EQ(lowered(threeUnits(), zero2.plan, depth).check(zero2.plan), "") << depth;
+    EXPECT_EQ(lowered(zero3Step(), zero3.plan, depth).check(zero3.plan), "") << depth;
+    EXPECT_EQ(lowered(microbatched(zero3Step(), 2), zero3.plan, depth).check(zero3.plan), "")
+        << depth;
+  }
+}
+
+TEST(VerifyProgram, HookEntries) {
+  Plan plan;
+  plan.plan.zero = 3;
+  {
+    Lowered l = lowered(zero3Step(), plan.plan, 1);
+    l.program.hooks.push_back(l.entry(MFSDP_HOOK_PRE_FORWARD, 1));
+    EXPECT_EQ(l.check(plan.plan),
+              "hook entry 13 (pre_forward of unit 1) is a second entry for that hook");
+  }
+  {
+    Lowered l = lowered(zero3Step(), plan.plan, 1);
+    l.entry(MFSDP_HOOK_POST_BACKWARD, 2).unit = 7;
+    EXPECT_EQ(l.check(plan.plan), "hook entry 12 (post_backward of unit 7) names unit 7, "
+                                  "which is not one of the plan's 3 units");
+  }
+  {
+    Lowered l = lowered(zero3Step(), plan.plan, 1);
+    l.entry(MFSDP_HOOK_POST_FORWARD, 0).hook = MFSDP_HOOK_PRE_FORWARD;
+    EXPECT_EQ(l.check(plan.plan),
+              "hook entry 2 (pre_forward of unit 0) is a second entry for that hook");
+  }
+  {
+    Lowered l = lowered(zero3Step(), plan.plan, 1);
+    l.entry(MFSDP_HOOK_PRE_BACKWARD, 1).num_ops = 1000;
+    EXPECT_EQ(l.check(plan.plan),
+              "hook entry 7 (pre_backward of unit 1) runs ops [" +
+                  std::to_string(l.entry(MFSDP_HOOK_PRE_BACKWARD, 1).first_op) + ", " +
+                  std::to_string(l.entry(MFSDP_HOOK_PRE_BACKWARD, 1).first_op + 1000) +
+                  "), outside the program's " + std::to_string(l.program.ops.size()) +
+                  " ops");
+  }
+}
+
+// Each unit whole before its compute, released after it.
+TEST(VerifyProgram, UnitsWholeForTheirCompute) {
+  Plan plan;
+  plan.plan.zero = 3;
+  {
+    // pre_forward(1) waits for nothing: its prefetched gather is never
+    // waited for before its compute.
+    Lowered l = lowered(zero3Step(), plan.plan, 1);
+    const int32_t wait = l.find(MFSDP_HOOK_PRE_FORWARD, 1, MFSDP_PROGRAM_WAIT_GATHER, 1);
+    ASSERT_GE(wait, 0);
+    l.program.ops[wait].kind = MFSDP_PROGRAM_PLACE_GRADS;
+    EXPECT_EQ(l.check(plan.plan),
+              "pre_forward of unit 1: op " + std::to_string(wait) +
+                  " (place_grads of unit 1) hands out gradient buffers outside the "
+                  "backward hooks");
+    l.program.ops[wait].kind = MFSDP_PROGRAM_RELEASE;
+    EXPECT_EQ(l.check(plan.plan),
+              "pre_forward of unit 1: op " + std::to_string(wait) +
+                  " (release of unit 1) releases the unit while its gather (op " +
+                  std::to_string(l.find(MFSDP_HOOK_PRE_FORWARD, 0,
+                                        MFSDP_PROGRAM_START_GATHER, 1)) +
+                  ") is in flight");
+  }
+  {
+    // The release of unit 0 moved into its own pre_forward.
+    Lowered l = lowered(zero3Step(), plan.plan, 0);
+    const int32_t wait = l.find(MFSDP_HOOK_PRE_FORWARD, 0, MFSDP_PROGRAM_WAIT_GATHER, 0);
+    const int32_t release = l.find(MFSDP_HOOK_POST_FORWARD, 0, MFSDP_PROGRAM_RELEASE, 0);
+    ASSERT_GE(release, 0);
+    std::swap(l.program.ops[wait], l.program.ops[release]);
+    EXPECT_EQ(l.check(plan.plan),
+              "pre_forward of unit 0: op " + std::to_string(wait) +
+                  " (release of unit 0) releases the unit while its gather (op " +
+                  std::to_string(wait - 1) + ") is in flight");
+  }
+  {
+    // No wait_gather in pre_backward(2): unit 2 is not whole for its backward.
+    Lowered l = lowered(zero3Step(), plan.plan, 0);
+    const int32_t wait = l.find(MFSDP_HOOK_PRE_BACKWARD, 2, MFSDP_PROGRAM_WAIT_GATHER, 2);
+    const int32_t start = l.find(MFSDP_HOOK_PRE_BACKWARD, 2, MFSDP_PROGRAM_START_GATHER, 2);
+    ASSERT_GE(wait, 0);
+    ASSERT_GE(start, 0);
+    l.program.ops[wait].kind = MFSDP_PROGRAM_PLACE_GRADS;
+    l.program.ops[start].kind = MFSDP_PROGRAM_PLACE_GRADS;
+    EXPECT_EQ(l.check(plan.plan),
+              "pre_backward of unit 2 leaves the unit not whole for its backward compute: "
+              "no wait_gather of it has run since its copy was released after forward");
+  }
+}
+
+// Every started gather and reduction waited for, once.
+TEST(VerifyProgram, StartsAndWaits) {
+  Plan plan;
+  plan.plan.zero = 3;
+  {
+    Lowered l = lowered(zero3Step(), plan.plan, 1);
+    const int32_t start = l.find(MFSDP_HOOK_POST_BACKWARD, 1, MFSDP_PROGRAM_START_REDUCTION, 1);
+    ASSERT_GE(start, 0);
+    l.program.ops[start].kind = MFSDP_PROGRAM_WAIT_REDUCTION;
+    EXPECT_EQ(l.check(plan.plan),
+              "post_backward of unit 1: op " + std::to_string(start) +
+                  " (wait_reduction of unit 1) waits for a reduction that no op started");
+  }
+  {
+    // The optimizer step's waits dropped: unit 0's reduction lands nowhere.
+    Lowered l = lowered(zero3Step(), plan.plan, 1);
+    mfsdp_program_hook &opt = l.entry(MFSDP_HOOK_OPTIMIZER_STEP, -1);
+    while (l.program.ops[opt.first_op].kind == MFSDP_PROGRAM_WAIT_REDUCTION) {
+      ++opt.first_op;
+      --opt.num_ops;
+    }
+    const std::string error = l.check(plan.plan);
+    EXPECT_NE(error.find("before the reduction of its unit lands (op "), std::string::npos)
+        << error;
+    EXPECT_EQ(error.rfind("optimizer_step: op ", 0), 0u) << error;
+  }
+  {
+    // A reduction started twice.
+    Lowered l = lowered(zero3Step(), plan.plan, 1);
+    const int32_t start = l.find(MFSDP_HOOK_POST_BACKWARD, 2, MFSDP_PROGRAM_START_REDUCTION, 2);
+    const int32_t other = l.find(MFSDP_HOOK_POST_BACKWARD, 1, MFSDP_PROGRAM_START_REDUCTION, 1);
+    ASSERT_GE(other, 0);
+    l.program.ops[other].unit = 2;
+    EXPECT_EQ(l.check(plan.plan),
+              "post_backward of unit 1: op " + std::to_string(other) +
+                  " (start_reduction of unit 2) starts the unit's reduction a second time "
+                  "(op " + std::to_string(start) + " started it)");
+  }
+  {
+    // A gather started and never waited for: pre_forward(2) starts unit
+    // 1's instead of its own (whose wait then gathers it in place).
+    Lowered l = lowered(zero3Step(), plan.plan, 0);
+    const int32_t start = l.find(MFSDP_HOOK_PRE_FORWARD, 2, MFSDP_PROGRAM_START_GATHER, 2);
+    ASSERT_GE(start, 0);
+    l.program.ops[start].unit = 1;
+    EXPECT_EQ(l.check(plan.plan),
+              "op " + std::to_string(start) +
+                  " (start_gather of unit 1) starts a gather that no op of the forward "
+                  "hooks waits for");
+  }
+  {
+    // A gather of a unit that is whole: post_forward(0) gathers instead of
+    // releasing.
+    Lowered l = lowered(zero3Step(), plan.plan, 0);
+    const int32_t release = l.find(MFSDP_HOOK_POST_FORWARD, 0, MFSDP_PROGRAM_RELEASE, 0);
+    ASSERT_GE(release, 0);
+    l.program.ops[release].kind = MFSDP_PROGRAM_START_GATHER;
+    EXPECT_EQ(l.check(plan.plan),
+              "post_forward of unit 0: op " + std::to_string(release) +
+                  " (start_gather of unit 0) starts a gather of a unit that is whole "
+                  "(gathered and not released)");
+  }
+}
+
+// The optimizer step: each parameter once, by its op, after its reduction;
+// ZeRO-1/2's gathers once per unit, after the update.
+TEST(VerifyProgram, OptimizerStep) {
+  Plan plan; // ZeRO-2
+  {
+    Lowered l = lowered(threeUnits(), plan.plan, 1);
+    const int32_t sgd = l.find(MFSDP_HOOK_OPTIMIZER_STEP, -1, MFSDP_PROGRAM_OPTIMIZER, 2);
+    ASSERT_GE(sgd, 0);
+    l.program.ops[sgd].params = {0};
+    EXPECT_EQ(l.check(plan.plan), "optimizer_step: op " + std::to_string(sgd) +
+                                      " (optimizer of unit 2) steps 'u0.w', a parameter "
+                                      "of unit 0");
+    l.program.ops[sgd].params = {3, 3};
+    EXPECT_EQ(l.check(plan.plan), "optimizer_step: op " + std::to_string(sgd) +
+                                      " (optimizer of unit 2) steps 'u2.w' a second time "
+                                      "in the step");
+    l.program.ops[sgd].params = {};
+    EXPECT_EQ(l.check(plan.plan),
+              "optimizer_step: op " +
+                  std::to_string(l.find(MFSDP_HOOK_OPTIMIZER_STEP, -1, MFSDP_PROGRAM_GATHER, 2)) +
+                  " (gather of unit 2) gathers the unit before its parameter 'u2.w' is "
+                  "stepped");
+  }
+  {
+    Lowered l = lowered(threeUnits(), plan.plan, 1);
+    // Landing order steps unit 2 first: its gather names unit 0 instead.
+    const int32_t gather = l.find(MFSDP_HOOK_OPTIMIZER_STEP, -1, MFSDP_PROGRAM_GATHER, 2);
+    ASSERT_GE(gather, 0);
+    l.program.ops[gather].unit = 0;
+    EXPECT_EQ(l.check(plan.plan), "optimizer_step: op " + std::to_string(gather) +
+                                      " (gather of unit 0) gathers the unit before its "
+                                      "parameter 'u0.w' is stepped");
+  }
+  {
+    Lowered l = lowered(threeUnits(), plan.plan, 1);
+    const int32_t gather = l.find(MFSDP_HOOK_OPTIMIZER_STEP, -1, MFSDP_PROGRAM_GATHER, 2);
+    ASSERT_GE(gather, 0);
+    l.program.ops[gather].kind = MFSDP_PROGRAM_BROADCAST_UPDATES;
+    EXPECT_EQ(l.check(plan.plan), "the optimizer step does not gather unit 2's updated "
+                                  "parameters (ZeRO-2)");
+  }
+}
+
+// Under ZeRO-3 the program allocates and frees the gathered copies in the
+// step's order.
+TEST(VerifyProgram, CopiesInTheStepsOrder) {
+  Plan plan;
+  plan.plan.zero = 3;
+  Lowered l = lowered(zero3Step(), plan.plan, 0);
+  // The step's forward gathers of groups 1 and 2 swapped (not the program's).
+  auto g1 = std::find_if(l.step.ops.begin(), l.step.ops.end(),
+                         [](const Op &op) { return op.name == "gather g1"; });
+  auto g2 = std::find_if(l.step.ops.begin(), l.step.ops.end(),
+                         [](const Op &op) { return op.name == "gather g2"; });
+  ASSERT_NE(g1, l.step.ops.end());
+  ASSERT_NE(g2, l.step.ops.end());
+  std::swap(g1->group, g2->group);
+  const int32_t start = l.find(MFSDP_HOOK_PRE_FORWARD, 1, MFSDP_PROGRAM_START_GATHER, 1);
+  EXPECT_EQ(l.check(plan.plan),
+            "pre_forward of unit 1: op " + std::to_string(start) +
+                " (start_gather of unit 1) allocates group 1's forward gathered copy "
+                "where the step allocates group 2's ('alloc')");
+}
+
+// Under ZeRO-3 a group of replicated tensors only is gathered nowhere in the
+// step (the runtime copies them whole at the unit's wait): it has no
+// gathered copy whose order the program must follow.
+TEST(VerifyProgram, GroupGatheredNowhere) {
+  Plan plan;
+  plan.plan.zero = 3;
+  // Unit 1: its matrix replicated and stepped by AdamW with its vector.
+  plan.descs[1].placement = MFSDP_REPLICATE;
+  plan.descs[1].optimizer = MFSDP_OPT_ADAMW;
+  Step z = zero3Step();
+  z.ops.erase(std::remove_if(z.ops.begin(), z.ops.end(),
+                             [](const Op &op) {
+                               if (op.name == "muon g1")
+                                 return true;
+                               if (op.group != 1 || op.phase == Phase::Optimizer)
+                                 return false;
+                               return op.kind == OpKind::Alloc || op.kind == OpKind::Free ||
+                                      (op.kind == OpKind::Collective &&
+                                       op.coll == CollKind::AllGather);
+                             }),
+              z.ops.end());
+  for (int64_t depth : {0, 1})
+    EXPECT_EQ(lowered(z, plan.plan, depth).check(plan.plan), "") << depth;
+}
+
+// Microbatches: each forward then backward; the next starts at the first
+// forward op after a backward compute (an alloc of the forward phase), not
+// at an op of the forward phase inside the backward.
+TEST(Step, MicrobatchOf) {
+  Step one = zero3Step();
+  Step two = microbatched(one, 2);
+  const std::vector<int64_t> of = microbatchOf(two);
+  ASSERT_EQ(of.size(), two.ops.size());
+  size_t firstOfSecond = 0;
+  while (firstOfSecond < of.size() && of[firstOfSecond] == 0)
+    ++firstOfSecond;
+  size_t firstOps = 0; // the first microbatch: no reductions
+  for (const Op &op : one.ops)
+    firstOps += op.phase != Phase::Optimizer &&
+                !(op.kind == OpKind::Collective && op.coll == CollKind::ReduceScatter);
+  EXPECT_EQ(firstOfSecond, firstOps);
+  EXPECT_EQ(two.ops[firstOfSecond].kind, OpKind::Alloc);
+  EXPECT_EQ(of.back(), 1);
+  // An alloc said to be of the forward phase inside the backward (as hand-
+  // built steps have) starts nothing.
+  Step odd = one;
+  auto bwd = std::find_if(odd.ops.begin(), odd.ops.end(),
+                          [](const Op &op) { return op.name == "backward u2"; });
+  ASSERT_NE(bwd, odd.ops.end());
+  odd.ops.insert(bwd + 1, make(OpKind::Alloc, Phase::Forward, "alloc", -1, 1, {}, {0}));
+  for (int64_t m : microbatchOf(odd))
+    EXPECT_EQ(m, 0);
+}

@@ -27,6 +27,50 @@ inline size_t hookSlot(int32_t unit, int32_t hook) {
   return static_cast<size_t>(unit) * kUnitHooks + static_cast<size_t>(hook);
 }
 
+/// The name of a program op kind (mfsdp_program_kind), as diagnostics say it.
+inline const char *programKindName(int32_t kind) {
+  switch (kind) {
+  case MFSDP_PROGRAM_WAIT_REDUCTION:
+    return "wait_reduction";
+  case MFSDP_PROGRAM_OPTIMIZER:
+    return "optimizer";
+  case MFSDP_PROGRAM_BROADCAST_UPDATES:
+    return "broadcast_updates";
+  case MFSDP_PROGRAM_GATHER:
+    return "gather";
+  case MFSDP_PROGRAM_START_GATHER:
+    return "start_gather";
+  case MFSDP_PROGRAM_WAIT_GATHER:
+    return "wait_gather";
+  case MFSDP_PROGRAM_RELEASE:
+    return "release";
+  case MFSDP_PROGRAM_PLACE_GRADS:
+    return "place_grads";
+  case MFSDP_PROGRAM_START_REDUCTION:
+    return "start_reduction";
+  default:
+    return "unknown";
+  }
+}
+
+/// The name of a hook (mfsdp_hook), as diagnostics say it.
+inline const char *hookName(int32_t hook) {
+  switch (hook) {
+  case MFSDP_HOOK_PRE_FORWARD:
+    return "pre_forward";
+  case MFSDP_HOOK_POST_FORWARD:
+    return "post_forward";
+  case MFSDP_HOOK_PRE_BACKWARD:
+    return "pre_backward";
+  case MFSDP_HOOK_POST_BACKWARD:
+    return "post_backward";
+  case MFSDP_HOOK_OPTIMIZER_STEP:
+    return "optimizer_step";
+  default:
+    return "unknown";
+  }
+}
+
 /// Whether `program` (may be NULL) carries any forward or backward hook.
 inline bool programHasHooks(const mfsdp_program *program) {
   if (!program || !program->hooks)

@@ -38,10 +38,10 @@ struct RuntimeProgram {
   std::vector<ProgramOp> ops;
   std::vector<mfsdp_program_hook> hooks;
   std::string error; // set when the step cannot be lowered
-  /// Why the forward and backward hooks were not lowered ("" when they
-  /// were, or when only the optimizer phase was asked for): the runtime
-  /// then runs them by its own protocol.
-  std::string hooksLeftOut;
+  /// The error names an op the runtime does not run at all (a kernel or
+  /// collective of a baseline's step, e.g. gathered Muon): a step no
+  /// library can carry, rather than one that lowers wrongly.
+  bool unsupported = false;
 
   /// The C view (mfsdp_plan::program); valid while this object and the
   /// returned storage live and neither changes.
@@ -89,12 +89,57 @@ RuntimeProgram lowerOptimizerProgram(const Step &step, const mfsdp_plan &plan);
 /// with MFSDP_PROGRAM_PLACE_GRADS. A gather group of several units is
 /// gathered, freed and reduced together: its work goes to its first unit's
 /// pre hooks and its last unit's post hooks (in the phase's compute order),
-/// each op naming the units whose parameters it carries. The hooks are
-/// lowered where the step has one microbatch; otherwise hooksLeftOut says
-/// why and only the optimizer phase is lowered. A compute op names its unit by index (Op::unit) or, as read
-/// from IR, by name: `unitNames` are the plan's units in index order.
+/// each op naming the units whose parameters it carries. A step that
+/// accumulates microbatches runs each microbatch's forward and backward in
+/// turn, with the same hooks but for the reduction, which the last one
+/// alone runs (the trainer runs the others under no-sync, where
+/// MFSDP_PROGRAM_START_REDUCTION reduces nothing and releases what a
+/// reduction would): the hooks are the last microbatch's, and every other
+/// microbatch's must be those without their reductions (an error names the
+/// microbatch, the hook and the op that differ). A compute op names its
+/// unit by index (Op::unit) or, as read from IR, by name: `unitNames` are
+/// the plan's units in index order.
 RuntimeProgram lowerStepProgram(const Step &step, const mfsdp_plan &plan,
                                 const std::vector<std::string> &unitNames = {});
+
+/// What verifyProgram found first: its message ("" when nothing) and the
+/// op it is at (an index in the program's ops; -1 for the program as a
+/// whole), so a caller can name the sched op it was lowered from.
+struct ProgramIssue {
+  std::string message;
+  int32_t op = -1;
+};
+
+/// The first way `program` (as lowerStepProgram lowers `step` for `plan`)
+/// would run other than the step says (an empty message when none). It replays the hooks
+/// in the order the runtime runs them in a training step (every unit's
+/// pre_forward and post_forward in unit order, pre_backward and
+/// post_backward in reverse, the optimizer step last) and checks that
+///  - every hook entry names a hook and unit that exist, at most once, and
+///    every unit has its four hooks and the optimizer step its entry;
+///    every op names a kind, unit and parameters that exist;
+///  - each unit is whole (a WAIT_GATHER since its copy was released) before
+///    its forward and backward compute, has its gradient buffers before
+///    its backward, and is released only after its forward compute and
+///    while no gather of it is in flight;
+///  - every started gather and reduction is waited for, none started or
+///    waited for twice, a reduction started only after its unit's backward;
+///  - every parameter's reduction has landed before the optimizer kernel
+///    that steps it, and every parameter an optimizer steps is stepped
+///    exactly once, by its unit's op of its optimizer;
+///  - under ZeRO-1/2 each unit's updated parameters are gathered once,
+///    after its parameters are stepped; under ZeRO-3 never;
+///  - under ZeRO-3 the gathered copies are allocated (their first gather)
+///    in each phase in the order the step allocates them, and the forward
+///    copies freed in the order the step frees them (a backward copy lives
+///    until its unit's reduction lands, as the runtime's memory plan
+///    keeps it).
+/// Messages name the hook (its name and unit) and the op (its index and
+/// kind). `unitNames`: the plan's units in index order, for the messages
+/// and for compute ops that name their unit by name.
+ProgramIssue verifyProgram(const Step &step, const mfsdp_plan &plan,
+                           const mfsdp_program &program,
+                           const std::vector<std::string> &unitNames = {});
 
 } // namespace mfsdp::step
 

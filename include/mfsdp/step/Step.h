@@ -99,6 +99,12 @@ struct Step {
   std::vector<Op> ops;
 };
 
+/// Per op of `s`, the microbatch it belongs to (optimizer ops: the last).
+/// Each microbatch runs a forward then a backward; the next one starts, in
+/// the ops between a backward compute and the forward compute after it,
+/// at the first op of the forward phase (its allocs and gathers).
+std::vector<int64_t> microbatchOf(const Step &s);
+
 } // namespace mfsdp::step
 
 #endif // MFSDP_STEP_STEP_H

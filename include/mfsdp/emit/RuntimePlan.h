@@ -1,0 +1,53 @@
+//===- RuntimePlan.h - A planned plan.graph as the runtime's plan -*- C++ -*-===//
+//
+// The runtime's plan (mfsdp_plan, runtime.h) of a planned plan.graph
+// (layouts assigned), with the storage its pointers point into: what a
+// step library states, built once for the emitter and for
+// mfsdp-verify-schedule.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MFSDP_EMIT_RUNTIMEPLAN_H
+#define MFSDP_EMIT_RUNTIMEPLAN_H
+
+#include "dialects/plan/PlanOps.h"
+#include "mfsdp/runtime.h"
+
+#include "mlir/Support/LLVM.h"
+
+#include <deque>
+#include <string>
+#include <vector>
+
+namespace mfsdp {
+
+/// mfsdp_plan and what it points into (so neither copies nor moves: the
+/// names and tables are addressed by `plan`). Only the constants the graph
+/// states are set: no buckets, program, memory plan or hash.
+struct RuntimePlan {
+  RuntimePlan() = default;
+  RuntimePlan(const RuntimePlan &) = delete;
+  RuntimePlan &operator=(const RuntimePlan &) = delete;
+
+  mfsdp_plan plan{};
+  plan::MeshOp mesh;
+  plan::PolicyOp policy;
+  std::vector<plan::UnitOp> units;     // in index order
+  std::vector<std::string> unitNames;  // their symbols, in index order
+  std::vector<mfsdp_param_desc> descs; // plan.params
+  std::vector<mfsdp_mesh_dim> meshDims;
+  std::deque<std::string> meshNames, names; // storage for the C strings
+  /// Parameters the outer stack keeps (#plan.external): not in the table.
+  int64_t numExternal = 0;
+  std::vector<std::string> externalDims;
+};
+
+/// Fills `out` from `graph`. Fails, with an error on the offending op, when
+/// the graph is not planned or uses what the step runtime does not run
+/// (parameters row-sharded on another dim, block shards over other axes,
+/// placements or dtypes it does not run, per-parameter hyperparameters
+/// that differ, no fp32 masters).
+mlir::LogicalResult buildRuntimePlan(plan::GraphOp graph, RuntimePlan &out);
+
+} // namespace mfsdp
+
+#endif // MFSDP_EMIT_RUNTIMEPLAN_H

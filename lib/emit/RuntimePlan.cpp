@@ -1,0 +1,235 @@
+//===- RuntimePlan.cpp - A planned plan.graph as the runtime's mfsdp_plan -===//
+//
+// The constants of a step library (every parameter's shape, unit,
+// placement, owner rank and optimizer; the mesh; the ZeRO level; the
+// optimizer hyperparameters) built from the planned IR, once, for the
+// emitter (EmitStep.cpp) and for mfsdp-verify-schedule, which lowers the
+// scheduled step to the program the library would carry and checks it.
+//
+//===----------------------------------------------------------------------===//
+#include "mfsdp/emit/RuntimePlan.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/StringMap.h"
+
+using namespace mlir;
+using namespace mfsdp;
+using namespace mfsdp::plan;
+
+namespace {
+
+/// The optimizer hyperparameters the runtime takes once per plan; every
+/// parameter with that optimizer must agree with the first one seen.
+template <typename Attr> struct OneSetting {
+  Attr first;
+  ParamOp firstParam;
+
+  LogicalResult add(Attr a, ParamOp p, StringRef what) {
+    if (!first) {
+      first = a;
+      firstParam = p;
+      return success();
+    }
+    if (a == first)
+      return success();
+    return p.emitOpError() << "has " << what << " hyperparameters " << a
+                           << " but @" << firstParam.getSymName() << " has "
+                           << first
+                           << "; the step runtime takes one setting per "
+                              "optimizer";
+  }
+};
+
+} // namespace
+
+LogicalResult mfsdp::buildRuntimePlan(GraphOp graph, RuntimePlan &out) {
+  MeshOp mesh = graph.getMesh();
+  PolicyOp policy = graph.getPolicy();
+  if (!mesh || !policy)
+    return graph.emitOpError()
+           << "has no " << (mesh ? "plan.policy" : "plan.mesh")
+           << "; run --mfsdp-assign-layouts before emitting a step library";
+  if (policy.getNoMaster())
+    return policy.emitOpError()
+           << "has no fp32 master weights (no_master); the step runtime keeps "
+              "fp32 masters";
+
+  mfsdp_plan &plan = out.plan;
+  out.mesh = mesh;
+  out.policy = policy;
+  plan.zero = static_cast<int32_t>(policy.getZero());
+  plan.dp_shard = static_cast<int32_t>(mesh.getDimSize("dp_shard").value_or(1));
+  plan.dp_replicate =
+      static_cast<int32_t>(mesh.getDimSize("dp_replicate").value_or(1));
+  // The whole mesh, in order: outer dims (tp, ep, ...) in any position;
+  // the runtime forms its data-parallel groups by this layout.
+  std::deque<std::string> &meshNames = out.meshNames;
+  std::vector<mfsdp_mesh_dim> &meshDims = out.meshDims;
+  for (auto [n, s] : llvm::zip(mesh.getDimNames(), mesh.getDimSizes())) {
+    meshNames.push_back(cast<StringAttr>(n).getValue().str());
+    meshDims.push_back({meshNames.back().c_str(), static_cast<int32_t>(s)});
+  }
+  plan.world = static_cast<int32_t>(mesh.getWorldSize());
+  plan.num_mesh_dims = static_cast<int32_t>(meshDims.size());
+  plan.mesh_dims = meshDims.empty() ? nullptr : meshDims.data();
+
+  // Units in index order; each parameter's unit.
+  Block &body = graph.getBody().front();
+  std::vector<UnitOp> &units = out.units;
+  for (UnitOp u : body.getOps<UnitOp>())
+    units.push_back(u);
+  llvm::stable_sort(units, [](UnitOp a, UnitOp b) {
+    return static_cast<int64_t>(a.getIndex()) <
+           static_cast<int64_t>(b.getIndex());
+  });
+  llvm::StringMap<int32_t> unitOf;
+  for (auto [i, u] : llvm::enumerate(units))
+    for (Attribute a : u.getParams())
+      unitOf[cast<FlatSymbolRefAttr>(a).getValue()] = static_cast<int32_t>(i);
+  plan.num_units = static_cast<int32_t>(units.size());
+
+  std::deque<std::string> &names = out.names;
+  std::vector<mfsdp_param_desc> &descs = out.descs;
+  OneSetting<AdamWAttr> adamw;
+  OneSetting<SGDAttr> sgd;
+  OneSetting<MuonAttr> muon;
+  // Parameters the outer stack keeps (#plan.external): not in the table.
+  int64_t &numExternal = out.numExternal;
+  std::vector<std::string> &externalDims = out.externalDims;
+  for (ParamOp p : body.getOps<ParamOp>()) {
+    if (p.getTiedTo())
+      continue; // an alias: no storage of its own
+    Attribute pl = p.getPlacementAttr();
+    if (auto ext = dyn_cast_or_null<ExternalAttr>(pl)) {
+      ++numExternal;
+      for (Attribute a : ext.getAxes()) {
+        std::string dim = cast<StringAttr>(a).getValue().str();
+        if (!llvm::is_contained(externalDims, dim))
+          externalDims.push_back(dim);
+      }
+      continue;
+    }
+    if (!pl)
+      return p.emitOpError()
+             << "has no placement; run --mfsdp-assign-layouts before emitting "
+                "a step library";
+    mfsdp_param_desc d{};
+    if (auto row = dyn_cast<RowShardAttr>(pl)) {
+      if (row.getDim() != 0)
+        return p.emitOpError() << "is row-sharded on dim " << row.getDim()
+                               << "; the step runtime shards dim 0";
+      d.placement = MFSDP_ROW_SHARD;
+    } else if (auto own = dyn_cast<OwnerAttr>(pl)) {
+      d.placement = MFSDP_OWNER;
+      d.owner = static_cast<int32_t>(own.getRank());
+    } else if (isa<ReplicateAttr>(pl)) {
+      d.placement = MFSDP_REPLICATE;
+    } else if (auto block = dyn_cast<BlockShardAttr>(pl)) {
+      // Blocks over dp_shard; dims after the first flatten into columns,
+      // so a block must span each of them whole.
+      ArrayAttr axes = block.getAxes();
+      if (axes.size() != 1 || cast<StringAttr>(axes[0]).getValue() != "dp_shard")
+        return p.emitOpError()
+               << "is block-sharded over " << axes
+               << "; the step runtime deals blocks over [\"dp_shard\"] only";
+      ArrayRef<int64_t> extents = block.getBlock();
+      ArrayRef<int64_t> dims = p.getTensorType().getShape();
+      for (size_t i = 2; i < extents.size() && i < dims.size(); ++i)
+        if (extents[i] != dims[i])
+          return p.emitOpError()
+                 << "has blocks of extent " << extents[i] << " in dim " << i
+                 << " of size " << dims[i]
+                 << "; the step runtime flattens dims after the second into "
+                    "columns, so blocks must span them whole";
+      d.placement = MFSDP_BLOCK_SHARD;
+      d.block_rows = extents.empty() ? 1 : extents[0];
+      d.block_cols = 1;
+      for (size_t i = 1; i < extents.size(); ++i)
+        d.block_cols *= extents[i];
+    } else {
+      return p.emitOpError() << "has placement " << pl
+                             << "; the step runtime runs row_shard, block_shard, "
+                                "owner and replicate placements";
+    }
+    RankedTensorType t = p.getTensorType();
+    Type elem = t.getElementType();
+    if (elem.isBF16())
+      d.compute_dtype = MFSDP_COMPUTE_BF16;
+    else if (elem.isF32())
+      d.compute_dtype = MFSDP_COMPUTE_F32;
+    else
+      return p.emitOpError() << "computes in " << elem
+                             << "; the step runtime computes in f32 or bf16";
+    ArrayRef<int64_t> shape = t.getShape();
+    d.rows = shape.empty() ? 1 : shape[0];
+    d.cols = 1;
+    for (int64_t s : shape.drop_front())
+      d.cols *= s;
+    auto it = unitOf.find(p.getSymName());
+    if (it == unitOf.end())
+      return p.emitOpError() << "is in no plan.unit";
+    d.unit = it->second;
+    Attribute opt = p.getOptimizerAttr();
+    if (p.getFrozen() || !opt) {
+      d.optimizer = MFSDP_OPT_NONE;
+    } else if (auto a = dyn_cast<AdamWAttr>(opt)) {
+      d.optimizer = MFSDP_OPT_ADAMW;
+      if (failed(adamw.add(a, p, "AdamW")))
+        return failure();
+    } else if (auto s = dyn_cast<SGDAttr>(opt)) {
+      d.optimizer = MFSDP_OPT_SGD;
+      if (failed(sgd.add(s, p, "SGD")))
+        return failure();
+    } else if (auto m = dyn_cast<MuonAttr>(opt)) {
+      if (d.placement == MFSDP_ROW_SHARD || d.placement == MFSDP_BLOCK_SHARD)
+        return p.emitOpError()
+               << "uses Muon on a "
+               << (d.placement == MFSDP_ROW_SHARD ? "row shard" : "block shard")
+               << "; Muon needs the whole matrix (an owner or replicate "
+                  "placement); the step runtime runs block shards with "
+                  "elementwise optimizers (AdamW, SGD) only";
+      d.optimizer = MFSDP_OPT_MUON;
+      if (failed(muon.add(m, p, "Muon")))
+        return failure();
+    }
+    names.push_back(p.getSymName().str());
+    d.name = names.back().c_str();
+    descs.push_back(d);
+  }
+  plan.num_params = static_cast<int32_t>(descs.size());
+  plan.params = descs.data();
+
+  // Hyperparameters: the parameters' own, else the policy's (kept so the
+  // library states them even when no parameter uses that optimizer).
+  AdamWAttr aw = adamw.first ? adamw.first : policy.getAdamwAttr();
+  SGDAttr sg = sgd.first ? sgd.first : policy.getSgdAttr();
+  MuonAttr mu = muon.first ? muon.first : policy.getMuonAttr();
+  if (aw) {
+    plan.adamw_lr = static_cast<float>(aw.getLr());
+    plan.adamw_beta1 = static_cast<float>(aw.getBeta1());
+    plan.adamw_beta2 = static_cast<float>(aw.getBeta2());
+    plan.adamw_eps = static_cast<float>(aw.getEps());
+    plan.adamw_weight_decay = static_cast<float>(aw.getWeightDecay());
+  }
+  if (sg) {
+    plan.sgd_lr = static_cast<float>(sg.getLr());
+    plan.sgd_momentum = static_cast<float>(sg.getMomentum());
+    plan.sgd_weight_decay = static_cast<float>(sg.getWeightDecay());
+    plan.sgd_nesterov = sg.getNesterov() ? 1 : 0;
+  }
+  if (mu) {
+    plan.muon_lr = static_cast<float>(mu.getLr());
+    plan.muon_momentum = static_cast<float>(mu.getMomentum());
+    plan.muon_weight_decay = static_cast<float>(mu.getWeightDecay());
+    plan.muon_nesterov = mu.getNesterov() ? 1 : 0;
+    plan.muon_ns_steps = static_cast<int32_t>(mu.getNsSteps());
+    plan.muon_scale = mu.getScale() == plan::MuonScale::original ? 1 : 0;
+  }
+  // HSDP Newton-Schulz split: the runtime derives which replica steps each
+  // owned Muon matrix with the rule of plan.policy (runtime.h: ns_split).
+  plan.ns_split = policy.getNsSplit() ? 1 : 0;
+  for (UnitOp u : units)
+    out.unitNames.push_back(u.getSymName().str());
+  return success();
+}
