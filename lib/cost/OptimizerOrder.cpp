@@ -2,6 +2,7 @@
 #include "mfsdp/cost/OptimizerOrder.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 namespace mfsdp::cost {
@@ -68,27 +69,36 @@ OrderChoice chooseOptimizerFill(const step::Step &unscheduled,
       std::min<int64_t>(static_cast<int64_t>(groups.size()), std::max<int64_t>(maxFill, 0));
   constexpr double tie = 1e-9;
   const OrderCandidate *best = nullptr;
-  // What does not depend on the order is scheduled once; each candidate
-  // finishes a copy of it, without names.
+  // What does not depend on the order is scheduled once, without names;
+  // then each candidate only finishes the optimizer phase
+  // (step::finishOverlapEach).
   step::Step prepared = withoutNames(unscheduled);
   step::prepareOverlap(prepared, options);
-  for (int64_t fill = -1; fill <= last; ++fill) {
-    step::Step s = prepared;
+  std::vector<int64_t> fills;
+  for (int64_t fill = -1; fill <= last; ++fill)
+    fills.push_back(fill);
+  SimOptions so;
+  so.timings = false; // the summary is all the choice needs
+  std::optional<int64_t> failedFill;
+  step::finishOverlapEach(
+      prepared, options, fills, [&](int64_t fill, const step::Step &s) {
+        SimResult r = simulate(s, profile, so);
+        if (!r.ok) {
+          failedFill = fill;
+          return false;
+        }
+        choice.candidates.push_back(
+            {fill, r.stepSeconds, r.firstGroupReady, r.steadyStepSeconds});
+        return true;
+      });
+  if (failedFill) {
+    // The error names ops and buffers: take it from the step itself.
+    step::Step named = unscheduled;
     step::OverlapOptions o = options;
-    o.optimizerFill = fill;
-    step::finishOverlap(s, o);
-    SimOptions so;
-    so.timings = false; // the summary is all the choice needs
-    SimResult r = simulate(s, profile, so);
-    if (!r.ok) {
-      // The error names ops and buffers: take it from the step itself.
-      step::Step named = unscheduled;
-      step::scheduleOverlap(named, o);
-      choice.error = simulate(named, profile, so).error;
-      return choice;
-    }
-    choice.candidates.push_back(
-        {fill, r.stepSeconds, r.firstGroupReady, r.steadyStepSeconds});
+    o.optimizerFill = *failedFill;
+    step::scheduleOverlap(named, o);
+    choice.error = simulate(named, profile, so).error;
+    return choice;
   }
   for (const OrderCandidate &c : choice.candidates) {
     if (!best || c.steadyStepSeconds < best->steadyStepSeconds - tie ||

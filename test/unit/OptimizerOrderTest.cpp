@@ -222,6 +222,60 @@ TEST(OptimizerOrder, SearchMatchesSchedulingEachCandidateInFull) {
   }
 }
 
+// The search schedules the ops before the optimizer phase once and only
+// the optimizer phase per fill: each result must be the step a whole
+// schedule of that fill makes (the reductions still in flight when the
+// optimizer phase starts, waited in it, are restored for every fill).
+TEST(OptimizerOrder, EachFillSchedulesAsAWholeSchedule) {
+  auto same = [](const Step &a, const Step &b) {
+    ASSERT_EQ(a.ops.size(), b.ops.size());
+    for (size_t i = 0; i < a.ops.size(); ++i) {
+      const Op &x = a.ops[i], &y = b.ops[i];
+      EXPECT_EQ(x.name, y.name) << "op " << i;
+      EXPECT_EQ(x.kind, y.kind) << "op " << i;
+      EXPECT_EQ(x.phase, y.phase) << "op " << i;
+      EXPECT_EQ(x.group, y.group) << "op " << i;
+      EXPECT_EQ(x.async, y.async) << "op " << i;
+      EXPECT_EQ(x.waitFor, y.waitFor) << "op " << i;
+      EXPECT_EQ(x.reads, y.reads) << "op " << i;
+      EXPECT_EQ(x.writes, y.writes) << "op " << i;
+    }
+  };
+  const std::vector<int64_t> fills = {-1, 0, 1, 2, 7, 0};
+  Step prepared = threeGroups();
+  prepareOverlap(prepared, OverlapOptions{});
+  std::vector<int64_t> visited;
+  bool waitsInOptimizer = false;
+  finishOverlapEach(prepared, OverlapOptions{}, fills,
+                    [&](int64_t fill, const Step &got) {
+                      visited.push_back(fill);
+                      Step want = threeGroups();
+                      OverlapOptions o;
+                      o.optimizerFill = fill;
+                      scheduleOverlap(want, o);
+                      same(got, want);
+                      for (const Op &op : got.ops)
+                        waitsInOptimizer |= op.kind == OpKind::Wait &&
+                                            op.phase == Phase::Optimizer;
+                      return true;
+                    });
+  EXPECT_EQ(visited, fills);
+  EXPECT_TRUE(waitsInOptimizer); // the case the restored state is for
+  EXPECT_EQ(optimizerOrder(prepared), names({0, 1, 2})); // the last fill's
+
+  // Stopping: the step keeps the schedule of the fill it stopped at.
+  Step stopped = threeGroups();
+  prepareOverlap(stopped, OverlapOptions{});
+  visited.clear();
+  finishOverlapEach(stopped, OverlapOptions{}, {-1, 1, 0},
+                    [&](int64_t fill, const Step &) {
+                      visited.push_back(fill);
+                      return fill != 1;
+                    });
+  EXPECT_EQ(visited, (std::vector<int64_t>{-1, 1}));
+  EXPECT_EQ(optimizerOrder(stopped), names({2, 0, 1}));
+}
+
 // A step the simulator refuses: the error names the buffer, as simulating
 // the scheduled step itself does, though the search simulates copies
 // without names.

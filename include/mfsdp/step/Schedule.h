@@ -10,6 +10,7 @@
 
 #include "mfsdp/step/Step.h"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,18 @@ void scheduleOverlap(Step &s, const OverlapOptions &options);
 /// optimizer-order search prepares once and finishes a copy per candidate.
 void prepareOverlap(Step &s, const OverlapOptions &options);
 void finishOverlap(Step &s, const OverlapOptions &options);
+
+/// finishOverlap of the prepared `s` for each optimizerFill of `fills` in
+/// turn, `visit` called with each result (the same step finishOverlap makes
+/// for that fill). The order only moves ops of the optimizer phase, so the
+/// ops before it get their starts and waits once, and each fill only
+/// finishes the optimizer phase: the optimizer-order search costs one
+/// schedule and a tail per candidate, not one whole schedule each. `visit`
+/// returns false to stop; `s` is left with the schedule of the last fill
+/// visited.
+void finishOverlapEach(
+    Step &s, const OverlapOptions &options, const std::vector<int64_t> &fills,
+    const std::function<bool(int64_t fill, const Step &scheduled)> &visit);
 
 struct MemoryPlan {
   std::vector<double> arenaBytes; // per rank: the arena the offsets need
