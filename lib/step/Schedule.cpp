@@ -418,16 +418,15 @@ private:
 } // namespace
 
 void finishOverlap(Step &s, const OverlapOptions &o) {
-  finishOverlapEach(s, o, {o.optimizerFill},
-                    [](int64_t, const Step &) { return true; });
+  finishOverlapEach(s, o, o.optimizerFill,
+                    [](int64_t, const Step &) { return std::nullopt; });
 }
 
 void finishOverlapEach(
-    Step &s, const OverlapOptions &o, const std::vector<int64_t> &fills,
-    const std::function<bool(int64_t fill, const Step &scheduled)> &visit) {
+    Step &s, const OverlapOptions &o, int64_t firstFill,
+    const std::function<std::optional<int64_t>(int64_t fill,
+                                               const Step &scheduled)> &visit) {
   (void)o; // the parts after prepareOverlap use no option but the fill
-  if (fills.empty())
-    return;
   // The ops before the optimizer tail get their starts and waits once; the
   // order only moves ops of the tail, so each fill goes on from there.
   const size_t first = optimizerTail(s.ops);
@@ -440,22 +439,21 @@ void finishOverlapEach(
     waits.feed(std::move(s.ops[i]));
   s.ops.clear();
   const size_t headSize = waits.out.size();
-  const AsyncWaits::State head = fills.size() > 1 ? waits.state : AsyncWaits::State();
-  for (size_t c = 0; c < fills.size(); ++c) {
-    const bool last = c + 1 == fills.size();
-    if (c > 0) {
-      waits.out.erase(waits.out.begin() + static_cast<std::ptrdiff_t>(headSize),
-                      waits.out.end());
-      waits.state = head;
-    }
-    for (int64_t k : optimizerOrder(tail, fills[c]))
-      waits.feed(last ? std::move(tail[k]) : Op(tail[k]));
+  const AsyncWaits::State head = waits.state;
+  for (int64_t fill = firstFill;;) {
+    // The tail is copied: a later fill needs it again.
+    for (int64_t k : optimizerOrder(tail, fill))
+      waits.feed(tail[k]);
     waits.finish();
     s.ops = std::move(waits.out);
-    const bool more = visit(fills[c], s);
-    if (last || !more)
+    std::optional<int64_t> next = visit(fill, s);
+    if (!next)
       return; // `s` holds this fill's schedule
+    fill = *next;
     waits.out = std::move(s.ops);
+    waits.out.erase(waits.out.begin() + static_cast<std::ptrdiff_t>(headSize),
+                    waits.out.end());
+    waits.state = head;
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -246,34 +247,49 @@ TEST(OptimizerOrder, EachFillSchedulesAsAWholeSchedule) {
   prepareOverlap(prepared, OverlapOptions{});
   std::vector<int64_t> visited;
   bool waitsInOptimizer = false;
-  finishOverlapEach(prepared, OverlapOptions{}, fills,
-                    [&](int64_t fill, const Step &got) {
-                      visited.push_back(fill);
-                      Step want = threeGroups();
-                      OverlapOptions o;
-                      o.optimizerFill = fill;
-                      scheduleOverlap(want, o);
-                      same(got, want);
-                      for (const Op &op : got.ops)
-                        waitsInOptimizer |= op.kind == OpKind::Wait &&
-                                            op.phase == Phase::Optimizer;
-                      return true;
-                    });
+  finishOverlapEach(
+      prepared, OverlapOptions{}, fills.front(),
+      [&](int64_t fill, const Step &got) -> std::optional<int64_t> {
+        visited.push_back(fill);
+        Step want = threeGroups();
+        OverlapOptions o;
+        o.optimizerFill = fill;
+        scheduleOverlap(want, o);
+        same(got, want);
+        for (const Op &op : got.ops)
+          waitsInOptimizer |=
+              op.kind == OpKind::Wait && op.phase == Phase::Optimizer;
+        if (visited.size() == fills.size())
+          return std::nullopt;
+        return fills[visited.size()];
+      });
   EXPECT_EQ(visited, fills);
   EXPECT_TRUE(waitsInOptimizer); // the case the restored state is for
   EXPECT_EQ(optimizerOrder(prepared), names({0, 1, 2})); // the last fill's
+}
 
-  // Stopping: the step keeps the schedule of the fill it stopped at.
-  Step stopped = threeGroups();
-  prepareOverlap(stopped, OverlapOptions{});
-  visited.clear();
-  finishOverlapEach(stopped, OverlapOptions{}, {-1, 1, 0},
-                    [&](int64_t fill, const Step &) {
-                      visited.push_back(fill);
-                      return fill != 1;
-                    });
-  EXPECT_EQ(visited, (std::vector<int64_t>{-1, 1}));
-  EXPECT_EQ(optimizerOrder(stopped), names({2, 0, 1}));
+// The search on the step itself leaves it scheduled for the fill it
+// chose, as scheduling a fresh step with that fill does, and chooses as
+// the search on a copy does.
+TEST(OptimizerOrder, SearchInPlaceLeavesTheChosenSchedule) {
+  Step s = threeGroups();
+  cost::OrderChoice c = cost::scheduleOptimizerFill(s, OverlapOptions{}, round());
+  ASSERT_TRUE(c.ok) << c.error;
+  cost::OrderChoice copy =
+      cost::chooseOptimizerFill(threeGroups(), OverlapOptions{}, round());
+  EXPECT_EQ(c.fill, copy.fill);
+  EXPECT_EQ(c.candidates.size(), copy.candidates.size());
+  Step want = threeGroups();
+  OverlapOptions o;
+  o.optimizerFill = c.fill;
+  scheduleOverlap(want, o);
+  ASSERT_EQ(s.ops.size(), want.ops.size());
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    EXPECT_EQ(s.ops[i].name, want.ops[i].name) << "op " << i;
+    EXPECT_EQ(s.ops[i].waitFor, want.ops[i].waitFor) << "op " << i;
+    EXPECT_EQ(s.ops[i].async, want.ops[i].async) << "op " << i;
+  }
+  EXPECT_EQ(optimizerOrder(s), names({2, 0, 1})); // fill 1, the best
 }
 
 // A step the simulator refuses: the error names the buffer, as simulating
