@@ -28,15 +28,15 @@ LogicalResult mfsdp::overlapStage(sched::StepOp op, step::Step &s,
   for (const step::Op &x : s.ops)
     if (x.kind == step::OpKind::Collective && x.async)
       return op.emitError("is already scheduled (it has async collectives)");
-  step::OverlapOptions so = o;
   if (options.optimizerOrder == OptimizerOrder::FirstUnits) {
-    cost::OrderChoice choice = cost::chooseOptimizerFill(s, o, *profile);
+    // Schedules `s` with the fill the simulator picks, without a copy.
+    cost::OrderChoice choice = cost::scheduleOptimizerFill(s, o, *profile);
     if (!choice.ok)
       return op.emitError("cannot simulate the step to order its optimizer: ")
              << choice.error;
-    so.optimizerFill = choice.fill;
+    return success();
   }
-  step::scheduleOverlap(s, so);
+  step::scheduleOverlap(s, o);
   return success();
 }
 

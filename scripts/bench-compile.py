@@ -19,6 +19,12 @@ constant, 2.0: linear, 4.0: quadratic).
    Target: 100k units in < 30 s and < 2 GiB (run with --units-max 100000;
    the default stops at 10k units; --units N,M,... runs those sizes only).
 
+--format bytecode runs every case on MLIR bytecode instead of text: the
+input is converted once beforehand (not timed; `mfsdp-opt in.mlir
+--emit-bytecode`), and the pipeline reads bytecode and writes it
+(`--emit-bytecode`), so the IR column is the bytecode's size; --format both
+runs each case in both forms, one row each.
+
 Besides the wall time, each case reports the CPU time of the process (user
 plus system), which other work on the machine inflates less than the wall
 time. --timeout S stops a case after S seconds of wall time and reports it
@@ -26,7 +32,7 @@ as stopped, with the peak RSS it had reached.
 
 Usage: bench-compile.py [BIN_DIR] [--units-max N] [--units N,M,...]
                         [--skip-deepseek] [--policies graph,mixed_muon_adamw]
-                        [--timeout S]
+                        [--format text|bytecode|both] [--timeout S]
 """
 import argparse
 import os
@@ -71,14 +77,33 @@ def timed_rss(cmd):
     return elapsed, cpu, usage.ru_maxrss * 1024, stopped
 
 
-def pipeline(opt, mlir, out, mesh, policy):
+def pipeline(opt, mlir, out, mesh, policy, form="text"):
     options = f"mesh={mesh}" + (f" policy={policy}" if policy else "")
-    return [opt, mlir, f"--mfsdp-pipeline={options}", "-o", out]
+    cmd = [opt, mlir, f"--mfsdp-pipeline={options}", "-o", out]
+    return cmd + (["--emit-bytecode"] if form == "bytecode" else [])
+
+
+def inputs(opt, mlir, forms):
+    """The input of each form: the text file, or its bytecode."""
+    out = {}
+    for form in forms:
+        if form == "bytecode":
+            bc = mlir + "bc"
+            run([opt, mlir, "--emit-bytecode", "-o", bc])
+            out[form] = bc
+        else:
+            out[form] = mlir
+    return out
+
+
+def label(policy, form):
+    name = policy or "graph (adamw)"
+    return name if form == "text" else f"{name}, bc"
 
 
 def table(title, rows, key_name):
     print(title)
-    print(f"  {key_name:>8s} {'policy':18s} {'wall s':>8s} {'t(2N)/t(N)':>10s} "
+    print(f"  {key_name:>8s} {'policy':22s} {'wall s':>8s} {'t(2N)/t(N)':>10s} "
           f"{'CPU s':>8s} {'peak RSS MiB':>12s} {'IR MiB':>8s}")
     prev = {}
     for key, policy, wall, cpu, rss, size, stopped in rows:
@@ -87,7 +112,7 @@ def table(title, rows, key_name):
             ratio = f"{wall / prev[policy][1]:.2f}"
         prev[policy] = (key, wall)
         ir = "stopped" if stopped else f"{size / 2**20:8.1f}"
-        print(f"  {key:8d} {policy or 'graph (adamw)':18s} {wall:8.2f} {ratio:>10s} "
+        print(f"  {key:8d} {policy:22s} {wall:8.2f} {ratio:>10s} "
               f"{cpu:8.2f} {rss / 2**20:12.0f} {ir:>8s}")
     print()
 
@@ -103,6 +128,10 @@ def main():
     ap.add_argument("--policies", default="graph,mixed_muon_adamw",
                     help="comma-separated: graph (the graph's, AdamW) and/or "
                          "mixed_muon_adamw")
+    ap.add_argument("--format", choices=["text", "bytecode", "both"],
+                    default="text",
+                    help="the pipeline's input and output: MLIR text, "
+                         "bytecode, or each case in both")
     ap.add_argument("--timeout", type=float, default=0,
                     help="stop a case after this many seconds (0: never)")
     args = ap.parse_args()
@@ -110,25 +139,29 @@ def main():
     TIMEOUT = args.timeout or None
     tool = lambda name: os.path.join(args.bin, name)
     policies = ["" if p == "graph" else p for p in args.policies.split(",") if p]
+    forms = ["text", "bytecode"] if args.format == "both" else [args.format]
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out.mlir")
         if not args.skip_deepseek:
             ds = os.path.join(tmp, "deepseek-v3.mlir")
             run([tool("mfsdp-translate"), "--import-hf-config",
                  os.path.join(ROOT, "examples/hf/deepseek-v3.json"), "-o", ds])
+            ds_in = inputs(tool("mfsdp-opt"), ds, forms)
             rows = []
             for policy in policies:
-                for world in (256, 512, 1024):
-                    r = timed_rss(pipeline(tool("mfsdp-opt"), ds, out,
-                                           f"dp_shard={world}", policy))
-                    rows.append((world, policy, r[0], r[1], r[2],
-                                 os.path.getsize(out), r[3]))
+                for form in forms:
+                    for world in (256, 512, 1024):
+                        r = timed_rss(pipeline(tool("mfsdp-opt"), ds_in[form],
+                                               out, f"dp_shard={world}",
+                                               policy, form))
+                        rows.append((world, label(policy, form), r[0], r[1],
+                                     r[2], os.path.getsize(out), r[3]))
             table("DeepSeek-V3 without EP ownership (45,337 tensors) through "
                   "--mfsdp-pipeline", rows, "dp_shard")
             for world, policy, wall, _, rss, _, stopped in rows:
                 if world == 1024:
                     ok = wall < 5 and rss < 2 * GIB and not stopped
-                    print(f"  target dp_shard=1024 {policy or 'graph (adamw)'}: "
+                    print(f"  target dp_shard=1024 {policy}: "
                           f"< 5 s and < 2 GiB: {'met' if ok else 'MISSED'}")
             print()
         rows = []
@@ -148,19 +181,23 @@ def main():
             run([tool("mfsdp-graphgen"), "--arch", "llama", "--layers",
                  str(units - 2), "-o", graph])
             run([tool("mfsdp-translate"), "--import-mfsdp-graph", graph, "-o", mlir])
+            unit_in = inputs(tool("mfsdp-opt"), mlir, forms)
             for policy in policies:
-                r = timed_rss(pipeline(tool("mfsdp-opt"), mlir, out,
-                                       "dp_shard=64", policy))
-                size = 0 if r[3] else os.path.getsize(out)
-                rows.append((units, policy, r[0], r[1], r[2], size, r[3]))
+                for form in forms:
+                    r = timed_rss(pipeline(tool("mfsdp-opt"), unit_in[form],
+                                           out, "dp_shard=64", policy, form))
+                    size = 0 if r[3] else os.path.getsize(out)
+                    rows.append((units, label(policy, form), r[0], r[1], r[2],
+                                 size, r[3]))
             os.remove(graph)
-            os.remove(mlir)
+            for path in set(unit_in.values()):
+                os.remove(path)
         table("Graphs of N units (llama, hidden 64, 9 tensors a layer) at "
               "dp_shard=64", rows, "units")
         for units, policy, wall, _, rss, _, stopped in rows:
             if units == 100000:
                 ok = wall < 30 and rss < 2 * GIB and not stopped
-                print(f"  target 100k units {policy or 'graph (adamw)'}: "
+                print(f"  target 100k units {policy}: "
                       f"< 30 s and < 2 GiB: {'met' if ok else 'MISSED'}")
 
 

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <iterator>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -50,11 +52,13 @@ void reorder(Step &s, const std::vector<int64_t> &order) {
 //===----------------------------------------------------------------------===//
 
 int64_t bucketCollectives(Step &s, double limitBytes) {
+  // `s.ops` is replaced by `out`: its ops are moved, not copied.
   std::vector<Op> out;
+  out.reserve(s.ops.size());
   int64_t removed = 0;
   for (size_t i = 0; i < s.ops.size();) {
     if (s.ops[i].kind != OpKind::Collective || s.ops[i].async) {
-      out.push_back(s.ops[i++]);
+      out.push_back(std::move(s.ops[i++]));
       continue;
     }
     size_t end = i;
@@ -91,7 +95,7 @@ int64_t bucketCollectives(Step &s, double limitBytes) {
       }
       if (!merged) {
         list.push_back(buckets.size());
-        buckets.push_back(op);
+        buckets.push_back(std::move(s.ops[k]));
       }
     }
     for (Op &b : buckets)
@@ -249,110 +253,158 @@ void prepareOverlap(Step &s, const OverlapOptions &o) {
         op.comm = 2;
 }
 
-void finishOverlap(Step &s, const OverlapOptions &o) {
-  // 3. Optimizer order. Landing order (optimizerFill < 0): the last group
-  // is reduced first in backward, so each group starts as soon as it can.
-  // First units first (optimizerFill = k): k groups in landing order fill
-  // the wait for the last reduction, then the rest in ascending group order.
-  {
-    size_t first = s.ops.size();
-    for (size_t i = 0; i < s.ops.size(); ++i)
-      if (s.ops[i].phase == Phase::Optimizer) {
-        first = i;
-        break;
-      }
-    bool tail = first < s.ops.size() &&
-                std::all_of(s.ops.begin() + first, s.ops.end(), [](const Op &op) {
-                  return op.phase == Phase::Optimizer;
-                });
-    if (tail) {
-      std::vector<int64_t> head(first), opt;
-      std::iota(head.begin(), head.end(), 0);
-      // Allocs belong to the op after them, frees to the op before.
-      std::vector<int64_t> group(s.ops.size(), -1);
-      for (size_t i = first; i < s.ops.size(); ++i)
-        group[i] = s.ops[i].group;
-      for (size_t i = s.ops.size(); i-- > first;)
-        if (s.ops[i].kind == OpKind::Alloc && i + 1 < s.ops.size())
-          group[i] = group[i + 1];
-      for (size_t i = first + 1; i < s.ops.size(); ++i)
-        if (s.ops[i].kind == OpKind::Free)
-          group[i] = group[i - 1];
-      // Position of each group; ops of no group go last.
-      std::set<int64_t> groups;
-      for (size_t i = first; i < s.ops.size(); ++i)
-        if (group[i] >= 0)
-          groups.insert(group[i]);
-      std::vector<int64_t> landing(groups.rbegin(), groups.rend());
-      std::map<int64_t, int64_t> position;
-      const int64_t fill =
-          o.optimizerFill < 0
-              ? static_cast<int64_t>(landing.size())
-              : std::min<int64_t>(o.optimizerFill,
-                                  static_cast<int64_t>(landing.size()));
-      for (int64_t k = 0; k < fill; ++k)
-        position[landing[k]] = k;
-      int64_t next = fill;
-      for (int64_t g : groups)
-        if (!position.count(g))
-          position[g] = next++;
-      auto pos = [&](int64_t i) {
-        return group[i] < 0 ? next : position[group[i]];
-      };
-      for (size_t i = first; i < s.ops.size(); ++i)
-        opt.push_back(static_cast<int64_t>(i));
-      std::stable_sort(opt.begin(), opt.end(),
-                       [&](int64_t a, int64_t b) { return pos(a) < pos(b); });
-      head.insert(head.end(), opt.begin(), opt.end());
-      reorder(s, head);
+namespace {
+
+/// Where the optimizer phase starts in `ops` when it is the tail of the
+/// step (every op from its first op on is of that phase), else ops.size():
+/// then nothing is reordered.
+size_t optimizerTail(const std::vector<Op> &ops) {
+  size_t first = ops.size();
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (ops[i].phase == Phase::Optimizer) {
+      first = i;
+      break;
+    }
+  for (size_t i = first; i < ops.size(); ++i)
+    if (ops[i].phase != Phase::Optimizer)
+      return ops.size();
+  return first;
+}
+
+/// 3. The order of the optimizer tail `tail` for `optimizerFill`, as
+/// indices into `tail`. Landing order (optimizerFill < 0): the last group
+/// is reduced first in backward, so each group starts as soon as it can.
+/// First units first (optimizerFill = k): k groups in landing order fill
+/// the wait for the last reduction, then the rest in ascending group order.
+std::vector<int64_t> optimizerOrder(const std::vector<Op> &tail,
+                                    int64_t optimizerFill) {
+  const size_t n = tail.size();
+  // Allocs belong to the op after them, frees to the op before.
+  std::vector<int64_t> group(n, -1);
+  for (size_t i = 0; i < n; ++i)
+    group[i] = tail[i].group;
+  for (size_t i = n; i-- > 0;)
+    if (tail[i].kind == OpKind::Alloc && i + 1 < n)
+      group[i] = group[i + 1];
+  for (size_t i = 1; i < n; ++i)
+    if (tail[i].kind == OpKind::Free)
+      group[i] = group[i - 1];
+  // Position of each group; ops of no group go last.
+  std::set<int64_t> groups;
+  for (size_t i = 0; i < n; ++i)
+    if (group[i] >= 0)
+      groups.insert(group[i]);
+  std::vector<int64_t> landing(groups.rbegin(), groups.rend());
+  std::map<int64_t, int64_t> position;
+  const int64_t fill =
+      optimizerFill < 0
+          ? static_cast<int64_t>(landing.size())
+          : std::min<int64_t>(optimizerFill, static_cast<int64_t>(landing.size()));
+  for (int64_t k = 0; k < fill; ++k)
+    position[landing[k]] = k;
+  int64_t next = fill;
+  for (int64_t g : groups)
+    if (!position.count(g))
+      position[g] = next++;
+  std::vector<int64_t> pos(n);
+  for (size_t i = 0; i < n; ++i)
+    pos[i] = group[i] < 0 ? next : position[group[i]];
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return pos[a] < pos[b]; });
+  return order;
+}
+
+/// 4. Async starts, each waited just before the first non-collective op
+/// that reads or writes one of its buffers. Freeing a buffer a collective
+/// still reads (the unreduced gradients) does not wait: the free moves to
+/// just after the next compute op, so the reduction overlaps it. Ops are
+/// fed in program order (waits are dropped and rebuilt here); `finish`
+/// waits for what is still in flight at the end of the step.
+class AsyncWaits {
+public:
+  std::vector<Op> out;
+
+  /// What decides the ops still to come, besides `out`: restoring it and
+  /// cutting `out` back to its size then returns to the point it was taken.
+  struct State {
+    // Collectives started and not yet waited for (out index -> buffers),
+    // and for each buffer the ones that use it: an op finds the waits it
+    // needs from its own buffers, not by scanning everything in flight.
+    std::map<int64_t, std::vector<int64_t>> pending;
+    std::map<int64_t, std::set<int64_t>> pendingOn;
+    std::vector<Op> deferred;
+  };
+  State state;
+
+  void feed(Op op) {
+    if (op.kind == OpKind::Wait)
+      return; // rebuilt here
+    if (op.kind == OpKind::Free && op.phase != Phase::Optimizer &&
+        pendingTouches(op)) {
+      state.deferred.push_back(std::move(op));
+      return;
+    }
+    bool compute = op.kind == OpKind::Compute;
+    emit(std::move(op));
+    if (compute && !state.deferred.empty()) {
+      std::vector<Op> now;
+      now.swap(state.deferred);
+      for (Op &f : now)
+        emit(std::move(f));
     }
   }
 
-  // 4. Async starts, each waited just before the first non-collective op
-  // that reads or writes one of its buffers. Freeing a buffer a collective
-  // still reads (the unreduced gradients) does not wait: the free moves to
-  // just after the next compute op, so the reduction overlaps it.
-  std::vector<Op> out;
-  // Collectives started and not yet waited for (out index -> buffers), and
-  // for each buffer the ones that use it: an op finds the waits it needs
-  // from its own buffers, not by scanning everything in flight.
-  std::map<int64_t, std::vector<int64_t>> pending;
-  std::map<int64_t, std::set<int64_t>> pendingOn;
-  std::vector<Op> deferred;
-  auto waitFor = [&](int64_t idx, Phase phase) {
+  void finish() {
+    std::vector<Op> now;
+    now.swap(state.deferred);
+    for (Op &f : now)
+      emit(std::move(f));
+    for (auto &entry : state.pending)
+      waitFor(entry.first, out[entry.first].phase);
+    state.pending.clear();
+    state.pendingOn.clear();
+  }
+
+private:
+  void waitFor(int64_t idx, Phase phase) {
     Op wait;
     wait.kind = OpKind::Wait;
     wait.phase = phase;
     wait.name = "wait " + out[idx].name;
     wait.waitFor = idx;
     wait.group = out[idx].group;
-    out.push_back(wait);
-  };
-  auto flushFor = [&](const Op &op) {
+    out.push_back(std::move(wait));
+  }
+
+  void flushFor(const Op &op) {
     std::set<int64_t> needed;
     for (const auto *list : {&op.reads, &op.writes})
       for (int64_t buf : *list)
-        if (auto it = pendingOn.find(buf); it != pendingOn.end())
+        if (auto it = state.pendingOn.find(buf); it != state.pendingOn.end())
           needed.insert(it->second.begin(), it->second.end());
     for (int64_t idx : needed) { // in issue order, as they were started
       waitFor(idx, op.phase);
-      for (int64_t buf : pending[idx]) {
-        auto it = pendingOn.find(buf);
+      for (int64_t buf : state.pending[idx]) {
+        auto it = state.pendingOn.find(buf);
         it->second.erase(idx);
         if (it->second.empty())
-          pendingOn.erase(it);
+          state.pendingOn.erase(it);
       }
-      pending.erase(idx);
+      state.pending.erase(idx);
     }
-  };
-  auto pendingTouches = [&](const Op &op) {
+  }
+
+  bool pendingTouches(const Op &op) const {
     for (const auto *list : {&op.reads, &op.writes})
       for (int64_t buf : *list)
-        if (pendingOn.count(buf))
+        if (state.pendingOn.count(buf))
           return true;
     return false;
-  };
-  auto emit = [&](Op op) {
+  }
+
+  void emit(Op op) {
     if (op.kind != OpKind::Collective)
       flushFor(op);
     if (op.kind == OpKind::Collective) {
@@ -365,34 +417,53 @@ void finishOverlap(Step &s, const OverlapOptions &o) {
       bufs.erase(std::unique(bufs.begin(), bufs.end()), bufs.end());
       const int64_t idx = static_cast<int64_t>(out.size());
       for (int64_t buf : bufs)
-        pendingOn[buf].insert(idx);
-      pending[idx] = std::move(bufs);
+        state.pendingOn[buf].insert(idx);
+      state.pending[idx] = std::move(bufs);
     }
     out.push_back(std::move(op));
-  };
-  for (size_t i = 0; i < s.ops.size(); ++i) {
-    Op op = std::move(s.ops[i]); // s.ops is replaced by `out`
-    if (op.kind == OpKind::Wait)
-      continue; // rebuilt here
-    if (op.kind == OpKind::Free && op.phase != Phase::Optimizer &&
-        pendingTouches(op)) {
-      deferred.push_back(std::move(op));
-      continue;
-    }
-    bool compute = op.kind == OpKind::Compute;
-    emit(std::move(op));
-    if (compute && !deferred.empty()) {
-      std::vector<Op> now;
-      now.swap(deferred);
-      for (Op &f : now)
-        emit(std::move(f));
-    }
   }
-  for (Op &f : deferred)
-    emit(std::move(f));
-  for (auto &[idx, bufs] : pending)
-    waitFor(idx, out[idx].phase);
-  s.ops = std::move(out);
+};
+
+} // namespace
+
+void finishOverlap(Step &s, const OverlapOptions &o) {
+  finishOverlapEach(s, o, o.optimizerFill,
+                    [](int64_t, const Step &) { return std::nullopt; });
+}
+
+void finishOverlapEach(
+    Step &s, const OverlapOptions &o, int64_t firstFill,
+    const std::function<std::optional<int64_t>(int64_t fill,
+                                               const Step &scheduled)> &visit) {
+  (void)o; // the parts after prepareOverlap use no option but the fill
+  // The ops before the optimizer tail get their starts and waits once; the
+  // order only moves ops of the tail, so each fill goes on from there.
+  const size_t first = optimizerTail(s.ops);
+  std::vector<Op> tail(std::make_move_iterator(s.ops.begin() + first),
+                       std::make_move_iterator(s.ops.end()));
+  AsyncWaits waits;
+  // Every op once, plus about one wait per collective.
+  waits.out.reserve(s.ops.size() + s.ops.size() / 2);
+  for (size_t i = 0; i < first; ++i)
+    waits.feed(std::move(s.ops[i]));
+  s.ops.clear();
+  const size_t headSize = waits.out.size();
+  const AsyncWaits::State head = waits.state;
+  for (int64_t fill = firstFill;;) {
+    // The tail is copied: a later fill needs it again.
+    for (int64_t k : optimizerOrder(tail, fill))
+      waits.feed(tail[k]);
+    waits.finish();
+    s.ops = std::move(waits.out);
+    std::optional<int64_t> next = visit(fill, s);
+    if (!next)
+      return; // `s` holds this fill's schedule
+    fill = *next;
+    waits.out = std::move(s.ops);
+    waits.out.erase(waits.out.begin() + static_cast<std::ptrdiff_t>(headSize),
+                    waits.out.end());
+    waits.state = head;
+  }
 }
 
 //===----------------------------------------------------------------------===//

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -220,6 +221,75 @@ TEST(OptimizerOrder, SearchMatchesSchedulingEachCandidateInFull) {
       EXPECT_EQ(got.steadyStepSeconds, want.steadyStepSeconds) << "fill " << got.fill;
     }
   }
+}
+
+// The search schedules the ops before the optimizer phase once and only
+// the optimizer phase per fill: each result must be the step a whole
+// schedule of that fill makes (the reductions still in flight when the
+// optimizer phase starts, waited in it, are restored for every fill).
+TEST(OptimizerOrder, EachFillSchedulesAsAWholeSchedule) {
+  auto same = [](const Step &a, const Step &b) {
+    ASSERT_EQ(a.ops.size(), b.ops.size());
+    for (size_t i = 0; i < a.ops.size(); ++i) {
+      const Op &x = a.ops[i], &y = b.ops[i];
+      EXPECT_EQ(x.name, y.name) << "op " << i;
+      EXPECT_EQ(x.kind, y.kind) << "op " << i;
+      EXPECT_EQ(x.phase, y.phase) << "op " << i;
+      EXPECT_EQ(x.group, y.group) << "op " << i;
+      EXPECT_EQ(x.async, y.async) << "op " << i;
+      EXPECT_EQ(x.waitFor, y.waitFor) << "op " << i;
+      EXPECT_EQ(x.reads, y.reads) << "op " << i;
+      EXPECT_EQ(x.writes, y.writes) << "op " << i;
+    }
+  };
+  const std::vector<int64_t> fills = {-1, 0, 1, 2, 7, 0};
+  Step prepared = threeGroups();
+  prepareOverlap(prepared, OverlapOptions{});
+  std::vector<int64_t> visited;
+  bool waitsInOptimizer = false;
+  finishOverlapEach(
+      prepared, OverlapOptions{}, fills.front(),
+      [&](int64_t fill, const Step &got) -> std::optional<int64_t> {
+        visited.push_back(fill);
+        Step want = threeGroups();
+        OverlapOptions o;
+        o.optimizerFill = fill;
+        scheduleOverlap(want, o);
+        same(got, want);
+        for (const Op &op : got.ops)
+          waitsInOptimizer |=
+              op.kind == OpKind::Wait && op.phase == Phase::Optimizer;
+        if (visited.size() == fills.size())
+          return std::nullopt;
+        return fills[visited.size()];
+      });
+  EXPECT_EQ(visited, fills);
+  EXPECT_TRUE(waitsInOptimizer); // the case the restored state is for
+  EXPECT_EQ(optimizerOrder(prepared), names({0, 1, 2})); // the last fill's
+}
+
+// The search on the step itself leaves it scheduled for the fill it
+// chose, as scheduling a fresh step with that fill does, and chooses as
+// the search on a copy does.
+TEST(OptimizerOrder, SearchInPlaceLeavesTheChosenSchedule) {
+  Step s = threeGroups();
+  cost::OrderChoice c = cost::scheduleOptimizerFill(s, OverlapOptions{}, round());
+  ASSERT_TRUE(c.ok) << c.error;
+  cost::OrderChoice copy =
+      cost::chooseOptimizerFill(threeGroups(), OverlapOptions{}, round());
+  EXPECT_EQ(c.fill, copy.fill);
+  EXPECT_EQ(c.candidates.size(), copy.candidates.size());
+  Step want = threeGroups();
+  OverlapOptions o;
+  o.optimizerFill = c.fill;
+  scheduleOverlap(want, o);
+  ASSERT_EQ(s.ops.size(), want.ops.size());
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    EXPECT_EQ(s.ops[i].name, want.ops[i].name) << "op " << i;
+    EXPECT_EQ(s.ops[i].waitFor, want.ops[i].waitFor) << "op " << i;
+    EXPECT_EQ(s.ops[i].async, want.ops[i].async) << "op " << i;
+  }
+  EXPECT_EQ(optimizerOrder(s), names({2, 0, 1})); // fill 1, the best
 }
 
 // A step the simulator refuses: the error names the buffer, as simulating

@@ -43,6 +43,16 @@ OrderChoice chooseOptimizerFill(const step::Step &unscheduled,
                                 const SimProfile &profile,
                                 int64_t maxFill = 8);
 
+/// chooseOptimizerFill on `s` itself, without a copy: schedules `s`
+/// (step::scheduleOverlap) with `options` and the chosen optimizerFill,
+/// the candidates scheduled from one shared schedule of the ops before the
+/// optimizer phase. When a candidate cannot be simulated, `ok` is false,
+/// `error` the simulator's and `s` is scheduled for that candidate.
+OrderChoice scheduleOptimizerFill(step::Step &s,
+                                  const step::OverlapOptions &options,
+                                  const SimProfile &profile,
+                                  int64_t maxFill = 8);
+
 } // namespace mfsdp::cost
 
 #endif // MFSDP_COST_OPTIMIZERORDER_H

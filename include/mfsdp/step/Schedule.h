@@ -10,6 +10,8 @@
 
 #include "mfsdp/step/Step.h"
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,19 @@ void scheduleOverlap(Step &s, const OverlapOptions &options);
 /// optimizer-order search prepares once and finishes a copy per candidate.
 void prepareOverlap(Step &s, const OverlapOptions &options);
 void finishOverlap(Step &s, const OverlapOptions &options);
+
+/// finishOverlap of the prepared `s` for `firstFill`, then for each fill
+/// `visit` names, in turn: `visit` sees each result (the step finishOverlap
+/// makes for that fill) and returns the next fill to schedule, or nullopt
+/// to stop, leaving `s` scheduled for the fill it was given. The order only
+/// moves ops of the optimizer phase, so the ops before it get their starts
+/// and waits once, and each fill only schedules the optimizer phase: the
+/// optimizer-order search costs one schedule and a tail per candidate, not
+/// one whole schedule and a copy of the step each.
+void finishOverlapEach(
+    Step &s, const OverlapOptions &options, int64_t firstFill,
+    const std::function<std::optional<int64_t>(int64_t fill,
+                                               const Step &scheduled)> &visit);
 
 struct MemoryPlan {
   std::vector<double> arenaBytes; // per rank: the arena the offsets need
