@@ -248,12 +248,13 @@ mfsdp_status mfsdp_step::reduceParamBF16(int32_t p, bool async) {
     }
     break;
   case MFSDP_BLOCK_SHARD: {
-    // Packed by rank into the unit's fp32 gathered copy when there is one
-    // (nothing reads it once the backward is over), else into the staging
-    // buffer, and reduced from there at once.
+    // Started: packed by rank into the unit's fp32 gathered copy when
+    // there is one (nothing reads it once the backward is over; the memory
+    // plan keeps it until the wait), as the fp32 reduction does; else into
+    // the staging buffer, and reduced from there at once.
     if (auto s = widenGrad(ps))
       return s;
-    if (ps.full && !ps.bf16()) {
+    if (async && ps.full && !ps.bf16()) {
       send = ps.full;
     } else {
       if (auto s = blockStaging(ps, staging, "reducing"))
