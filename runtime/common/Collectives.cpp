@@ -309,7 +309,7 @@ mfsdp_status mfsdp_step::reduceParamBF16(int32_t p, bool async) {
   mfsdp_status s = comm(rc, ((async ? "starting the bf16 reduction of "
                                     : "the bf16 reduction of ") + what).c_str());
   if (!s && async) {
-    reduceStarted.push_back({p, -1, handle, -1, r});
+    reduceStarted.push_back({p, -1, handle, ps.desc.unit, r});
     ++work.reduceStarts;
     return MFSDP_OK;
   }
@@ -369,7 +369,7 @@ mfsdp_status mfsdp_step::reduce(int32_t unit, bool async) {
                               : reduceBucket(b, start ? &handle : nullptr))
       return s;
     if (start) {
-      reduceStarted.push_back({-1, b, handle, -1, bf16});
+      reduceStarted.push_back({-1, b, handle, unit, bf16});
       ++work.reduceStarts;
     }
   }

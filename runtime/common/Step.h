@@ -123,7 +123,7 @@ struct Started {
   int32_t param = -1;
   int32_t bucket = -1;
   CommHandle handle = 0;
-  int32_t unit = -1; // whose gather it is (gathers in flight)
+  int32_t unit = -1; // whose gather or reduction it is
   BF16Reduction bf16{}; // a reduction in bf16: its completion
 };
 
