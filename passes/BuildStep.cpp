@@ -75,6 +75,9 @@ struct BuildStepPass : public mfsdp::impl::BuildStepBase<BuildStepPass> {
     step::BuildOptions bo;
     bo.tokens = tok;
     bo.microbatches = microbatches;
+    bo.reduceElemBytes = reduceDtype == ReduceDTypeOption::BF16  ? 2
+                         : reduceDtype == ReduceDTypeOption::F32 ? 4
+                                                                 : 0;
     if (fsdp2) {
       bo.gatheredMuon = true;
       bo.dtensorMuon = dtensor;

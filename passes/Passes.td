@@ -174,6 +174,12 @@ def BuildStep : Pass<"mfsdp-build-step", "::mlir::ModuleOp"> {
            "::mfsdp::clValues<::mfsdp::StepBaseline>()">,
     Option<"nsSteps", "ns-steps", "int64_t", /*default=*/"0",
            "Newton-Schulz steps (0: the graph's Muon settings, else 5)">,
+    Option<"reduceDtype", "reduce-dtype", "::mfsdp::ReduceDTypeOption",
+           /*default=*/"::mfsdp::ReduceDTypeOption::Param",
+           "The dtype the step's gradient reductions count: f32 (4 bytes an "
+           "element on the wire), bf16 (2), or param (the default): each "
+           "parameter's own dtype",
+           "::mfsdp::clValues<::mfsdp::ReduceDTypeOption>()">,
   ];
   let dependentDialects = ["::mfsdp::sched::SchedDialect"];
 }

@@ -27,6 +27,7 @@ void mfsdp::buildDefaultPipeline(OpPassManager &pm, const PipelineOptions &o) {
   step.tokens = o.tokens;
   step.microbatches = o.microbatches;
   step.baseline = o.baseline;
+  step.reduceDtype = o.reduceDtype;
   step.nsSteps = o.nsSteps;
   pm.addPass(createBuildStep(step));
   // The four schedule passes run as one, on the step read once (the

@@ -46,6 +46,11 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
                          llvm::cl::init(0)};
   Option<int64_t> microbatches{*this, "microbatches", llvm::cl::desc("microbatches"),
                                llvm::cl::init(1)};
+  Option<ReduceDTypeOption> reduceDtype{
+      *this, "reduce-dtype",
+      llvm::cl::desc("the dtype the step's gradient reductions count: f32, bf16 or "
+                     "param (each parameter's own)"),
+      llvm::cl::init(ReduceDTypeOption::Param), clValues<ReduceDTypeOption>()};
   Option<StepBaseline> baseline{
       *this, "baseline",
       llvm::cl::desc("fsdp2: the gathered-Muon baseline; fsdp2-dtensor, "

@@ -55,6 +55,19 @@
   X(MFSDP_COMPUTE_F32, F32, "f32", 0)                                          \
   X(MFSDP_COMPUTE_BF16, BF16, "bf16", 1)
 
+/* The dtype gradients are reduced in over the data-parallel ranks (FSDP2's
+ * MixedPrecisionPolicy.reduce_dtype), whatever the compute dtype; the
+ * reduced gradient this rank keeps (grad_shard), masters and optimizer
+ * state stay fp32.
+ *  - F32: reduced in fp32 (a bf16 gradient widened exactly first).
+ *  - BF16: the gradient rounded to bf16 (round to nearest even) and
+ *    reduced in bf16, 2 bytes an element on the wire, every partial sum
+ *    rounded to bf16 as NCCL's ncclBfloat16 sum does; the result widened
+ *    to fp32 before the average. */
+#define MFSDP_REDUCE_DTYPE_LIST(X)                                             \
+  X(MFSDP_REDUCE_F32, F32, "f32", 0)                                           \
+  X(MFSDP_REDUCE_BF16, BF16, "bf16", 1)
+
 /* How Muon's Newton-Schulz normalises its input G.
  *  - ADD_EPS: G / (||G||_F + ns_eps), Muon's reference code.
  *  - CLAMP: G / max(||G||_F, ns_eps), torch.optim.Muon. */
@@ -136,6 +149,13 @@
   X(_, Graph, "graph", -1)                                                     \
   MFSDP_POLICY_LIST(X)
 
+/* The reduce-dtype option of mfsdp-build-step: a reduce dtype, or param
+ * (the default): each parameter's own dtype, the bytes the step counted
+ * before the option existed. */
+#define MFSDP_REDUCE_DTYPE_OPTION_LIST(X)                                      \
+  X(_, Param, "param", -1)                                                     \
+  MFSDP_REDUCE_DTYPE_LIST(X)
+
 /* Row layout option of mfsdp-assign-layouts: chosen by cost, or forced. */
 #define MFSDP_ROW_MODE_LIST(X)                                                 \
   X(_, Auto, "auto", 0)                                                        \
@@ -190,6 +210,9 @@ typedef enum mfsdp_optimizer {
 typedef enum mfsdp_compute_dtype {
   MFSDP_COMPUTE_DTYPE_LIST(MFSDP_VOCAB_C_CASE)
 } mfsdp_compute_dtype;
+typedef enum mfsdp_reduce_dtype {
+  MFSDP_REDUCE_DTYPE_LIST(MFSDP_VOCAB_C_CASE)
+} mfsdp_reduce_dtype;
 typedef enum mfsdp_ns_norm {
   MFSDP_NS_NORM_LIST(MFSDP_VOCAB_C_CASE)
 } mfsdp_ns_norm;
@@ -239,6 +262,7 @@ namespace mfsdp {
 MFSDP_VOCAB_ENUM(Placement, "placement", MFSDP_PLACEMENT_LIST)
 MFSDP_VOCAB_ENUM(Optimizer, "optimizer", MFSDP_OPTIMIZER_LIST)
 MFSDP_VOCAB_ENUM(ComputeDType, "compute dtype", MFSDP_COMPUTE_DTYPE_LIST)
+MFSDP_VOCAB_ENUM(ReduceDType, "reduce dtype", MFSDP_REDUCE_DTYPE_LIST)
 MFSDP_VOCAB_ENUM(NsNorm, "Newton-Schulz norm", MFSDP_NS_NORM_LIST)
 MFSDP_VOCAB_ENUM(AdjustLr, "adjust_lr", MFSDP_ADJUST_LR_LIST)
 MFSDP_VOCAB_ENUM(PolicyKind, "policy", MFSDP_POLICY_LIST)
@@ -250,6 +274,7 @@ MFSDP_VOCAB_ENUM(CollKind, "collective kind", MFSDP_COLL_KIND_LIST)
 MFSDP_VOCAB_ENUM(Phase, "phase", MFSDP_PHASE_LIST)
 
 MFSDP_VOCAB_ENUM(PolicyOption, "policy", MFSDP_POLICY_OPTION_LIST)
+MFSDP_VOCAB_ENUM(ReduceDTypeOption, "reduce dtype", MFSDP_REDUCE_DTYPE_OPTION_LIST)
 MFSDP_VOCAB_ENUM(RowMode, "row layout", MFSDP_ROW_MODE_LIST)
 MFSDP_VOCAB_ENUM(NsSplit, "ns-split", MFSDP_NS_SPLIT_LIST)
 MFSDP_VOCAB_ENUM(OwnerStrategy, "owner strategy", MFSDP_OWNER_STRATEGY_LIST)

@@ -73,7 +73,7 @@ extern "C" {
 
 /* The layout versions of mfsdp_plan and mfsdp_config (their `version`
  * field), raised whenever a field is added, removed or changed. */
-#define MFSDP_PLAN_VERSION 1
+#define MFSDP_PLAN_VERSION 2
 #define MFSDP_CONFIG_VERSION 1
 
 typedef enum mfsdp_status {
@@ -96,8 +96,8 @@ const char *mfsdp_status_string(mfsdp_status status);
  * trainer was built with). MFSDP_ERROR_INVALID when `version` is NULL. */
 mfsdp_status mfsdp_get_version(int32_t *version);
 
-/* mfsdp_placement, mfsdp_optimizer, mfsdp_compute_dtype, mfsdp_ns_norm and
- * mfsdp_adjust_lr are defined, with the meaning of each value, in
+/* mfsdp_placement, mfsdp_optimizer, mfsdp_compute_dtype,
+ * mfsdp_reduce_dtype, mfsdp_ns_norm and mfsdp_adjust_lr are defined, with the meaning of each value, in
  * mfsdp/Vocabulary.h. */
 
 typedef struct mfsdp_param_desc {
@@ -391,6 +391,14 @@ typedef struct mfsdp_plan {
    * NULL: the runtime runs each hook in its own order (plans built by
    * hand). Last, so an older plan reads it as NULL. */
   const mfsdp_program *program;
+  /* The dtype every gradient reduction runs in (mfsdp_reduce_dtype; FSDP2's
+   * MixedPrecisionPolicy.reduce_dtype): MFSDP_REDUCE_F32 (what
+   * MFSDP_PLAN_INITIALIZER holds) or MFSDP_REDUCE_BF16, the reduce-scatters
+   * (-v), the all-reduces of replicated tensors and HSDP's all-reduce over
+   * replicas 2 bytes an element on the wire (docs/runtime.md, "Reduce
+   * dtype"); grad_shard, masters and optimizer state stay fp32. Part of
+   * the hash (mixed in only when bf16). Added in plan version 2. */
+  int32_t reduce_dtype;
 } mfsdp_plan;
 
 /* An empty plan of this header's layout: every field 0 or NULL but
@@ -405,7 +413,8 @@ typedef struct mfsdp_plan {
         0.f, 0.f, 0.f, 0, 0, 0,  /* muon_* */                                 \
         0, NULL,                 /* ns_split, memory */                       \
         0, NULL, 0, NULL,        /* mesh_dims, buckets */                     \
-        NULL, NULL               /* host_kernels, cuda_kernels */             \
+        NULL, NULL,              /* host_kernels, cuda_kernels */             \
+        NULL, MFSDP_REDUCE_F32   /* program, reduce_dtype */                  \
   }
 
 typedef struct mfsdp_step mfsdp_step;

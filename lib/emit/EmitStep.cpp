@@ -258,6 +258,8 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
   const std::vector<mfsdp_mesh_dim> &meshDims = runtimePlan.meshDims;
   const int64_t numExternal = runtimePlan.numExternal;
   const std::vector<std::string> &externalDims = runtimePlan.externalDims;
+  // The dtype of the gradient reductions (runtime.h: reduce_dtype).
+  plan.reduce_dtype = static_cast<int32_t>(options.reduceDtype);
   // Buckets: from the step program, when the module has one (after
   // mfsdp-build-step and mfsdp-bucket-collectives), its bucketed gradient
   // reductions; the runtime gathers and reduces each with one collective.
@@ -604,6 +606,10 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
     os << "  .cuda_kernels = mfsdp_cuda_kernels,\n";
   if (withProgram)
     os << "  .program = &mfsdp_the_program,\n";
+  // Only when set: an fp32 library reads as before.
+  if (plan.reduce_dtype != MFSDP_REDUCE_F32)
+    os << "  .reduce_dtype = "
+       << enumCName(static_cast<mfsdp::ReduceDType>(plan.reduce_dtype)) << ",\n";
   os << "};\n\n";
   os << "const mfsdp_plan *mfsdp_step_plan(void) { return &mfsdp_the_plan; }\n\n"
      << "mfsdp_status mfsdp_step_create(mfsdp_step **out) {\n"

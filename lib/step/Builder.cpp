@@ -707,6 +707,21 @@ private:
     }
   }
 
+  /// What a reduction of `params` (those of `unit`; -1: all) sends per byte
+  /// of the parameters' own dtypes under BuildOptions::reduceElemBytes (1
+  /// when it is 0).
+  double reduceScale(const std::vector<const Param *> &params, int64_t unit) const {
+    double elements = 0, bytes = 0;
+    for (const Param *p : params)
+      if (unit < 0 || p->unit == unit) {
+        elements += static_cast<double>(p->numElements());
+        bytes += static_cast<double>(p->numElements()) * p->elemBytes;
+      }
+    if (b.reduceElemBytes <= 0 || bytes <= 0)
+      return 1.0;
+    return static_cast<double>(b.reduceElemBytes) * elements / bytes;
+  }
+
   /// Per unit, in backward order: reduce-scatter of rows, reduce-scatter-v
   /// to the owners (under ZeRO-1 too: the gradient buffers stay whole, as
   /// in Megatron's distributed optimizer, but each rank steps its own part
@@ -717,7 +732,14 @@ private:
     if (!g.rows.empty())
       copies(gi, /*gatherSide=*/false);
     for (auto it = g.pieces.rbegin(); it != g.pieces.rend(); ++it) {
-      const GroupInfo::Piece &piece = *it;
+      GroupInfo::Piece piece = *it;
+      // The reduce dtype's bytes in place of the parameters' own.
+      const double rowScale = reduceScale(g.rows, piece.unit);
+      const double ownedScale = reduceScale(g.owned, piece.unit);
+      piece.rowBytes *= rowScale;
+      piece.ownedBytes *= ownedScale;
+      for (double &c : piece.chunks)
+        c *= ownedScale;
       const std::string &unit = pr.units[piece.unit].name;
       if (piece.rowBytes > 0) {
         Op op = collective(CollKind::ReduceScatter, fmt::format("reduce_scatter {}", unit),
@@ -753,7 +775,8 @@ private:
     if (!g.replicated.empty()) {
       Op op = collective(CollKind::AllReduce,
                          fmt::format("all_reduce replicated g{}", gi),
-                         g.replicatedBuf, g.replicatedBuf, g.replicatedBytes);
+                         g.replicatedBuf, g.replicatedBuf,
+                         g.replicatedBytes * reduceScale(g.replicated, -1));
       op.group = static_cast<int64_t>(gi);
       st.ops.push_back(op);
     }

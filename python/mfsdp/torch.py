@@ -32,7 +32,7 @@ from torch.autograd.graph import register_multi_grad_hook, saved_tensors_hooks
 from . import Error, _C
 from . import runtime as _rt
 
-__all__ = ["fully_shard", "MFSDPModule", "MFSDPOptimizer", "clip_grad_norm_", "Error"]
+__all__ = ["fully_shard", "MixedPrecisionPolicy", "MFSDPModule", "MFSDPOptimizer", "clip_grad_norm_", "Error"]
 
 _OPT_NAMES = {_C.OPT_ADAMW: "adamw", _C.OPT_SGD: "sgd", _C.OPT_MUON: "muon", _C.OPT_NONE: "none"}
 
@@ -793,11 +793,27 @@ def _default_inputs(model):
                 "shapes matter, on the meta device)")
 
 
+class MixedPrecisionPolicy:
+    """FSDP2's MixedPrecisionPolicy for fully_shard(mp_policy=...): param_dtype, the
+    compute copies' dtype (None or torch.float32: fp32; torch.bfloat16), and
+    reduce_dtype, the gradient reductions' (None: param_dtype, as FSDP2). FSDP2's
+    output_dtype and cast_forward_inputs have no counterpart here."""
+
+    def __init__(self, param_dtype=None, reduce_dtype=None):
+        self.param_dtype = param_dtype
+        self.reduce_dtype = reduce_dtype
+
+    def __repr__(self):
+        return (f"MixedPrecisionPolicy(param_dtype={self.param_dtype}, "
+                f"reduce_dtype={self.reduce_dtype})")
+
+
 def fully_shard(model, mesh="dp_shard=2", policy="adamw", zero=3, *, library=None,
                 units=None, example_inputs=None, example_kwargs=None, external=(),
                 prefetch=False, accumulate=False, bucket_mb=None, layouts=None,
                 backend="host", adamw=None, muon=None, sgd=None, param_groups=None,
-                init_fn=None, work_dir=None, compile_args=(), param_dtype=None):
+                init_fn=None, work_dir=None, compile_args=(), param_dtype=None,
+                reduce_dtype=None, mp_policy=None):
     """Shards `model` with a step library and returns (model, optimizer).
 
     mesh, policy, zero: the plan (mfsdp-compile --mesh --policy --zero); the model is
@@ -821,15 +837,39 @@ def fully_shard(model, mesh="dp_shard=2", policy="adamw", zero=3, *, library=Non
         copies (gathered as bf16), gradients are bf16 and reduced in fp32, masters and
         optimizer state stay fp32. Default (None): fp32. Compiling only: a library
         compiled ahead of time carries its own dtypes.
+    reduce_dtype: torch.bfloat16 to reduce gradients in bf16 (FSDP2's
+        MixedPrecisionPolicy.reduce_dtype; mfsdp-compile --reduce-dtype=bf16): every
+        reduce-scatter and all-reduce of gradients sends 2 bytes an element, each
+        partial sum rounded to bf16, and the reduced gradient is widened to fp32 before
+        the average (masters and optimizer state stay fp32). Default (None): fp32,
+        whatever param_dtype. A library compiled ahead of time carries its own; giving
+        another is an error.
+    mp_policy: a MixedPrecisionPolicy instead of param_dtype and reduce_dtype, with
+        FSDP2's defaults (its reduce_dtype None is its param_dtype).
     """
     if isinstance(model, MFSDPModule):
         raise Error("fully_shard: this model is already sharded")
     if not isinstance(model, nn.Module):
         raise Error(f"fully_shard: expected a torch.nn.Module, got {type(model).__name__}")
     launch = _rt.launcher()
+    if mp_policy is not None:
+        if not isinstance(mp_policy, MixedPrecisionPolicy):
+            raise Error(f"fully_shard: mp_policy is a {type(mp_policy).__name__}; expected "
+                        "a mfsdp.torch.MixedPrecisionPolicy")
+        if param_dtype is not None or reduce_dtype is not None:
+            raise Error("fully_shard: give mp_policy, or param_dtype and reduce_dtype, "
+                        "not both")
+        param_dtype = mp_policy.param_dtype
+        reduce_dtype = mp_policy.reduce_dtype or mp_policy.param_dtype
     if param_dtype not in (None, torch.float32, torch.bfloat16):
         raise Error(f"fully_shard: param_dtype {param_dtype}; expected torch.float32 or "
                     "torch.bfloat16")
+    if reduce_dtype not in (None, torch.float32, torch.bfloat16):
+        raise Error(f"fully_shard: reduce_dtype {reduce_dtype}; expected torch.float32 or "
+                    "torch.bfloat16")
+    reduce_name = "bf16" if reduce_dtype == torch.bfloat16 else "f32"
+    if reduce_dtype == torch.bfloat16 and library is None:
+        compile_args = list(compile_args) + ["--reduce-dtype=bf16"]
     if library is None:
         lib_path = _compile(model, mesh, policy, zero, units, example_inputs, example_kwargs,
                             external, prefetch, accumulate, bucket_mb, layouts, work_dir,
@@ -837,6 +877,9 @@ def fully_shard(model, mesh="dp_shard=2", policy="adamw", zero=3, *, library=Non
     else:
         lib_path = os.fspath(library)
     lib = _rt.Library(lib_path)
+    if reduce_dtype is not None and lib.info()["reduce_dtype"] != reduce_name:
+        raise Error(f"fully_shard: reduce_dtype {reduce_dtype}, but {lib_path} reduces in "
+                    f"{lib.info()['reduce_dtype']} (mfsdp-compile --reduce-dtype)")
     problems = check_model(model, lib, external)
     if problems:
         raise Error(f"the model does not match the plan of {lib_path}:\n  " +

@@ -105,6 +105,7 @@ struct Library {
     d["world"] = p.world;
     d["num_units"] = p.num_units;
     d["num_params"] = p.num_params;
+    d["reduce_dtype"] = p.reduce_dtype == MFSDP_REDUCE_BF16 ? "bf16" : "f32";
     nb::dict adamw;
     adamw["lr"] = p.adamw_lr;
     adamw["betas"] = nb::make_tuple(p.adamw_beta1, p.adamw_beta2);

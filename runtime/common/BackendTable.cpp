@@ -211,6 +211,14 @@ public:
     return t_.all_gather_bf16(t_.self, toC(g), send, recv, counts.data(),
                               static_cast<int64_t>(counts.size()), handle);
   }
+  int reduceScatterBF16(Group g, const uint16_t *send, uint16_t *recv,
+                        const std::vector<int64_t> &counts, CommHandle *handle) override {
+    return t_.reduce_scatter_bf16(t_.self, toC(g), send, recv, counts.data(),
+                                  static_cast<int64_t>(counts.size()), handle);
+  }
+  int allReduceBF16(Group g, uint16_t *buf, int64_t count, CommHandle *handle) override {
+    return t_.all_reduce_bf16(t_.self, toC(g), buf, count, handle);
+  }
   int castToBF16(const float *in, uint16_t *out, int64_t count) override {
     return t_.cast_to_bf16(t_.self, in, out, count);
   }
@@ -627,6 +635,17 @@ mfsdp_rt_backend_table backendTable(Backend *backend) {
   t.copy_2d_bf16 = [](void *s, uint16_t *dst, int64_t dp, const uint16_t *src,
                       int64_t sp, int64_t w, int64_t h) {
     return backendCall([&] { return self(s).copy2DBF16(dst, dp, src, sp, w, h); });
+  };
+  t.reduce_scatter_bf16 = [](void *s, int32_t g, const uint16_t *send, uint16_t *recv,
+                             const int64_t *counts, int64_t n, int64_t *handle) {
+    return backendCall([&] {
+      return self(s).reduceScatterBF16(fromC(g), send, recv,
+                                       std::vector<int64_t>(counts, counts + n), handle);
+    });
+  };
+  t.all_reduce_bf16 = [](void *s, int32_t g, uint16_t *buf, int64_t count,
+                         int64_t *handle) {
+    return backendCall([&] { return self(s).allReduceBF16(fromC(g), buf, count, handle); });
   };
   return t;
 }

@@ -149,6 +149,84 @@ mfsdp_status mfsdp_step::finishBucketGather(int32_t b, mfsdp_status s) {
   return s;
 }
 
+mfsdp_status mfsdp_step::reduceBucketBF16(int32_t b, CommHandle *handle,
+                                          BF16Reduction &r) {
+  BucketState &bs = buckets[b];
+  const std::string what = "bucket " + std::to_string(b) + " (unit " +
+                           std::to_string(bs.unit) + ")";
+  for (int32_t p : bs.members)
+    if (auto s = widenGrad(params[p]))
+      return s;
+  ParamState &first = params[bs.members.front()];
+  r = BF16Reduction{};
+  r.on = true;
+  shardSpan(bs, r.recv, r.recvCount);
+  float *send = nullptr;
+  int64_t total = 0;
+  std::vector<int64_t> counts;
+  if (bs.rows) {
+    if (auto s = placeStaging(bs, 2, "the reduce staging of " + what))
+      return s;
+    mfsdp_status s = MFSDP_OK;
+    if (bs.kernels.pack) {
+      std::vector<const float *> grad;
+      for (int32_t p : bs.members)
+        grad.push_back(params[p].grad);
+      Trace::Span span = Trace::kernel(trace.get(), "pack");
+      s = device(bs.kernels.pack(grad.data(), bs.staging, backend->kernelStream()),
+                 "the plan's pack kernel of bucket " + std::to_string(b));
+    } else if (bs.gaps) {
+      s = device(backend->zero(bs.staging, S * bs.chunk), "zero-fill");
+    }
+    for (size_t j = 0; !s && !bs.kernels.pack && j < bs.members.size(); ++j) {
+      ParamState &ps = params[bs.members[j]];
+      s = device(backend->copy2D(bs.staging + bs.rel[j], bs.chunk, ps.grad, ps.localSize,
+                                 ps.localSize, S),
+                 "packing bucket " + std::to_string(b));
+    }
+    send = bs.staging;
+    total = S * bs.chunk;
+    counts.assign(S, bs.chunk);
+    if (!s)
+      s = narrowInPlace(send, total, "narrowing " + what + " to bf16");
+    if (s) {
+      releaseStaging(bs);
+      return s;
+    }
+  } else {
+    // The members' gradients, one span in owner order, narrowed in place
+    // and widened back (exactly) once sent.
+    send = first.grad;
+    total = bs.span;
+    counts = bs.counts;
+    if (auto s = narrowInPlace(send, total, "narrowing " + what + " to bf16"))
+      return s;
+    r.send = send;
+    r.sendCount = total;
+  }
+  const uint16_t *from = reinterpret_cast<const uint16_t *>(send) + total;
+  uint16_t *to = r.recv ? reinterpret_cast<uint16_t *>(r.recv) + r.recvCount : nullptr;
+  const int rc = backend->reduceScatterBF16(Group::Shard, from, to, counts, handle);
+  ++work.bucketReductions;
+  work.reduceBytes += 2 * total;
+  mfsdp_status s = comm(rc, ((handle ? "starting the bf16 reduce-scatter of "
+                                     : "the bf16 reduce-scatter of ") + what).c_str());
+  if (handle && !s)
+    return MFSDP_OK; // staging released and r finished by completeReduction
+  if (bs.rows)
+    releaseStaging(bs);
+  if (!s)
+    s = finishBF16(r, what);
+  const float scale = 1.f / static_cast<float>(S * R);
+  for (size_t j = 0; !s && j < bs.members.size(); ++j) {
+    ParamState &ps = params[bs.members[j]];
+    s = device(backend->scale(ps.gradShard, ps.localCount, scale), "scaling");
+    if (!s)
+      ps.gradReduced = true;
+  }
+  return s;
+}
+
 mfsdp_status mfsdp_step::reduceBucket(int32_t b, CommHandle *handle) {
   BucketState &bs = buckets[b];
   const std::string what = "bucket " + std::to_string(b) + " (unit " +
@@ -197,6 +275,7 @@ mfsdp_status mfsdp_step::reduceBucket(int32_t b, CommHandle *handle) {
                 : backend->reduceScatterV(Group::Shard, first.grad, shards, bs.counts);
   }
   ++work.bucketReductions;
+  work.reduceBytes += 4 * (bs.rows ? S * bs.chunk : bs.span);
   mfsdp_status s = comm(rc, ((handle ? "starting the reduce-scatter of "
                                      : "the reduce-scatter of ") + what).c_str());
   if (handle && !s)

@@ -138,15 +138,41 @@ std::vector<std::pair<int64_t, int64_t>> wideningChunks(int64_t n) {
   }
   return chunks;
 }
+
+/// The 16-bit elements of the upper half of n floats at buf (null for null).
+uint16_t *upperHalf(float *buf, int64_t n) {
+  return buf ? reinterpret_cast<uint16_t *>(buf) + n : nullptr;
+}
 } // namespace
+
+mfsdp_status mfsdp_step::widenInPlace(float *buf, int64_t n, const std::string &what) {
+  if (!buf)
+    return MFSDP_OK;
+  for (auto [d, len] : wideningChunks(n))
+    if (auto s = device(backend->castFromBF16(upperHalf(buf, n) + d, buf + d, len), what))
+      return s;
+  return MFSDP_OK;
+}
+
+mfsdp_status mfsdp_step::narrowInPlace(float *buf, int64_t n, const std::string &what) {
+  if (!buf)
+    return MFSDP_OK;
+  // The widening's chunks in reverse: each reads floats no later chunk
+  // wrote over, and writes where no float still to be read lies.
+  const auto chunks = wideningChunks(n);
+  for (auto it = chunks.rbegin(); it != chunks.rend(); ++it)
+    if (auto s = device(backend->castToBF16(buf + it->first, upperHalf(buf, n) + it->first,
+                                            it->second),
+                        what))
+      return s;
+  return MFSDP_OK;
+}
 
 mfsdp_status mfsdp_step::widenGrad(ParamState &ps) {
   if (!ps.bf16() || ps.gradWide || !ps.grad)
     return MFSDP_OK;
-  for (auto [d, len] : wideningChunks(ps.fullSize))
-    if (auto s = device(backend->castFromBF16(ps.gradBF16() + d, ps.grad + d, len),
-                        "widening the gradient of '" + ps.name + "'"))
-      return s;
+  if (auto s = widenInPlace(ps.grad, ps.fullSize, "widening the gradient of '" + ps.name + "'"))
+    return s;
   ps.gradWide = true;
   return MFSDP_OK;
 }
@@ -154,16 +180,149 @@ mfsdp_status mfsdp_step::widenGrad(ParamState &ps) {
 mfsdp_status mfsdp_step::narrowGrad(ParamState &ps) {
   if (!ps.gradWide || !ps.grad)
     return MFSDP_OK;
-  // The widening's chunks in reverse: each reads floats no later chunk
-  // wrote over, and writes where no float still to be read lies.
-  const auto chunks = wideningChunks(ps.fullSize);
-  for (auto it = chunks.rbegin(); it != chunks.rend(); ++it)
-    if (auto s = device(backend->castToBF16(ps.grad + it->first, ps.gradBF16() + it->first,
-                                            it->second),
-                        "narrowing the gradient of '" + ps.name + "'"))
-      return s;
+  if (auto s = narrowInPlace(ps.grad, ps.fullSize,
+                             "narrowing the gradient of '" + ps.name + "'"))
+    return s;
   ps.gradWide = false;
   return MFSDP_OK;
+}
+
+mfsdp_status mfsdp_step::finishBF16(const BF16Reduction &r, const std::string &what) {
+  mfsdp_status s = MFSDP_OK;
+  if (r.send)
+    s = widenInPlace(r.send, r.sendCount, "widening back the gradient sent by " + what);
+  if (R > 1) {
+    // Every rank calls it, with nothing when it keeps nothing, and after
+    // a failure too (the same sequence on every rank); the first failure
+    // is the one to report.
+    const std::string before = s ? error : std::string();
+    const mfsdp_status a =
+        comm(backend->allReduceBF16(Group::Replicate, upperHalf(r.recv, r.recvCount),
+                                    r.recvCount, nullptr),
+             ("the all-reduce over replicas (bf16) after " + what).c_str());
+    if (!s)
+      s = a;
+    else
+      error = before;
+  }
+  if (!s)
+    s = widenInPlace(r.recv, r.recvCount, "widening the reduced gradient of " + what);
+  return s;
+}
+
+mfsdp_status mfsdp_step::reduceParamBF16(int32_t p, bool async) {
+  ParamState &ps = params[p];
+  const int64_t n = ps.elements();
+  const std::string what = "'" + ps.name + "'";
+  // What is sent: a bf16 compute copy's gradient as the trainer wrote it
+  // (its upper half; narrowed again if a reduction widened it), any other
+  // gradient narrowed in place and widened back once sent; block shards
+  // and replicated tensors from a buffer of the runtime's.
+  float *send = nullptr;
+  int64_t total = 0;
+  bool restore = false;
+  float *staging = nullptr; // block shards packed in the shared staging buffer
+  std::vector<int64_t> counts;
+  BF16Reduction r;
+  r.on = true;
+  r.recv = ps.gradShard;
+  switch (ps.desc.placement) {
+  case MFSDP_ROW_SHARD:
+  case MFSDP_OWNER:
+    send = ps.grad;
+    if (ps.desc.placement == MFSDP_ROW_SHARD) {
+      total = S * ps.localSize; // padded with zeros to S whole chunks
+      counts.assign(S, ps.localSize);
+    } else {
+      total = n;
+      counts.assign(S, 0);
+      counts[ps.desc.owner] = n;
+      r.recv = ps.ownsAny ? ps.gradShard : nullptr;
+    }
+    if (ps.bf16()) {
+      if (auto s = narrowGrad(ps))
+        return s;
+      total = ps.fullSize; // gradBF16(): the upper half of fullSize floats
+    } else {
+      restore = true;
+    }
+    break;
+  case MFSDP_BLOCK_SHARD: {
+    // Started: packed by rank into the unit's fp32 gathered copy when
+    // there is one (nothing reads it once the backward is over; the memory
+    // plan keeps it until the wait), as the fp32 reduction does; else into
+    // the staging buffer, and reduced from there at once.
+    if (auto s = widenGrad(ps))
+      return s;
+    if (async && ps.full && !ps.bf16()) {
+      send = ps.full;
+    } else {
+      if (auto s = blockStaging(ps, staging, "reducing"))
+        return s;
+      send = staging;
+      async = false;
+    }
+    if (auto s = device(backend->packBlocks(ps.grad, send, ps.grid, 0, ps.grid.blocks()),
+                        "packing the blocks of " + what)) {
+      backend->release(staging);
+      return s;
+    }
+    total = n;
+    counts = ps.blockCounts;
+    r.recv = ps.ownsAny ? ps.gradShard : nullptr;
+    break;
+  }
+  default:
+    // Reduced in the shard buffer, so the trainer's gradient (kept for
+    // accumulation) is never summed twice.
+    if (auto s = widenGrad(ps))
+      return s;
+    if (auto s = device(backend->copy(ps.gradShard, ps.grad, n), "copy"))
+      return s;
+    total = n;
+  }
+  r.recvCount = counts.empty() ? n : counts[shardRank];
+  const bool narrow = send && !(ps.bf16() && send == ps.grad);
+  if (narrow)
+    if (auto s = narrowInPlace(send, total, "narrowing the gradient of " + what + " to bf16")) {
+      backend->release(staging);
+      return s;
+    }
+  if (restore) {
+    r.send = send;
+    r.sendCount = total;
+  }
+  if (!send)
+    if (auto s = narrowInPlace(ps.gradShard, n, "narrowing the gradient of " + what + " to bf16"))
+      return s;
+  CommHandle handle = 0;
+  const int rc =
+      send ? backend->reduceScatterBF16(Group::Shard, upperHalf(send, total),
+                                        upperHalf(r.recv, r.recvCount), counts,
+                                        async ? &handle : nullptr)
+           : backend->allReduceBF16(Group::Shard, upperHalf(ps.gradShard, n), n,
+                                    async ? &handle : nullptr);
+  int64_t sent = send ? 0 : n;
+  for (int64_t c : counts)
+    sent += c;
+  work.reduceBytes += 2 * sent;
+  mfsdp_status s = comm(rc, ((async ? "starting the bf16 reduction of "
+                                    : "the bf16 reduction of ") + what).c_str());
+  if (!s && async) {
+    reduceStarted.push_back({p, -1, handle, ps.desc.unit, r});
+    ++work.reduceStarts;
+    return MFSDP_OK;
+  }
+  backend->release(staging);
+  if (!s)
+    s = finishBF16(r, what);
+  if (!s)
+    s = device(backend->scale(ps.gradShard, ps.localCount,
+                              1.f / static_cast<float>(S * R)),
+               "scaling");
+  if (!s)
+    ps.gradReduced = true;
+  return s;
 }
 
 mfsdp_status mfsdp_step::gatherPacked(const ParamState &ps, const float *local,
@@ -205,10 +364,12 @@ mfsdp_status mfsdp_step::reduce(int32_t unit, bool async) {
     CommHandle handle = 0;
     const bool start = async;
     about(b, -1);
-    if (auto s = reduceBucket(b, start ? &handle : nullptr))
+    BF16Reduction bf16;
+    if (auto s = reduceBF16() ? reduceBucketBF16(b, start ? &handle : nullptr, bf16)
+                              : reduceBucket(b, start ? &handle : nullptr))
       return s;
     if (start) {
-      reduceStarted.push_back({-1, b, handle, unit});
+      reduceStarted.push_back({-1, b, handle, unit, bf16});
       ++work.reduceStarts;
     }
   }
@@ -217,6 +378,11 @@ mfsdp_status mfsdp_step::reduce(int32_t unit, bool async) {
     if (ps.bucket >= 0)
       continue;
     about(-1, p);
+    if (reduceBF16()) {
+      if (auto s = reduceParamBF16(p, async))
+        return s;
+      continue;
+    }
     const int64_t n = ps.elements();
     // bf16: reduced in fp32 (widened exactly from the trainer's bf16).
     if (auto s = widenGrad(ps))
@@ -228,6 +394,9 @@ mfsdp_status mfsdp_step::reduce(int32_t unit, bool async) {
     // (A bf16 copy has half the bytes an fp32 gradient needs.)
     const bool packInCopy =
         ps.desc.placement == MFSDP_BLOCK_SHARD && ps.full && !ps.bf16();
+    // Every placement sends the whole (padded) gradient once.
+    work.reduceBytes +=
+        4 * (ps.desc.placement == MFSDP_ROW_SHARD ? S * ps.localSize : n);
     if (async && (ps.desc.placement != MFSDP_BLOCK_SHARD || packInCopy)) {
       CommHandle handle = 0;
       int rc = 0;

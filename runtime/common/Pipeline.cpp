@@ -49,7 +49,16 @@ mfsdp_status mfsdp_step::completeReduction(int32_t unit) {
     // when it keeps nothing). It is called even after a failure, so
     // every rank issues the same sequence and no rank's all-reduce pairs
     // with another entry's on its replicas; the step has failed anyway.
-    if (R > 1) {
+    if (st.bf16.on) {
+      // The reduce dtype bf16: the trainer's buffer widened back, the
+      // replicas' all-reduce in bf16, the kept span widened to fp32.
+      const std::string waitError = s ? error : std::string();
+      const mfsdp_status r = finishBF16(st.bf16, what);
+      if (!s)
+        s = r;
+      else
+        error = waitError;
+    } else if (R > 1) {
       float *span = nullptr;
       int64_t count = 0;
       if (st.bucket >= 0) {

@@ -317,6 +317,12 @@ mfsdp_status mfsdp::rt::createStep(const mfsdp_plan *plan,
            plan->dp_replicate < 1 || plan->num_params < 0 || plan->num_units < 0)
     local = step->fail(MFSDP_ERROR_PLAN, "invalid plan: zero, dp_shard, "
                                          "dp_replicate or counts out of range");
+  else if (plan->reduce_dtype != MFSDP_REDUCE_F32 &&
+           plan->reduce_dtype != MFSDP_REDUCE_BF16)
+    local = step->fail(MFSDP_ERROR_PLAN,
+                       "invalid plan: reduce_dtype is " +
+                           std::to_string(plan->reduce_dtype) +
+                           "; expected MFSDP_REDUCE_F32 (0) or MFSDP_REDUCE_BF16 (1)");
   // The mesh as the runtime sees it (the plan's, or the rest of the world
   // outermost); the dp_shard and dp_replicate groups follow its layout.
   std::vector<MeshDimSpec> mesh;

@@ -105,11 +105,27 @@ struct BucketState {
 
 /// A collective started and not yet waited for: one parameter's or one
 /// bucket's.
+/// A reduction in the reduce dtype bf16 (plan.reduce_dtype): what follows
+/// the dp_shard collective. Its bf16 elements lie in the upper half of
+/// fp32-sized buffers (n elements at 16-bit element n; narrowInPlace).
+struct BF16Reduction {
+  bool on = false;
+  /// The trainer's gradient buffer narrowed to send (sendCount elements),
+  /// widened back once the collective is done; null: nothing to restore.
+  float *send = nullptr;
+  int64_t sendCount = 0;
+  /// The reduced span this rank keeps (recvCount elements): HSDP's
+  /// all-reduce over replicas in bf16, then widened to fp32.
+  float *recv = nullptr;
+  int64_t recvCount = 0;
+};
+
 struct Started {
   int32_t param = -1;
   int32_t bucket = -1;
   CommHandle handle = 0;
   int32_t unit = -1; // whose gather or reduction it is
+  BF16Reduction bf16{}; // a reduction in bf16: its completion
 };
 
 /// An optimizer's name, for messages.
@@ -160,6 +176,7 @@ struct mfsdp_step {
   using CommHandle = mfsdp::rt::CommHandle;
   using ParamState = mfsdp::rt::ParamState;
   using Started = mfsdp::rt::Started;
+  using BF16Reduction = mfsdp::rt::BF16Reduction;
   using UnitState = mfsdp::rt::UnitState;
   using WorkCounters = mfsdp::rt::WorkCounters;
 
@@ -375,6 +392,13 @@ struct mfsdp_step {
   /// `handle` it is only started; completeReduction runs HSDP's all-reduce
   /// over replicas and the scaling. Otherwise they follow here.
   mfsdp_status reduceBucket(int32_t b, CommHandle *handle);
+  /// reduceBucket under the reduce dtype bf16: row shards packed in fp32
+  /// as above and narrowed in the staging buffer, owners' gradient span
+  /// narrowed in place (widened back once sent); one bf16 reduce-scatter
+  /// (-v) into the upper half of the grad_shard span, widened to fp32 by
+  /// finishBF16 (here, or with `handle` by completeReduction, which
+  /// records it in `started`).
+  mfsdp_status reduceBucketBF16(int32_t b, CommHandle *handle, BF16Reduction &started);
 
   /// Checks the plan's buckets against the parameters and the memory
   /// plan's offsets (mfsdp_bucket) and lays them out for this rank; a
@@ -483,6 +507,21 @@ struct mfsdp_step {
   /// already read: about log2(fullSize) casts. Nothing to do otherwise.
   mfsdp_status widenGrad(ParamState &ps);
   mfsdp_status narrowGrad(ParamState &ps);
+
+  /// The reduce dtype bf16 (plan.reduce_dtype): gradients reduced in bf16.
+  bool reduceBF16() const { return plan.reduce_dtype == MFSDP_REDUCE_BF16; }
+  /// n floats at buf rounded to bf16 in place, into the upper half (16-bit
+  /// elements [n, 2n) of buf), and back (exact); the chunks of widenGrad.
+  mfsdp_status narrowInPlace(float *buf, int64_t n, const std::string &what);
+  mfsdp_status widenInPlace(float *buf, int64_t n, const std::string &what);
+  /// A parameter's reduction in bf16 (reduce() under reduceBF16(), not a
+  /// bucket's): narrowed, reduced over dp_shard in bf16, with `async`
+  /// only started (completeReduction finishes it).
+  mfsdp_status reduceParamBF16(int32_t p, bool async);
+  /// After a bf16 reduction's dp_shard collective: the trainer's buffer
+  /// widened back, HSDP's all-reduce over replicas in bf16 (every rank
+  /// calls it, after a failure too), the kept span widened to fp32.
+  mfsdp_status finishBF16(const BF16Reduction &r, const std::string &what);
 
   /// Block shards: every rank's packed blocks (`local`) concatenated in
   /// packed order (BlockGrid) into `packed` (ps.fullSize floats).

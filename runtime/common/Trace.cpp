@@ -400,6 +400,31 @@ public:
     int rc = inner->allGatherBF16(g, send, recv, counts, handle);
     return started(std::move(st), rc, *handle);
   }
+  int reduceScatterBF16(Group g, const uint16_t *send, uint16_t *recv,
+                        const std::vector<int64_t> &counts, CommHandle *handle) override {
+    // The reduce dtype bf16: the fp32 reductions' kinds at 2 bytes an
+    // element.
+    bool even = true;
+    for (int64_t c : counts)
+      even &= c == counts.front();
+    const char *kind = even ? "reduce_scatter" : "reduce_scatter_v";
+    if (!handle) {
+      auto s = sync(kind, g, sum(counts), 2);
+      return inner->reduceScatterBF16(g, send, recv, counts, nullptr);
+    }
+    Started st = start(kind, g, sum(counts), 2);
+    int rc = inner->reduceScatterBF16(g, send, recv, counts, handle);
+    return started(std::move(st), rc, *handle);
+  }
+  int allReduceBF16(Group g, uint16_t *buf, int64_t count, CommHandle *handle) override {
+    if (!handle) {
+      auto s = sync("all_reduce", g, count, 2);
+      return inner->allReduceBF16(g, buf, count, nullptr);
+    }
+    Started st = start("all_reduce", g, count, 2);
+    int rc = inner->allReduceBF16(g, buf, count, handle);
+    return started(std::move(st), rc, *handle);
+  }
   int castToBF16(const float *in, uint16_t *out, int64_t count) override {
     auto s = kernel("cast_bf16", count);
     return inner->castToBF16(in, out, count);

@@ -302,6 +302,19 @@ public:
     return started(*handle,
                    [&] { return comm(g).allGatherBF16(send, recv, counts, comm_); });
   }
+  int reduceScatterBF16(Group g, const uint16_t *send, uint16_t *recv,
+                        const std::vector<int64_t> &counts, CommHandle *handle) override {
+    if (!handle)
+      return collective(
+          [&] { return comm(g).reduceScatterBF16(send, recv, counts, comm_); });
+    return started(*handle,
+                   [&] { return comm(g).reduceScatterBF16(send, recv, counts, comm_); });
+  }
+  int allReduceBF16(Group g, uint16_t *buf, int64_t count, CommHandle *handle) override {
+    if (!handle)
+      return collective([&] { return comm(g).allReduceBF16(buf, count, comm_); });
+    return started(*handle, [&] { return comm(g).allReduceBF16(buf, count, comm_); });
+  }
   int castToBF16(const float *in, uint16_t *out, int64_t count) override {
     return kernel(cuda::castF32ToBF16(in, out, count, compute_));
   }

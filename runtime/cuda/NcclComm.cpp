@@ -270,6 +270,30 @@ int NcclComm::allGatherBF16(const uint16_t *send, uint16_t *recv,
                         });
 }
 
+int NcclComm::reduceScatterBF16(const uint16_t *send, uint16_t *recv,
+                                const std::vector<int64_t> &counts, void *stream) {
+  bool even = static_cast<int>(counts.size()) == size_;
+  for (int64_t c : counts)
+    even &= c == counts.front();
+  if (even && counts.front() > 0)
+    return checkNccl(ncclReduceScatter(send, recv, static_cast<size_t>(counts.front()),
+                                       ncclBfloat16, ncclSum, handle(comm_),
+                                       streamOf(stream)),
+                     "ncclReduceScatter (bf16)");
+  if (even)
+    return 0;
+  return groupedPerRank(counts, size_, "ncclReduce (bf16 reduce-scatter-v)",
+                        [&](int r, size_t off) {
+                          return ncclReduce(send + off, recv, static_cast<size_t>(counts[r]),
+                                            ncclBfloat16, ncclSum, r, handle(comm_),
+                                            streamOf(stream));
+                        });
+}
+
+int NcclComm::allReduceBF16(uint16_t *buf, int64_t count, void *stream) {
+  return allReduceOf(comm_, buf, count, ncclBfloat16, stream);
+}
+
 int NcclComm::reduceScatterV(const float *send, float *recv,
                              const std::vector<int64_t> &counts, void *stream) {
   // The reduced segment lands only on its owner r.

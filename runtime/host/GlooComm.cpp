@@ -10,6 +10,10 @@
 //   all-gather, all-gather-v, all-reduce (on floats, and on doubles for
 //     gradient clipping), broadcast, barrier: gloo's own (gloo::allgather,
 //     allgatherv, allreduce (ring), broadcast, barrier);
+//   the reduce dtype bf16 (16-bit elements holding bf16 bits; this gloo has
+//     no bf16 type): the all-reduce is gloo's ring with host::addBF16 as its
+//     reduce function, the reduce-scatter(-v) the ring below on 16-bit
+//     segments with the same sum;
 //   reduce-scatter and reduce-scatter-v: a ring over gloo's point-to-point
 //     sends and receives (ringReduceScatter below): this version of gloo
 //     has no reduce-scatter in its option-based API, and composing one from
@@ -24,6 +28,7 @@
 //===----------------------------------------------------------------------===//
 #include "mfsdp/runtime/ControlPlane.h"
 #include "mfsdp/runtime/HostComm.h"
+#include "mfsdp/runtime/Kernels.h"
 
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
@@ -48,6 +53,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
 
 namespace mfsdp::rt {
 
@@ -187,7 +193,10 @@ private:
 /// its own segment, summed over all ranks. Every rank sends and receives
 /// (W-1)/W of the buffer, as in a reduce-scatter; an empty segment is not
 /// sent. Segments are summed in ring order starting after their owner.
-void ringReduceScatter(gloo::Context &context, const float *send, float *recv,
+/// T is float, or uint16_t holding bf16 bits (the reduce dtype bf16), whose
+/// sum is host::addBF16.
+template <typename T>
+void ringReduceScatter(gloo::Context &context, const T *send, T *recv,
                        const std::vector<int64_t> &counts, Millis timeout) {
   const int W = context.size, r = context.rank;
   std::vector<int64_t> offsets(W + 1, 0);
@@ -195,47 +204,59 @@ void ringReduceScatter(gloo::Context &context, const float *send, float *recv,
     offsets[k + 1] = offsets[k] + counts[k];
   if (W == 1) {
     if (counts[0] > 0 && recv != send)
-      std::memmove(recv, send, sizeof(float) * static_cast<size_t>(counts[0]));
+      std::memmove(recv, send, sizeof(T) * static_cast<size_t>(counts[0]));
     return;
   }
   const int64_t most = *std::max_element(counts.begin(), counts.end());
   if (most == 0)
     return;
-  const size_t bytes = sizeof(float) * static_cast<size_t>(most);
+  const size_t bytes = sizeof(T) * static_cast<size_t>(most);
   // The segment arriving, and the two summed last (one may still be on its
   // way to rank r+1 while the next is summed).
-  std::vector<float> scratch(3 * static_cast<size_t>(most));
-  float *arrived = scratch.data();
-  float *summed[2] = {arrived + most, arrived + 2 * most};
+  std::vector<T> scratch(3 * static_cast<size_t>(most));
+  T *arrived = scratch.data();
+  T *summed[2] = {arrived + most, arrived + 2 * most};
   auto in = context.createUnboundBuffer(arrived, bytes);
   std::unique_ptr<gloo::transport::UnboundBuffer> out[2] = {
       context.createUnboundBuffer(summed[0], bytes),
       context.createUnboundBuffer(summed[1], bytes)};
-  auto own = context.createUnboundBuffer(const_cast<float *>(send),
-                                         sizeof(float) * static_cast<size_t>(offsets[W]));
+  auto own = context.createUnboundBuffer(const_cast<T *>(send),
+                                         sizeof(T) * static_cast<size_t>(offsets[W]));
   const uint64_t slot = gloo::Slot::build(kRingSlotPrefix, 0);
   const int next = (r + 1) % W, prev = (r + W - 1) % W;
   for (int s = 0; s + 1 < W; ++s) {
     const int sending = ((r - s - 1) % W + W) % W;
     const int receiving = ((r - s - 2) % W + W) % W;
     gloo::transport::UnboundBuffer *from = s == 0 ? own.get() : out[(s - 1) % 2].get();
-    const size_t sendOffset = s == 0 ? sizeof(float) * static_cast<size_t>(offsets[sending]) : 0;
+    const size_t sendOffset = s == 0 ? sizeof(T) * static_cast<size_t>(offsets[sending]) : 0;
     const bool sends = counts[sending] > 0;
     if (sends)
-      from->send(next, slot, sendOffset, sizeof(float) * static_cast<size_t>(counts[sending]));
+      from->send(next, slot, sendOffset, sizeof(T) * static_cast<size_t>(counts[sending]));
     if (counts[receiving] > 0) {
       const int64_t n = counts[receiving];
-      in->recv(prev, slot, 0, sizeof(float) * static_cast<size_t>(n));
+      in->recv(prev, slot, 0, sizeof(T) * static_cast<size_t>(n));
       in->waitRecv(timeout);
-      float *sum = s + 2 == W ? recv : summed[s % 2];
-      const float *mine = send + offsets[receiving];
-      for (int64_t i = 0; i < n; ++i)
-        sum[i] = arrived[i] + mine[i];
+      T *sum = s + 2 == W ? recv : summed[s % 2];
+      const T *mine = send + offsets[receiving];
+      for (int64_t i = 0; i < n; ++i) {
+        if constexpr (std::is_same_v<T, uint16_t>)
+          sum[i] = host::addBF16(arrived[i], mine[i]);
+        else
+          sum[i] = arrived[i] + mine[i];
+      }
     }
     // Sent before its buffer is summed into again (two steps on).
     if (sends)
       from->waitSend(timeout);
   }
+}
+
+/// gloo's reduce function on bf16 bits: c = a + b, rounded to bf16.
+void sumBF16(void *c, const void *a, const void *b, size_t n) {
+  auto *out = static_cast<uint16_t *>(c);
+  const auto *x = static_cast<const uint16_t *>(a), *y = static_cast<const uint16_t *>(b);
+  for (size_t i = 0; i < n; ++i)
+    out[i] = host::addBF16(x[i], y[i]);
 }
 
 class GlooComm final : public HostComm {
@@ -284,6 +305,19 @@ public:
     if (!out)
       return run("allGather16", gatherVOp(send, recv, counts));
     return start("allGather16", gatherVOp(send, recv, counts), *out);
+  }
+  int reduceScatterBF16(const uint16_t *send, uint16_t *recv,
+                        const std::vector<int64_t> &counts, HostRequestPtr *out) override {
+    if (int rc = checkCounts("reduceScatterBF16", counts, 1))
+      return rc;
+    if (!out)
+      return run("reduceScatterBF16", reduceScatterOp(send, recv, counts));
+    return start("reduceScatterBF16", reduceScatterOp(send, recv, counts), *out);
+  }
+  int allReduceBF16(uint16_t *buf, int64_t count, HostRequestPtr *out) override {
+    if (!out)
+      return run("allReduceBF16", allReduceOp(buf, count));
+    return start("allReduceBF16", allReduceOp(buf, count), *out);
   }
   int startReduceScatter(const float *send, float *recv, int64_t count,
                          HostRequestPtr &out) override {
@@ -368,13 +402,17 @@ private:
     };
   }
 
-  Op reduceScatterOp(const float *send, float *recv, std::vector<int64_t> counts) {
+  template <typename T>
+  Op reduceScatterOp(const T *send, T *recv, std::vector<int64_t> counts) {
     return [this, send, recv, counts] {
       ringReduceScatter(*context_, send, recv, counts, context_->getTimeout());
     };
   }
 
-  /// On floats, and on doubles (gradient clipping's sums).
+  /// On floats, on doubles (gradient clipping's sums), and on uint16_t
+  /// holding bf16 bits (the reduce dtype bf16: gloo has no bf16 type, so
+  /// its ring all-reduce runs on 16-bit elements with sumBF16 as reduce
+  /// function).
   template <typename T> Op allReduceOp(T *buf, int64_t count) {
     return [this, buf, count] {
       if (count <= 0)
@@ -382,9 +420,12 @@ private:
       gloo::AllreduceOptions opts(context_);
       opts.setOutput(buf, static_cast<size_t>(count));
       opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-      opts.setReduceFunction(
-          static_cast<void (*)(void *, const void *, const void *, size_t)>(
-              &gloo::sum<T>));
+      if constexpr (std::is_same_v<T, uint16_t>)
+        opts.setReduceFunction(&sumBF16);
+      else
+        opts.setReduceFunction(
+            static_cast<void (*)(void *, const void *, const void *, size_t)>(
+                &gloo::sum<T>));
       gloo::allreduce(opts);
     };
   }

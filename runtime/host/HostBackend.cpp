@@ -153,6 +153,23 @@ public:
       return rc;
     return keep(std::move(r), *handle);
   }
+  int reduceScatterBF16(Group g, const uint16_t *send, uint16_t *recv,
+                        const std::vector<int64_t> &counts, CommHandle *handle) override {
+    if (!handle)
+      return check(comm(g).reduceScatterBF16(send, recv, counts, nullptr));
+    HostRequestPtr r;
+    if (int rc = check(comm(g).reduceScatterBF16(send, recv, counts, &r)))
+      return rc;
+    return keep(std::move(r), *handle);
+  }
+  int allReduceBF16(Group g, uint16_t *buf, int64_t count, CommHandle *handle) override {
+    if (!handle)
+      return check(comm(g).allReduceBF16(buf, count, nullptr));
+    HostRequestPtr r;
+    if (int rc = check(comm(g).allReduceBF16(buf, count, &r)))
+      return rc;
+    return keep(std::move(r), *handle);
+  }
   int castToBF16(const float *in, uint16_t *out, int64_t count) override {
     host::castF32ToBF16(in, out, count);
     return 0;

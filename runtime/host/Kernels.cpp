@@ -304,6 +304,13 @@ float fromBF16(uint16_t x) {
   return f;
 }
 
+uint16_t addBF16(uint16_t a, uint16_t b) { return toBF16(fromBF16(a) + fromBF16(b)); }
+
+void sumBF16(const uint16_t *in, uint16_t *inout, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    inout[i] = addBF16(in[i], inout[i]);
+}
+
 void castF32ToBF16(const float *in, uint16_t *out, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
     out[i] = toBF16(in[i]);

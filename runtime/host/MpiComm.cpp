@@ -1,5 +1,6 @@
 //===- MpiComm.cpp - Collectives of the host backend over MPI -------------===//
 #include "mfsdp/runtime/HostComm.h"
+#include "mfsdp/runtime/Kernels.h"
 
 #include <mpi.h>
 
@@ -17,6 +18,12 @@ int check(int code, const char *what) {
   MPI_Error_string(code, text, &len);
   return HostComm::fail(code, std::string(what) + " failed: " +
                                         std::string(text, static_cast<size_t>(len)));
+}
+
+/// The reduce dtype bf16's sum as an MPI_Op's function (MPI_UINT16_T
+/// elements holding bf16 bits): inout = in + inout, rounded to bf16.
+void sumBF16Op(void *in, void *inout, int *len, MPI_Datatype *) {
+  host::sumBF16(static_cast<const uint16_t *>(in), static_cast<uint16_t *>(inout), *len);
 }
 
 int tooLarge(const char *what) {
@@ -40,10 +47,16 @@ struct MpiRequest final : HostRequest {
 
 class MpiComm final : public HostComm {
 public:
-  MpiComm(MPI_Comm comm, int rank, int size) : HostComm(rank, size), comm_(comm) {}
+  MpiComm(MPI_Comm comm, int rank, int size) : HostComm(rank, size), comm_(comm) {
+    // Commutative: MPI may combine the ranks' contributions in any order.
+    if (MPI_Op_create(&sumBF16Op, 1, &sumBF16_) != MPI_SUCCESS)
+      sumBF16_ = MPI_OP_NULL;
+  }
   ~MpiComm() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
+    if (!finalized && sumBF16_ != MPI_OP_NULL)
+      MPI_Op_free(&sumBF16_);
     if (!finalized && comm_ != MPI_COMM_NULL)
       MPI_Comm_free(&comm_);
   }
@@ -217,6 +230,43 @@ public:
     return 0;
   }
 
+  int reduceScatterBF16(const uint16_t *send, uint16_t *recv,
+                        const std::vector<int64_t> &counts, HostRequestPtr *out) override {
+    if (sumBF16_ == MPI_OP_NULL)
+      return HostComm::fail(MPI_ERR_OP, "reduceScatterBF16: MPI_Op_create failed");
+    auto r = std::make_unique<MpiRequest>();
+    if (int rc = toInts("reduceScatterBF16", counts, r->counts, nullptr))
+      return rc;
+    if (!out)
+      return check(MPI_Reduce_scatter(send, recv, r->counts.data(), MPI_UINT16_T, sumBF16_,
+                                      comm_),
+                   "MPI_Reduce_scatter (bf16)");
+    if (int rc = check(MPI_Ireduce_scatter(send, recv, r->counts.data(), MPI_UINT16_T,
+                                           sumBF16_, comm_, &r->request),
+                       "MPI_Ireduce_scatter (bf16)"))
+      return rc;
+    *out = std::move(r);
+    return 0;
+  }
+
+  int allReduceBF16(uint16_t *buf, int64_t count, HostRequestPtr *out) override {
+    if (sumBF16_ == MPI_OP_NULL)
+      return HostComm::fail(MPI_ERR_OP, "allReduceBF16: MPI_Op_create failed");
+    if (count > INT_MAX)
+      return tooLarge("allReduceBF16");
+    if (!out)
+      return check(MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count), MPI_UINT16_T,
+                                 sumBF16_, comm_),
+                   "MPI_Allreduce (bf16)");
+    auto r = std::make_unique<MpiRequest>();
+    if (int rc = check(MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(count),
+                                      MPI_UINT16_T, sumBF16_, comm_, &r->request),
+                       "MPI_Iallreduce (bf16)"))
+      return rc;
+    *out = std::move(r);
+    return 0;
+  }
+
 private:
   /// count elements of `type` at buf = their sum over the group, in place.
   int allReduceOf(void *buf, int64_t count, MPI_Datatype type) {
@@ -249,6 +299,7 @@ private:
   }
 
   MPI_Comm comm_;
+  MPI_Op sumBF16_ = MPI_OP_NULL; // the reduce dtype bf16's sum (sumBF16Op)
 };
 
 } // namespace

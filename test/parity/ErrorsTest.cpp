@@ -133,6 +133,21 @@ int main(int argc, char **argv) {
     s = nullptr;
   }
 
+  // A reduce dtype that is neither fp32 nor bf16 is refused, naming both;
+  // the hash covers the field (a bf16 plan's differs from the fp32 one's).
+  {
+    mfsdp_plan bad = plan;
+    bad.reduce_dtype = 7;
+    bad.hash = mfsdp_plan_hash(&bad);
+    mfsdp_step *s = nullptr;
+    fails(s, mfsdp_create(&bad, &s), MFSDP_ERROR_PLAN,
+          "reduce_dtype is 7; expected MFSDP_REDUCE_F32 (0) or MFSDP_REDUCE_BF16 (1)");
+    mfsdp_destroy(s);
+    mfsdp_plan half = plan;
+    half.reduce_dtype = MFSDP_REDUCE_BF16;
+    expect(mfsdp_plan_hash(&half) != plan.hash, "the plan hash covers reduce_dtype");
+  }
+
   // A library built for another world size is refused.
   mfsdp_plan other = plan;
   other.world = world * 4;

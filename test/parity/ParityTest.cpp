@@ -1,6 +1,6 @@
 //===- ParityTest.cpp - Sharded training equals single-device training ----===//
 //
-//   mpirun -np N mfsdp-parity MESH POLICY ZERO MICROBATCHES [recompute|restart|bf16|dynamic|ns_split|prefetch|buckets|bucket=BYTES|external|hparams|clip|blocks=RxC|replicate=BYTES|dump=FILE]
+//   mpirun -np N mfsdp-parity MESH POLICY ZERO MICROBATCHES [recompute|restart|bf16|reduce_bf16|dynamic|ns_split|prefetch|buckets|bucket=BYTES|external|hparams|clip|blocks=RxC|replicate=BYTES|dump=FILE]
 //   (N processes with the torchrun variables) mfsdp-parity MESH ... torchrun
 //
 // Plans the example model with the layout planner (policy, ZeRO level,
@@ -58,6 +58,12 @@
 // gives (the rounding happened; 8e-4 to 5e-3 measured). The `hparams`
 // options normalise by eps 1e-3, far above these gradients' norms, and
 // leave too little for bf16 to show.
+// With `reduce_bf16`, the plan reduces gradients in bf16
+// (mfsdp_plan.reduce_dtype MFSDP_REDUCE_BF16), the reference exactly: the
+// tolerance is W * 2^-8 (W data-parallel ranks; see below), the result
+// must miss the reference by more than without it, and one step's
+// reductions must put half the bytes of an fp32 reduction into their
+// collectives (the work counters' reduceBytes).
 // With `clip`, mfsdp_clip_grad_norm runs before every step with a max_norm
 // that clips most steps and an extra sum of squares (as for an outer
 // stack's gradients), as the reference clips: the total norm it returns
@@ -341,7 +347,7 @@ int main(int argc, char **argv) {
   if (argc < 5) {
     if (rank == 0)
       std::fprintf(stderr, "usage: mfsdp-parity MESH POLICY ZERO MICROBATCHES "
-                           "[recompute|restart|bf16|dynamic|ns_split|prefetch|"
+                           "[recompute|restart|bf16|reduce_bf16|dynamic|ns_split|prefetch|"
                            "buckets|external|hparams|ns_bf16|clip|blocks=RxC|"
                            "replicate=BYTES|bucket=BYTES|order=landing|order=K|depth=N|"
                            "dump=FILE|"
@@ -354,6 +360,7 @@ int main(int argc, char **argv) {
   int zero = std::atoi(argv[3]);
   int64_t micro = std::atoll(argv[4]);
   bool recompute = false, restart = false, bf16 = false, dynamic = false;
+  bool reduceBf16 = false;
   bool nsSplit = false, prefetch = false, bucketed = false, external = false;
   bool hparams = false, clip = false, nsBf16 = false;
   bool withProgram = false;        // order=: the plan carries the program
@@ -396,6 +403,7 @@ int main(int argc, char **argv) {
     recompute |= std::strcmp(argv[i], "recompute") == 0;
     restart |= std::strcmp(argv[i], "restart") == 0;
     bf16 |= std::strcmp(argv[i], "bf16") == 0;
+    reduceBf16 |= std::strcmp(argv[i], "reduce_bf16") == 0;
     if (std::strncmp(argv[i], "depth=", 6) == 0) {
       char *end = nullptr;
       depth = std::strtoll(argv[i] + 6, &end, 10);
@@ -432,7 +440,22 @@ int main(int argc, char **argv) {
   // to 8.9e-3 measured; checked below).
   // Newton-Schulz in bf16 (ns_bf16) against a reference that rounds alike:
   // 2e-3 (see above).
-  const double tolerance = bf16 ? 2e-4 : nsBf16 ? 2e-3 : 1e-5;
+  const double computeTolerance = bf16 ? 2e-4 : nsBf16 ? 2e-3 : 1e-5;
+  // The reduce dtype bf16 (reduce_bf16) against the same reference, which
+  // reduces exactly: W * 2^-8 of each tensor's largest magnitude, W the
+  // data-parallel ranks (dp_shard * dp_replicate). Each rank's gradient is
+  // rounded once to bf16 (2^-8 relative, round to nearest) and each of the
+  // W - 1 partial sums of the reduce-scatter and HSDP's all-reduce once
+  // more, so the reduced gradient is within W * 2^-8 of the sum of its
+  // ranks' magnitudes; the optimizers carry that relative error into each
+  // step's update, and 5 steps change no tensor by its largest magnitude.
+  // (AdamW's normalised update can enlarge it where an element's gradient
+  // is near zero, as with bf16 compute copies; measured: 2.6e-4 to 4.5e-3,
+  // against limits of 7.8e-3 to 1.6e-2.) The result must also miss the
+  // reference by more than the tolerance without the bf16 reduction.
+  const double tolerance =
+      reduceBf16 ? static_cast<double>(mesh.shard * mesh.replicate) / 256.0
+                 : computeTolerance;
 
   example::ModelConfig model;
   model.layers = 3;
@@ -646,6 +669,8 @@ int main(int argc, char **argv) {
   const mfsdp_memory_plan memoryPlan = memory.view();
   if (!dynamic)
     plan.memory = &memoryPlan;
+  if (reduceBf16)
+    plan.reduce_dtype = MFSDP_REDUCE_BF16;
   plan.hash = mfsdp_plan_hash(&plan);
 
   int failures = 0, passes = 0;
@@ -1226,8 +1251,53 @@ int main(int argc, char **argv) {
       fp32Farthest = std::max(fp32Farthest, far / std::max(scale, 1e-12));
     }
   }
+  if (reduceBf16) {
+    char msg[200];
+    std::snprintf(msg, sizeof(msg),
+                  "the bf16 reduction rounds: the farthest tensor is %.3g from the "
+                  "reference, expected more than %.0e",
+                  worst, computeTolerance);
+    expect(worst > computeTolerance, msg);
+    if (rank == 0)
+      std::printf("reduce_bf16: the farthest tensor is %.3g (relative) from the "
+                  "reference, limit %.3g\n",
+                  worst, tolerance);
+    // One step's reductions on fresh runtimes: the same plan reducing in
+    // fp32 puts twice the bytes into its collectives.
+    mfsdp_plan fp32Reduce = plan;
+    fp32Reduce.reduce_dtype = MFSDP_REDUCE_F32;
+    fp32Reduce.hash = mfsdp_plan_hash(&fp32Reduce);
+    auto reduceBytes = [&](const mfsdp_plan &p, const char *what) {
+      mfsdp_step *fresh = nullptr;
+      const mfsdp_status created = ranks.create(p, &fresh);
+      expect(created == MFSDP_OK, std::string("create the ") + what + " runtime: " +
+                                      (fresh ? mfsdp_last_error(fresh) : "no runtime"));
+      bool ok = created == MFSDP_OK;
+      for (int32_t u = 0; ok && u < p.num_units; ++u)
+        ok = mfsdp_pre_forward(fresh, u) == MFSDP_OK &&
+             mfsdp_post_forward(fresh, u) == MFSDP_OK;
+      for (int32_t u = p.num_units - 1; ok && u >= 0; --u)
+        ok = mfsdp_pre_backward(fresh, u) == MFSDP_OK &&
+             mfsdp_post_backward(fresh, u) == MFSDP_OK;
+      ok = ok && mfsdp_zero_grad(fresh) == MFSDP_OK;
+      expect(ok, std::string(what) + " forward and backward: " + mfsdp_last_error(fresh));
+      const int64_t bytes = mfsdp::rt::workCounters(fresh).reduceBytes;
+      mfsdp_destroy(fresh);
+      return bytes;
+    };
+    const int64_t halfBytes = reduceBytes(plan, "bf16 reduce");
+    const int64_t fullBytes = reduceBytes(fp32Reduce, "fp32 reduce");
+    expect(halfBytes > 0 && fullBytes == 2 * halfBytes,
+           "one step's reductions on rank " + std::to_string(rank) + ": " +
+               std::to_string(halfBytes) + " bytes in bf16, " +
+               std::to_string(fullBytes) + " in fp32 (expected twice)");
+    if (rank == 0)
+      std::printf("reduce_bf16: one step's reductions put %lld bytes into collectives per "
+                  "rank, %lld in fp32\n",
+                  static_cast<long long>(halfBytes), static_cast<long long>(fullBytes));
+  }
   if (!fp32Want.params.empty()) {
-    const double apart = bf16 ? tolerance : 1e-4;
+    const double apart = bf16 ? computeTolerance : 1e-4;
     char msg[200];
     std::snprintf(msg, sizeof(msg),
                   "%s rounds to bf16: some tensor is %.3g from the fp32 reference, "
@@ -1356,7 +1426,8 @@ int main(int argc, char **argv) {
                 "difference %.3g; %d passed, %d failed\n",
                 argv[1], policy.c_str(), zero, static_cast<long long>(micro),
                 (std::string(recompute ? " recompute" : "") + (restart ? " restart" : "") +
-                 (bf16 ? " bf16" : "") + (nsSplit ? " ns_split" : "") +
+                 (bf16 ? " bf16" : "") + (reduceBf16 ? " reduce_bf16" : "") +
+                 (nsSplit ? " ns_split" : "") +
                  (prefetch ? " prefetch" : "") + (hparams ? " hparams" : "") +
                  (nsBf16 ? " ns_bf16" : "") +
                  (clip ? " clip" : "") +

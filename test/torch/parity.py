@@ -88,6 +88,12 @@ def main():
                          "rank's slices, whose bf16 gradients are averaged in fp32 into the "
                          "fp32 parameters' gradients (FSDP2's param_dtype=bf16, "
                          "reduce_dtype=fp32)")
+    ap.add_argument("--reduce-bf16", action="store_true",
+                    help="gradients reduced in bf16 (fully_shard(reduce_dtype=torch.bfloat16), "
+                         "or with --bf16 mp_policy=MixedPrecisionPolicy(torch.bfloat16)); torch "
+                         "does the same: each rank's gradient rounded to bf16, the ranks' "
+                         "summed in bf16 in rank order (each partial sum rounded), widened "
+                         "and averaged (FSDP2's reduce_dtype=bf16)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batch", type=int, default=2, help="sequences per rank per microbatch")
     ap.add_argument("--seq", type=int, default=12)
@@ -141,8 +147,12 @@ def main():
     kw = dict(mesh=mesh, policy=args.policy, zero=args.zero, prefetch=args.prefetch,
               accumulate=args.accum > 1, bucket_mb=args.bucket_mb, adamw=adamw_opts,
               muon=muon_opts, param_groups=groups)
-    if args.bf16:
+    if args.bf16 and args.reduce_bf16:
+        kw["mp_policy"] = mt.MixedPrecisionPolicy(param_dtype=torch.bfloat16)
+    elif args.bf16:
         kw["param_dtype"] = torch.bfloat16
+    elif args.reduce_bf16:
+        kw["reduce_dtype"] = torch.bfloat16
     if args.external:
         # The outer stack's dim: tp of size 1, so that no rank differs in it and
         # this test's reference (plain data parallelism) still applies; an outer
@@ -278,9 +288,10 @@ def main():
         # torch alone: every rank's slice, in rank order.
         ref_loss = 0.0
         ref_slices = [[0.0] * world for _ in range(args.accum)]
-        rounded = args.bf16 and args.broken != "rounding"
+        rounded = (args.bf16 or args.reduce_bf16) and args.broken != "rounding"
         if rounded:
-            ref_loss = _bf16_reference(ref, data, world, args.accum, ref_slices)
+            ref_loss = _bf16_reference(ref, data, world, args.accum, ref_slices,
+                                       compute16=args.bf16, reduce16=args.reduce_bf16)
         for a in range(0 if rounded else args.accum):
             for r in range(world):
                 ids = data[a, r]
@@ -324,18 +335,19 @@ def main():
             mismatch=bad)
 
 
-def _bf16_reference(ref, data, world, accum, slices):
+def _bf16_reference(ref, data, world, accum, slices, compute16=True, reduce16=False):
     """One step's gradients of `ref` (fp32) as bf16 mixed precision makes them: each
     rank's slices run on bf16 copies of the parameters (buffers stay fp32, as in the
-    sharded model), their gradients accumulate in bf16 per rank, and the ranks' are
-    summed in rank order in fp32 and averaged into ref's gradients. Returns the global
-    mean loss; slices[a][r] gets each slice's."""
+    sharded model; with compute16 False on fp32 ones), their gradients accumulate in
+    bf16 per rank (fp32), and the ranks' are summed in rank order in fp32 (reduce16: in
+    bf16, each rank's rounded and each partial sum rounded) and averaged into ref's
+    gradients. Returns the global mean loss; slices[a][r] gets each slice's."""
     ref16 = copy.deepcopy(ref)
     params = list(ref.parameters())
     params16 = list(ref16.parameters())
     with torch.no_grad():
         for p16, p in zip(params16, params):
-            p16.data = p.detach().to(torch.bfloat16)
+            p16.data = p.detach().to(torch.bfloat16 if compute16 else torch.float32)
             p16.grad = None
     total = [None] * len(params)
     loss = 0.0
@@ -350,9 +362,11 @@ def _bf16_reference(ref, data, world, accum, slices):
             loss += o.loss.item() / (accum * world)
         for i, p16 in enumerate(params16):
             g = p16.grad.float() if p16.grad is not None else torch.zeros_like(params[i])
+            if reduce16:
+                g = g.to(torch.bfloat16)
             total[i] = g if total[i] is None else total[i] + g
     for p, g in zip(params, total):
-        p.grad = g * (1.0 / world)
+        p.grad = g.float() * (1.0 / world)
     return loss
 
 

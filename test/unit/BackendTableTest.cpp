@@ -125,6 +125,21 @@ public:
       *handle = 42;
     return 0;
   }
+  int reduceScatterBF16(Group g, const uint16_t *, uint16_t *, const std::vector<int64_t> &c,
+                        CommHandle *handle) override {
+    group = g;
+    counts = c;
+    counts.push_back(-16);
+    if (handle)
+      *handle = 43;
+    return 0;
+  }
+  int allReduceBF16(Group g, uint16_t *, int64_t count, CommHandle *handle) override {
+    group = g;
+    if (handle)
+      *handle = 44;
+    return record(count + 16);
+  }
   int castToBF16(const float *, uint16_t *, int64_t count) override { return record(count); }
   int castFromBF16(const uint16_t *, float *, int64_t count) override {
     return record(count + 1);
@@ -240,6 +255,22 @@ TEST(BackendTable, EveryCallArrivesAsItLeft) {
     EXPECT_EQ(far->counts, (std::vector<int64_t>{3, 0, 5}));
     EXPECT_EQ(near->allGatherBF16(Group::Shard, nullptr, nullptr, {2, 2}, nullptr), 0);
     EXPECT_EQ(far->group, Group::Shard);
+    // The reduce dtype bf16's collectives cross with their counts and
+    // handles.
+    CommHandle reduceHandle = 0;
+    EXPECT_EQ(near->reduceScatterBF16(Group::Replicate, nullptr, nullptr, {1, 0, 2},
+                                      &reduceHandle),
+              0);
+    EXPECT_EQ(reduceHandle, 43);
+    EXPECT_EQ(far->group, Group::Replicate);
+    EXPECT_EQ(far->counts, (std::vector<int64_t>{1, 0, 2, -16}));
+    EXPECT_EQ(near->allReduceBF16(Group::Shard, nullptr, 5, &reduceHandle), 0);
+    EXPECT_EQ(reduceHandle, 44);
+    EXPECT_EQ(far->group, Group::Shard);
+    EXPECT_EQ(far->last, 21);
+    EXPECT_EQ(near->allReduceBF16(Group::Replicate, nullptr, 6, nullptr), 0);
+    EXPECT_EQ(far->group, Group::Replicate);
+    EXPECT_EQ(far->last, 22);
     EXPECT_EQ(near->castToBF16(nullptr, nullptr, 11), 0);
     EXPECT_EQ(far->last, 11);
     EXPECT_EQ(near->castFromBF16(nullptr, nullptr, 11), 0);

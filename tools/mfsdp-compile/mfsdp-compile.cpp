@@ -4,7 +4,7 @@
 //                 [--zero=3] [--layouts="owner-strategy=..."]
 //                 [--hf [--hf-transformers=5]]
 //                 [--accumulate] [--prefetch] [--prefetch-depth=N] [--bucket-mb=25]
-//                 [--optimizer-order=first-units|landing]
+//                 [--optimizer-order=first-units|landing] [--reduce-dtype=f32|bf16]
 //                 [--cuda [--emit-cu=kernels.cu] [--nvcc=nvcc]]
 //                 -o libstep.so [--emit-c=step.c] [--emit-mlir=plan.mlir]
 //
@@ -102,6 +102,13 @@ static cl::opt<int> bucketMB(
              "many MiB of flat buffer, one collective each (a larger tensor "
              "alone); 0: one collective per parameter"),
     cl::init(25));
+static cl::opt<mfsdp::ReduceDType> reduceDtype(
+    "reduce-dtype",
+    cl::desc("The dtype the library reduces gradients in (FSDP2's "
+             "MixedPrecisionPolicy.reduce_dtype): f32, or bf16 (2 bytes an "
+             "element on the wire, the step's reductions counted so; masters "
+             "and optimizer state stay fp32)"),
+    cl::init(mfsdp::ReduceDType::F32), mfsdp::clValues<mfsdp::ReduceDType>());
 static cl::opt<std::string> optimizerOrder(
     "optimizer-order",
     cl::desc("The optimizer phase's group order (mfsdp-schedule-overlap's "
@@ -242,7 +249,15 @@ int main(int argc, char **argv) {
     ctx.loadDialect<mfsdp::sched::SchedDialect>();
     auto graphs = module->getOps<mfsdp::plan::GraphOp>();
     const bool seq = !graphs.empty() && (*graphs.begin()).getSeqLen() > 0;
-    pipeline += std::string(",mfsdp-build-step") + (seq ? "" : "{tokens=1}") + ",sched.step(";
+    // The step counts the reductions in bf16 when the library reduces so;
+    // otherwise in each parameter's dtype, as before the option existed.
+    std::string build;
+    if (!seq)
+      build = "tokens=1";
+    if (reduceDtype == mfsdp::ReduceDType::BF16)
+      build += std::string(build.empty() ? "" : " ") + "reduce-dtype=bf16";
+    pipeline += ",mfsdp-build-step" + (build.empty() ? "" : "{" + build + "}") +
+                ",sched.step(";
     if (bucketMB > 0)
       pipeline += "mfsdp-bucket-collectives{bucket-mb=" + std::to_string(bucketMB) + "},";
     pipeline += "mfsdp-schedule-overlap{prefetch=" + std::to_string(depth) +
@@ -264,6 +279,7 @@ int main(int argc, char **argv) {
   raw_string_ostream os(source), cudaOs(cudaSource);
   mfsdp::EmitStepOptions emitOptions;
   emitOptions.accumulate = accumulateGrads;
+  emitOptions.reduceDtype = reduceDtype;
   // The memory plan's own flag (the runtime's protocol, for a library
   // without the hooks' program) is 0 or 1; the program's lifetimes are
   // replayed whatever the depth.

@@ -11,6 +11,8 @@
 #ifndef MFSDP_EMIT_EMITSTEP_H
 #define MFSDP_EMIT_EMITSTEP_H
 
+#include "mfsdp/Vocabulary.h"
+
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Support/LLVM.h"
 #include "llvm/Support/raw_ostream.h"
@@ -40,6 +42,9 @@ struct EmitStepOptions {
   /// false: one collective per parameter (the step still gives the
   /// optimizer step's program).
   bool buckets = true;
+  /// The dtype the library's runtime reduces gradients in
+  /// (mfsdp_plan::reduce_dtype).
+  ReduceDType reduceDtype = ReduceDType::F32;
 };
 
 /// With `cuda`, the library's CUDA source (the row-shard buckets' pack and

@@ -185,6 +185,17 @@ public:
   virtual int allGatherBF16(Group group, const uint16_t *send, uint16_t *recv,
                             const std::vector<int64_t> &counts,
                             CommHandle *handle) = 0;
+  /// The reduce dtype bf16 (mfsdp_plan::reduce_dtype MFSDP_REDUCE_BF16):
+  /// reduceScatterV and the in-place allReduce on bf16 elements, summed in
+  /// bf16 (host::addBF16, each partial sum rounded to nearest even), 2
+  /// bytes an element on the wire; send and recv do not overlap. With
+  /// `handle` only started, completed by wait(*handle). Host: MPI_UINT16_T
+  /// with a user-defined MPI_Op, or gloo with that sum; CUDA: ncclBfloat16.
+  virtual int reduceScatterBF16(Group group, const uint16_t *send, uint16_t *recv,
+                                const std::vector<int64_t> &counts,
+                                CommHandle *handle) = 0;
+  virtual int allReduceBF16(Group group, uint16_t *buf, int64_t count,
+                            CommHandle *handle) = 0;
   /// out = in rounded to bf16 (round to nearest even, as torch's
   /// .to(torch.bfloat16)).
   virtual int castToBF16(const float *in, uint16_t *out, int64_t count) = 0;

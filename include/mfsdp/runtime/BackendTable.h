@@ -33,7 +33,7 @@ extern "C" {
 
 /* The layout version of the structs below (their `version` field).
  * 2: the fused optimizer kernels (adamw_multi, sgd_multi). */
-#define MFSDP_RT_BACKEND_TABLE_VERSION 2
+#define MFSDP_RT_BACKEND_TABLE_VERSION 3
 
 /* Groups (Backend.h: Group). */
 #define MFSDP_RT_GROUP_SHARD 0
@@ -200,6 +200,12 @@ typedef struct mfsdp_rt_backend_table {
   int (*cast_from_bf16)(void *self, const uint16_t *in, float *out, int64_t count);
   int (*copy_2d_bf16)(void *self, uint16_t *dst, int64_t dst_pitch, const uint16_t *src,
                       int64_t src_pitch, int64_t width, int64_t height);
+  /* The reduce dtype bf16 (bf16 sums); handle NULL: complete on return. */
+  int (*reduce_scatter_bf16)(void *self, int32_t group, const uint16_t *send,
+                             uint16_t *recv, const int64_t *counts, int64_t num_counts,
+                             int64_t *handle);
+  int (*all_reduce_bf16)(void *self, int32_t group, uint16_t *buf, int64_t count,
+                         int64_t *handle);
 } mfsdp_rt_backend_table;
 
 /* The one symbol libmfsdp_rt_cuda exports for libmfsdp_rt: fills `table`

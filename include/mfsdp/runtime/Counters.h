@@ -68,6 +68,13 @@ struct WorkCounters {
   /// parameters 4 bytes an element, bf16 ones 2 (mfsdp_param_desc::
   /// compute_dtype). Replicated tensors, copied, count nothing.
   int64_t gatherBytes = 0;
+  /// Bytes of gradients this rank's reductions over dp_shard put into
+  /// their collectives (the whole send buffer of each reduce-scatter(-v),
+  /// and the buffer of each all-reduce of a replicated tensor, started or
+  /// not): 4 bytes an element, 2 under the reduce dtype bf16
+  /// (mfsdp_plan::reduce_dtype). HSDP's all-reduce over replicas counts
+  /// nothing.
+  int64_t reduceBytes = 0;
   /// This rank's position in its dp_shard group (the dp_shard rank whose
   /// shards and owned matrices it stores) and in its dp_replicate group,
   /// as the backend formed them from the plan's mesh.

@@ -97,6 +97,18 @@ public:
   virtual int allGather16(const uint16_t *send, uint16_t *recv,
                           const std::vector<int64_t> &counts,
                           HostRequestPtr *out) = 0;
+  /// The reduce-scatter-v and the in-place all-reduce above on bf16
+  /// elements (the reduce dtype bf16: 2 bytes an element on the wire),
+  /// summed in bf16 (host::addBF16: each partial sum rounded to nearest
+  /// even). recv (counts[rank()] elements) = this rank's segment of the sum
+  /// of every rank's send; send and recv do not overlap. MPI: MPI_UINT16_T
+  /// with a commutative user-defined MPI_Op; gloo: its ring all-reduce with
+  /// the same sum as reduce function, and the ring reduce-scatter on 16-bit
+  /// segments. With `out` only started, as allGather16.
+  virtual int reduceScatterBF16(const uint16_t *send, uint16_t *recv,
+                                const std::vector<int64_t> &counts,
+                                HostRequestPtr *out) = 0;
+  virtual int allReduceBF16(uint16_t *buf, int64_t count, HostRequestPtr *out) = 0;
   /// buf (count floats on every rank) = rank root's buf, in place.
   virtual int broadcast(float *buf, int64_t count, int root) = 0;
   /// broadcast() of each (buf, count, root), issued together and complete

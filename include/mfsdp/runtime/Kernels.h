@@ -236,6 +236,18 @@ void castBF16ToF32(const uint16_t *in, float *out, int64_t n);
 uint16_t toBF16(float x);
 float fromBF16(uint16_t x);
 
+/// The bf16 sum of two bf16 values (the raw bits), rounded to nearest even:
+/// the reduce dtype's sum (mfsdp_reduce_dtype MFSDP_REDUCE_BF16), the same
+/// as ncclBfloat16's. Commutative; a NaN operand gives a NaN, inf + -inf a
+/// NaN, a sum past the largest bf16 inf. Exact rounding of the exact sum:
+/// the fp32 sum of two bf16 values is exact when their exponents differ by
+/// at most 15, and otherwise the smaller is below 2^-8 of the larger's bf16
+/// ulp, where the fp32 sum rounds to bf16 as the exact sum does.
+uint16_t addBF16(uint16_t a, uint16_t b);
+/// inout[i] = addBF16(in[i], inout[i]) (an MPI_Op's and gloo's reduce
+/// function shape: the operand order does not matter).
+void sumBF16(const uint16_t *in, uint16_t *inout, int64_t n);
+
 } // namespace host
 } // namespace mfsdp::rt
 

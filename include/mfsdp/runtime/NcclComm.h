@@ -71,6 +71,12 @@ public:
   /// place in recv), else one broadcast per rank in an NCCL group.
   int allGatherBF16(const uint16_t *send, uint16_t *recv,
                     const std::vector<int64_t> &counts, void *stream);
+  /// The reduce dtype bf16 (ncclBfloat16, ncclSum): reduceScatterV and the
+  /// in-place allReduce on bf16 elements; ncclReduceScatter when every
+  /// count is the same.
+  int reduceScatterBF16(const uint16_t *send, uint16_t *recv,
+                        const std::vector<int64_t> &counts, void *stream);
+  int allReduceBF16(uint16_t *buf, int64_t count, void *stream);
   int broadcast(float *buf, int64_t count, int root, void *stream);
   /// broadcast() of each (buf, count, root) with count > 0, in one NCCL
   /// group.

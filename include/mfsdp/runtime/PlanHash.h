@@ -135,6 +135,10 @@ inline uint64_t planHash(const mfsdp_plan &p) {
       h = hashMix(h, d.size);
     }
   }
+  // The reduce dtype: mixed only when not fp32, so an fp32 plan keeps the
+  // hash it had before the field existed.
+  if (p.reduce_dtype != MFSDP_REDUCE_F32)
+    h = hashMix(h, p.reduce_dtype);
   return h;
 }
 

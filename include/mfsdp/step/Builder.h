@@ -54,6 +54,9 @@ struct BuildOptions {
   /// Which form of torch.optim.Muon's Newton-Schulz the DTensor baseline
   /// replays (DTensorForm); "fsdp2-dtensor-mm" selects Mm.
   DTensorForm dtensorForm = DTensorForm::Addmm;
+  /// Bytes an element of the gradient reductions put on the wire (the
+  /// reduce dtype: 4 for fp32, 2 for bf16); 0: each parameter's own dtype.
+  int64_t reduceElemBytes = 0;
 };
 
 /// DTensor placements of a 2-D tensor on a 1-D mesh.
