@@ -394,7 +394,13 @@ mfsdp_status mfsdp::rt::saveCheckpoint(mfsdp_step *step, const char *dir,
   // This rank's pieces: one safetensors tensor each.
   const bool primary = outerPrimary(*step);
   json header = json::object();
-  std::vector<std::vector<float>> data;
+  // Each buffer written: on the host backend the runtime's own (its
+  // arena is host memory; nothing runs on it during the save), on a device
+  // a host copy.
+  const bool onHost = step->backend->device().device_type == kDLCPU;
+  std::vector<std::vector<float>> copies;
+  std::vector<std::string_view> data;
+  std::vector<uint64_t> sums; // every piece's checksum, in file order
   int64_t offset = 0;
   int64_t pieces = 0;
   for (size_t i = 0; !local && i < step->params.size(); ++i) {
@@ -414,14 +420,19 @@ mfsdp_status mfsdp::rt::saveCheckpoint(mfsdp_step *step, const char *dir,
                                std::to_string(area));
         break;
       }
-      std::vector<float> host(static_cast<size_t>(ps.localCount));
-      if ((local = step->device(
-               step->backend->copyToHost(host.data(), bufferOf(ps, k), ps.localCount),
-               "copy to the host")))
-        break;
+      const float *host = bufferOf(ps, k);
+      if (!onHost) {
+        copies.emplace_back(static_cast<size_t>(ps.localCount));
+        if ((local = step->device(step->backend->copyToHost(copies.back().data(), host,
+                                                            ps.localCount),
+                                  "copy to the host")))
+          break;
+        host = copies.back().data();
+      }
       for (const Rect &r : rects) {
         const int64_t bytes = r.area() * static_cast<int64_t>(sizeof(float));
-        const uint64_t sum = checksum(host.data() + r.at, static_cast<size_t>(bytes));
+        const uint64_t sum = checksum(host + r.at, static_cast<size_t>(bytes));
+        sums.push_back(sum);
         const std::string key = ps.name + "/" + kKindNames[k] + "/" +
                                 std::to_string(r.r0) + "," + std::to_string(r.c0);
         header[key] = {{"dtype", "F32"},
@@ -436,7 +447,8 @@ mfsdp_status mfsdp::rt::saveCheckpoint(mfsdp_step *step, const char *dir,
                   {"rows", {r.r0, r.r1}}, {"cols", {r.c0, r.c1}}, {"checksum", hex64(sum)}})
                 .dump();
       }
-      data.push_back(std::move(host));
+      data.emplace_back(reinterpret_cast<const char *>(host),
+                        static_cast<size_t>(ps.localCount) * sizeof(float));
     }
   }
   std::string headerText = header.empty() ? std::string("{}") : header.dump();
@@ -453,19 +465,17 @@ mfsdp_status mfsdp::rt::saveCheckpoint(mfsdp_step *step, const char *dir,
       len[b] = static_cast<uint8_t>(n >> (8 * b));
     std::vector<std::string_view> parts = {
         std::string_view(reinterpret_cast<const char *>(len), 8), headerText};
-    // Only the data this rank wrote: its buffers in key order of writing.
-    for (const std::vector<float> &h : data)
-      parts.emplace_back(reinterpret_cast<const char *>(h.data()), h.size() * sizeof(float));
-    // Each buffer's pieces lie in it in the order written: the rectangles
-    // of a buffer are contiguous and in order (localRects), so the file's
-    // data is the buffers back to back.
-    // The file's checksum: the FNV-1a of its parts' checksums in order.
-    uint64_t h = kFnvBasis;
-    for (std::string_view p : parts) {
-      const uint64_t c = checksum(p.data(), p.size());
-      h = fnv1a(&c, sizeof(c), h);
+    // The data: this rank's buffers back to back (each buffer's pieces lie
+    // in it contiguous and in the order written, localRects).
+    parts.insert(parts.end(), data.begin(), data.end());
+    for (std::string_view p : parts)
       fileBytes += static_cast<int64_t>(p.size());
-    }
+    // The file's checksum: the FNV-1a of the header's checksum and the
+    // pieces' in order.
+    const uint64_t headerSum = checksum(headerText.data(), headerText.size());
+    uint64_t h = fnv1a(&headerSum, sizeof(headerSum));
+    for (uint64_t c : sums)
+      h = fnv1a(&c, sizeof(c), h);
     fileSum = h;
     if (!writeSynced(tmp + "/" + name, parts, error))
       local = step->fail(MFSDP_ERROR_IO, "mfsdp_save: " + error);
