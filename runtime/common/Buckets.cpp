@@ -14,6 +14,30 @@
 
 using namespace mfsdp::rt;
 
+/// A row-shard bucket's gradients packed by rank into its reduce staging
+/// buffer (placed): the plan's kernel, which writes the whole buffer, gaps
+/// included, or one strided copy per member after zeroing the gaps.
+mfsdp_status mfsdp_step::packGradients(int32_t b, BucketState &bs) {
+  mfsdp_status s = MFSDP_OK;
+  if (bs.kernels.pack) {
+    std::vector<const float *> grad;
+    for (int32_t p : bs.members)
+      grad.push_back(params[p].grad);
+    Trace::Span span = Trace::kernel(trace.get(), "pack");
+    return device(bs.kernels.pack(grad.data(), bs.staging, backend->kernelStream()),
+                  "the plan's pack kernel of bucket " + std::to_string(b));
+  }
+  if (bs.gaps)
+    s = device(backend->zero(bs.staging, S * bs.chunk), "zero-fill");
+  for (size_t j = 0; !s && j < bs.members.size(); ++j) {
+    ParamState &ps = params[bs.members[j]];
+    s = device(backend->copy2D(bs.staging + bs.rel[j], bs.chunk, ps.grad, ps.localSize,
+                               ps.localSize, S),
+               "packing bucket " + std::to_string(b));
+  }
+  return s;
+}
+
 mfsdp_status mfsdp_step::placeStaging(BucketState &bs, int which,
                                       const std::string &what) {
   const int64_t at[3] = {bs.stagingAt.gather, bs.stagingAt.gather_backward,
@@ -167,23 +191,7 @@ mfsdp_status mfsdp_step::reduceBucketBF16(int32_t b, CommHandle *handle,
   if (bs.rows) {
     if (auto s = placeStaging(bs, 2, "the reduce staging of " + what))
       return s;
-    mfsdp_status s = MFSDP_OK;
-    if (bs.kernels.pack) {
-      std::vector<const float *> grad;
-      for (int32_t p : bs.members)
-        grad.push_back(params[p].grad);
-      Trace::Span span = Trace::kernel(trace.get(), "pack");
-      s = device(bs.kernels.pack(grad.data(), bs.staging, backend->kernelStream()),
-                 "the plan's pack kernel of bucket " + std::to_string(b));
-    } else if (bs.gaps) {
-      s = device(backend->zero(bs.staging, S * bs.chunk), "zero-fill");
-    }
-    for (size_t j = 0; !s && !bs.kernels.pack && j < bs.members.size(); ++j) {
-      ParamState &ps = params[bs.members[j]];
-      s = device(backend->copy2D(bs.staging + bs.rel[j], bs.chunk, ps.grad, ps.localSize,
-                                 ps.localSize, S),
-                 "packing bucket " + std::to_string(b));
-    }
+    mfsdp_status s = packGradients(b, bs);
     send = bs.staging;
     total = S * bs.chunk;
     counts.assign(S, bs.chunk);
@@ -244,24 +252,7 @@ mfsdp_status mfsdp_step::reduceBucket(int32_t b, CommHandle *handle) {
   if (bs.rows) {
     if (auto s = placeStaging(bs, 2, "the reduce staging of " + what))
       return s;
-    mfsdp_status s = MFSDP_OK;
-    if (bs.kernels.pack) {
-      // The plan's kernel writes the whole staging buffer, gaps included.
-      std::vector<const float *> grad;
-      for (int32_t p : bs.members)
-        grad.push_back(params[p].grad);
-      Trace::Span span = Trace::kernel(trace.get(), "pack");
-      s = device(bs.kernels.pack(grad.data(), bs.staging, backend->kernelStream()),
-                 "the plan's pack kernel of bucket " + std::to_string(b));
-    } else if (bs.gaps) {
-      s = device(backend->zero(bs.staging, S * bs.chunk), "zero-fill");
-    }
-    for (size_t j = 0; !s && !bs.kernels.pack && j < bs.members.size(); ++j) {
-      ParamState &ps = params[bs.members[j]];
-      s = device(backend->copy2D(bs.staging + bs.rel[j], bs.chunk, ps.grad, ps.localSize,
-                                 ps.localSize, S),
-                 "packing bucket " + std::to_string(b));
-    }
+    mfsdp_status s = packGradients(b, bs);
     if (s) {
       releaseStaging(bs);
       return s;

@@ -563,6 +563,9 @@ struct mfsdp_step {
   /// no copy, which a hook protocol kept by the runtime never leaves, is
   /// packed through the shared staging buffer and reduced here).
   mfsdp_status reduce(int32_t unit, bool async = false);
+  /// A row-shard bucket's gradients packed into its reduce staging buffer
+  /// (Buckets.cpp).
+  mfsdp_status packGradients(int32_t bucket, BucketState &bs);
 
   /// The sizes of a parameter's buffers on this rank, and whether the plan
   /// entry is one the engine can run.
