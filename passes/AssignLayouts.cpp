@@ -71,7 +71,7 @@ struct AssignLayoutsPass
       SmallVector<int64_t> sizes;
       std::string error;
       if (failed(parseMeshOption(mesh.getValue(), names, sizes, b, error)))
-        return graph.emitError(error);
+        return emitOptionError(ctx, getArgument(), "mesh") << error;
       MeshOp old = graph.getMesh();
       OpBuilder ob(ctx);
       ob.setInsertionPointToStart(&graph.getBody().front());
@@ -107,7 +107,8 @@ struct AssignLayoutsPass
     if (zero != 0)
       opts.zero = zero;
     if (opts.zero < 1 || opts.zero > 3)
-      return graph.emitError("zero must be 1, 2 or 3, got ") << opts.zero;
+      return emitOptionError(ctx, getArgument(), "zero")
+             << "expected 1, 2 or 3, got " << opts.zero;
     opts.muonEmbedding = muonEmbedding;
     opts.muonHead = muonHead;
     opts.muonRouter = muonRouter;
@@ -115,21 +116,29 @@ struct AssignLayoutsPass
       opts.muonInclude.push_back(name);
     opts.rowMode = rowLayout;
     if (!blockShard.empty() && blockShard.size() != 2)
-      return graph.emitError("block-shard takes two extents ROWS,COLS, got ")
-             << blockShard.size();
+      return emitOptionError(ctx, getArgument(), "block-shard")
+             << "expected two extents ROWS,COLS, got " << blockShard.size();
+    for (int64_t e : blockShard)
+      if (e < 1)
+        return emitOptionError(ctx, getArgument(), "block-shard")
+               << "expected extents of 1 or more, got " << blockShard[0] << ","
+               << blockShard[1];
     opts.blockShape.assign(blockShard.begin(), blockShard.end());
     opts.strategy = ownerStrategy;
     if (groupUnits < 0)
-      return graph.emitError("group-units must be >= 0, got ") << groupUnits.getValue();
+      return emitOptionError(ctx, getArgument(), "group-units")
+             << "expected 0 or more, got " << groupUnits.getValue();
     opts.groupUnits = groupUnits;
     if (groupMaxMB < 1)
-      return graph.emitError("group-max-mb must be >= 1, got ")
-             << groupMaxMB.getValue();
+      return emitOptionError(ctx, getArgument(), "group-max-mb")
+             << "expected 1 or more, got " << groupMaxMB.getValue();
     opts.groupMaxBytes = static_cast<double>(groupMaxMB) * 1024 * 1024;
     opts.nsSplit = nsSplit;
     opts.replicateUnderBytes = static_cast<double>(replicateUnder);
-    if (nsSteps < 0)
-      return graph.emitError("ns-steps must be >= 1, got ") << nsSteps.getValue();
+    if (nsSteps < 0 || nsSteps > MFSDP_MAX_NS_STEPS)
+      return emitOptionError(ctx, getArgument(), "ns-steps")
+             << "expected 1 to " << MFSDP_MAX_NS_STEPS << " (0: the graph's), got "
+             << nsSteps.getValue();
     if (nsSteps > 0)
       opts.nsSteps = nsSteps;
     // The option only ever turns masters off; a graph planned without them

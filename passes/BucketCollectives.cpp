@@ -16,7 +16,8 @@ using namespace mfsdp;
 LogicalResult mfsdp::bucketStage(sched::StepOp op, step::Step &s,
                                  const BucketCollectivesOptions &options) {
   if (options.bucketMB < 0)
-    return op.emitError("bucket-mb must be >= 0, got ") << options.bucketMB;
+    return emitOptionError(op.getContext(), "mfsdp-bucket-collectives", "bucket-mb")
+           << "expected 0 or more, got " << options.bucketMB;
   step::bucketCollectives(s, static_cast<double>(options.bucketMB) * 1024 * 1024);
   return success();
 }

@@ -31,8 +31,12 @@ struct BuildStepPass : public mfsdp::impl::BuildStepBase<BuildStepPass> {
       return graph.emitError("has no mesh; run mfsdp-assign-layouts before "
                              "mfsdp-build-step");
     if (microbatches < 1)
-      return graph.emitError("microbatches must be at least 1, got ")
-             << microbatches.getValue();
+      return emitOptionError(graph.getContext(), getArgument(), "microbatches")
+             << "expected 1 or more, got " << microbatches.getValue();
+    if (tokens < 0)
+      return emitOptionError(graph.getContext(), getArgument(), "tokens")
+             << "expected 1 or more (0: the graph's seq_len), got "
+             << tokens.getValue();
     // fsdp2-dtensor replays torch.optim.Muon's addmm form of Newton-Schulz
     // (torch 2.9; use_addmm=True later), fsdp2-dtensor-mm the mm form
     // (use_addmm=False, the default of later releases).
@@ -53,8 +57,10 @@ struct BuildStepPass : public mfsdp::impl::BuildStepBase<BuildStepPass> {
     planner::Options opts;
     opts.hw = *planner::findHardwareProfile("a100");
     optionsFromGraph(graph, opts);
-    if (nsSteps < 0)
-      return graph.emitError("ns-steps must be >= 1, got ") << nsSteps.getValue();
+    if (nsSteps < 0 || nsSteps > MFSDP_MAX_NS_STEPS)
+      return emitOptionError(graph.getContext(), getArgument(), "ns-steps")
+             << "expected 1 to " << MFSDP_MAX_NS_STEPS << " (0: the graph's), got "
+             << nsSteps.getValue();
     if (nsSteps > 0)
       opts.nsSteps = nsSteps;
     if (dtensor && opts.replicate > 1)

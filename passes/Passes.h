@@ -17,6 +17,13 @@ namespace mfsdp {
 #define GEN_PASS_REGISTRATION
 #include "passes/Passes.h.inc"
 
+/// An error in the value of `option` of `pass` (e.g. "mfsdp-build-step",
+/// "tokens"): reported with no place in the input, which is not at fault,
+/// as "<unknown>:0: error: option tokens of mfsdp-build-step: ...".
+mlir::InFlightDiagnostic emitOptionError(mlir::MLIRContext *ctx,
+                                         llvm::StringRef pass,
+                                         llvm::StringRef option);
+
 } // namespace mfsdp
 
 #endif // MFSDP_PASSES_PASSES_H

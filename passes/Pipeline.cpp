@@ -6,6 +6,13 @@
 
 using namespace mlir;
 
+InFlightDiagnostic mfsdp::emitOptionError(MLIRContext *ctx, StringRef pass,
+                                          StringRef option) {
+  InFlightDiagnostic d = emitError(UnknownLoc::get(ctx));
+  d << "option " << option << " of " << pass << ": ";
+  return d;
+}
+
 void mfsdp::buildDefaultPipeline(OpPassManager &pm, const PipelineOptions &o) {
   AssignLayoutsOptions layouts;
   layouts.policy = o.policy;

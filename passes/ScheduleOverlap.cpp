@@ -17,7 +17,10 @@ using namespace mfsdp;
 LogicalResult mfsdp::overlapStage(sched::StepOp op, step::Step &s,
                                   const ScheduleOverlapOptions &options) {
   if (options.prefetch < 0 || options.maxInflightMB < 0)
-    return op.emitError("prefetch and max-inflight-mb must be >= 0");
+    return emitOptionError(op.getContext(), "mfsdp-schedule-overlap",
+                           options.prefetch < 0 ? "prefetch" : "max-inflight-mb")
+           << "expected 0 or more, got "
+           << (options.prefetch < 0 ? options.prefetch : options.maxInflightMB);
   const cost::SimProfile *profile = planner::findHardwareProfile(options.hardware);
   if (!profile)
     return op.emitError(planner::unknownHardwareMessage(options.hardware));

@@ -128,6 +128,9 @@ LogicalResult MuonAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return failure();
   if (nsSteps < 1)
     return emitError() << "muon ns_steps must be at least 1, got " << nsSteps;
+  if (nsSteps > MFSDP_MAX_NS_STEPS)
+    return emitError() << "muon ns_steps must be at most " << MFSDP_MAX_NS_STEPS
+                       << ", got " << nsSteps;
   return success();
 }
 

@@ -88,6 +88,12 @@ LogicalResult MeshOp::verify() {
     if (s < 1)
       return emitOpError("dim \"") << name << "\" must have size >= 1, got "
                                    << s;
+    // The planner keeps tables per rank of a dim; no machine has more than
+    // 2^20 ranks along one dim, and larger sizes only exhaust memory.
+    if (s > (int64_t(1) << 20))
+      return emitOpError("dim \"")
+             << name << "\" has " << s
+             << " ranks; a dim has at most 2^20 (1048576)";
     if (world > (int64_t(1) << 40) / s)
       return emitOpError("mesh has more than 2^40 ranks");
     world *= s;
@@ -164,11 +170,17 @@ LogicalResult ParamOp::verify() {
     return emitOpError("type must be a ranked tensor, got ") << getType();
   if (type.getRank() == 0)
     return emitOpError("type must have at least one dimension");
+  int64_t elements = 1;
   for (auto [i, d] : llvm::enumerate(type.getShape())) {
     if (ShapedType::isDynamic(d))
       return emitOpError("dimension ") << i << " must be static";
     if (d <= 0)
       return emitOpError("dimension ") << i << " must be positive, got " << d;
+    if (d > MFSDP_MAX_PARAM_ELEMENTS / elements)
+      return emitOpError("has more than 2^40 (")
+             << MFSDP_MAX_PARAM_ELEMENTS
+             << ") elements; a parameter has at most that many";
+    elements *= d;
   }
   if (!isSupportedElementType(type.getElementType()))
     return emitOpError("element type must be one of f64, f32, bf16, f16, "
@@ -371,7 +383,15 @@ LogicalResult GraphOp::verifyRegions() {
   // Units: indices 0..N-1, each untied parameter in exactly one unit.
   llvm::DenseMap<int64_t, UnitOp> byIndex;
   llvm::StringMap<UnitOp> unitOf;
+  const int64_t numUnits = static_cast<int64_t>(units.size());
   for (UnitOp u : units) {
+    // Checked before it is a map key: the largest int64 is the map's empty
+    // key, and an index past the count leaves a gap anyway.
+    if (unitIndex(u) < 0 || unitIndex(u) >= numUnits)
+      return u.emitOpError("has index ")
+             << unitIndex(u) << " but the graph has " << numUnits
+             << " unit" << (numUnits == 1 ? "" : "s")
+             << "; unit indices must be 0.." << numUnits - 1 << " without gaps";
     auto [it, inserted] = byIndex.try_emplace(unitIndex(u), u);
     if (!inserted)
       return u.emitOpError("index ")
@@ -393,17 +413,7 @@ LogicalResult GraphOp::verifyRegions() {
                << uit->second.getSymName();
     }
   }
-  for (int64_t i = 0, e = units.size(); i < e; ++i)
-    if (!byIndex.count(i)) {
-      // The smallest index past the gap names the offending unit.
-      UnitOp after;
-      for (UnitOp u : units)
-        if (unitIndex(u) > i && (!after || unitIndex(u) < unitIndex(after)))
-          after = u;
-      return after.emitOpError("has index ")
-             << unitIndex(after) << " but no unit has index " << i
-             << "; unit indices must be 0.." << e - 1 << " without gaps";
-    }
+  // Indices in 0..N-1 and unique: no gaps either.
 
   // Gather groups: all units or none, numbered 0.. without gaps and
   // non-decreasing in unit order (a group is a run of adjacent units).

@@ -56,7 +56,8 @@ def Plan_MeshOp : Plan_Op<"mesh", [Symbol, HasParent<"GraphOp">]> {
     dim varies fastest). `dp_shard` is required: parameters are sharded over
     it. `dp_replicate` makes HSDP replicas. Other dims (`tp`, `ep`, ...)
     belong to an outer parallel stack. `device_ids`, when given, is a
-    permutation of 0..N-1 that maps mesh positions to global ranks.
+    permutation of 0..N-1 that maps mesh positions to global ranks. A dim
+    has 1 to 2^20 ranks and the mesh at most 2^40.
 
     ```mlir
     // 2 replicas x 4 shards x 2-way tensor parallel: 16 ranks.

@@ -220,6 +220,16 @@ typedef enum mfsdp_adjust_lr {
   MFSDP_ADJUST_LR_LIST(MFSDP_VOCAB_C_CASE)
 } mfsdp_adjust_lr;
 
+/* The most elements one parameter may have, 2^40 (4 TiB in fp32): every
+ * buffer size derived from it (state, padding, dp_shard chunks) stays far
+ * inside a 64-bit byte count. The graph reader, the plan.param verifier and
+ * mfsdp_create refuse larger tensors. */
+#define MFSDP_MAX_PARAM_ELEMENTS (1LL << 40)
+
+/* The most Newton-Schulz iterations a Muon plan may ask for (5 is usual);
+ * the count travels as a 32-bit int into the step library. */
+#define MFSDP_MAX_NS_STEPS 1000
+
 #ifdef __cplusplus
 
 #include <array>

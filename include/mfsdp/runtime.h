@@ -511,7 +511,11 @@ mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
                                       mfsdp_step **out);
 /* Frees a runtime and every buffer it handed out (views become invalid).
  * Waits for the collectives it started, so every rank destroys its runtime
- * (after the same calls). NULL is ignored. */
+ * (after the same calls). NULL is ignored. Every entry point checks that its
+ * handle is a runtime mfsdp_create made and mfsdp_destroy has not freed: a
+ * runtime destroyed twice is reported on stderr and ignored, and any other
+ * call on a freed handle fails with MFSDP_ERROR_INVALID (the message in
+ * mfsdp_last_error(NULL)) instead of touching freed memory. */
 void mfsdp_destroy(mfsdp_step *step);
 
 /* Per-unit hooks. pre_forward gathers the unit's parameters (it may be
@@ -698,7 +702,10 @@ mfsdp_status mfsdp_load(mfsdp_step *step, const char *dir, char *user,
                         int64_t user_size);
 
 /* What the last failing call on `step` said; owned by the runtime, valid
- * until the next call on it. A static message for NULL. */
+ * until the next call on it. For NULL (or a freed handle): why this
+ * thread's last call that had no runtime to hold its message failed (a
+ * NULL or freed handle, or mfsdp_create unable to allocate even the
+ * runtime that carries its error), in a thread-local buffer. */
 const char *mfsdp_last_error(mfsdp_step *step);
 
 /* A generated step library (mfsdp-compile) exports these two functions:

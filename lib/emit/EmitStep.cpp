@@ -637,24 +637,27 @@ void mfsdp::registerEmitTranslations() {
                      "MiB of flat buffer each (0: no limit); a larger tensor is "
                      "left alone"),
       llvm::cl::init(25));
-  static TranslateFromMLIRRegistration emitReg(
+  static TranslateRegistration emitReg(
       "emit-step-c",
       "Emit the C source of the step library of a planned plan.graph",
-      [](Operation *op, raw_ostream &os) -> LogicalResult {
-        auto module = dyn_cast<ModuleOp>(op);
+      [](const std::shared_ptr<llvm::SourceMgr> &sourceMgr, raw_ostream &os,
+         MLIRContext *ctx) -> LogicalResult {
+        // An option's value is checked before the input is read: its error
+        // is the command line's, not a place in the input.
+        if (!(bucketMB >= 0) || !std::isfinite(bucketMB)) {
+          llvm::errs() << "error: --emit-step-bucket-mb must be a finite number "
+                          "of MiB, 0 or more, got "
+                       << bucketMB.getValue() << "\n";
+          return failure();
+        }
+        ctx->loadDialect<PlanDialect, sched::SchedDialect>();
+        OwningOpRef<ModuleOp> module = parseModule(sourceMgr, ctx);
         if (!module)
-          return op->emitError("expected a builtin.module");
+          return failure();
         EmitStepOptions options;
         options.accumulate = accumulate;
         options.prefetch = prefetch;
-        if (!(bucketMB >= 0) || !std::isfinite(bucketMB))
-          return module.emitError("--emit-step-bucket-mb must be a finite number of "
-                                  "MiB, 0 or more, got ")
-                 << bucketMB.getValue();
         options.bucketBytes = bucketMB.getValue() * (1 << 20);
-        return emitStepLibrarySource(module, os, options);
-      },
-      [](DialectRegistry &registry) {
-        registry.insert<PlanDialect, sched::SchedDialect>();
+        return emitStepLibrarySource(*module, os, options);
       });
 }

@@ -6,6 +6,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "mfsdp/graph/Graph.h"
+#include "mfsdp/graph/TextLimits.h"
+#include "mfsdp/Vocabulary.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -316,10 +318,10 @@ bool validate(const Graph &g, Diagnostic &d) {
           !unit01(m.momentum, "/policy/muon/momentum") ||
           !nonneg(m.weightDecay, "/policy/muon/weight_decay"))
         return false;
-      if (m.nsSteps < 1)
+      if (m.nsSteps < 1 || m.nsSteps > MFSDP_MAX_NS_STEPS)
         return fail(d, "/policy/muon/ns_steps",
-                    fmt::format("expected at least 1 Newton-Schulz step, got {}",
-                                m.nsSteps));
+                    fmt::format("expected 1 to {} Newton-Schulz steps, got {}",
+                                MFSDP_MAX_NS_STEPS, m.nsSteps));
     }
   }
   return true;
@@ -384,7 +386,7 @@ public:
       if (!allowed.count(it.key()))
         Reader(it.value(), ptr + "/" + escape(it.key()))
             .error(fmt::format("unknown field '{}'; expected one of: {}",
-                               it.key(), join(allowed)));
+                               brief(it.key()), join(allowed)));
   }
   bool has(const std::string &key) const {
     return v.is_object() && v.contains(key) && !v.at(key).is_null();
@@ -406,7 +408,19 @@ public:
   std::string str() const {
     if (!v.is_string())
       error("expected a string, got " + typeName(v) + " " + show(v));
-    return v.get<std::string>();
+    const std::string &s = v.get_ref<const std::string &>();
+    if (s.size() > kMaxNameBytes)
+      error(fmt::format("a string of {} bytes ('{}'); names and values are "
+                        "at most {} bytes",
+                        s.size(), brief(s, 40), kMaxNameBytes));
+    for (size_t i = 0; i < s.size(); ++i) {
+      unsigned char c = static_cast<unsigned char>(s[i]);
+      if (c < 0x20 || c == 0x7F)
+        error(fmt::format("'{}' holds the control character \\x{:02X} at "
+                          "byte {}; names and values are printable text",
+                          brief(s), c, i));
+    }
+    return s;
   }
   std::string nonEmptyStr() const {
     std::string s = str();
@@ -484,8 +498,10 @@ Param readParam(const Reader &r) {
     p.shape.push_back(n);
   }
   for (size_t i = 1, n = 1; i <= rank; ++i) {
-    if (p.shape[i - 1] > std::numeric_limits<int64_t>::max() / (int64_t)n)
-      shape.error("the number of elements overflows a 64-bit integer");
+    if (p.shape[i - 1] > MFSDP_MAX_PARAM_ELEMENTS / (int64_t)n)
+      shape.error(fmt::format("more than 2^40 ({}) elements; a parameter has "
+                              "at most that many",
+                              MFSDP_MAX_PARAM_ELEMENTS));
     n *= p.shape[i - 1];
   }
   Reader dt = r.field("dtype");
@@ -680,6 +696,12 @@ Graph readGraph(const json &root) {
 
 bool parseGraph(std::string_view text, Graph &out, Diagnostic &diag) {
   diag = Diagnostic();
+  if (std::optional<TextProblem> p = checkJsonText(text)) {
+    diag.line = p->line;
+    diag.column = p->column;
+    diag.message = std::move(p->message);
+    return false;
+  }
   json root;
   try {
     root = json::parse(text.begin(), text.end());

@@ -101,6 +101,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "mfsdp/graph/HFConfig.h"
+#include "mfsdp/graph/TextLimits.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -931,6 +932,13 @@ const std::vector<std::string> &supportedHFArchitectures() {
 
 bool graphFromHFConfig(std::string_view text, const HFImportOptions &opts,
                        Graph &out, Diagnostic &diag) {
+  if (std::optional<TextProblem> p = checkJsonText(text)) {
+    diag = Diagnostic{};
+    diag.line = p->line;
+    diag.column = p->column;
+    diag.message = std::move(p->message);
+    return false;
+  }
 #if MFSDP_HF_EXCEPTIONS
   try {
     json root;

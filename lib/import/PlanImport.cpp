@@ -3,15 +3,18 @@
 
 #include "dialects/plan/PlanOps.h"
 #include "mfsdp/graph/HFConfig.h"
+#include "mfsdp/graph/TextLimits.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
 #include "mlir/Tools/mlir-translate/Translation.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/WithColor.h"
 
 using namespace mlir;
 using namespace mfsdp;
@@ -311,15 +314,59 @@ static HFOptions &hfOptions() {
 }
 
 /// Reports a graph diagnostic at its line and column in the input buffer.
-static void emitGraphError(MLIRContext *ctx, StringRef file,
+/// A source line longer than this is not echoed under a diagnostic (a
+/// graph written on one line would be echoed whole).
+static constexpr size_t kMaxEchoedLine = 512;
+
+/// The length of line `line` (1-based) of `text`.
+static size_t lineLength(StringRef text, int line) {
+  size_t start = 0;
+  for (int l = 1; l < line; ++l) {
+    size_t nl = text.find('\n', start);
+    if (nl == StringRef::npos)
+      return 0;
+    start = nl + 1;
+  }
+  size_t end = text.find('\n', start);
+  return (end == StringRef::npos ? text.size() : end) - start;
+}
+
+void mfsdp::printErrorAt(StringRef file, int line, int column,
+                         StringRef message) {
+  llvm::errs() << file << ':' << line << ':' << column << ": ";
+  llvm::WithColor::error(llvm::errs()) << message << '\n';
+}
+
+void mfsdp::emitErrorAt(MLIRContext *ctx, StringRef file, StringRef text,
+                        int line, int column, const std::string &message) {
+  if (line > 0 && lineLength(text, line) > kMaxEchoedLine) {
+    printErrorAt(file, line, column, message);
+    return;
+  }
+  emitError(FileLineColLoc::get(ctx, file, std::max(line, 0), std::max(column, 0)))
+      << message;
+}
+
+/// Reports a graph diagnostic at its line and column in the input buffer.
+static void emitGraphError(MLIRContext *ctx, StringRef file, StringRef text,
                            const graph::Diagnostic &d) {
-  Location loc = d.line > 0
-                     ? Location(FileLineColLoc::get(ctx, file, d.line, d.column))
-                     : Location(FileLineColLoc::get(ctx, file, 0, 0));
-  if (d.pointer.empty())
-    emitError(loc) << d.message;
-  else
-    emitError(loc) << d.pointer << ": " << d.message;
+  emitErrorAt(ctx, file, text, d.line, d.column,
+              d.pointer.empty() ? d.message : d.pointer + ": " + d.message);
+}
+
+OwningOpRef<ModuleOp>
+mfsdp::parseModule(const std::shared_ptr<llvm::SourceMgr> &sourceMgr,
+                   MLIRContext *ctx) {
+  const llvm::MemoryBuffer *buf =
+      sourceMgr->getMemoryBuffer(sourceMgr->getMainFileID());
+  if (std::optional<graph::TextProblem> p =
+          graph::checkMlirNesting(std::string_view(buf->getBufferStart(),
+                                                   buf->getBufferSize()))) {
+    emitErrorAt(ctx, buf->getBufferIdentifier(), buf->getBuffer(), p->line,
+                p->column, p->message);
+    return nullptr;
+  }
+  return parseSourceFile<ModuleOp>(sourceMgr, ParserConfig(ctx));
 }
 
 OwningOpRef<ModuleOp> mfsdp::importGraphText(StringRef text, StringRef file,
@@ -340,7 +387,7 @@ OwningOpRef<ModuleOp> mfsdp::importGraphText(StringRef text, StringRef file,
     ok = graph::parseGraph(view, g, diag);
   }
   if (!ok) {
-    emitGraphError(ctx, file, diag);
+    emitGraphError(ctx, file, text, diag);
     return nullptr;
   }
   // Ops of an HF import point into the generated graph, not the config.
@@ -377,13 +424,15 @@ void mfsdp::registerGraphTranslations() {
       [](llvm::SourceMgr &sourceMgr, MLIRContext *ctx) {
         return importFromBuffer(sourceMgr, ctx, /*hf=*/true);
       });
-  static TranslateFromMLIRRegistration exportGraphReg(
+  static TranslateRegistration exportGraphReg(
       "export-mfsdp-graph", "Export a plan.graph as a model graph (JSON)",
-      [](Operation *op, raw_ostream &os) -> LogicalResult {
-        auto module = dyn_cast<ModuleOp>(op);
+      [](const std::shared_ptr<llvm::SourceMgr> &sourceMgr, raw_ostream &os,
+         MLIRContext *ctx) -> LogicalResult {
+        ctx->loadDialect<PlanDialect>();
+        OwningOpRef<ModuleOp> module = parseModule(sourceMgr, ctx);
         if (!module)
-          return op->emitError("expected a builtin.module");
-        GraphOp graphOp = findSingleGraph(module);
+          return failure();
+        GraphOp graphOp = findSingleGraph(*module);
         if (!graphOp)
           return failure();
         graph::Graph g;
@@ -391,6 +440,5 @@ void mfsdp::registerGraphTranslations() {
           return failure();
         os << graph::writeGraph(g);
         return success();
-      },
-      [](DialectRegistry &registry) { registry.insert<PlanDialect>(); });
+      });
 }

@@ -83,6 +83,7 @@ bool mfsdp_step::assignNsReplicas() {
 bool mfsdp_step::layOut(ParamState &ps) {
   const mfsdp_param_desc &d = ps.desc;
   if (d.unit < 0 || d.unit >= plan.num_units || d.rows < 1 || d.cols < 1 ||
+      d.rows > MFSDP_MAX_PARAM_ELEMENTS / d.cols ||
       d.placement < MFSDP_ROW_SHARD || d.placement > MFSDP_BLOCK_SHARD ||
       (d.placement == MFSDP_OWNER && (d.owner < 0 || d.owner >= plan.dp_shard)) ||
       (d.optimizer == MFSDP_OPT_MUON && d.placement != MFSDP_OWNER &&

@@ -29,12 +29,66 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <string>
+#include <unordered_set>
 
 using namespace mfsdp::rt;
 
 namespace {
+
+/// The runtimes mfsdp_create handed out that mfsdp_destroy has not freed.
+/// Every entry point checks its handle against them, so a runtime destroyed
+/// twice, or used after mfsdp_destroy, is an error rather than a use of
+/// freed memory. (A new runtime allocated at a freed one's address cannot
+/// be told from it: a pointer says no more.)
+std::mutex liveMutex;
+std::unordered_set<const mfsdp_step *> &liveSteps() {
+  static auto *live = new std::unordered_set<const mfsdp_step *>();
+  return *live;
+}
+bool isLive(const mfsdp_step *step) {
+  std::lock_guard<std::mutex> lock(liveMutex);
+  return liveSteps().count(step) != 0;
+}
+void setLive(const mfsdp_step *step, bool live) noexcept {
+  if (!step)
+    return;
+  try {
+    std::lock_guard<std::mutex> lock(liveMutex);
+    if (live)
+      liveSteps().insert(step);
+    else
+      liveSteps().erase(step);
+  } catch (...) {
+    // Out of memory registering it: the runtime still works; only the
+    // check of its handle is lost.
+  }
+}
+
+/// Why this thread's last call that had no runtime to hold its message
+/// failed (a NULL or freed handle, mfsdp_create that could not allocate):
+/// what mfsdp_last_error(NULL) returns.
+thread_local char noRuntimeError[256] = "";
+
+/// The start of every entry point but create, destroy and last_error: the
+/// handle is a live runtime, or the call fails here.
+mfsdp_status checkHandle(const mfsdp_step *step, const char *call) noexcept {
+  if (!step) {
+    std::snprintf(noRuntimeError, sizeof(noRuntimeError),
+                  "%s: the runtime is NULL", call);
+    return MFSDP_ERROR_INVALID;
+  }
+  if (!isLive(step)) {
+    std::snprintf(noRuntimeError, sizeof(noRuntimeError),
+                  "%s: %p is not a live runtime (destroyed, or not made by "
+                  "mfsdp_create)",
+                  call, static_cast<const void *>(step));
+    return MFSDP_ERROR_INVALID;
+  }
+  return MFSDP_OK;
+}
 
 /// The end of an entry point that caught an exception: its message in
 /// the runtime's error (a fixed one when the message cannot be built).
@@ -54,6 +108,8 @@ mfsdp_status caught(mfsdp_step *step, const char *call, const char *what) noexce
 /// throws.
 template <typename Body>
 mfsdp_status barrier(mfsdp_step *step, const char *call, Body &&body) noexcept {
+  if (mfsdp_status st = checkHandle(step, call))
+    return st;
   try {
     return body();
   } catch (const std::bad_alloc &) {
@@ -137,7 +193,15 @@ mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
   // The message is copied while the exception lives (without allocating).
   char what[512] = "an unknown exception";
   try {
-    return createStep(plan, config, out);
+    mfsdp_status st = createStep(plan, config, out);
+    if (out) {
+      setLive(*out, true);
+      if (!*out)
+        std::snprintf(noRuntimeError, sizeof(noRuntimeError),
+                      "mfsdp_create failed and could not allocate a runtime "
+                      "to hold its message");
+    }
+    return st;
   } catch (const std::bad_alloc &) {
     std::snprintf(what, sizeof(what), "out of host memory (std::bad_alloc)");
   } catch (const std::exception &e) {
@@ -155,10 +219,24 @@ mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
   } catch (...) {
   }
   *out = failed;
+  setLive(failed, true);
+  if (!failed)
+    std::snprintf(noRuntimeError, sizeof(noRuntimeError),
+                  "mfsdp_create failed (%s) and could not allocate a runtime "
+                  "to hold its message",
+                  what);
   return MFSDP_ERROR_BACKEND;
 }
 
 void mfsdp_destroy(mfsdp_step *step) {
+  if (step && !isLive(step)) {
+    // Destroyed already, or never created: freeing it again would corrupt
+    // the heap. Said on stderr, as destroy returns nothing.
+    checkHandle(step, "mfsdp_destroy");
+    std::fprintf(stderr, "mfsdp: %s; ignored\n", noRuntimeError);
+    return;
+  }
+  setLive(step, false);
   if (step) {
     // A rank that destroys its runtime while others still call into theirs
     // meets them in the call check (which they then fail); nothing more.
@@ -171,7 +249,14 @@ void mfsdp_destroy(mfsdp_step *step) {
 }
 
 const char *mfsdp_last_error(mfsdp_step *step) {
-  return step ? step->error.c_str() : "no runtime (mfsdp_create failed to allocate)";
+  if (step && isLive(step))
+    return step->error.c_str();
+  if (step) {
+    checkHandle(step, "mfsdp_last_error");
+    return noRuntimeError;
+  }
+  return noRuntimeError[0] ? noRuntimeError
+                           : "no call without a runtime has failed on this thread";
 }
 
 /// The start of a hook: a runtime, a unit in range, and the runtime's work

@@ -10,6 +10,9 @@
 // RUN: not mfsdp-opt %S/Inputs/roles.mlir --mfsdp-assign-layouts="mesh=dp_shard=4" -o /dev/null 2>&1 | FileCheck %s --check-prefix=EXTDIM
 // RUN: not mfsdp-opt %S/Inputs/two-matrices.mlir --mfsdp-assign-layouts="muon-include=ghost" -o /dev/null 2>&1 | FileCheck %s --check-prefix=GHOST
 // RUN: not mfsdp-opt %S/Inputs/two-matrices.mlir --mfsdp-assign-layouts="zero=4" -o /dev/null 2>&1 | FileCheck %s --check-prefix=ZERO
+// RUN: not mfsdp-opt %S/Inputs/two-matrices.mlir --mfsdp-assign-layouts="policy=mixed_muon_adamw block-shard=-4,4" -o /dev/null 2>&1 | FileCheck %s --check-prefix=BLOCK
+// RUN: not mfsdp-opt %S/Inputs/two-matrices.mlir --mfsdp-assign-layouts="mesh=dp_shard=2147483648" -o /dev/null 2>&1 | FileCheck %s --check-prefix=HUGE
+// RUN: not mfsdp-opt %S/Inputs/two-matrices.mlir --mfsdp-pipeline="mesh=dp_shard=2 tokens=-5" -o /dev/null 2>&1 | FileCheck %s --check-prefix=TOKENS
 
 // Muon on a 1-D tensor is refused on the parameter.
 plan.graph @g {
@@ -54,8 +57,15 @@ plan.graph @g {
 
 // POLICY: unknown policy 'lion'; expected graph, adamw, sgd, muon or mixed_muon_adamw
 // STRATEGY: unknown owner strategy 'best'; expected balanced, matrixfsdp or round_robin
-// MESHSPEC: error: mesh option item 'dp_shard' is not NAME=SIZE (for example dp_shard=8)
+// MESHSPEC: {{^}}<unknown>:0: error: option mesh of mfsdp-assign-layouts: mesh option item 'dp_shard' is not NAME=SIZE (for example dp_shard=8)
 // NODP: error: 'plan.mesh' op needs a "dp_shard" dim: parameters are sharded over it
 // EXTDIM: error: 'plan.param' op is owned by "ep", which is not a dim of mesh @mesh
 // GHOST: error: muon-include names unknown parameter 'ghost'
-// ZERO: error: zero must be 1, 2 or 3, got 4
+// ZERO: {{^}}<unknown>:0: error: option zero of mfsdp-assign-layouts: expected 1, 2 or 3, got 4
+
+// Negative block extents are an option error, not a plan.
+// BLOCK: {{^}}<unknown>:0: error: option block-shard of mfsdp-assign-layouts: expected extents of 1 or more, got -4,4
+// A dim of 2^31 ranks is refused before the planner sizes its tables by it.
+// HUGE: error: 'plan.mesh' op dim "dp_shard" has 2147483648 ranks; a dim has at most 2^20 (1048576)
+// A negative token count is refused (0 means the graph's seq_len).
+// TOKENS: {{^}}<unknown>:0: error: option tokens of mfsdp-build-step: expected 1 or more (0: the graph's seq_len), got -5

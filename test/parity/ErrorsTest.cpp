@@ -802,6 +802,18 @@ int main(int argc, char **argv) {
         "mfsdp_pre_forward: an exception inside the runtime: out of host memory");
   mfsdp_destroy(s);
 
+  // A handle already destroyed: a second mfsdp_destroy is reported on
+  // stderr and ignored (no double free), any other call on it fails without
+  // touching it, and mfsdp_last_error(NULL) says why. A NULL handle is
+  // named as such.
+  mfsdp_destroy(s);
+  fails(nullptr, mfsdp_pre_forward(s, 0), MFSDP_ERROR_INVALID,
+        "is not a live runtime (destroyed, or not made by mfsdp_create)");
+  expect(std::strstr(mfsdp_last_error(s), "mfsdp_last_error: ") != nullptr,
+         std::string("last_error of a freed handle: ") + mfsdp_last_error(s));
+  fails(nullptr, mfsdp_zero_grad(nullptr), MFSDP_ERROR_INVALID,
+        "mfsdp_zero_grad: the runtime is NULL");
+
   // Call-sequence checks (MFSDP_CHECK_CALLS=1): ranks that call different
   // units, a lone optimizer step, or one that destroys its runtime while
   // the other goes on meet in the check; every rank stops with

@@ -141,6 +141,11 @@ int main(int argc, char **argv) {
     }
   }
 
+  if (zero < 1 || zero > 3) {
+    std::cerr << "mfsdp-graphgen: error: --zero expects 1, 2 or 3, got " << zero
+              << "\n";
+    return 1;
+  }
   std::string text;
   Graph g;
   Diagnostic diag;

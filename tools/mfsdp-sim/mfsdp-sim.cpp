@@ -17,6 +17,7 @@
 #include "dialects/plan/PlanDialect.h"
 #include "dialects/sched/SchedOps.h"
 #include "mfsdp/cost/Simulator.h"
+#include "mfsdp/import/PlanImport.h"
 #include "passes/Pipeline.h"
 #include "dialects/sched/StepBridge.h"
 
@@ -130,15 +131,16 @@ int main(int argc, char **argv) {
   DialectRegistry registry;
   registry.insert<mfsdp::plan::PlanDialect, mfsdp::sched::SchedDialect>();
   MLIRContext ctx(registry);
+  ctx.printOpOnDiagnostic(false); // the location says where
   ctx.loadAllAvailableDialects();
   std::string error;
   auto file = openInputFile(input, &error);
   if (!file)
     return fail(error);
-  llvm::SourceMgr sm;
-  sm.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
-  SourceMgrDiagnosticHandler handler(sm, &ctx);
-  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sm, &ctx);
+  auto sm = std::make_shared<llvm::SourceMgr>();
+  sm->AddNewSourceBuffer(std::move(file), llvm::SMLoc());
+  SourceMgrDiagnosticHandler handler(*sm, &ctx);
+  OwningOpRef<ModuleOp> module = mfsdp::parseModule(sm, &ctx);
   if (!module)
     return 1;
 

@@ -9,6 +9,13 @@
 #include "mlir/IR/OwningOpRef.h"
 #include "mlir/Support/LLVM.h"
 
+#include <memory>
+#include <string>
+
+namespace llvm {
+class SourceMgr;
+}
+
 namespace mfsdp::plan {
 class GraphOp;
 }
@@ -30,6 +37,27 @@ importGraph(const graph::Graph &g, mlir::MLIRContext *ctx,
 mlir::OwningOpRef<mlir::ModuleOp>
 importGraphText(llvm::StringRef text, llvm::StringRef file,
                 const graph::HFImportOptions *hf, mlir::MLIRContext *ctx);
+
+/// Parses the main buffer of `sourceMgr` as a module, first refusing, at
+/// its line and column, input nested deeper than graph::kMaxMlirDepth (the
+/// parser would exhaust its stack). Null, with the error emitted, on
+/// failure.
+mlir::OwningOpRef<mlir::ModuleOp>
+parseModule(const std::shared_ptr<llvm::SourceMgr> &sourceMgr,
+            mlir::MLIRContext *ctx);
+
+/// Reports `message` as an error at `line`:`column` of `file`, whose text
+/// is `text`; the source line is shown under it unless it is too long to
+/// read (a graph written on one line would be echoed whole).
+void emitErrorAt(mlir::MLIRContext *ctx, llvm::StringRef file,
+                 llvm::StringRef text, int line, int column,
+                 const std::string &message);
+
+/// Prints "<file>:<line>:<column>: error: <message>" to stderr, with no
+/// source line: for errors found before a context or source manager holds
+/// the input.
+void printErrorAt(llvm::StringRef file, int line, int column,
+                  llvm::StringRef message);
 
 /// Reads the plan.graph back into the plain graph form. Emits an error on
 /// the offending op and fails if the graph cannot be expressed in the format

@@ -108,3 +108,9 @@
 // expected-error @+2 {{expected integer value}}
 // expected-error @+1 {{failed to parse Plan_BlockShardAttr parameter 'block'}}
 "test.use"() {p = #plan.block_shard<block = [], axes = ["dp_shard"]>} : () -> ()
+
+// -----
+
+// And at most 1000 times: the count travels as a 32-bit int.
+// expected-error @+1 {{muon ns_steps must be at most 1000, got 9223372036854775807}}
+"test.use"() {o = #plan.muon<lr = 0.02, momentum = 0.95, weight_decay = 0, nesterov = true, ns_steps = 9223372036854775807, scale = original>} : () -> ()

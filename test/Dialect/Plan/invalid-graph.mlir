@@ -34,8 +34,18 @@ plan.graph @g {
   plan.param @a : tensor<4x4xf32> linear module "a"
   plan.param @b : tensor<4x4xf32> linear module "b"
   plan.unit @u0 index 0 params [@a] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false>
-  // expected-error @+1 {{'plan.unit' op has index 2 but no unit has index 1; unit indices must be 0..1 without gaps}}
+  // expected-error @+1 {{'plan.unit' op has index 2 but the graph has 2 units; unit indices must be 0..1 without gaps}}
   plan.unit @u2 index 2 params [@b] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false>
+}
+
+// -----
+
+// The largest index is refused like any other out of range (it is no
+// crash: the verifier checks the range before using the index).
+plan.graph @g {
+  plan.param @a : tensor<4x4xf32> linear module "a"
+  // expected-error @+1 {{'plan.unit' op has index 9223372036854775807 but the graph has 1 unit; unit indices must be 0..0 without gaps}}
+  plan.unit @u index 9223372036854775807 params [@a] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false>
 }
 
 // -----
@@ -172,4 +182,14 @@ plan.graph @g {
   plan.unit @u0 index 0 params [@a] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false> group 0
   // expected-error @+1 {{'plan.unit' op has gather group 2 but groups must run 0, 1, 2, ... over adjacent units (expected 0 or 1)}}
   plan.unit @u1 index 1 params [@b] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false> group 2
+}
+
+// -----
+
+// A parameter of 2^64 elements would be 0 bytes in 64-bit arithmetic; more
+// than 2^40 elements is refused before any size is computed from it.
+plan.graph @g {
+  // expected-error @+1 {{'plan.param' op has more than 2^40 (1099511627776) elements; a parameter has at most that many}}
+  plan.param @a : tensor<4294967296x4294967296xbf16> linear module "a"
+  plan.unit @u index 0 params [@a] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false>
 }
