@@ -173,13 +173,27 @@ void mfsdp::writeGraph(GraphOp graph, const BridgedGraph &b,
   SGDAttr sgd = policy.getSgdAttr();
   if (!sgd && usesSGD)
     sgd = SGDAttr::get(ctx, 1e-2, opts.sgdMomentum, 0.0, false);
-  if (adamw)
+  // Hyperparameters of an optimizer the planned policy does not run are
+  // dropped (a graph planned with another policy than its own, as
+  // mfsdp-sim --compare's baselines do, keeps a valid policy op).
+  const bool kindMuon = opts.policy == planner::PolicyKind::Muon ||
+                        opts.policy == planner::PolicyKind::MixedMuonAdamW;
+  const bool kindAdamW = opts.policy == planner::PolicyKind::AdamW ||
+                         opts.policy == planner::PolicyKind::MixedMuonAdamW ||
+                         opts.policy == planner::PolicyKind::Muon;
+  const bool kindSGD = opts.policy == planner::PolicyKind::SGD;
+  if (adamw && kindAdamW)
     policy.setAdamwAttr(adamw);
-  if (muon && (opts.policy == planner::PolicyKind::Muon ||
-               opts.policy == planner::PolicyKind::MixedMuonAdamW))
+  else
+    policy.removeAdamwAttr();
+  if (muon && kindMuon)
     policy.setMuonAttr(muon);
-  if (sgd && opts.policy == planner::PolicyKind::SGD)
+  else
+    policy.removeMuonAttr();
+  if (sgd && kindSGD)
     policy.setSgdAttr(sgd);
+  else
+    policy.removeSgdAttr();
 
   for (auto [i, pp] : llvm::enumerate(b.problem.params)) {
     ParamOp op = b.params[i];
