@@ -50,51 +50,54 @@ using namespace llvm;
 #define MFSDP_INSTALL_LIBDIR "lib"
 #endif
 
-static cl::opt<std::string> input(cl::Positional, cl::Required,
+/// The options --help shows: this tool's own, not every LLVM library's.
+static cl::OptionCategory toolOptions("mfsdp-compile options");
+
+static cl::opt<std::string> input(cl::cat(toolOptions), cl::Positional, cl::Required,
                                   cl::desc("<model graph .json>"));
-static cl::opt<bool> hf("hf", cl::desc("The input is a Hugging Face config.json"));
-static cl::opt<int> hfTransformers(
+static cl::opt<bool> hf(cl::cat(toolOptions), "hf", cl::desc("The input is a Hugging Face config.json"));
+static cl::opt<int> hfTransformers(cl::cat(toolOptions), 
     "hf-transformers",
     cl::desc("With --hf, the transformers major version whose parameters to "
              "write: 5 (MoE experts fused, written as their matrices) or 4"),
     cl::init(5));
-static cl::opt<std::string> mesh("mesh", cl::desc("Device mesh, e.g. dp_shard=2 "
+static cl::opt<std::string> mesh(cl::cat(toolOptions), "mesh", cl::desc("Device mesh, e.g. dp_shard=2 "
                                                   "or dp_replicate=2,dp_shard=2"));
 static cl::opt<mfsdp::PolicyOption>
-    policy("policy",
+    policy(cl::cat(toolOptions), "policy",
            cl::desc("adamw, sgd, muon or mixed_muon_adamw (default: the "
                     "graph's)"),
            cl::init(mfsdp::PolicyOption::Graph),
            mfsdp::clValues<mfsdp::PolicyOption>());
-static cl::opt<int> zero("zero", cl::desc("ZeRO level 1, 2 or 3"), cl::init(0));
+static cl::opt<int> zero(cl::cat(toolOptions), "zero", cl::desc("ZeRO level 1, 2 or 3"), cl::init(0));
 static cl::opt<std::string>
-    layouts("layouts", cl::desc("More options of --mfsdp-assign-layouts"));
-static cl::opt<std::string> output("o", cl::Required,
+    layouts(cl::cat(toolOptions), "layouts", cl::desc("More options of --mfsdp-assign-layouts"));
+static cl::opt<std::string> output(cl::cat(toolOptions), "o", cl::Required,
                                    cl::desc("The step library to write (.so)"),
                                    cl::value_desc("file"));
-static cl::opt<std::string> emitC("emit-c", cl::desc("Also write the generated C source here"),
+static cl::opt<std::string> emitC(cl::cat(toolOptions), "emit-c", cl::desc("Also write the generated C source here"),
                                   cl::value_desc("file"));
-static cl::opt<std::string> emitMlir("emit-mlir",
+static cl::opt<std::string> emitMlir(cl::cat(toolOptions), "emit-mlir",
                                      cl::desc("Also write the planned IR here"),
                                      cl::value_desc("file"));
-static cl::opt<bool> accumulateGrads(
+static cl::opt<bool> accumulateGrads(cl::cat(toolOptions), 
     "accumulate",
     cl::desc("Plan memory for gradient accumulation: keep the gradients "
              "between microbatches (the runtime refuses no-sync otherwise)"));
-static cl::opt<bool> prefetchGathers(
+static cl::opt<bool> prefetchGathers(cl::cat(toolOptions), 
     "prefetch",
     cl::desc("Gather prefetch (ZeRO-3): the runtime starts the next unit's "
              "all-gather in the current unit's pre-hook, so it runs while the "
              "trainer computes; the memory plan holds two units' gathered "
              "copies at once"));
-static cl::opt<int> prefetchDepth(
+static cl::opt<int> prefetchDepth(cl::cat(toolOptions), 
     "prefetch-depth",
     cl::desc("Gather prefetch depth (ZeRO-3): the schedule, and the library's "
              "program, start each unit's all-gather this many gather groups "
              "ahead; the memory plan holds that many more copies (default: 1 "
              "with --prefetch, else 0)"),
     cl::init(-1));
-static cl::opt<int> bucketMB(
+static cl::opt<int> bucketMB(cl::cat(toolOptions), 
     "bucket-mb",
     cl::desc("Bucket the collectives (mfsdp-build-step, then "
              "mfsdp-bucket-collectives): a unit's row-shard gathers and "
@@ -102,26 +105,26 @@ static cl::opt<int> bucketMB(
              "many MiB of flat buffer, one collective each (a larger tensor "
              "alone); 0: one collective per parameter"),
     cl::init(25));
-static cl::opt<mfsdp::ReduceDType> reduceDtype(
+static cl::opt<mfsdp::ReduceDType> reduceDtype(cl::cat(toolOptions), 
     "reduce-dtype",
     cl::desc("The dtype the library reduces gradients in (FSDP2's "
              "MixedPrecisionPolicy.reduce_dtype): f32, or bf16 (2 bytes an "
              "element on the wire, the step's reductions counted so; masters "
              "and optimizer state stay fp32)"),
     cl::init(mfsdp::ReduceDType::F32), mfsdp::clValues<mfsdp::ReduceDType>());
-static cl::opt<std::string> optimizerOrder(
+static cl::opt<std::string> optimizerOrder(cl::cat(toolOptions), 
     "optimizer-order",
     cl::desc("The optimizer phase's group order (mfsdp-schedule-overlap's "
              "optimizer-order), which the library's program runs: first-units "
              "or landing"),
     cl::init("first-units"));
-static cl::opt<bool> cudaKernels(
+static cl::opt<bool> cudaKernels(cl::cat(toolOptions), 
     "cuda",
     cl::desc("Also generate the plan's CUDA kernels (each row-shard bucket's "
              "pack and unpack, specialised with its constants), build them "
              "with nvcc for sm_80 and sm_90 and link them into the library "
              "with libcudart, for the CUDA backend"));
-static cl::opt<std::string> emitCu("emit-cu",
+static cl::opt<std::string> emitCu(cl::cat(toolOptions), "emit-cu",
                                    cl::desc("With --cuda, also write the CUDA source here"),
                                    cl::value_desc("file"));
 #ifndef MFSDP_NVCC
@@ -130,18 +133,18 @@ static cl::opt<std::string> emitCu("emit-cu",
 #ifndef MFSDP_CUDART_DIR
 #define MFSDP_CUDART_DIR ""
 #endif
-static cl::opt<std::string> nvcc("nvcc", cl::desc("The CUDA compiler for --cuda"),
+static cl::opt<std::string> nvcc(cl::cat(toolOptions), "nvcc", cl::desc("The CUDA compiler for --cuda"),
                                  cl::init(MFSDP_NVCC));
-static cl::opt<std::string> cudartDir("cudart-lib",
+static cl::opt<std::string> cudartDir(cl::cat(toolOptions), "cudart-lib",
                                       cl::desc("The directory holding libcudart, for --cuda"),
                                       cl::init(MFSDP_CUDART_DIR));
-static cl::opt<std::string> cc("cc", cl::desc("The C compiler (default: $CC, else cc)"));
-static cl::opt<std::string> runtimeInclude(
+static cl::opt<std::string> cc(cl::cat(toolOptions), "cc", cl::desc("The C compiler (default: $CC, else cc)"));
+static cl::opt<std::string> runtimeInclude(cl::cat(toolOptions), 
     "runtime-include",
     cl::desc("The runtime's include directory (default: the installed tree's, "
              "else the build tree's)"),
     cl::init(MFSDP_RUNTIME_INCLUDE_DIR));
-static cl::opt<std::string> runtimeLib(
+static cl::opt<std::string> runtimeLib(cl::cat(toolOptions), 
     "runtime-lib",
     cl::desc("The directory holding libmfsdp_rt (default: the installed tree's, "
              "else the build tree's)"),
@@ -192,6 +195,7 @@ static bool writeFile(StringRef path, StringRef text) {
 int main(int argc, char **argv) {
   InitLLVM y(argc, argv);
   mfsdp::registerMFSDPPasses();
+  cl::HideUnrelatedOptions(toolOptions);
   cl::ParseCommandLineOptions(argc, argv,
                               "mfsdp-compile: a model graph to a step library\n");
   useInstalledRuntime(argv[0]);

@@ -37,25 +37,28 @@
 using namespace mlir;
 namespace cl = llvm::cl;
 
-static cl::opt<std::string> input(cl::Positional, cl::desc("<input .mlir>"),
+/// The options --help shows: this tool's own, not every LLVM library's.
+static cl::OptionCategory toolOptions("mfsdp-sim options");
+
+static cl::opt<std::string> input(cl::cat(toolOptions), cl::Positional, cl::desc("<input .mlir>"),
                                   cl::init("-"));
-static cl::opt<std::string> profileName("profile",
+static cl::opt<std::string> profileName(cl::cat(toolOptions), "profile",
                                         cl::desc("a100, h100 or h100-ib"),
                                         cl::init("a100"));
-static cl::opt<std::string> pipeline(
+static cl::opt<std::string> pipeline(cl::cat(toolOptions), 
     "pipeline", cl::desc("run --mfsdp-pipeline with these options first"),
     cl::init(""));
-static cl::opt<bool> compare("compare",
+static cl::opt<bool> compare(cl::cat(toolOptions), "compare",
                              cl::desc("also simulate the FSDP2-style, "
                                       "FSDP2-DTensor (addmm and mm forms) "
                                       "and MatrixFSDP-style baselines "
                                       "(needs --pipeline)"),
                              cl::init(false));
-static cl::opt<std::string> tracePath("trace",
+static cl::opt<std::string> tracePath(cl::cat(toolOptions), "trace",
                                       cl::desc("write a Chrome trace (JSON) of "
                                                "the first step here"),
                                       cl::init(""));
-static cl::opt<bool> brief("brief", cl::desc("one summary line per step"),
+static cl::opt<bool> brief(cl::cat(toolOptions), "brief", cl::desc("one summary line per step"),
                            cl::init(false));
 
 namespace {
@@ -119,6 +122,7 @@ std::string summary(const Outcome &o, const mfsdp::cost::SimProfile &p) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  cl::HideUnrelatedOptions(toolOptions);
   cl::ParseCommandLineOptions(argc, argv,
                               "mfsdp step simulator (predicted GPU times)\n");
   const mfsdp::cost::SimProfile *profile =
