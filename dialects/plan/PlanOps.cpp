@@ -164,7 +164,25 @@ static bool isSupportedElementType(Type t) {
          isa<Float8E4M3FNType, Float8E5M2Type>(t);
 }
 
+/// A name with a control character (NUL included) prints and compares
+/// unlike what it looks: two distinct names could be emitted as one C
+/// string. Refused, naming the first such byte.
+static LogicalResult verifyPrintableName(Operation *op, StringRef name) {
+  for (size_t i = 0; i < name.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(name[i]);
+    if (c < 0x20 || c == 0x7F) {
+      const char hex[] = "0123456789ABCDEF";
+      return op->emitOpError("name holds the control character \\x")
+             << hex[c >> 4] << hex[c & 15] << " at byte " << i
+             << "; names are printable text";
+    }
+  }
+  return success();
+}
+
 LogicalResult ParamOp::verify() {
+  if (failed(verifyPrintableName(*this, getSymName())))
+    return failure();
   auto type = dyn_cast<RankedTensorType>(getType());
   if (!type)
     return emitOpError("type must be a ranked tensor, got ") << getType();
@@ -212,6 +230,8 @@ LogicalResult ParamOp::verify() {
 //===----------------------------------------------------------------------===//
 
 LogicalResult UnitOp::verify() {
+  if (failed(verifyPrintableName(*this, getSymName())))
+    return failure();
   if (static_cast<int64_t>(getIndex()) < 0)
     return emitOpError("index must be non-negative, got ")
            << static_cast<int64_t>(getIndex());

@@ -193,3 +193,13 @@ plan.graph @g {
   plan.param @a : tensor<4294967296x4294967296xbf16> linear module "a"
   plan.unit @u index 0 params [@a] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false>
 }
+
+// -----
+
+// A NUL byte in a name: "b\00x" and "b\00y" would print as the same C
+// string "b" in a step library.
+plan.graph @g {
+  // expected-error @+1 {{'plan.param' op name holds the control character \x00 at byte 1; names are printable text}}
+  plan.param @"b\00x" : tensor<4x4xf32> linear module "a"
+  plan.unit @u index 0 params [@"b\00x"] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false>
+}
