@@ -49,10 +49,14 @@ static cl::opt<std::string> pipeline(cl::cat(toolOptions),
     "pipeline", cl::desc("run --mfsdp-pipeline with these options first"),
     cl::init(""));
 static cl::opt<bool> compare(cl::cat(toolOptions), "compare",
-                             cl::desc("also simulate the FSDP2-style, "
-                                      "FSDP2-DTensor (addmm and mm forms) "
-                                      "and MatrixFSDP-style baselines "
-                                      "(needs --pipeline)"),
+                             cl::desc("also simulate baselines that run the "
+                                      "plan's optimizer (needs --pipeline): "
+                                      "for a Muon plan MatrixFSDP-style, "
+                                      "FSDP2-style (Muon on gathered rows) "
+                                      "and FSDP2-DTensor (addmm and mm "
+                                      "forms); for an AdamW or SGD plan "
+                                      "FSDP2-style (the same optimizer on "
+                                      "per-parameter row shards)"),
                              cl::init(false));
 static cl::opt<std::string> tracePath(cl::cat(toolOptions), "trace",
                                       cl::desc("write a Chrome trace (JSON) of "
@@ -149,25 +153,13 @@ int main(int argc, char **argv) {
     return 1;
 
   std::vector<Variant> variants;
-  if (pipeline.empty()) {
+  if (pipeline.empty())
     variants.push_back({"step", ""});
-  } else {
+  else
     variants.push_back({"mfsdp (owners)", ""});
-    if (compare) {
-      variants.push_back({"MatrixFSDP-style",
-                          " owner-strategy=matrixfsdp group-units=1 row-layout=flat"});
-      variants.push_back({"FSDP2-style",
-                          " policy=adamw baseline=fsdp2 row-layout=per_param"});
-      variants.push_back(
-          {"FSDP2-DTensor",
-           " policy=adamw baseline=fsdp2-dtensor row-layout=per_param"});
-      variants.push_back(
-          {"FSDP2-DTensor-mm",
-           " policy=adamw baseline=fsdp2-dtensor-mm row-layout=per_param"});
-    }
-  }
   std::vector<Outcome> outcomes;
-  for (const Variant &v : variants) {
+  for (size_t i = 0; i < variants.size(); ++i) {
+    const Variant v = variants[i];
     OwningOpRef<ModuleOp> work = module->clone();
     if (!pipeline.empty()) {
       auto opts = mfsdp::PipelineOptions::createFromString(
@@ -182,6 +174,34 @@ int main(int argc, char **argv) {
     }
     if (failed(simulateModule(*work, v.label, *profile, outcomes)))
       return 1;
+    if (i == 0 && compare) {
+      // The baselines run the optimizer the user's plan runs: a plan with
+      // Muon is compared with MatrixFSDP and with FSDP2 running Muon on
+      // gathered rows and on DTensors; a plan without Muon (AdamW, SGD)
+      // with FSDP2 running the same optimizer on its per-parameter row
+      // shards.
+      bool muonPlan = false;
+      for (const Outcome &o : outcomes)
+        for (const mfsdp::step::Op &op : o.step.ops)
+          muonPlan |= op.kind == mfsdp::step::OpKind::Optimizer &&
+                      op.optimizer == "muon";
+      if (muonPlan) {
+        variants.push_back({"MatrixFSDP-style",
+                            " owner-strategy=matrixfsdp group-units=1 row-layout=flat"});
+        variants.push_back({"FSDP2-style",
+                            " policy=adamw baseline=fsdp2 row-layout=per_param"});
+        variants.push_back(
+            {"FSDP2-DTensor",
+             " policy=adamw baseline=fsdp2-dtensor row-layout=per_param"});
+        variants.push_back(
+            {"FSDP2-DTensor-mm",
+             " policy=adamw baseline=fsdp2-dtensor-mm row-layout=per_param"});
+      } else {
+        for (Outcome &o : outcomes)
+          o.label = "mfsdp";
+        variants.push_back({"FSDP2-style", " row-layout=per_param"});
+      }
+    }
   }
   if (outcomes.empty())
     return fail("the input holds no sched.step (give --pipeline to build one)");
