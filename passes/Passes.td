@@ -91,7 +91,7 @@ def AssignLayouts : Pass<"mfsdp-assign-layouts", "::mfsdp::plan::GraphOp"> {
            "HSDP: split Newton-Schulz across replicas: auto, on or off",
            "::mfsdp::clValues<::mfsdp::NsSplit>()">,
     Option<"hardware", "hardware", "std::string", /*default=*/"\"a100\"",
-           "Hardware profile of the cost model: a100, h100 or h100-ib">,
+           "Hardware profile of the cost model: a100, h100, h100-ib, a100-pcie or h100-pcie">,
     Option<"replicateUnder", "replicate-under-bytes", "int64_t",
            /*default=*/"0",
            "Replicate parameters smaller than this many bytes">,
@@ -127,7 +127,7 @@ def PlanReport : Pass<"mfsdp-plan-report", "::mlir::ModuleOp"> {
     Option<"output", "output", "std::string", /*default=*/"\"-\"",
            "Where to write the report ('-' is stdout)">,
     Option<"hardware", "hardware", "std::string", /*default=*/"\"a100\"",
-           "Hardware profile of the cost model: a100, h100 or h100-ib">,
+           "Hardware profile of the cost model: a100, h100, h100-ib, a100-pcie or h100-pcie">,
   ];
 }
 
@@ -248,8 +248,8 @@ def ScheduleOverlap : Pass<"mfsdp-schedule-overlap", "::mfsdp::sched::StepOp"> {
            "simulator) or landing (the order reductions land)",
            "::mfsdp::clValues<::mfsdp::OptimizerOrder>()">,
     Option<"hardware", "hardware", "std::string", /*default=*/"\"a100\"",
-           "Simulator profile for optimizer-order=first-units: a100, h100 "
-           "or h100-ib">,
+           "Simulator profile for optimizer-order=first-units: a100, h100, "
+           "h100-ib, a100-pcie or h100-pcie">,
   ];
   let dependentDialects = ["::mfsdp::sched::SchedDialect"];
 }
@@ -326,8 +326,8 @@ def ScheduleStep : Pass<"mfsdp-schedule-step", "::mfsdp::sched::StepOp"> {
            "simulator) or landing (the order reductions land)",
            "::mfsdp::clValues<::mfsdp::OptimizerOrder>()">,
     Option<"hardware", "hardware", "std::string", /*default=*/"\"a100\"",
-           "Simulator profile for optimizer-order=first-units: a100, h100 "
-           "or h100-ib">,
+           "Simulator profile for optimizer-order=first-units: a100, h100, "
+           "h100-ib, a100-pcie or h100-pcie">,
     Option<"memoryCapMB", "memory-cap-mb", "int64_t", /*default=*/"0",
            "Per-rank memory cap in MiB (0: none)">,
   ];

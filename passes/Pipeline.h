@@ -75,7 +75,7 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
   Option<int64_t> memoryCapMB{*this, "memory-cap-mb",
                               llvm::cl::desc("per-rank memory cap (0: none)"),
                               llvm::cl::init(0)};
-  Option<std::string> hardware{*this, "hardware", llvm::cl::desc("a100, h100 or h100-ib"),
+  Option<std::string> hardware{*this, "hardware", llvm::cl::desc("a100, h100, h100-ib, a100-pcie or h100-pcie"),
                                llvm::cl::init("a100")};
 };
 

@@ -117,11 +117,56 @@ HardwareProfile h100ib() {
   return p;
 }
 
+HardwareProfile a100pcie() {
+  // The A100 in its PCIe form, GPUs joined by PCIe only (no NVLink bridge):
+  // the servers where data-parallel collectives run at PCIe rates.
+  HardwareProfile p = a100();
+  p.name = "a100-pcie";
+  p.description = "8x A100-PCIe-80GB, PCIe Gen4 x16 (no NVLink), HDR "
+                  "InfiniBand 200 Gb/s per GPU";
+  // NVIDIA A100 datasheet (PCIe 80GB): 312 TFLOP/s dense bf16 (the same
+  // tensor cores), 1,935 GB/s HBM2e (the SXM part has 2,039).
+  p.gemmFlops = 312e12;
+  p.hbmBytes = 1935e9;
+  // Assumed: the 300 W PCIe part holds its clocks less under sustained
+  // GEMMs than the 400 W SXM part.
+  p.gemmEfficiency = 0.7;
+  p.trainerEfficiency = 0.45;
+  // PCIe Gen4 x16: 32 GB/s per direction (64 GB/s both ways, datasheet).
+  p.intraBytes = 32e9;
+  // Assumed NCCL bus bandwidth per GPU over PCIe Gen4 without NVLink: rings
+  // cross the CPU root complex (no peer-to-peer between sockets), about
+  // 40% of the link's 32 GB/s.
+  p.intraBusBytes = 12e9;
+  // Assumed latency of one ring step over PCIe (through host bridges).
+  p.intraHopSeconds = 8e-6;
+  return p;
+}
+
+HardwareProfile h100pcie() {
+  // The H100 in its PCIe form, GPUs joined by PCIe only.
+  HardwareProfile p = h100();
+  p.name = "h100-pcie";
+  p.description = "8x H100-PCIe-80GB, PCIe Gen5 x16 (no NVLink), NDR "
+                  "InfiniBand 400 Gb/s per GPU";
+  // NVIDIA H100 datasheet (PCIe): 1,513 TFLOP/s bf16 with sparsity, so 756
+  // dense; 2.0 TB/s HBM2e.
+  p.gemmFlops = 756e12;
+  p.hbmBytes = 2000e9;
+  // PCIe Gen5 x16: 64 GB/s per direction (128 GB/s both ways, datasheet).
+  p.intraBytes = 64e9;
+  // Assumed, as for a100-pcie: about 40% of the link for NCCL rings that
+  // cross the CPU root complex.
+  p.intraBusBytes = 24e9;
+  p.intraHopSeconds = 8e-6;
+  return p;
+}
+
 } // namespace
 
 const std::vector<HardwareProfile> &hardwareProfiles() {
-  static const std::vector<HardwareProfile> profiles = {a100(), h100(),
-                                                        h100ib()};
+  static const std::vector<HardwareProfile> profiles = {
+      a100(), h100(), h100ib(), a100pcie(), h100pcie()};
   return profiles;
 }
 

@@ -31,4 +31,4 @@
 // VERIFIED: sched.optimizer muon "muon g0
 
 // BADORDER: unknown optimizer order 'random'; expected first-units or landing
-// BADHW: unknown hardware profile 'tpu'; expected a100, h100 or h100-ib
+// BADHW: unknown hardware profile 'tpu'; expected a100, h100, h100-ib, a100-pcie or h100-pcie

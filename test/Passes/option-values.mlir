@@ -22,7 +22,7 @@
 // STRATEGY: unknown owner strategy 'best'; expected balanced, matrixfsdp or round_robin
 // ROWS: unknown row layout 'diagonal'; expected auto, per_param or flat
 // SPLIT: unknown ns-split 'maybe'; expected auto, on or off
-// HW: error: unknown hardware profile 'tpu'; expected a100, h100 or h100-ib
+// HW: error: unknown hardware profile 'tpu'; expected a100, h100, h100-ib, a100-pcie or h100-pcie
 // BASELINE: unknown baseline 'fsdp1'; expected none, fsdp2, fsdp2-dtensor or fsdp2-dtensor-mm
 // COMM: unknown gather-comm 'both'; expected shared or separate
 // ORDER: unknown optimizer order 'random'; expected first-units or landing

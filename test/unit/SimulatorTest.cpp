@@ -780,7 +780,7 @@ TEST(Output, TextLabelsEveryTimePredicted) {
 }
 
 TEST(Profiles, ShippedProfiles) {
-  for (const char *name : {"a100", "h100", "h100-ib"}) {
+  for (const char *name : {"a100", "h100", "h100-ib", "a100-pcie", "h100-pcie"}) {
     const SimProfile *p = planner::findHardwareProfile(name);
     ASSERT_NE(p, nullptr) << name;
     EXPECT_EQ(validateProfile(*p), "") << name;
@@ -793,6 +793,30 @@ TEST(Profiles, ShippedProfiles) {
   EXPECT_EQ(h100->gemmFlops, 989e12);
   EXPECT_EQ(h100->hbmBytes, 3350e9);
   EXPECT_EQ(validateProfile(P()), "");
+}
+
+TEST(Profiles, PCIePartsGatherAtPCIeRates) {
+  // A 1 GB all-gather over 8 ranks of one node: the PCIe parts move it at
+  // their NCCL bus rate over PCIe, the SXM parts over NVLink; a model that
+  // is comm-bound on PCIe must not be predicted at NVLink speed.
+  const SimProfile *sxm = planner::findHardwareProfile("a100");
+  const SimProfile *pcie = planner::findHardwareProfile("a100-pcie");
+  const SimProfile *h100pcie = planner::findHardwareProfile("h100-pcie");
+  ASSERT_TRUE(sxm && pcie && h100pcie);
+  Op gather = coll(CollKind::AllGather, 8, 1e9);
+  const double bytesMoved = 7.0 / 8.0 * 1e9;
+  EXPECT_NEAR(collectiveSeconds(gather, *pcie),
+              pcie->collBaseSeconds + 7 * pcie->intraHopSeconds +
+                  bytesMoved / 12e9,
+              1e-9);
+  EXPECT_GT(collectiveSeconds(gather, *pcie) / collectiveSeconds(gather, *sxm), 15);
+  EXPECT_NEAR(collectiveSeconds(gather, *h100pcie),
+              h100pcie->collBaseSeconds + 7 * h100pcie->intraHopSeconds +
+                  bytesMoved / 24e9,
+              1e-9);
+  EXPECT_EQ(pcie->gemmFlops, 312e12);
+  EXPECT_EQ(pcie->hbmBytes, 1935e9);
+  EXPECT_EQ(h100pcie->gemmFlops, 756e12);
 }
 
 TEST(StepNames, Names) {

@@ -127,7 +127,7 @@ TEST(Vocabulary, CAbiValues) {
 }
 
 TEST(Vocabulary, OneHardwareRegistry) {
-  EXPECT_EQ(planner::hardwareProfileNames(), "a100, h100 or h100-ib");
+  EXPECT_EQ(planner::hardwareProfileNames(), "a100, h100, h100-ib, a100-pcie or h100-pcie");
   std::set<std::string> names;
   for (const planner::HardwareProfile &p : planner::hardwareProfiles()) {
     EXPECT_TRUE(names.insert(p.name).second) << p.name;
@@ -141,7 +141,7 @@ TEST(Vocabulary, OneHardwareRegistry) {
   EXPECT_EQ(planner::findHardwareProfile("tpu"), nullptr);
   EXPECT_EQ(planner::findHardwareProfile("A100"), nullptr);
   EXPECT_EQ(planner::unknownHardwareMessage("tpu"),
-            "unknown hardware profile 'tpu'; expected a100, h100 or h100-ib");
+            "unknown hardware profile 'tpu'; expected a100, h100, h100-ib, a100-pcie or h100-pcie");
   // h100-ib is the h100 with one data-parallel rank per node.
   const planner::HardwareProfile *ib = planner::findHardwareProfile("h100-ib");
   const planner::HardwareProfile *h100 = planner::findHardwareProfile("h100");

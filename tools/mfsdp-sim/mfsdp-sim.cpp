@@ -43,7 +43,7 @@ static cl::OptionCategory toolOptions("mfsdp-sim options");
 static cl::opt<std::string> input(cl::cat(toolOptions), cl::Positional, cl::desc("<input .mlir>"),
                                   cl::init("-"));
 static cl::opt<std::string> profileName(cl::cat(toolOptions), "profile",
-                                        cl::desc("a100, h100 or h100-ib"),
+                                        cl::desc("a100, h100, h100-ib, a100-pcie or h100-pcie"),
                                         cl::init("a100"));
 static cl::opt<std::string> pipeline(cl::cat(toolOptions), 
     "pipeline", cl::desc("run --mfsdp-pipeline with these options first"),

@@ -48,14 +48,15 @@ struct HardwareProfile {
 /// "a100" (8x A100-SXM4-80GB, NVLink3), "h100" (8x H100-SXM, NVLink4) and
 /// "h100-ib" (H100 nodes, one 400 Gb/s InfiniBand NIC per GPU, the
 /// data-parallel group placed one rank per node, so every data-parallel
-/// collective of two or more ranks crosses InfiniBand). Order and contents
-/// are fixed.
+/// collective of two or more ranks crosses InfiniBand), "a100-pcie" and
+/// "h100-pcie" (the PCIe parts, 8 per node joined by PCIe without NVLink).
+/// Order and contents are fixed.
 const std::vector<HardwareProfile> &hardwareProfiles();
 /// nullptr if there is no profile of that name.
 const HardwareProfile *findHardwareProfile(std::string_view name);
-/// "a100, h100 or h100-ib".
+/// "a100, h100, h100-ib, a100-pcie or h100-pcie".
 std::string hardwareProfileNames();
-/// "unknown hardware profile '<name>'; expected a100, h100 or h100-ib".
+/// "unknown hardware profile '<name>'; expected a100, h100, ..., h100-pcie".
 std::string unknownHardwareMessage(std::string_view name);
 
 } // namespace mfsdp::planner
