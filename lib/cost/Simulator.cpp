@@ -582,6 +582,39 @@ double computeFloorSeconds(const Step &s, const SimProfile &p, Phase phase) {
       [&](const Op &op) { return op.flops / p.gemmFlops; });
 }
 
+PhaseGap phaseGap(const Step &s, const SimResult &r, const SimProfile &p,
+                  Phase phase) {
+  PhaseGap g;
+  const PhaseStats &st = r.phase(phase);
+  if (!r.ok || st.rank < 0 || s.world < 1)
+    return g;
+  std::vector<double> floorOf(s.world, 0.0);
+  for (const Op &op : s.ops) {
+    if (op.phase != phase ||
+        (op.kind != OpKind::Compute && op.kind != OpKind::Optimizer))
+      continue;
+    const double roofline =
+        std::max(op.flops / p.gemmFlops, op.bytes / p.hbmBytes);
+    if (op.onlyRank < 0) {
+      for (double &f : floorOf)
+        f += roofline;
+    } else if (op.onlyRank < s.world) {
+      floorOf[op.onlyRank] += roofline;
+    }
+  }
+  double mean = 0;
+  for (double f : floorOf)
+    mean += f;
+  mean /= static_cast<double>(s.world);
+  g.rank = st.rank;
+  g.span = st.span();
+  g.floor = mean;
+  g.imbalance = floorOf[st.rank] - mean;
+  g.exposedComm = st.exposedComm;
+  g.belowPeak = st.computeBusy - floorOf[st.rank];
+  return g;
+}
+
 //===----------------------------------------------------------------------===//
 // Chrome trace
 //===----------------------------------------------------------------------===//
@@ -782,6 +815,21 @@ std::string renderText(const Step &s, const SimResult &r, const SimProfile &p) {
   out += fmt::format(
       "  predicted optimizer floor (peak rates, PRODUCT.md): {:.3f} ms\n",
       ms(optimizerFloorSeconds(s, p)));
+  out += fmt::format(
+      "  against the physical floor (each op at datasheet peak: FLOPs / {:.0f} "
+      "TFLOP/s or bytes / {:.0f} GB/s, whichever is larger), slowest rank:\n",
+      p.gemmFlops / 1e12, p.hbmBytes / 1e9);
+  for (Phase ph : {Phase::Forward, Phase::Backward, Phase::Optimizer}) {
+    PhaseGap g = phaseGap(s, r, p, ph);
+    if (g.rank < 0)
+      continue;
+    out += fmt::format("  {:<10} predicted {:>11.3f} ms = floor {:.3f} + "
+                       "imbalance {:.3f} + below peak {:.3f} + exposed comm "
+                       "{:.3f} ms (floor / predicted {:.1f}%)\n",
+                       mfsdp::enumName(ph), ms(g.span), ms(g.floor),
+                       ms(g.imbalance), ms(g.belowPeak), ms(g.exposedComm),
+                       g.span > 0 ? 100.0 * g.floor / g.span : 0.0);
+  }
 
   constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
   if (!r.rankPeakBytes.empty()) {

@@ -770,13 +770,50 @@ TEST(Output, TextLabelsEveryTimePredicted) {
     ++timed;
     EXPECT_NE(line.find("predicted"), std::string::npos) << line;
   }
-  // forward, backward, optimizer, total, per rank, comm, floor.
-  EXPECT_EQ(timed, 7) << text;
+  // forward, backward, optimizer, total, per rank, comm, floor, and the
+  // floor lines of the two phases that have ops (forward, optimizer).
+  EXPECT_EQ(timed, 9) << text;
   // Forward on rank 1: compute [0, 1], async gather [1, 2] (issued after
   // it), wait [1, 2]: 2 s span, 1 s compute, 1 s exposed (100%).
   EXPECT_NE(text.find("2000.000 ms"), std::string::npos) << text;
   EXPECT_NE(text.find("100.0% of compute"), std::string::npos) << text;
   EXPECT_NE(text.find("peak memory"), std::string::npos) << text;
+}
+
+TEST(Output, PhaseAgainstItsFloor) {
+  // Two ranks: both run 1e12 FLOPs of forward, rank 1 another 1e12 alone,
+  // and the optimizer streams 1e11 bytes on each. Floors at peak (1 TFLOP/s,
+  // 100 GB/s): forward 1 s and 2 s, mean 1.5 s; at half the GEMM peak rank
+  // 1 takes 4 s: 1.5 floor + 0.5 imbalance + 2 below peak, no comm.
+  Step s;
+  s.name = "gap";
+  s.world = 2;
+  s.ops = {compute(1e12), compute(1e12, 0, Phase::Forward, 1), optimizer(0, 1e11)};
+  SimProfile p = P();
+  p.gemmEfficiency = 0.5;
+  SimResult r = simulate(s, p);
+  ASSERT_TRUE(r.ok) << r.error;
+  PhaseGap f = phaseGap(s, r, p, Phase::Forward);
+  EXPECT_EQ(f.rank, 1);
+  EXPECT_NEAR(f.span, 4.0, kTol);
+  EXPECT_NEAR(f.floor, 1.5, kTol);
+  EXPECT_NEAR(f.imbalance, 0.5, kTol);
+  EXPECT_NEAR(f.belowPeak, 2.0, kTol);
+  EXPECT_NEAR(f.exposedComm, 0.0, kTol);
+  EXPECT_NEAR(f.floor + f.imbalance + f.belowPeak + f.exposedComm, f.span, kTol);
+  // The optimizer is memory-bound at full HBM efficiency: at its floor.
+  PhaseGap o = phaseGap(s, r, p, Phase::Optimizer);
+  EXPECT_NEAR(o.floor, 1.0, kTol);
+  EXPECT_NEAR(o.span, 1.0, kTol);
+  EXPECT_NEAR(o.belowPeak + o.imbalance + o.exposedComm, 0.0, kTol);
+  // No backward ops: nothing to say.
+  EXPECT_EQ(phaseGap(s, r, p, Phase::Backward).rank, -1);
+  std::string text = renderText(s, r, p);
+  EXPECT_NE(text.find("forward    predicted    4000.000 ms = floor 1500.000 + "
+                      "imbalance 500.000 + below peak 2000.000 + exposed comm "
+                      "0.000 ms (floor / predicted 37.5%)"),
+            std::string::npos)
+      << text;
 }
 
 TEST(Profiles, ShippedProfiles) {

@@ -149,8 +149,9 @@ std::string chromeTrace(const step::Step &s, const SimResult &r,
                         int64_t maxRanks = 8);
 
 /// Human-readable breakdown: forward/backward/optimizer/total (ms), exposed
-/// communication per phase and its share of compute, peak memory. Every time
-/// is labelled "predicted".
+/// communication per phase and its share of compute, each phase against
+/// its floor at datasheet peak and where the gap goes (phaseGap), peak
+/// memory. Every time is labelled "predicted".
 std::string renderText(const step::Step &s, const SimResult &r,
                        const SimProfile &p);
 
@@ -167,6 +168,23 @@ double optimizerSustainedFloorSeconds(const step::Step &s, const SimProfile &p);
 /// Compute and Optimizer ops / gemmFlops (peak; no memory term, no comm).
 double computeFloorSeconds(const step::Step &s, const SimProfile &p,
                            step::Phase phase);
+
+/// A phase on its slowest rank against the physical floor, and where the
+/// gap goes. Exactly span = floor + imbalance + belowPeak + exposedComm:
+///  - floor: the phase's ops at datasheet peak (each op the larger of
+///    FLOPs / gemmFlops and bytes / hbmBytes: the roofline), averaged over
+///    the ranks (what perfectly balanced work would take);
+///  - imbalance: the slowest rank's floor above that average;
+///  - belowPeak: the slowest rank's compute time above its floor (kernels
+///    below peak: efficiency, small-kernel fall-off, launches);
+///  - exposedComm: the time its compute stream waited on communication.
+/// All zero for a phase without ops.
+struct PhaseGap {
+  double span = 0, floor = 0, imbalance = 0, belowPeak = 0, exposedComm = 0;
+  int64_t rank = -1;
+};
+PhaseGap phaseGap(const step::Step &s, const SimResult &r, const SimProfile &p,
+                  step::Phase phase);
 
 } // namespace mfsdp::cost
 
