@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -388,6 +389,8 @@ bool broadcastBlob(const RankEnv &env, std::vector<uint8_t> &blob, int timeoutMs
 namespace {
 
 const uint8_t kMagic[4] = {'m', 'f', 's', '1'};
+/// How long rank 0 waits for a new connection's hello.
+constexpr int kHelloMs = 3000;
 
 bool sendFrame(int fd, bool ok, const std::vector<uint8_t> &payload,
                Clock::time_point deadline) {
@@ -523,8 +526,33 @@ std::unique_ptr<TcpStar> TcpStar::connect(const RankEnv &env, int timeoutMs,
   star->peers_.assign(env.world, -1);
   int arrived = 0;
   std::string failure;
+  int strays = 0;
   while (failure.empty() && arrived < env.world - 1) {
-    if (!readyBefore(listener, POLLIN, deadline)) {
+    // Wait for a connection, and watch the ranks already connected: they
+    // send nothing until answered, so a readable or hung-up socket is a
+    // rank that exited (killed during setup), not one still missing.
+    std::vector<pollfd> fds{{listener, POLLIN, 0}};
+    std::vector<int> rankOf{0};
+    for (int r = 1; r < env.world; ++r)
+      if (star->peers_[r] >= 0) {
+        fds.push_back({star->peers_[r], POLLIN, 0});
+        rankOf.push_back(r);
+      }
+    int ready = 0;
+    for (;;) {
+      const int ms = remainingMs(deadline);
+      ready = ms == 0 ? 0 : poll(fds.data(), fds.size(), ms);
+      if (ready >= 0 || errno != EINTR)
+        break;
+    }
+    for (size_t i = 1; i < fds.size() && ready > 0; ++i)
+      if (fds[i].revents != 0)
+        failure = "rank 0: rank " + std::to_string(rankOf[i]) +
+                  " connected, then closed its connection before every rank "
+                  "had connected (did it exit?)";
+    if (!failure.empty())
+      break;
+    if (ready <= 0 || !(fds[0].revents & POLLIN)) {
       std::vector<int> missing;
       for (int r = 1; r < env.world; ++r)
         if (star->peers_[r] < 0)
@@ -538,13 +566,22 @@ std::unique_ptr<TcpStar> TcpStar::connect(const RankEnv &env, int timeoutMs,
     int fd = accept(listener, nullptr, nullptr);
     if (fd < 0)
       continue;
+    // A rank sends its hello as soon as it connects; a connection that does
+    // not within a few seconds, or sends something else (a port scan, a
+    // health check), is not a rank: dropped, and the wait goes on.
     uint8_t hello[12];
-    if (!transfer(fd, hello, sizeof(hello), false, deadline) ||
+    const Clock::time_point helloBy =
+        std::min(deadline, Clock::now() + std::chrono::milliseconds(kHelloMs));
+    if (!transfer(fd, hello, sizeof(hello), false, helloBy) ||
         std::memcmp(hello, kMagic, 4) != 0) {
       close(fd);
-      failure = "rank 0: a connection on port " + port + " did not announce an "
-                "mfsdp rank (is another program using MASTER_PORT?)";
-      break;
+      if (++strays == 1)
+        std::fprintf(stderr,
+                     "mfsdp: rank 0: a connection on port %s did not announce an "
+                     "mfsdp rank; ignored (is another program using "
+                     "MASTER_PORT?)\n",
+                     port.c_str());
+      continue;
     }
     const int peer = static_cast<int>(getLE(hello + 4, 4));
     const int world = static_cast<int>(getLE(hello + 8, 4));

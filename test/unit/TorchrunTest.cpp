@@ -361,6 +361,89 @@ TEST(Torchrun, ADeadRankIsAnErrorNotATimeout) {
   EXPECT_LT(run.elapsedMs, 10000);
 }
 
+/// Connects to rank 0's port on localhost, retrying for up to 10 s; the
+/// socket, or -1.
+int connectTo(int port) {
+  const Clock::time_point until = Clock::now() + std::chrono::seconds(10);
+  while (Clock::now() < until) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) == 0)
+      return fd;
+    close(fd);
+    usleep(20000);
+  }
+  return -1;
+}
+
+TEST(Torchrun, AStrayConnectionIsIgnored) {
+  const int port = freePort();
+  // A third process that is no rank connects to rank 0's port first (a port
+  // scan, a health check) and sends something else; rank 1 starts a second
+  // later. The ranks still agree: the stray connection is dropped.
+  std::vector<Vars> vars = world(2, port);
+  vars.push_back(vars[1]);
+  Outcome run = runProcesses(
+      vars,
+      [port](size_t i) -> std::string {
+        if (i == 2) {
+          int fd = connectTo(port);
+          if (fd < 0)
+            return "stray: no listener";
+          const char junk[] = "GET / HTTP/1.0\r\n\r\n";
+          (void)!write(fd, junk, sizeof(junk) - 1);
+          close(fd);
+          return "stray: sent";
+        }
+        if (i == 1)
+          usleep(1000000);
+        std::string error;
+        auto control = controlFromEnvironment(20000, error);
+        if (!control)
+          return error;
+        std::vector<int64_t> lo, hi;
+        return control->minMax({1}, lo, hi, error) ? "agreed" : error;
+      },
+      30000);
+  EXPECT_EQ(run.answers[0], "agreed");
+  EXPECT_EQ(run.answers[1], "agreed");
+  EXPECT_EQ(run.answers[2], "stray: sent");
+}
+
+TEST(Torchrun, ARankKilledDuringSetupIsNamedAtOnce) {
+  const int port = freePort();
+  // WORLD_SIZE=3: rank 2 connects and announces itself, then dies before
+  // rank 1 (which never starts) has connected. Rank 0 says that rank 2
+  // left, at once, not that rank 1 is missing when its 20 s run out.
+  std::vector<Vars> vars = world(3, port);
+  vars.erase(vars.begin() + 1);
+  Outcome run = runProcesses(
+      vars,
+      [port](size_t i) -> std::string {
+        if (i == 1) {
+          int fd = connectTo(port);
+          if (fd < 0)
+            return "rank 2: no listener";
+          const uint8_t hello[12] = {'m', 'f', 's', '1', 2, 0, 0, 0, 3, 0, 0, 0};
+          (void)!write(fd, hello, sizeof(hello));
+          usleep(200000);
+          _exit(3); // killed during setup
+        }
+        std::string error;
+        auto control = controlFromEnvironment(20000, error);
+        return control ? "connected" : error;
+      },
+      30000);
+  EXPECT_TRUE(contains(run.answers[0], "rank 0: rank 2 connected, then closed its "
+                                       "connection before every rank had connected"))
+      << run.answers[0];
+  EXPECT_FALSE(run.answered[1]);
+  EXPECT_LT(run.elapsedMs, 10000);
+}
+
 /// The gloo groups along dp_shard and dp_replicate of `mesh` for this
 /// process's torchrun world, or an empty list with `error`; `control`, when
 /// given, keeps the control plane they were created over.
