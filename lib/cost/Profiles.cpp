@@ -22,6 +22,7 @@ std::string validateProfile(const SimProfile &p) {
     double value;
   };
   for (Rate r : {Rate{"gemmFlops", p.gemmFlops}, Rate{"hbmBytes", p.hbmBytes},
+                 Rate{"hbmCapacityBytes", p.hbmCapacityBytes},
                  Rate{"intraBusBytes", p.intraBusBytes},
                  Rate{"interBusBytes", p.interBusBytes}})
     if (!positiveFinite(r.value))

@@ -35,6 +35,8 @@ HardwareProfile a100() {
   p.smallGemmFlops = 1e9;
   // Datasheet HBM2e bandwidth of the 80 GB part, B/s (assumption: peak).
   p.hbmBytes = 2039e9;
+  // Datasheet memory: 80 GB (80 GiB of HBM2e; CUDA reports 81,920 MiB).
+  p.hbmCapacityBytes = 80.0 * (1 << 30);
   // Link rates the planner prices traffic with: NVLink3 300 GB/s per
   // direction, HDR InfiniBand 200 Gb/s = 25 GB/s.
   p.intraBytes = 300e9;
@@ -78,6 +80,9 @@ HardwareProfile h100() {
   p.smallGemmFlops = 1e9;
   // Datasheet HBM3 bandwidth, B/s (assumption: peak).
   p.hbmBytes = 3350e9;
+  // Datasheet memory: 80 GB of HBM3 (81,559 MiB usable as CUDA reports it;
+  // 80 GiB is the cap the model keeps).
+  p.hbmCapacityBytes = 80.0 * (1 << 30);
   // Link rates the planner prices traffic with: NVLink4 450 GB/s per
   // direction, NDR InfiniBand 400 Gb/s = 50 GB/s.
   p.intraBytes = 450e9;

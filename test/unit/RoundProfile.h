@@ -19,6 +19,7 @@ inline cost::SimProfile roundProfile() {
   p.gemmEfficiency = 1;
   p.smallGemmFlops = 0;
   p.hbmBytes = 1e11;
+  p.hbmCapacityBytes = 1e12;
   p.hbmEfficiency = 1;
   p.launchSeconds = 0;
   p.intraBusBytes = 1e10;

@@ -20,6 +20,7 @@
 #include "dialects/sched/SchedDialect.h"
 #include "mfsdp/emit/EmitStep.h"
 #include "mfsdp/import/PlanImport.h"
+#include "passes/Autotune.h"
 #include "passes/Passes.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -105,6 +106,14 @@ static cl::opt<int> bucketMB(cl::cat(toolOptions),
              "many MiB of flat buffer, one collective each (a larger tensor "
              "alone); 0: one collective per parameter"),
     cl::init(25));
+static cl::opt<std::string> autotuneProfile(cl::cat(toolOptions),
+    "autotune",
+    cl::desc("Choose the HSDP split (--mesh), --bucket-mb and "
+             "--prefetch-depth with the cost model on this hardware profile "
+             "(a100, h100, h100-ib, a100-pcie, h100-pcie): every candidate and "
+             "the predicted gain over the given options are printed, and the "
+             "library is built with the best"),
+    cl::init(""));
 static cl::opt<mfsdp::ReduceDType> reduceDtype(cl::cat(toolOptions), 
     "reduce-dtype",
     cl::desc("The dtype the library reduces gradients in (FSDP2's "
@@ -219,6 +228,46 @@ int main(int argc, char **argv) {
   if (!module)
     return 1;
 
+  const bool seqLen = llvm::any_of(module->getOps<mfsdp::plan::GraphOp>(),
+                                   [](mfsdp::plan::GraphOp g) { return g.getSeqLen() > 0; });
+  if (!autotuneProfile.empty()) {
+    const mfsdp::planner::HardwareProfile *profile =
+        mfsdp::planner::findHardwareProfile(autotuneProfile);
+    if (!profile)
+      return fail("--autotune: " + mfsdp::planner::unknownHardwareMessage(autotuneProfile));
+    // The search runs the default pipeline around these options; the
+    // library's own buckets always have a limit, so 0 (one collective per
+    // parameter) is not among the sizes tried.
+    std::string base;
+    auto put = [&](const std::string &kv) { base += (base.empty() ? "" : " ") + kv; };
+    if (!mesh.empty())
+      put("mesh=" + mesh);
+    if (policy != mfsdp::PolicyOption::Graph)
+      put("policy=" + std::string(mfsdp::enumName(policy.getValue())));
+    if (zero != 0)
+      put("zero=" + std::to_string(zero));
+    if (!layouts.empty())
+      put(layouts);
+    put("hardware=" + autotuneProfile);
+    if (!seqLen)
+      put("tokens=1");
+    if (reduceDtype == mfsdp::ReduceDType::BF16)
+      put("reduce-dtype=bf16");
+    const int depth0 = prefetchDepth >= 0 ? prefetchDepth.getValue() : prefetchGathers ? 1 : 0;
+    put("bucket-mb=" + std::to_string(std::max(bucketMB.getValue(), 1)));
+    put("prefetch=" + std::to_string(std::max(depth0, 0)));
+    mfsdp::AutotuneResult tuned =
+        mfsdp::autotune(*module, base, *profile, 0, {25, 100, 400});
+    outs() << "predicted on " << profile->name << ": " << profile->description << "\n"
+           << mfsdp::renderAutotune(tuned);
+    if (!tuned.error.empty() || tuned.best < 0)
+      return fail("--autotune found no plan to build");
+    const mfsdp::AutotuneCandidate &best = tuned.tried[tuned.best];
+    mesh.setValue(best.mesh);
+    bucketMB.setValue(static_cast<int>(best.bucketMB));
+    prefetchDepth.setValue(static_cast<int>(best.prefetch));
+  }
+
   std::string options;
   auto add = [&](StringRef key, StringRef value) {
     if (value.empty())
@@ -251,8 +300,7 @@ int main(int argc, char **argv) {
                 optimizerOrder + "'");
   {
     ctx.loadDialect<mfsdp::sched::SchedDialect>();
-    auto graphs = module->getOps<mfsdp::plan::GraphOp>();
-    const bool seq = !graphs.empty() && (*graphs.begin()).getSeqLen() > 0;
+    const bool seq = seqLen;
     // The step counts the reductions in bf16 when the library reduces so;
     // otherwise in each parameter's dtype, as before the option existed.
     std::string build;

@@ -18,6 +18,7 @@
 #include "dialects/sched/SchedOps.h"
 #include "mfsdp/cost/Simulator.h"
 #include "mfsdp/import/PlanImport.h"
+#include "passes/Autotune.h"
 #include "passes/Pipeline.h"
 #include "dialects/sched/StepBridge.h"
 
@@ -62,6 +63,13 @@ static cl::opt<std::string> tracePath(cl::cat(toolOptions), "trace",
                                       cl::desc("write a Chrome trace (JSON) of "
                                                "the first step here"),
                                       cl::init(""));
+static cl::opt<bool> autotuneOptions(
+    cl::cat(toolOptions), "autotune",
+    cl::desc("search the HSDP split, bucket size and prefetch depth with the "
+             "cost model around --pipeline's and print every candidate, the "
+             "best and its predicted gain over --pipeline's (needs "
+             "--pipeline)"),
+    cl::init(false));
 static cl::opt<bool> brief(cl::cat(toolOptions), "brief", cl::desc("one summary line per step"),
                            cl::init(false));
 
@@ -135,6 +143,8 @@ int main(int argc, char **argv) {
     return fail(mfsdp::planner::unknownHardwareMessage(profileName));
   if (compare && pipeline.empty())
     return fail("--compare needs --pipeline (the options to plan with)");
+  if (autotuneOptions && pipeline.empty())
+    return fail("--autotune needs --pipeline (the options to search around)");
 
   DialectRegistry registry;
   registry.insert<mfsdp::plan::PlanDialect, mfsdp::sched::SchedDialect>();
@@ -152,6 +162,14 @@ int main(int argc, char **argv) {
   if (!module)
     return 1;
 
+  if (autotuneOptions) {
+    mfsdp::AutotuneResult tuned =
+        mfsdp::autotune(*module, pipeline.getValue(), *profile);
+    llvm::outs() << "predicted on " << profile->name << ": "
+                 << profile->description << "\n"
+                 << mfsdp::renderAutotune(tuned);
+    return tuned.error.empty() && tuned.best >= 0 ? 0 : 1;
+  }
   std::vector<Variant> variants;
   if (pipeline.empty())
     variants.push_back({"step", ""});

@@ -21,6 +21,7 @@ struct HardwareProfile {
   std::string description;    // one line for reports
   double gemmFlops = 0;       // peak dense bf16 FLOP/s (datasheet)
   double hbmBytes = 0;        // peak HBM bandwidth, B/s (datasheet)
+  double hbmCapacityBytes = 0; // memory per GPU, bytes (datasheet)
   /// Link rates the planner prices gathers and replica traffic with, B/s:
   /// per GPU inside a node (NVLink, per direction) and between nodes (one
   /// InfiniBand NIC per GPU, line rate).
