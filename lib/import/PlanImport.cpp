@@ -442,3 +442,15 @@ void mfsdp::registerGraphTranslations() {
         return success();
       });
 }
+
+std::vector<char *> mfsdp::withQuietDiagnostics(int argc, char **argv) {
+  static char quiet[] = "--mlir-print-op-on-diagnostic=false";
+  std::vector<char *> args(argv, argv + argc);
+  bool given = llvm::any_of(args, [](const char *a) {
+    return StringRef(a).ltrim('-').starts_with("mlir-print-op-on-diagnostic");
+  });
+  if (!given)
+    args.insert(args.begin() + 1, quiet);
+  args.push_back(nullptr);
+  return args;
+}

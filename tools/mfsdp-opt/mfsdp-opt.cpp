@@ -15,27 +15,11 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/ToolOutputFile.h"
 
-#include <algorithm>
 #include <vector>
-
-/// MLIR prints the op under each diagnostic on it by default; for a
-/// plan.graph that is the whole model (69 KB for Llama-3-8B) while the
-/// location already says where. Off unless the command line asks for it.
-static std::vector<char *> withQuietDiagnostics(int argc, char **argv) {
-  static char quiet[] = "--mlir-print-op-on-diagnostic=false";
-  std::vector<char *> args(argv, argv + argc);
-  bool given = std::any_of(args.begin(), args.end(), [](const char *a) {
-    return llvm::StringRef(a).ltrim('-').starts_with("mlir-print-op-on-diagnostic");
-  });
-  if (!given)
-    args.insert(args.begin() + 1, quiet);
-  args.push_back(nullptr);
-  return args;
-}
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
-  std::vector<char *> args = withQuietDiagnostics(argc, argv);
+  std::vector<char *> args = mfsdp::withQuietDiagnostics(argc, argv);
   argc = static_cast<int>(args.size()) - 1;
   argv = args.data();
   mfsdp::registerMFSDPPasses();

@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace llvm {
 class SourceMgr;
@@ -58,6 +59,13 @@ void emitErrorAt(mlir::MLIRContext *ctx, llvm::StringRef file,
 /// the input.
 void printErrorAt(llvm::StringRef file, int line, int column,
                   llvm::StringRef message);
+
+/// The tools' command line with `--mlir-print-op-on-diagnostic=false`
+/// added unless it names that option: MLIR prints the op under each
+/// diagnostic on it by default, and for a plan.graph that is the whole model
+/// (69 KB for Llama-3-8B) while the location already says where. The result
+/// holds argc + 1 pointers (the last NULL) into `argv` and a static string.
+std::vector<char *> withQuietDiagnostics(int argc, char **argv);
 
 /// Reads the plan.graph back into the plain graph form. Emits an error on
 /// the offending op and fails if the graph cannot be expressed in the format
