@@ -90,6 +90,9 @@ struct AssignLayoutsPass
     if (!meshOp)
       return graph.emitError("no mesh to plan for: give the pass a mesh "
                              "(mesh=dp_shard=8) or the graph a plan.mesh");
+    if (world < 0)
+      return emitOptionError(ctx, getArgument(), "world")
+             << "expected the mesh's rank count (0: any), got " << world.getValue();
     MeshShape shape = meshShape(meshOp, opts.hw.gpusPerNode);
     if (world > 0 && shape.world != world) {
       std::string dims;

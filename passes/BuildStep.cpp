@@ -30,13 +30,14 @@ struct BuildStepPass : public mfsdp::impl::BuildStepBase<BuildStepPass> {
     if (!graph.getMesh())
       return graph.emitError("has no mesh; run mfsdp-assign-layouts before "
                              "mfsdp-build-step");
-    if (microbatches < 1)
+    if (microbatches < 1 || microbatches > MFSDP_MAX_MICROBATCHES)
       return emitOptionError(graph.getContext(), getArgument(), "microbatches")
-             << "expected 1 or more, got " << microbatches.getValue();
-    if (tokens < 0)
+             << "expected 1 to " << MFSDP_MAX_MICROBATCHES << ", got "
+             << microbatches.getValue();
+    if (tokens < 0 || tokens > MFSDP_MAX_TOKENS)
       return emitOptionError(graph.getContext(), getArgument(), "tokens")
-             << "expected 1 or more (0: the graph's seq_len), got "
-             << tokens.getValue();
+             << "expected 1 to " << MFSDP_MAX_TOKENS
+             << " (0: the graph's seq_len), got " << tokens.getValue();
     // fsdp2-dtensor replays torch.optim.Muon's addmm form of Newton-Schulz
     // (torch 2.9; use_addmm=True later), fsdp2-dtensor-mm the mm form
     // (use_addmm=False, the default of later releases).

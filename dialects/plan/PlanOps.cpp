@@ -351,6 +351,10 @@ static LogicalResult verifyPlacement(ParamOp param, MeshOp mesh) {
 }
 
 LogicalResult GraphOp::verifyRegions() {
+  if (getSeqLen() > static_cast<uint64_t>(MFSDP_MAX_TOKENS))
+    return emitOpError("seq_len ")
+           << getSeqLen() << " is over the limit of " << MFSDP_MAX_TOKENS
+           << " tokens";
   Block &body = getBody().front();
   MeshOp mesh;
   PolicyOp policy;

@@ -230,6 +230,12 @@ typedef enum mfsdp_adjust_lr {
  * the count travels as a 32-bit int into the step library. */
 #define MFSDP_MAX_NS_STEPS 1000
 
+/* The most tokens per rank per microbatch (a graph's seq_len, a step's
+ * tokens), 2^24: byte counts of activations stay exact in a double. And the
+ * most microbatches a step unrolls (its ops grow with them). */
+#define MFSDP_MAX_TOKENS (1LL << 24)
+#define MFSDP_MAX_MICROBATCHES 1024
+
 #ifdef __cplusplus
 
 #include <array>

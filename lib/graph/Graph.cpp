@@ -118,8 +118,10 @@ bool fail(Diagnostic &d, std::string pointer, std::string message) {
 bool validate(const Graph &g, Diagnostic &d) {
   if (g.model.empty())
     return fail(d, "/model", "expected a non-empty model name");
-  if (g.seqLen < 0)
-    return fail(d, "/seq_len", "expected a non-negative sequence length");
+  if (g.seqLen < 0 || g.seqLen > MFSDP_MAX_TOKENS)
+    return fail(d, "/seq_len",
+                fmt::format("expected a sequence length of 0 to {}, got {}",
+                            MFSDP_MAX_TOKENS, g.seqLen));
 
   // Mesh first: owning dims refer to it.
   if (g.mesh) {
@@ -673,9 +675,9 @@ Graph readGraph(const json &root) {
   if (r.has("seq_len")) {
     Reader s = r.field("seq_len");
     g.seqLen = s.integer();
-    if (g.seqLen < 0)
-      s.error(fmt::format("expected a non-negative sequence length, got {}",
-                          g.seqLen));
+    if (g.seqLen < 0 || g.seqLen > MFSDP_MAX_TOKENS)
+      s.error(fmt::format("expected a sequence length of 0 to {}, got {}",
+                          MFSDP_MAX_TOKENS, g.seqLen));
   }
   Reader params = r.field("params");
   size_t np = params.arraySize();

@@ -13,6 +13,9 @@
 // RUN: not mfsdp-opt %S/Inputs/two-matrices.mlir --mfsdp-assign-layouts="policy=mixed_muon_adamw block-shard=-4,4" -o /dev/null 2>&1 | FileCheck %s --check-prefix=BLOCK
 // RUN: not mfsdp-opt %S/Inputs/two-matrices.mlir --mfsdp-assign-layouts="mesh=dp_shard=2147483648" -o /dev/null 2>&1 | FileCheck %s --check-prefix=HUGE
 // RUN: not mfsdp-opt %S/Inputs/two-matrices.mlir --mfsdp-pipeline="mesh=dp_shard=2 tokens=-5" -o /dev/null 2>&1 | FileCheck %s --check-prefix=TOKENS
+// RUN: not mfsdp-opt %S/Inputs/two-matrices.mlir --mfsdp-pipeline="mesh=dp_shard=2 tokens=9223372036854775807" -o /dev/null 2>&1 | FileCheck %s --check-prefix=TOKENS2
+// RUN: not mfsdp-opt %S/Inputs/two-matrices.mlir --mfsdp-pipeline="mesh=dp_shard=2 microbatches=100000000" -o /dev/null 2>&1 | FileCheck %s --check-prefix=MICRO
+// RUN: not mfsdp-opt %S/Inputs/two-matrices.mlir --mfsdp-assign-layouts="mesh=dp_shard=2 world=-1" -o /dev/null 2>&1 | FileCheck %s --check-prefix=WORLDNEG
 
 // Muon on a 1-D tensor is refused on the parameter.
 plan.graph @g {
@@ -68,4 +71,9 @@ plan.graph @g {
 // A dim of 2^31 ranks is refused before the planner sizes its tables by it.
 // HUGE: error: 'plan.mesh' op dim "dp_shard" has 2147483648 ranks; a dim has at most 2^20 (1048576)
 // A negative token count is refused (0 means the graph's seq_len).
-// TOKENS: {{^}}<unknown>:0: error: option tokens of mfsdp-build-step: expected 1 or more (0: the graph's seq_len), got -5
+// TOKENS: {{^}}<unknown>:0: error: option tokens of mfsdp-build-step: expected 1 to 16777216 (0: the graph's seq_len), got -5
+// Tokens past 2^24 would overflow the step's byte counts; 10^8 microbatches
+// would unroll into billions of ops; a negative world is no rank count.
+// TOKENS2: {{^}}<unknown>:0: error: option tokens of mfsdp-build-step: expected 1 to 16777216 (0: the graph's seq_len), got 9223372036854775807
+// MICRO: {{^}}<unknown>:0: error: option microbatches of mfsdp-build-step: expected 1 to 1024, got 100000000
+// WORLDNEG: {{^}}<unknown>:0: error: option world of mfsdp-assign-layouts: expected the mesh's rank count (0: any), got -1
