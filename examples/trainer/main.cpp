@@ -4,6 +4,7 @@
 //       --policy=mixed_muon_adamw -o libstep.so
 //   mpirun -np 2 mfsdp-example-trainer ./libstep.so [--steps N]
 //       [--microbatches M] [--tokens T] [--load DIR] [--save DIR]
+//       [--collective-timeout-s S]
 //
 // Opens the step library, reads its plan, checks that the plan is for this
 // model (the stack of blocks in Model.h, with the sizes the plan's shapes
@@ -11,7 +12,13 @@
 // any mesh or policy saved, with the step to go on from), trains on
 // synthetic data (every data-parallel rank on its own batch), prints the
 // mean loss of each step and, with --save, writes a sharded checkpoint
-// (mfsdp_save) with the next step's index as its data position.
+// (mfsdp_save) with the next step's index as its data position. With
+// --collective-timeout-s a collective that does not complete within S
+// seconds (a rank stopped, dead, or gone elsewhere) is an error on the
+// ranks that wait, and the job ends (MPI_Abort) with status 1.
+// --test-stall R,N makes rank R stop calling mfsdp before step N's optimizer
+// step (it sleeps), and --print-pid prints each rank's process id: what the
+// watchdog tests (test/watchdog) use.
 //
 //===----------------------------------------------------------------------===//
 #include "Model.h"
@@ -21,6 +28,7 @@
 
 #include <dlfcn.h>
 #include <mpi.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -99,6 +107,9 @@ int main(int argc, char **argv) {
   opts.steps = 5;
   int64_t tokens = 8;
   std::string loadDir, saveDir;
+  double timeoutSeconds = 0;
+  long long stallRank = -1, stallStep = -1;
+  bool printPid = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> const char * {
@@ -116,6 +127,19 @@ int main(int argc, char **argv) {
       loadDir = value();
     else if (a == "--save")
       saveDir = value();
+    else if (a == "--collective-timeout-s") {
+      const char *v = value();
+      char *end = nullptr;
+      timeoutSeconds = std::strtod(v, &end);
+      if (!end || *end || !(timeoutSeconds > 0) || timeoutSeconds > 1e6)
+        die(std::string("--collective-timeout-s expects seconds > 0, got '") + v + "'");
+    } else if (a == "--test-stall") {
+      const char *v = value();
+      if (std::sscanf(v, "%lld,%lld", &stallRank, &stallStep) != 2 || stallRank < 0 ||
+          stallStep < 0)
+        die(std::string("--test-stall expects RANK,STEP, got '") + v + "'");
+    } else if (a == "--print-pid")
+      printPid = true;
     else if (!a.empty() && a[0] == '-')
       die("unknown option '" + a + "'");
     else if (!library)
@@ -125,7 +149,7 @@ int main(int argc, char **argv) {
   }
   if (!library)
     die("usage: mfsdp-example-trainer LIBSTEP.so [--steps N] [--microbatches M] "
-        "[--tokens T] [--load DIR] [--save DIR]");
+        "[--tokens T] [--load DIR] [--save DIR] [--collective-timeout-s S]");
 
   void *handle = dlopen(library, RTLD_NOW | RTLD_LOCAL);
   if (!handle)
@@ -140,8 +164,19 @@ int main(int argc, char **argv) {
   example::ModelConfig model = configFromPlan(plan, tokens);
 
   mfsdp_step *step = nullptr;
-  if (createFn(&step) != MFSDP_OK)
+  if (timeoutSeconds > 0) {
+    mfsdp_config config = MFSDP_CONFIG_INITIALIZER;
+    config.collective_timeout_ms = static_cast<int64_t>(timeoutSeconds * 1000 + 0.5);
+    if (mfsdp_create_with_config(&plan, &config, &step) != MFSDP_OK)
+      die(std::string("mfsdp_create: ") + mfsdp_last_error(step));
+  } else if (createFn(&step) != MFSDP_OK) {
     die(std::string("mfsdp_create: ") + mfsdp_last_error(step));
+  }
+  if (printPid) {
+    std::printf("mfsdp-example-trainer: rank %d pid %ld\n", rank,
+                static_cast<long>(getpid()));
+    std::fflush(stdout);
+  }
   std::vector<example::ParamInfo> infos = example::modelParams(model);
   if (loadDir.empty()) {
     for (size_t i = 0; i < infos.size(); ++i) {
@@ -171,6 +206,16 @@ int main(int argc, char **argv) {
                 static_cast<long long>(opts.microbatches));
 
   opts.dataRank = rank;
+  if (stallRank == rank)
+    opts.beforeStep = [&](int64_t s, std::string &) {
+      if (s == stallStep) {
+        std::printf("mfsdp-example-trainer: rank %d stalls at step %lld\n", rank,
+                    static_cast<long long>(s));
+        std::fflush(stdout);
+        sleep(3600); // the others wait for it in their next collective
+      }
+      return true;
+    };
   std::vector<double> losses;
   std::string error;
   if (!example::train(step, model, opts, losses, error))

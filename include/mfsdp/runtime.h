@@ -74,7 +74,7 @@ extern "C" {
 /* The layout versions of mfsdp_plan and mfsdp_config (their `version`
  * field), raised whenever a field is added, removed or changed. */
 #define MFSDP_PLAN_VERSION 2
-#define MFSDP_CONFIG_VERSION 1
+#define MFSDP_CONFIG_VERSION 2
 
 typedef enum mfsdp_status {
   MFSDP_OK = 0,
@@ -486,6 +486,16 @@ typedef struct mfsdp_config {
    * environment variable, the same way; unset or empty, no trace. A file
    * that cannot be written fails mfsdp_create with MFSDP_ERROR_INVALID. */
   const char *trace_path;
+  /* The watchdog: how long any wait for a collective may take, in
+   * milliseconds; 0 is MFSDP_COLLECTIVE_TIMEOUT_MS_DEFAULT (10 minutes, as
+   * PyTorch's NCCL process groups). A collective that does not complete in
+   * time (a peer stopped, dead, or calling something else) fails the call
+   * on every rank that waits with MFSDP_ERROR_COMM, naming the call, the
+   * unit, the collective, its group and the ranks that did not arrive; the
+   * runtime is unusable then (destroy it and end the job: see
+   * docs/runtime.md, "Watchdog"). Host backend: MPI's nonblocking
+   * collectives tested against the deadline, gloo's own timeout. */
+  int64_t collective_timeout_ms;
 } mfsdp_config;
 
 /* The default config of this header's layout (every field listed; keep it
@@ -493,8 +503,10 @@ typedef struct mfsdp_config {
 #define MFSDP_CONFIG_INITIALIZER                                              \
   {                                                                           \
     (uint32_t)sizeof(mfsdp_config), MFSDP_CONFIG_VERSION, MFSDP_BACKEND_HOST, \
-        NULL, MFSDP_BOOTSTRAP_MPI, 0, NULL                                    \
+        NULL, MFSDP_BOOTSTRAP_MPI, 0, NULL, 0                                 \
   }
+
+#define MFSDP_COLLECTIVE_TIMEOUT_MS_DEFAULT 600000 /* 10 minutes */
 
 #define MFSDP_BOOTSTRAP_TIMEOUT_MS_DEFAULT 300000 /* 5 minutes */
 

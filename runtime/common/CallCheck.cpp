@@ -37,6 +37,8 @@ uint64_t fold(uint64_t h, const void *data, size_t n) {
 } // namespace
 
 mfsdp_status mfsdp_step::checkCall(const char *call, int32_t unit) {
+  currentCall = call;
+  currentUnit = unit;
   if (!checkCalls || !created || !stoppedBy.empty() || !control)
     return MFSDP_OK;
   const std::string what =

@@ -4,8 +4,10 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <memory>
+#include <thread>
 
 namespace mfsdp::rt {
 
@@ -36,29 +38,33 @@ public:
               std::vector<int64_t> &hi, std::string &error) override {
     std::vector<long long> in(mine.begin(), mine.end()), a(mine.size()), b(mine.size());
     const int n = static_cast<int>(mine.size());
-    if (MPI_Allreduce(in.data(), a.data(), n, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD) !=
-            MPI_SUCCESS ||
-        MPI_Allreduce(in.data(), b.data(), n, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD) !=
-            MPI_SUCCESS) {
-      error = "MPI_Allreduce failed";
+    MPI_Request q[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    if (!issued(MPI_Iallreduce(in.data(), a.data(), n, MPI_LONG_LONG, MPI_MIN,
+                               MPI_COMM_WORLD, &q[0]),
+                "MPI_Iallreduce", error) ||
+        !issued(MPI_Iallreduce(in.data(), b.data(), n, MPI_LONG_LONG, MPI_MAX,
+                               MPI_COMM_WORLD, &q[1]),
+                "MPI_Iallreduce", error) ||
+        !finish(q[0], "MPI_Iallreduce (agreeing on values)", error) ||
+        !finish(q[1], "MPI_Iallreduce (agreeing on values)", error))
       return false;
-    }
     lo.assign(a.begin(), a.end());
     hi.assign(b.begin(), b.end());
     return true;
   }
   bool broadcast(std::vector<uint8_t> &blob, std::string &error) override {
     long long n = static_cast<long long>(blob.size());
-    if (MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
-      error = "MPI_Bcast failed";
+    MPI_Request q = MPI_REQUEST_NULL;
+    if (!issued(MPI_Ibcast(&n, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD, &q), "MPI_Ibcast",
+                error) ||
+        !finish(q, "MPI_Ibcast (a blob's size)", error))
       return false;
-    }
     blob.resize(static_cast<size_t>(n));
-    if (MPI_Bcast(blob.data(), static_cast<int>(n), MPI_BYTE, 0, MPI_COMM_WORLD) !=
-        MPI_SUCCESS) {
-      error = "MPI_Bcast failed";
+    if (!issued(MPI_Ibcast(blob.data(), static_cast<int>(n), MPI_BYTE, 0, MPI_COMM_WORLD,
+                           &q),
+                "MPI_Ibcast", error) ||
+        !finish(q, "MPI_Ibcast (a blob)", error))
       return false;
-    }
     return true;
   }
   bool allGather(const std::vector<uint8_t> &mine, std::vector<std::vector<uint8_t>> &all,
@@ -70,11 +76,12 @@ public:
     }
     int n = static_cast<int>(mine.size());
     std::vector<int> sizes(world_), displs(world_);
-    if (MPI_Allgather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, MPI_COMM_WORLD) !=
-        MPI_SUCCESS) {
-      error = "MPI_Allgather failed";
+    MPI_Request q = MPI_REQUEST_NULL;
+    if (!issued(MPI_Iallgather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, MPI_COMM_WORLD,
+                               &q),
+                "MPI_Iallgather", error) ||
+        !finish(q, "MPI_Iallgather (blob sizes)", error))
       return false;
-    }
     int64_t total = 0;
     for (int r = 0; r < world_; ++r) {
       displs[r] = static_cast<int>(total);
@@ -85,19 +92,65 @@ public:
       return false;
     }
     std::vector<uint8_t> bytes(static_cast<size_t>(total));
-    if (MPI_Allgatherv(mine.data(), n, MPI_BYTE, bytes.data(), sizes.data(),
-                       displs.data(), MPI_BYTE, MPI_COMM_WORLD) != MPI_SUCCESS) {
-      error = "MPI_Allgatherv failed";
+    if (!issued(MPI_Iallgatherv(mine.data(), n, MPI_BYTE, bytes.data(), sizes.data(),
+                                displs.data(), MPI_BYTE, MPI_COMM_WORLD, &q),
+                "MPI_Iallgatherv", error) ||
+        !finish(q, "MPI_Iallgatherv (blobs)", error))
       return false;
-    }
     all.assign(world_, {});
     for (int r = 0; r < world_; ++r)
       all[r].assign(bytes.begin() + displs[r], bytes.begin() + displs[r] + sizes[r]);
     return true;
   }
 
+  void setTimeout(int64_t ms) override { timeoutMs_ = ms > 0 ? ms : timeoutMs_; }
+
 private:
+  bool issued(int rc, const char *what, std::string &error) {
+    if (broken_) {
+      error = std::string(what) + ": an earlier exchange of the MPI control plane "
+                                  "timed out; nothing more can run on it";
+      return false;
+    }
+    if (rc != MPI_SUCCESS) {
+      error = std::string(what) + " failed";
+      return false;
+    }
+    return true;
+  }
+  /// Completes `q` within the timeout (MPI_Test against the deadline); on
+  /// timeout the request is left behind and the plane is broken.
+  bool finish(MPI_Request &q, const char *what, std::string &error) {
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeoutMs_);
+    std::chrono::microseconds nap(0);
+    for (int tries = 0;; ++tries) {
+      int done = 0;
+      if (MPI_Test(&q, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+        error = std::string(what) + " failed";
+        return false;
+      }
+      if (done)
+        return true;
+      if (tries > 2000) {
+        if (Clock::now() >= deadline)
+          break;
+        nap = std::min(std::chrono::microseconds(1000), nap + std::chrono::microseconds(20));
+        std::this_thread::sleep_for(nap);
+      }
+    }
+    broken_ = true;
+    q = MPI_REQUEST_NULL;
+    error = std::string(what) + " among the " + std::to_string(world_) +
+            " MPI ranks did not complete within " + std::to_string(timeoutMs_) +
+            " ms (the collective timeout): a rank stopped, died, or calls "
+            "something else";
+    return false;
+  }
+
   int rank_ = 0, world_ = 1, local_ = 0;
+  int64_t timeoutMs_ = 10LL * 60 * 1000;
+  bool broken_ = false;
 };
 
 class TorchrunControlPlane final : public ControlPlane {

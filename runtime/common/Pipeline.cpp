@@ -38,8 +38,9 @@ mfsdp_status mfsdp_step::completeReduction(int32_t unit) {
   for (const Started &st : started) {
     about(st.bucket, st.param);
     const std::string what =
-        st.bucket >= 0 ? "the reduction of bucket " + std::to_string(st.bucket)
-                       : "the reduction of '" + params[st.param].name + "'";
+        (st.bucket >= 0 ? "the reduction of bucket " + std::to_string(st.bucket)
+                        : "the reduction of '" + params[st.param].name + "'") +
+        " (unit " + std::to_string(st.unit) + ")";
     mfsdp_status s = comm(backend->wait(st.handle), what.c_str());
     ++work.reduceWaits;
     if (st.bucket >= 0)

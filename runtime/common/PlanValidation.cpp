@@ -370,6 +370,16 @@ mfsdp_status mfsdp::rt::createStep(const mfsdp_plan *plan,
   options.trainerStream = config ? config->cuda_stream : nullptr;
   options.control = control.get();
   options.timeoutMs = timeoutMs;
+  if (config && config->collective_timeout_ms < 0)
+    return failed(MFSDP_ERROR_INVALID,
+                  "collective_timeout_ms is " +
+                      std::to_string(config->collective_timeout_ms) +
+                      " in mfsdp_config; expected milliseconds > 0, or 0 for "
+                      "the default (10 minutes)");
+  options.collectiveTimeoutMs =
+      config && config->collective_timeout_ms ? config->collective_timeout_ms
+                                              : MFSDP_COLLECTIVE_TIMEOUT_MS_DEFAULT;
+  control->setTimeout(options.collectiveTimeoutMs);
   std::string error;
   mfsdp_status s = MFSDP_OK;
   if (choice == MFSDP_BACKEND_CUDA) {

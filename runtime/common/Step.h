@@ -433,7 +433,15 @@ struct mfsdp_step {
   mfsdp_status comm(int code, const char *what) {
     if (code == 0)
       return MFSDP_OK;
-    return fail(MFSDP_ERROR_COMM, std::string(what) + ": " + backend->lastError());
+    // The entry point it happened in (and its unit), as the call check
+    // recorded it: a collective of a prefetch or a reduction in flight can
+    // belong to another unit than the hook waiting for it.
+    std::string during;
+    if (currentCall)
+      during = std::string(" (during ") + currentCall +
+               (currentUnit >= 0 ? "(" + std::to_string(currentUnit) + ")" : "()") + ")";
+    return fail(MFSDP_ERROR_COMM,
+                std::string(what) + during + ": " + backend->lastError());
   }
   /// The status of any other backend call.
   mfsdp_status device(int code, const std::string &what) {
@@ -481,6 +489,10 @@ struct mfsdp_step {
   bool checkCalls = false;
   uint64_t callHash = 0;
   int64_t callCount = 0;
+  /// The collective entry point running now and its unit (or parameter),
+  /// for messages (set by checkCall whether or not the checks are on).
+  const char *currentCall = nullptr;
+  int32_t currentUnit = -1;
   std::string stoppedBy; // why the runtime stopped (empty: it has not)
   mfsdp_status checkCall(const char *call, int32_t unit = -1);
 

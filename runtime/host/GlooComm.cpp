@@ -264,6 +264,14 @@ public:
   explicit GlooComm(std::shared_ptr<gloo::Context> context)
       : HostComm(context->rank, context->size), context_(std::move(context)) {}
 
+  // gloo bounds every wait by its context's timeout itself, and a peer that
+  // dies closes its connections at once; a timed-out operation throws,
+  // which the request turns into an error.
+  void setTimeout(int64_t ms) override {
+    context_->setTimeout(Millis(ms > 0 ? ms : kCollectiveTimeoutMsDefault));
+  }
+  bool broken() const override { return false; }
+
   int allGather(const float *send, float *recv, int64_t count) override {
     return run("allGather", gatherOp(send, recv, count));
   }
@@ -576,9 +584,9 @@ bool createGlooComms(const std::vector<MeshDimSpec> &mesh,
               std::to_string(timeoutMs) + " ms: " + e.what();
       return false;
     }
-    pairs[d]->setTimeout(Millis(kGlooCollectiveTimeoutMs));
+    pairs[d]->setTimeout(Millis(kCollectiveTimeoutMsDefault));
     auto context = std::make_shared<PairedContext>(mine, sizes[d], device, pairs[d]);
-    context->setTimeout(Millis(kGlooCollectiveTimeoutMs));
+    context->setTimeout(Millis(kCollectiveTimeoutMsDefault));
     comms.push_back(std::make_unique<GlooComm>(std::move(context)));
   }
   out = std::move(comms);

@@ -30,6 +30,10 @@ public:
       : shard_(std::move(shard)), replicate_(std::move(replicate)) {}
   ~HostBackend() override {
     pending_.clear(); // waits for any started collective writing the arena
+    // A collective that timed out may still write the arena if its peers
+    // wake up: the arena is left allocated rather than handed back.
+    if (shard_->broken() || replicate_->broken())
+      return;
     if (block_)
       ASAN_UNPOISON_MEMORY_REGION(block_, static_cast<size_t>(arena_.capacity()));
     std::free(block_);
@@ -346,6 +350,8 @@ Backend *createHostBackend(const BackendOptions &options, std::string &error) {
         return nullptr;
     }
   }
+  for (auto &c : comms)
+    c->setTimeout(options.collectiveTimeoutMs);
   return new HostBackend(std::move(comms[0]), std::move(comms[1]));
 }
 

@@ -68,6 +68,9 @@ struct BackendOptions {
   /// Under torchrun: mfsdp_config::bootstrap_timeout_ms, which bounds
   /// connecting the gloo contexts.
   int timeoutMs = 0;
+  /// mfsdp_config::collective_timeout_ms: how long any collective wait may
+  /// take (0: kCollectiveTimeoutMsDefault, 10 minutes).
+  int64_t collectiveTimeoutMs = 0;
 };
 
 class Backend {

@@ -56,6 +56,10 @@ public:
   /// 127.0.0.1 in a world of one): where other connections between the
   /// ranks (gloo's) can listen. Empty under MPI.
   virtual std::string localAddress() const { return ""; }
+  /// Bounds each exchange (the watchdog, mfsdp_config::collective_timeout_ms):
+  /// one not complete in `ms` milliseconds fails, and every later one fails
+  /// at once. The torchrun plane bounds its waits by its own timeout.
+  virtual void setTimeout(int64_t ms) { (void)ms; }
 };
 
 /// MPI_COMM_WORLD; null when MPI is not initialised.

@@ -116,6 +116,16 @@ public:
   virtual int broadcastMany(const std::vector<BroadcastPart> &parts) = 0;
   virtual int barrier() = 0;
 
+  /// Bounds every wait of this group's collectives (the watchdog): a
+  /// collective not complete `ms` milliseconds after it was waited for
+  /// fails with a message that names it and the ranks that did not arrive,
+  /// and the group is broken() from then on (every later call fails at
+  /// once; a started collective that never completes is not waited for
+  /// again). 0: the default, kCollectiveTimeoutMsDefault.
+  virtual void setTimeout(int64_t ms) = 0;
+  /// A collective of this group timed out: nothing more can run on it.
+  virtual bool broken() const = 0;
+
   /// What the last failed call of this thread failed on.
   static const char *lastError();
   /// Sets lastError() to `message`; returns `code` (for the
@@ -135,10 +145,11 @@ private:
   int rank_, size_;
 };
 
-/// How long a gloo collective waits for its peers: PyTorch's default for
-/// its gloo process groups (30 minutes). A rank that dies is seen at once
-/// (its connections close).
-constexpr int64_t kGlooCollectiveTimeoutMs = 30LL * 60 * 1000;
+/// How long a collective waits for its peers unless mfsdp_config says
+/// otherwise: 10 minutes, PyTorch's default for its NCCL process groups.
+/// Under gloo a rank that dies is seen at once (its connections close);
+/// under MPI and for a stopped rank only the timeout ends the wait.
+constexpr int64_t kCollectiveTimeoutMsDefault = 10LL * 60 * 1000;
 
 /// Gloo: the groups of this rank along each of `dims` (in `out`, in that
 /// order), each a gloo context over TCP, created collectively over a
