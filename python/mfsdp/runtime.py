@@ -59,8 +59,20 @@ def _finalize():
     _C.mpi_finalize()
 
 
-def open_step(library, backend="host", launch=None, timeout_ms=0):
-    """Creates the runtime on a step library (collective: every rank calls it)."""
+def open_step(library, backend="host", launch=None, timeout_ms=0, collective_timeout_s=None):
+    """Creates the runtime on a step library (collective: every rank calls it).
+
+    collective_timeout_s: the watchdog (mfsdp_config.collective_timeout_ms): a
+    collective that does not complete within this many seconds fails the call
+    with an error naming it and the ranks that did not arrive; None: 10 minutes.
+    """
+    if collective_timeout_s is None:
+        collective_ms = 0
+    else:
+        if not (isinstance(collective_timeout_s, (int, float)) and 0 < collective_timeout_s <= 1e6):
+            raise Error("collective_timeout_s: expected seconds > 0, got "
+                        f"{collective_timeout_s!r}")
+        collective_ms = max(1, int(round(collective_timeout_s * 1000)))
     if isinstance(library, (str, os.PathLike)):
         library = Library(os.fspath(library))
     if backend not in _BACKENDS:
@@ -72,7 +84,8 @@ def open_step(library, backend="host", launch=None, timeout_ms=0):
     else:
         ranks(launch)
         bootstrap = _C.BOOTSTRAP_MPI
-    step = Step(library, backend=_BACKENDS[backend], bootstrap=bootstrap, timeout_ms=timeout_ms)
+    step = Step(library, backend=_BACKENDS[backend], bootstrap=bootstrap, timeout_ms=timeout_ms,
+                collective_timeout_ms=collective_ms)
     _open_steps.append(step)
     return step
 

@@ -813,7 +813,7 @@ def fully_shard(model, mesh="dp_shard=2", policy="adamw", zero=3, *, library=Non
                 prefetch=False, accumulate=False, bucket_mb=None, layouts=None,
                 backend="host", adamw=None, muon=None, sgd=None, param_groups=None,
                 init_fn=None, work_dir=None, compile_args=(), param_dtype=None,
-                reduce_dtype=None, mp_policy=None):
+                reduce_dtype=None, mp_policy=None, collective_timeout_s=None):
     """Shards `model` with a step library and returns (model, optimizer).
 
     mesh, policy, zero: the plan (mfsdp-compile --mesh --policy --zero); the model is
@@ -846,6 +846,10 @@ def fully_shard(model, mesh="dp_shard=2", policy="adamw", zero=3, *, library=Non
         another is an error.
     mp_policy: a MixedPrecisionPolicy instead of param_dtype and reduce_dtype, with
         FSDP2's defaults (its reduce_dtype None is its param_dtype).
+    collective_timeout_s: the watchdog: a collective that does not complete within
+        this many seconds (a rank stopped, dead or elsewhere) raises mfsdp.Error naming
+        it and the ranks that did not arrive; the model is unusable then, end the job.
+        Default (None): 10 minutes, as torch.distributed's NCCL process groups.
     """
     if isinstance(model, MFSDPModule):
         raise Error("fully_shard: this model is already sharded")
@@ -884,7 +888,8 @@ def fully_shard(model, mesh="dp_shard=2", policy="adamw", zero=3, *, library=Non
     if problems:
         raise Error(f"the model does not match the plan of {lib_path}:\n  " +
                     "\n  ".join(problems))
-    step = _rt.open_step(lib, backend=backend, launch=launch)
+    step = _rt.open_step(lib, backend=backend, launch=launch,
+                         collective_timeout_s=collective_timeout_s)
     state = _install(model, step, lib, external)
     _load_values(state, init_fn)
     cls = model.__class__

@@ -146,13 +146,15 @@ struct Step {
   nb::object library; // keeps the Library (and its plan) alive
   mfsdp_step *step = nullptr;
 
-  Step(nb::object lib, int32_t backend, int32_t bootstrap, int32_t timeoutMs)
+  Step(nb::object lib, int32_t backend, int32_t bootstrap, int32_t timeoutMs,
+       int64_t collectiveTimeoutMs)
       : library(std::move(lib)) {
     const Library &l = nb::cast<const Library &>(library);
     mfsdp_config config = MFSDP_CONFIG_INITIALIZER;
     config.backend = backend;
     config.bootstrap = bootstrap;
     config.bootstrap_timeout_ms = timeoutMs;
+    config.collective_timeout_ms = collectiveTimeoutMs;
     mfsdp_status st;
     {
       nb::gil_scoped_release release;
@@ -376,9 +378,10 @@ NB_MODULE(_C, m) {
       .def_prop_ro("world", [](const Library &l) { return l.plan->world; });
 
   nb::class_<Step>(m, "Step", "A runtime created on a step library (collective).")
-      .def(nb::init<nb::object, int32_t, int32_t, int32_t>(), nb::arg("library"),
+      .def(nb::init<nb::object, int32_t, int32_t, int32_t, int64_t>(), nb::arg("library"),
            nb::arg("backend") = int(MFSDP_BACKEND_HOST),
-           nb::arg("bootstrap") = int(MFSDP_BOOTSTRAP_MPI), nb::arg("timeout_ms") = 0)
+           nb::arg("bootstrap") = int(MFSDP_BOOTSTRAP_MPI), nb::arg("timeout_ms") = 0,
+           nb::arg("collective_timeout_ms") = 0)
       .def("close", &Step::close)
       .def("pre_forward",
            [](Step &s, int32_t u) { s.run("mfsdp_pre_forward", [&](mfsdp_step *p) { return mfsdp_pre_forward(p, u); }); })
