@@ -114,6 +114,7 @@ Backend *loadCudaBackend(const BackendOptions &options, std::string &error) {
   c.trainer_stream = options.trainerStream;
   c.control = &controlC;
   c.timeout_ms = options.timeoutMs;
+  c.collective_timeout_ms = options.collectiveTimeoutMs;
   mfsdp_rt_backend_table table{};
   table.struct_size = sizeof(table);
   table.version = MFSDP_RT_BACKEND_TABLE_VERSION;

@@ -32,9 +32,11 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <thread>
 #include <memory>
 
 namespace mfsdp::rt {
@@ -46,9 +48,11 @@ public:
   ~CudaBackend() override {
     for (auto &started : pending_)
       cudaEventDestroy(started.second);
-    if (compute_)
+    // After a timeout the aborted collectives have returned; the streams
+    // are synchronised only when nothing can be stuck in them.
+    if (compute_ && !broken_)
       cudaStreamSynchronize(compute_);
-    if (comm_)
+    if (comm_ && !broken_)
       cudaStreamSynchronize(comm_);
     if (block_)
       cudaFree(block_);
@@ -72,6 +76,8 @@ public:
   /// Communicators, streams, events and the cuBLAS handle; false with
   /// `error` when one cannot be created.
   bool init(const BackendOptions &options, std::string &error) {
+    if (options.collectiveTimeoutMs > 0)
+      collectiveTimeoutMs_ = options.collectiveTimeoutMs;
     trainer_ = static_cast<cudaStream_t>(options.trainerStream);
     // Under torchrun the communicators are bootstrapped through
     // mfsdp_create's control plane (device LOCAL_RANK); else from MPI.
@@ -417,8 +423,44 @@ public:
                      "cudaStreamWaitEvent (communication)");
   }
 
+  /// The watchdog: the compute stream (which waits for every collective
+  /// the engine waited for) is polled, not synchronised, so that a
+  /// collective whose peer stopped or died cannot hold the host past the
+  /// collective timeout: on an NCCL asynchronous error, or at the deadline,
+  /// both communicators are aborted (ncclCommAbort), the backend is broken
+  /// and the call fails naming what happened.
   int synchronize() override {
-    return checkCuda(cudaStreamSynchronize(compute_), "cudaStreamSynchronize");
+    if (broken_)
+      return fail("a collective timed out or failed earlier; nothing more can run on "
+                  "this backend (destroy the runtime and end the job)");
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point deadline =
+        Clock::now() + std::chrono::milliseconds(collectiveTimeoutMs_);
+    std::chrono::microseconds nap(0);
+    for (int tries = 0;; ++tries) {
+      const cudaError_t q = cudaStreamQuery(compute_);
+      if (q == cudaSuccess)
+        return 0;
+      if (q != cudaErrorNotReady)
+        return checkCuda(q, "cudaStreamQuery");
+      for (NcclComm *c : {shard_.get(), replicate_.get()})
+        if (c && c->asyncError()) {
+          const std::string why = NcclComm::lastError();
+          abortComms();
+          return fail(why);
+        }
+      if (tries > 2000) {
+        if (Clock::now() >= deadline)
+          break;
+        nap = std::min(std::chrono::microseconds(1000), nap + std::chrono::microseconds(20));
+        std::this_thread::sleep_for(nap);
+      }
+    }
+    abortComms();
+    return fail("the collectives on the device did not complete within " +
+                std::to_string(collectiveTimeoutMs_) +
+                " ms (the collective timeout; a rank stopped, died or calls something "
+                "else): the NCCL communicators were aborted");
   }
   const char *lastError() const override { return error_.c_str(); }
 
@@ -512,7 +554,16 @@ private:
     return 0;
   }
 
+  void abortComms() {
+    broken_ = true;
+    for (NcclComm *c : {shard_.get(), replicate_.get()})
+      if (c)
+        c->abort();
+  }
+
   std::unique_ptr<NcclComm> shard_, replicate_;
+  int64_t collectiveTimeoutMs_ = 10LL * 60 * 1000;
+  bool broken_ = false; // a collective timed out: the communicators are aborted
   std::map<CommHandle, cudaEvent_t> pending_; // started, not yet waited for
   CommHandle nextHandle_ = 1;
   int device_ = 0;
@@ -576,6 +627,7 @@ Backend *createCudaBackend(const mfsdp_rt_backend_options &c, std::string &error
   options.trainerStream = c.trainer_stream;
   options.control = control.get();
   options.timeoutMs = c.timeout_ms;
+  options.collectiveTimeoutMs = c.collective_timeout_ms;
   std::string why;
   if (!everyRank(*control, haveDevice(*control, why), why)) {
     error = why.empty() ? "another rank has no CUDA device (see its error)" : why;

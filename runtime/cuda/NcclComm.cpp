@@ -175,6 +175,24 @@ NcclComm::~NcclComm() {
     ncclCommDestroy(handle(comm_));
 }
 
+int NcclComm::asyncError() {
+  if (!comm_)
+    return 0;
+  ncclResult_t async = ncclSuccess;
+  if (int rc = checkNccl(ncclCommGetAsyncError(handle(comm_), &async),
+                         "ncclCommGetAsyncError"))
+    return rc;
+  return async == ncclSuccess || async == ncclInProgress
+             ? 0
+             : checkNccl(async, "an NCCL collective (asynchronous error)");
+}
+
+void NcclComm::abort() {
+  if (comm_)
+    ncclCommAbort(handle(comm_));
+  comm_ = nullptr;
+}
+
 int NcclComm::allGather(const float *send, float *recv, int64_t count, void *stream) {
   return checkNccl(ncclAllGather(send, recv, static_cast<size_t>(count), ncclFloat,
                                  handle(comm_), streamOf(stream)),

@@ -33,7 +33,7 @@ extern "C" {
 
 /* The layout version of the structs below (their `version` field).
  * 2: the fused optimizer kernels (adamw_multi, sgd_multi). */
-#define MFSDP_RT_BACKEND_TABLE_VERSION 3
+#define MFSDP_RT_BACKEND_TABLE_VERSION 4
 
 /* Groups (Backend.h: Group). */
 #define MFSDP_RT_GROUP_SHARD 0
@@ -68,6 +68,7 @@ typedef struct mfsdp_rt_backend_options {
   void *trainer_stream;            /* mfsdp_config.cuda_stream */
   const mfsdp_rt_control_table *control;
   int32_t timeout_ms; /* mfsdp_config.bootstrap_timeout_ms, under torchrun */
+  int64_t collective_timeout_ms; /* mfsdp_config.collective_timeout_ms (> 0) */
 } mfsdp_rt_backend_options;
 
 /* Kernel arguments (Kernels.h: AdamWHyper, SGDHyper, MuonHyper, BlockGrid;

@@ -82,6 +82,14 @@ public:
   /// group.
   int broadcastMany(const std::vector<BroadcastPart> &parts, void *stream);
 
+  /// The watchdog: 0, or nonzero with lastError() set when NCCL reports an
+  /// asynchronous error on the communicator (ncclCommGetAsyncError: a peer
+  /// that failed, a network error).
+  int asyncError();
+  /// Aborts the communicator (ncclCommAbort): its kernels in flight return
+  /// and nothing more can run on it; the destructor then frees nothing.
+  void abort();
+
   static const char *lastError();
 
 private:
