@@ -1,0 +1,286 @@
+//===- CheckpointCommon.cpp - What mfsdp_save and mfsdp_load share --------===//
+#include "CheckpointCommon.h"
+
+#include "mfsdp/runtime/ControlPlane.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace mfsdp::rt::ckpt {
+
+/// The kinds a parameter's optimizer keeps (master always).
+std::vector<int> kindsOf(int32_t optimizer) {
+  switch (optimizer) {
+  case MFSDP_OPT_ADAMW:
+    return {Master, ExpAvg, ExpAvgSq};
+  case MFSDP_OPT_SGD:
+  case MFSDP_OPT_MUON:
+    return {Master, ExpAvg};
+  default:
+    return {Master};
+  }
+}
+
+/// The rectangles of the whole tensor that this rank's buffer of `ps`
+/// (master, exp_avg, exp_avg_sq: all laid out alike) holds.
+std::vector<Rect> localRects(const mfsdp_step &st, const ParamState &ps) {
+  const mfsdp_param_desc &d = ps.desc;
+  std::vector<Rect> out;
+  switch (d.placement) {
+  case MFSDP_ROW_SHARD:
+    if (ps.localRows > 0) {
+      const int64_t r0 = st.shardRank * ps.chunkRows;
+      out.push_back({r0, r0 + ps.localRows, 0, d.cols, 0});
+    }
+    break;
+  case MFSDP_OWNER:
+    if (d.owner == st.shardRank)
+      out.push_back({0, d.rows, 0, d.cols, 0});
+    break;
+  case MFSDP_BLOCK_SHARD: {
+    const BlockGrid &g = ps.grid;
+    const int64_t first = g.firstBlockOf(st.shardRank), n = g.blocksOf(st.shardRank);
+    for (int64_t t = first; t < first + n; ++t) {
+      const int64_t k = g.blockAt(t);
+      const int64_t br = k / g.gridCols(), bc = k % g.gridCols();
+      out.push_back({br * g.blockRows, (br + 1) * g.blockRows, bc * g.blockCols,
+                     (bc + 1) * g.blockCols, (t - first) * g.blockElems()});
+    }
+    break;
+  }
+  default: // replicated, or a plan entry with no placement: whole
+    out.push_back({0, d.rows, 0, d.cols, 0});
+    break;
+  }
+  return out;
+}
+
+constexpr uint64_t kFnvPrime = 1099511628211ull;
+
+uint64_t fnv1a(const void *data, size_t n, uint64_t h) {
+  const unsigned char *p = static_cast<const unsigned char *>(data);
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= kFnvPrime;
+  }
+  return h;
+}
+
+/// The pieces' and files' checksum ("fnv1a64x4"): FNV-1a over 64-bit words
+/// in four interleaved lanes (each word xored in and multiplied by the FNV
+/// prime, an odd number: a changed word always changes its lane), the tail
+/// bytes and the length FNV-1a'd into the lanes' combination. Several GB/s
+/// on one core, so that checking costs little beside the disk.
+uint64_t checksum(const void *data, size_t n) {
+  const unsigned char *p = static_cast<const unsigned char *>(data);
+  uint64_t lane[4] = {kFnvBasis, kFnvBasis ^ 1, kFnvBasis ^ 2, kFnvBasis ^ 3};
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int k = 0; k < 4; ++k) {
+      uint64_t w;
+      std::memcpy(&w, p + i + 8 * k, 8);
+      lane[k] = (lane[k] ^ w) * kFnvPrime;
+    }
+  uint64_t h = fnv1a(lane, sizeof(lane));
+  h = fnv1a(p + i, n - i, h);
+  const uint64_t len = n;
+  return fnv1a(&len, sizeof(len), h);
+}
+
+std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::string errnoText() { return std::strerror(errno); }
+
+/// Writes `bytes` to `path` and fsyncs it; false with `error`.
+bool writeSynced(const std::string &path, const std::vector<std::string_view> &parts,
+                 std::string &error) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    error = "cannot create " + path + ": " + errnoText();
+    return false;
+  }
+  for (std::string_view part : parts) {
+    const char *p = part.data();
+    size_t left = part.size();
+    while (left > 0) {
+      const ssize_t n = ::write(fd, p, left);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0) {
+        error = "cannot write " + path + ": " + errnoText();
+        ::close(fd);
+        return false;
+      }
+      p += n;
+      left -= static_cast<size_t>(n);
+    }
+  }
+  if (::fsync(fd) != 0) {
+    error = "cannot fsync " + path + ": " + errnoText();
+    ::close(fd);
+    return false;
+  }
+  if (::close(fd) != 0) {
+    error = "cannot close " + path + ": " + errnoText();
+    return false;
+  }
+  return true;
+}
+
+bool syncDirectory(const std::string &path, std::string &error) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    error = "cannot fsync the directory " + path + ": " + errnoText();
+    if (fd >= 0)
+      ::close(fd);
+    return false;
+  }
+  ::close(fd);
+  return true;
+}
+
+bool readWhole(const std::string &path, std::string &out, std::string &error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    error = "cannot open " + path + ": " + errnoText();
+    return false;
+  }
+  out.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (in.bad()) {
+    error = "cannot read " + path;
+    return false;
+  }
+  return true;
+}
+
+bool readAt(int fd, int64_t offset, void *to, int64_t bytes) {
+  char *p = static_cast<char *>(to);
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd, p, static_cast<size_t>(bytes), offset);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return false;
+    p += n;
+    bytes -= n;
+    offset += n;
+  }
+  return true;
+}
+
+std::string parentOf(const std::string &dir) {
+  std::filesystem::path p = std::filesystem::path(dir).lexically_normal();
+  if (p.has_filename() == false)
+    p = p.parent_path();
+  std::filesystem::path parent = p.parent_path();
+  return parent.empty() ? "." : parent.string();
+}
+
+/// The status every rank ends with: the worst of all (each rank's own
+/// error kept; the others told that another rank failed).
+mfsdp_status agree(mfsdp_step *step, mfsdp_status mine, const char *what) {
+  std::vector<int64_t> lo, hi;
+  std::string error;
+  if (!step->control->minMax({static_cast<int64_t>(mine)}, lo, hi, error))
+    return step->fail(MFSDP_ERROR_COMM, error + " while the ranks agreed on " + what);
+  if (mine != MFSDP_OK)
+    return mine;
+  if (hi[0] != MFSDP_OK)
+    return step->fail(static_cast<mfsdp_status>(hi[0]),
+                      std::string("another rank failed ") + what +
+                          " (its mfsdp_last_error says why)");
+  return MFSDP_OK;
+}
+
+/// Whether this rank is the first coordinate of every dim that is neither
+/// dp_shard nor dp_replicate (a TP rank other than the first holds the
+/// same data-parallel state and writes nothing).
+bool outerPrimary(const mfsdp_step &st) {
+  int64_t stride = 1;
+  for (size_t i = st.mesh.size(); i-- > 0;) {
+    const MeshDimSpec &d = st.mesh[i];
+    const int64_t coord = (st.worldRank / stride) % std::max<int64_t>(d.size, 1);
+    if (d.name != "dp_shard" && d.name != "dp_replicate" && coord != 0)
+      return false;
+    stride *= std::max<int64_t>(d.size, 1);
+  }
+  return true;
+}
+
+/// Whether this rank writes kind `k` of `ps` (one copy of each piece).
+bool writes(const mfsdp_step &st, const ParamState &ps, int k, bool primary) {
+  if (!primary)
+    return false;
+  const int32_t replica = k != Master && ps.nsReplica >= 0 ? ps.nsReplica : 0;
+  if (st.replicaRank != replica)
+    return false;
+  const int32_t p = ps.desc.placement;
+  if (p != MFSDP_ROW_SHARD && p != MFSDP_OWNER && p != MFSDP_BLOCK_SHARD)
+    return st.shardRank == 0;
+  return true;
+}
+
+float *bufferOf(ParamState &ps, int k) {
+  return k == Master ? ps.master : k == ExpAvg ? ps.m : ps.v;
+}
+
+const char *placementName(int32_t p) {
+  switch (p) {
+  case MFSDP_ROW_SHARD:
+    return "row_shard";
+  case MFSDP_OWNER:
+    return "owner";
+  case MFSDP_BLOCK_SHARD:
+    return "block_shard";
+  case MFSDP_REPLICATE:
+    return "replicate";
+  default:
+    return "none";
+  }
+}
+
+mfsdp_status usableForCheckpoint(mfsdp_step *step, const char *call) {
+  if (auto s = step->enter())
+    return s;
+  for (int32_t u = 0; u < step->plan.num_units; ++u)
+    if (step->state[u] != UnitState::Idle)
+      return step->fail(MFSDP_ERROR_ORDER,
+                        std::string(call) + " during the forward or backward of unit " +
+                            std::to_string(u) +
+                            ": expected every unit's hooks done (between steps)");
+  return MFSDP_OK;
+}
+
+/// For the crash tests: MFSDP_CHECKPOINT_KILL=files|index|rename kills
+/// this process (SIGKILL, as a crash or a preemption would) at that point
+/// of mfsdp_save: after its file is written, after the index is written
+/// (before the rename), after the rename (before the parent is fsynced).
+void killPoint(const char *stage) {
+  const char *at = std::getenv("MFSDP_CHECKPOINT_KILL");
+  if (at && std::strcmp(at, stage) == 0)
+    ::raise(SIGKILL);
+}
+
+std::string fileName(int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "rank-%05d.safetensors", rank);
+  return buf;
+}
+
+} // namespace mfsdp::rt::ckpt
