@@ -19,6 +19,7 @@ matrices. docs/torch.md describes the protocol; docs/runtime.md the runtime unde
 import atexit
 import contextlib
 import fnmatch
+import json
 import math
 import os
 import shutil
@@ -598,6 +599,51 @@ class MFSDPModule:
         for name, q in st.external:
             out[name] = q.detach().clone()
         return out
+
+    def save_checkpoint(self, directory, user=None):
+        """A sharded checkpoint on disk (collective: every rank calls it): each rank
+        writes what it keeps (parameters, optimizer state) into `directory`, which
+        must not exist, with the step count and `user` (a JSON-serialisable dict,
+        e.g. the data position); atomic (docs/runtime.md, "Checkpoints on disk")."""
+        text = "" if user is None else json.dumps(user)
+        self.mfsdp_state.step.save(os.fspath(directory), text)
+
+    def load_checkpoint(self, directory):
+        """Loads a checkpoint saved by any mesh, policy or ZeRO level (collective):
+        parameters, optimizer state and step count. Returns its user dict (or None)."""
+        text = self.mfsdp_state.step.load(os.fspath(directory))
+        return json.loads(text) if text else None
+
+    def export_hf(self, directory, dtype=None, max_shard_size="5GB"):
+        """Writes the model as Hugging Face weights (collective: every rank gathers,
+        rank 0 writes): model.safetensors, or shards with model.safetensors.index.json
+        above max_shard_size, and config.json, in HF names, so that transformers'
+        from_pretrained loads it. dtype: the tensors' dtype (default: the fp32
+        masters). Written under a temporary name and renamed."""
+        if not hasattr(self, "save_pretrained"):
+            raise Error("export_hf: the model is not a transformers PreTrainedModel")
+        directory = os.fspath(directory)
+        state = self.full_state_dict()
+        rank, _ = _rt.ranks()
+        failure = None
+        if rank == 0:
+            try:
+                if os.path.exists(directory):
+                    raise Error(f"export_hf: {directory!r} exists; expected a new directory")
+                tmp = directory + ".tmp-export"
+                shutil.rmtree(tmp, ignore_errors=True)
+                if dtype is not None:
+                    state = {k: v.to(dtype) for k, v in state.items()}
+                self.save_pretrained(tmp, state_dict=state, safe_serialization=True,
+                                     max_shard_size=max_shard_size)
+                os.replace(tmp, directory)
+            except Exception as e:  # noqa: BLE001  (raised after the others are released)
+                failure = e
+        # Every rank leaves once rank 0 has written (a collective: a gather of
+        # the first parameter); rank 0 then raises what failed, if anything.
+        self.mfsdp_state.step.store_param(0, torch.empty(self.mfsdp_state.params[0].numel))
+        if failure is not None:
+            raise failure
 
     def load_full_state_dict(self, state):
         """Loads whole parameters (every rank passes the same)."""

@@ -425,6 +425,26 @@ NB_MODULE(_C, m) {
              float *d = const_cast<float *>(s.whole(i, a));
              s.run("mfsdp_store_state", [&](mfsdp_step *p) { return mfsdp_store_state(p, i, which, d); });
            })
+      .def("save",
+           [](Step &s, const std::string &dir, const std::string &user) {
+             s.run("mfsdp_save", [&](mfsdp_step *p) {
+               return mfsdp_save(p, dir.c_str(), user.empty() ? nullptr : user.c_str());
+             });
+           },
+           nb::arg("dir"), nb::arg("user") = "",
+           "mfsdp_save: a sharded checkpoint in a new directory (collective).")
+      .def("load",
+           [](Step &s, const std::string &dir) {
+             std::vector<char> user(1 << 20, '\0');
+             s.run("mfsdp_load", [&](mfsdp_step *p) {
+               return mfsdp_load(p, dir.c_str(), user.data(),
+                                 static_cast<int64_t>(user.size()));
+             });
+             return std::string(user.data());
+           },
+           nb::arg("dir"),
+           "mfsdp_load: a checkpoint of any mesh or policy (collective); returns "
+           "the user string it was saved with.")
       .def("get_hparams",
            [](Step &s, int32_t i) {
              mfsdp_hparams h;

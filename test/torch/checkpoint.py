@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Checkpoints and HF weights through mfsdp.torch, as a trainer meets them.
+
+Run under mpirun -np 2 with a tiny transformers Llama:
+  resume   3 steps, save_checkpoint (with a user dict), a fresh model and
+           optimizer load_checkpoint, 3 more steps: the losses equal an
+           uninterrupted 6-step run's exactly, and the user dict comes back;
+  hf       export_hf after the 6 steps: transformers' from_pretrained loads
+           the directory, its parameters equal the trained ones bit for bit
+           (fp32) and its logits equal the sharded model's; with
+           dtype=torch.bfloat16 the files hold bf16 tensors;
+  errors   saving over an existing directory, loading a missing one.
+Prints "checkpoint ok" when every check passed on this rank.
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.environ.get("MFSDP_PYTHON_DIR",
+                                  os.path.join(HERE, "..", "..", "build", "python")))
+
+import torch  # noqa: E402
+
+import mfsdp  # noqa: E402
+import mfsdp.torch as mt  # noqa: E402
+from mfsdp import runtime as rt  # noqa: E402
+
+RANK, WORLD = rt.ranks()
+failures = []
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+    elif RANK == 0:
+        print("ok:", what, flush=True)
+
+
+def llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2))
+
+
+# The same directory on every rank (mpirun on one host): rank 0's temp dir
+# name would differ, so it is made from a fixed place under the build's tmp.
+root = os.path.join(tempfile.gettempdir(), f"mfsdp-ckpt-test-{os.getppid()}")
+if RANK == 0:
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(root)
+work = os.path.join(root, f"lib-{RANK}")
+
+
+def batch(step):
+    g = torch.Generator().manual_seed(1000 + 10 * step + RANK)
+    return torch.randint(0, 64, (2, 8), generator=g)
+
+
+def train(model, opt, steps, first=0):
+    losses = []
+    for s in range(first, first + steps):
+        ids = batch(s)
+        opt.zero_grad()
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    return losses
+
+
+model, opt = mt.fully_shard(llama(), mesh=f"dp_shard={WORLD}", policy="adamw",
+                            work_dir=work + "-a")
+whole = train(model, opt, 6)
+model.mfsdp_state.step.close()
+
+model, opt = mt.fully_shard(llama(), mesh=f"dp_shard={WORLD}", policy="adamw",
+                            work_dir=work + "-b")
+first = train(model, opt, 3)
+ck = os.path.join(root, "ck")
+model.save_checkpoint(ck, {"next_step": 3})
+try:
+    model.save_checkpoint(ck, {"next_step": 3})
+    check(False, "saving over an existing checkpoint is refused")
+except mfsdp.Error as e:
+    # Rank 0 names the directory; the others hear that a rank failed.
+    check("exists" in str(e) if RANK == 0 else "mfsdp_save" in str(e),
+          "saving over an existing checkpoint is refused")
+model.mfsdp_state.step.close()
+
+model, opt = mt.fully_shard(llama(), mesh=f"dp_shard={WORLD}", policy="adamw",
+                            work_dir=work + "-c")
+user = model.load_checkpoint(ck)
+check(user == {"next_step": 3}, f"the user dict comes back ({user})")
+rest = train(model, opt, 3, first=3)
+check(first + rest == whole,
+      f"resumed losses equal the uninterrupted run's exactly ({first + rest} vs {whole})")
+try:
+    model.load_checkpoint(os.path.join(root, "missing"))
+    check(False, "loading a missing checkpoint is an error")
+except mfsdp.Error as e:
+    check("mfsdp_load" in str(e), "loading a missing checkpoint is an error")
+
+# HF weights: from_pretrained loads them, bit for bit.
+hf = os.path.join(root, "hf")
+model.export_hf(hf)
+trained = model.full_state_dict()
+ids = batch(99)
+with torch.no_grad():
+    ours = model(input_ids=ids).logits
+if RANK == 0:
+    from transformers import AutoModelForCausalLM
+    loaded = AutoModelForCausalLM.from_pretrained(hf, torch_dtype=torch.float32)
+    theirs = dict(loaded.named_parameters())
+    same = all(torch.equal(theirs[k].detach(), trained[k]) for k in theirs)
+    check(same and set(theirs) <= set(trained),
+          f"from_pretrained loads the exported weights bit for bit ({len(theirs)} tensors)")
+    with torch.no_grad():
+        logits = loaded(input_ids=ids).logits
+    check(torch.equal(logits, ours), "the loaded model's logits equal the sharded model's")
+hf16 = os.path.join(root, "hf16")
+model.export_hf(hf16, dtype=torch.bfloat16)
+if RANK == 0:
+    from safetensors import safe_open
+    with safe_open(os.path.join(hf16, "model.safetensors"), framework="pt") as f:
+        dtypes = {f.get_tensor(k).dtype for k in f.keys()}
+    check(dtypes == {torch.bfloat16}, f"dtype=bfloat16 writes bf16 tensors ({dtypes})")
+model.mfsdp_state.step.close()
+
+if RANK == 0:
+    shutil.rmtree(root, ignore_errors=True)
+for f in failures:
+    print(f"rank {RANK}: FAILED: {f}", flush=True)
+if not failures:
+    print(f"rank {RANK}: checkpoint ok", flush=True)
+sys.exit(1 if failures else 0)
