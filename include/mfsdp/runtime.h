@@ -710,6 +710,14 @@ mfsdp_status mfsdp_set_step_count(mfsdp_step *step, int64_t count);
  * terminated) into it (MFSDP_ERROR_INVALID if it needs more than
  * `user_size` bytes). Either every rank loads or every rank fails. */
 mfsdp_status mfsdp_save(mfsdp_step *step, const char *dir, const char *user);
+/* Starts training from Hugging Face weights (collective): `dir` holds
+ * model.safetensors or the shards model.safetensors.index.json names; every
+ * parameter of the plan is found by its name and each rank reads only the
+ * rows it keeps, F32, BF16 or F16 converted to its fp32 masters; optimizer
+ * state starts at zero, the step count at 0. A missing tensor, another
+ * shape, another dtype or a truncated file is MFSDP_ERROR_IO naming the
+ * tensor and the file, on every rank. */
+mfsdp_status mfsdp_load_hf(mfsdp_step *step, const char *dir);
 mfsdp_status mfsdp_load(mfsdp_step *step, const char *dir, char *user,
                         int64_t user_size);
 

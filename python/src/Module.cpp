@@ -445,6 +445,14 @@ NB_MODULE(_C, m) {
            nb::arg("dir"),
            "mfsdp_load: a checkpoint of any mesh or policy (collective); returns "
            "the user string it was saved with.")
+      .def("load_hf",
+           [](Step &s, const std::string &dir) {
+             s.run("mfsdp_load_hf",
+                   [&](mfsdp_step *p) { return mfsdp_load_hf(p, dir.c_str()); });
+           },
+           nb::arg("dir"),
+           "mfsdp_load_hf: Hugging Face safetensors weights, each rank reading "
+           "its rows (collective).")
       .def("get_hparams",
            [](Step &s, int32_t i) {
              mfsdp_hparams h;

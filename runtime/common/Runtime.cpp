@@ -655,6 +655,14 @@ mfsdp_status mfsdp_load(mfsdp_step *step, const char *dir, char *user, int64_t u
   });
 }
 
+mfsdp_status mfsdp_load_hf(mfsdp_step *step, const char *dir) {
+  return barrier(step, "mfsdp_load_hf", [&]() -> mfsdp_status {
+    CHECK_CALL(step, "load_hf", -1);
+    Trace::Span hook = traced(step, "load_hf");
+    return mfsdp::rt::loadHF(step, dir);
+  });
+}
+
 mfsdp_status mfsdp_step_count(mfsdp_step *step, int64_t *count) {
   return barrier(step, "mfsdp_step_count", [&]() -> mfsdp_status {
     if (!step || !count)

@@ -166,6 +166,8 @@ mfsdp_status storeState(mfsdp_step *step, int32_t param, int32_t which, float *f
 mfsdp_status saveCheckpoint(mfsdp_step *step, const char *dir, const char *user);
 mfsdp_status loadCheckpoint(mfsdp_step *step, const char *dir, char *user,
                             int64_t userSize);
+/// mfsdp_load_hf (CheckpointHF.cpp).
+mfsdp_status loadHF(mfsdp_step *step, const char *dir);
 
 } // namespace mfsdp::rt
 

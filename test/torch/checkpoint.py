@@ -9,7 +9,10 @@ Run under mpirun -np 2 with a tiny transformers Llama:
            the directory, its parameters equal the trained ones bit for bit
            (fp32) and its logits equal the sharded model's; with
            dtype=torch.bfloat16 the files hold bf16 tensors;
-  errors   saving over an existing directory, loading a missing one.
+  hf in    weights transformers saved (fp32 and bf16) load with load_hf,
+           each rank reading its rows, equal bit for bit;
+  errors   saving over an existing directory, loading a missing one; HF
+           files with a tensor missing, another shape, truncated.
 Prints "checkpoint ok" when every check passed on this rank.
 """
 
@@ -129,6 +132,63 @@ if RANK == 0:
     with safe_open(os.path.join(hf16, "model.safetensors"), framework="pt") as f:
         dtypes = {f.get_tensor(k).dtype for k in f.keys()}
     check(dtypes == {torch.bfloat16}, f"dtype=bfloat16 writes bf16 tensors ({dtypes})")
+model.mfsdp_state.step.close()
+
+# HF weights in: a model saved by transformers (other values: seed 7), loaded
+# with each rank reading only its rows, equals it bit for bit; bf16 files too.
+src = os.path.join(root, "src")
+src16 = os.path.join(root, "src16")
+if RANK == 0:
+    torch.manual_seed(7)
+    from transformers import LlamaConfig, LlamaForCausalLM
+    other = LlamaForCausalLM(LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2))
+    other.save_pretrained(src, safe_serialization=True)
+    other.to(torch.bfloat16).save_pretrained(src16, safe_serialization=True)  # in place
+    # Broken copies: a tensor missing, a shape changed, a file truncated.
+    from safetensors.torch import load_file, save_file
+    tensors = load_file(os.path.join(src, "model.safetensors"))
+    for name, edit in (("missing", lambda t: t.pop("model.norm.weight")),
+                       ("shape", lambda t: t.__setitem__(
+                           "model.norm.weight", torch.zeros(31)))):
+        d = os.path.join(root, name)
+        os.makedirs(d)
+        t = dict(tensors)
+        edit(t)
+        save_file(t, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+    d = os.path.join(root, "truncated")
+    os.makedirs(d)
+    with open(os.path.join(src, "model.safetensors"), "rb") as f:
+        data = f.read()
+    with open(os.path.join(d, "model.safetensors"), "wb") as f:
+        f.write(data[:len(data) - 100])
+model, opt = mt.fully_shard(llama(), mesh=f"dp_shard={WORLD}", policy="adamw",
+                            work_dir=work + "-d")
+# Every rank waits for rank 0's files: a collective after they are written.
+model.full_state_dict()
+model.load_hf(src)
+mine = model.full_state_dict()
+model.load_hf(src16)
+mine16 = model.full_state_dict()
+if RANK == 0:
+    ref = {k: v.detach() for k, v in
+           LlamaForCausalLM.from_pretrained(src).named_parameters()}
+    check(all(torch.equal(mine[k], ref[k]) for k in ref),
+          "load_hf reads transformers' save_pretrained weights bit for bit")
+    ref16 = {k: v.detach().to(torch.bfloat16).to(torch.float32) for k, v in
+             LlamaForCausalLM.from_pretrained(src16).named_parameters()}
+    check(all(torch.equal(mine16[k], ref16[k]) for k in ref16),
+          "load_hf widens bf16 files exactly")
+for name, words in (("missing", "lacks the plan's parameters model.norm.weight"),
+                    ("shape", "'model.norm.weight' has 31 elements"),
+                    ("truncated", "the file is truncated")):
+    try:
+        model.load_hf(os.path.join(root, name))
+        check(False, f"load_hf of a {name} file is an error")
+    except mfsdp.Error as e:
+        check(words in str(e) or (RANK != 0 and "mfsdp_load_hf" in str(e)),
+              f"load_hf of a {name} file is an error naming it ({str(e)[:160]})")
 model.mfsdp_state.step.close()
 
 if RANK == 0:
