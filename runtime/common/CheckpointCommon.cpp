@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -281,6 +282,24 @@ std::string fileName(int rank) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "rank-%05d.safetensors", rank);
   return buf;
+}
+
+std::string readSafetensorsHeader(int fd, const std::string &path, int64_t fileBytes,
+                                  int64_t &dataStart) {
+  uint8_t len[8];
+  if (fileBytes < 8 || !readAt(fd, 0, len, 8))
+    throw std::runtime_error("cannot read the header of " + path);
+  uint64_t n = 0;
+  for (int b = 0; b < 8; ++b)
+    n |= static_cast<uint64_t>(len[b]) << (8 * b);
+  if (n > static_cast<uint64_t>(fileBytes) - 8 || n > (uint64_t(1) << 31))
+    throw std::runtime_error(path + ": a header of " + std::to_string(n) +
+                             " bytes does not fit the file");
+  std::string head(n, '\0');
+  if (!readAt(fd, 8, head.data(), static_cast<int64_t>(n)))
+    throw std::runtime_error("cannot read the header of " + path);
+  dataStart = 8 + static_cast<int64_t>(n);
+  return head;
 }
 
 } // namespace mfsdp::rt::ckpt

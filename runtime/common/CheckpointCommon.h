@@ -54,6 +54,11 @@ bool syncDirectory(const std::string &path, std::string &error);
 bool readWhole(const std::string &path, std::string &out, std::string &error);
 bool readAt(int fd, int64_t offset, void *to, int64_t bytes);
 std::string parentOf(const std::string &dir);
+/// A safetensors file's JSON header (the 8-byte little-endian length, then
+/// the text) and where its data starts; throws std::runtime_error naming
+/// `path` when the file cannot hold it. `fileBytes`: the file's size.
+std::string readSafetensorsHeader(int fd, const std::string &path, int64_t fileBytes,
+                                  int64_t &dataStart);
 /// The status every rank ends with: the worst of all.
 mfsdp_status agree(mfsdp_step *step, mfsdp_status mine, const char *what);
 /// Whether this rank is the first coordinate of every outer dim.

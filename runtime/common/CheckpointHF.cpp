@@ -13,6 +13,7 @@
 #include "CheckpointCommon.h"
 
 #include "mfsdp/runtime/ControlPlane.h"
+#include "mfsdp/runtime/Kernels.h"
 
 #include <nlohmann/json.hpp>
 
@@ -39,13 +40,6 @@ struct HFTensor {
   std::vector<int64_t> shape;
   int64_t begin = 0, end = 0; // absolute offsets in the file
 };
-
-float fromBF16(uint16_t v) {
-  const uint32_t bits = static_cast<uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
 
 float fromF16(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
@@ -116,20 +110,8 @@ mfsdp_status mfsdp::rt::loadHF(mfsdp_step *step, const char *dir) {
         struct stat sb {};
         if (::fstat(fd, &sb) != 0 || sb.st_size < 8)
           throw std::runtime_error(path + " is not a safetensors file (too short)");
-        uint8_t len[8];
-        if (!readAt(fd, 0, len, 8))
-          throw std::runtime_error("cannot read the header of " + path);
-        uint64_t n = 0;
-        for (int b = 0; b < 8; ++b)
-          n |= static_cast<uint64_t>(len[b]) << (8 * b);
-        if (n > static_cast<uint64_t>(sb.st_size) - 8 || n > (uint64_t(1) << 31))
-          throw std::runtime_error(path + ": a header of " + std::to_string(n) +
-                                   " bytes does not fit the file");
-        std::string head(n, '\0');
-        if (!readAt(fd, 8, head.data(), static_cast<int64_t>(n)))
-          throw std::runtime_error("cannot read the header of " + path);
-        const json h = json::parse(head);
-        const int64_t dataStart = 8 + static_cast<int64_t>(n);
+        int64_t dataStart = 0;
+        const json h = json::parse(readSafetensorsHeader(fd, path, sb.st_size, dataStart));
         for (const auto &[key, t] : h.items()) {
           if (key == "__metadata__")
             continue;
@@ -206,7 +188,7 @@ mfsdp_status mfsdp::rt::loadHF(mfsdp_step *step, const char *dir) {
           } else {
             uint16_t v;
             std::memcpy(&v, row.data() + 2 * c, 2);
-            to[c] = t.dtype == "BF16" ? fromBF16(v) : fromF16(v);
+            to[c] = t.dtype == "BF16" ? host::fromBF16(v) : fromF16(v);
           }
         }
       }

@@ -174,20 +174,8 @@ mfsdp_status mfsdp::rt::loadCheckpoint(mfsdp_step *step, const char *dir, char *
       if (::fstat(fd, &sb) != 0 || sb.st_size != f.at("bytes").get<int64_t>())
         throw std::runtime_error(path + " has " + std::to_string(sb.st_size) +
                                  " bytes; the index says " + f.at("bytes").dump());
-      uint8_t len[8];
-      if (!readAt(fd, 0, len, 8))
-        throw std::runtime_error("cannot read the header of " + path);
-      uint64_t n = 0;
-      for (int b = 0; b < 8; ++b)
-        n |= static_cast<uint64_t>(len[b]) << (8 * b);
-      if (n > static_cast<uint64_t>(sb.st_size) - 8 || n > (uint64_t(1) << 31))
-        throw std::runtime_error(path + ": a header of " + std::to_string(n) +
-                                 " bytes does not fit the file");
-      std::string head(n, '\0');
-      if (!readAt(fd, 8, head.data(), static_cast<int64_t>(n)))
-        throw std::runtime_error("cannot read the header of " + path);
-      const json h = json::parse(head);
-      const int64_t dataStart = 8 + static_cast<int64_t>(n);
+      int64_t dataStart = 0;
+      const json h = json::parse(readSafetensorsHeader(fd, path, sb.st_size, dataStart));
       if (!h.contains("__metadata__"))
         continue; // a rank that wrote nothing
       for (const auto &[key, value] : h.at("__metadata__").items()) {
