@@ -302,4 +302,14 @@ std::string readSafetensorsHeader(int fd, const std::string &path, int64_t fileB
   return head;
 }
 
+mfsdp_status followMasters(mfsdp_step *step) {
+  for (ParamState &ps : step->params)
+    step->releaseFull(ps);
+  mfsdp_status s = MFSDP_OK;
+  if (step->plan.zero < 3)
+    for (int32_t u = 0; !s && u < step->plan.num_units; ++u)
+      s = step->gather(u);
+  return s;
+}
+
 } // namespace mfsdp::rt::ckpt

@@ -68,6 +68,9 @@ bool writes(const mfsdp_step &st, const ParamState &ps, int k, bool primary);
 float *bufferOf(ParamState &ps, int k);
 const char *placementName(int32_t p);
 mfsdp_status usableForCheckpoint(mfsdp_step *step, const char *call);
+/// After masters were loaded: the gathered compute copies are dropped and,
+/// under ZeRO-1/2 (copies kept all step), gathered again from them.
+mfsdp_status followMasters(mfsdp_step *step);
 /// The crash tests' kill points (MFSDP_CHECKPOINT_KILL).
 void killPoint(const char *stage);
 std::string fileName(int rank);

@@ -205,14 +205,8 @@ mfsdp_status mfsdp::rt::loadHF(mfsdp_step *step, const char *dir) {
     }
   }
   closeAll();
-  if (!local) {
-    // The compute copies follow the loaded masters.
-    for (ParamState &ps : step->params)
-      step->releaseFull(ps);
-    if (step->plan.zero < 3)
-      for (int32_t u = 0; !local && u < step->plan.num_units; ++u)
-        local = step->gather(u);
-  }
+  if (!local)
+    local = followMasters(step);
   if (auto s = agree(step, local, "loading the HF weights"))
     return s;
   step->steps = 0;

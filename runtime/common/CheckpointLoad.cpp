@@ -308,14 +308,8 @@ mfsdp_status mfsdp::rt::loadCheckpoint(mfsdp_step *step, const char *dir, char *
     }
   }
   closeAll();
-  if (!local) {
-    // The compute copies follow the loaded masters.
-    for (ParamState &ps : step->params)
-      step->releaseFull(ps);
-    if (step->plan.zero < 3)
-      for (int32_t u = 0; !local && u < step->plan.num_units; ++u)
-        local = step->gather(u);
-  }
+  if (!local)
+    local = followMasters(step);
   if (!local && user) {
     const std::string u = index.value("user", json::object()).dump();
     if (static_cast<int64_t>(u.size()) + 1 > userSize)

@@ -107,6 +107,32 @@ def names_the_fault(out, rank):
             re.search(r"rank %d did not answer" % rank, out) is not None)
 
 
+def stall_case(lib, label, checks):
+    """Rank 1 stops calling mfsdp before step 3's optimizer step."""
+    proc = start(lib, 20, ["--test-stall", "1,3"], checks=checks)
+    seen = []
+    pids = {}
+    try:
+        pids = pids_of(proc, seen)
+        stalled = read_until(proc, r"rank 1 stalls at step 3", 60, seen)
+        t0 = time.monotonic()
+        status, _, out = finish(proc, seen, 60)
+        took = time.monotonic() - t0
+        check(stalled is not None and status not in (None, 0) and took < BOUND_S,
+              "%s: the job ends with status %s %.1f s after rank 1 stalls (bound %.0f s)"
+              % (label, status, took, BOUND_S))
+        if checks:
+            # The checks' own exchange times out first, bounded the same way.
+            check("did not complete within %d ms" % int(TIMEOUT_S * 1000) in out,
+                  "%s: the error says the exchange timed out" % label, out)
+        else:
+            check(names_the_fault(out, 1),
+                  "%s: rank 0's error names the collective, the unit and rank 1" % label,
+                  out)
+    finally:
+        kill(proc, pids.values())
+
+
 def main():
     os.makedirs(WORK, exist_ok=True)
     lib = os.path.join(WORK, "w2.so")
@@ -119,23 +145,7 @@ def main():
     check(status == 0 and "step 5: loss" in out,
           "no fault: 5 steps train with the watchdog on")
 
-    # stall: rank 1 skips the collectives of step 3 on.
-    proc = start(lib, 20, ["--test-stall", "1,3"])
-    seen = []
-    pids = {}
-    try:
-        pids = pids_of(proc, seen)
-        stalled = read_until(proc, r"rank 1 stalls at step 3", 60, seen)
-        t0 = time.monotonic()
-        status, took, out = finish(proc, seen, 60)
-        took = time.monotonic() - t0
-        check(stalled is not None and status not in (None, 0) and took < BOUND_S,
-              "stall: the job ends with status %s %.1f s after rank 1 stalls (bound %.0f s)"
-              % (status, took, BOUND_S))
-        check(names_the_fault(out, 1),
-              "stall: rank 0's error names the collective, the unit and rank 1", out)
-    finally:
-        kill(proc, pids.values())
+    stall_case(lib, "stall", checks=False)
 
     # sigstop: rank 1 stopped while training.
     proc = start(lib, 100000)
@@ -180,23 +190,7 @@ def main():
     finally:
         kill(proc, pids.values())
 
-    # checks: the call-sequence checks' exchange is bounded as well.
-    proc = start(lib, 20, ["--test-stall", "1,3"], checks=True)
-    seen = []
-    pids = {}
-    try:
-        pids = pids_of(proc, seen)
-        stalled = read_until(proc, r"rank 1 stalls at step 3", 60, seen)
-        t0 = time.monotonic()
-        status, _, out = finish(proc, seen, 60)
-        took = time.monotonic() - t0
-        check(stalled is not None and status not in (None, 0) and took < BOUND_S,
-              "checks on: the job ends with status %s %.1f s after rank 1 stalls (bound %.0f s)"
-              % (status, took, BOUND_S))
-        check("did not complete within %d ms" % int(TIMEOUT_S * 1000) in out,
-              "checks on: the error says the exchange timed out")
-    finally:
-        kill(proc, pids.values())
+    stall_case(lib, "checks on", checks=True)
 
     if FAILURES:
         print("%d watchdog check(s) failed" % len(FAILURES))
