@@ -78,14 +78,17 @@ public:
   bool init(const BackendOptions &options, std::string &error) {
     if (options.collectiveTimeoutMs > 0)
       collectiveTimeoutMs_ = options.collectiveTimeoutMs;
+    multi_.timeoutMs = collectiveTimeoutMs_;
     trainer_ = static_cast<cudaStream_t>(options.trainerStream);
     // Under torchrun the communicators are bootstrapped through
     // mfsdp_create's control plane (device LOCAL_RANK); else from MPI.
     ControlPlane *torchrun =
         options.control && options.control->rankEnv() ? options.control : nullptr;
     auto create = [&](const char *dim) {
-      return torchrun ? NcclComm::createFromControl(*torchrun, options.mesh, dim, error)
-                      : NcclComm::createFromMpi(options.mesh, dim, error);
+      return torchrun ? NcclComm::createFromControl(*torchrun, options.mesh, dim,
+                                                    collectiveTimeoutMs_, error)
+                      : NcclComm::createFromMpi(options.mesh, dim, collectiveTimeoutMs_,
+                                                error);
     };
     shard_.reset(create("dp_shard"));
     if (!shard_)
@@ -520,7 +523,11 @@ private:
                            "cudaStreamWaitEvent"))
       return rc;
     if (int rc = call()) {
+      // A failed or timed-out NCCL call leaves the ranks out of step: both
+      // communicators are aborted, so no later call waits on a peer that
+      // will never come.
       error_ = NcclComm::lastError();
+      abortComms();
       return rc;
     }
     if (int rc = checkCuda(cudaEventRecord(commDone_, comm_), "cudaEventRecord"))
@@ -538,7 +545,11 @@ private:
                            "cudaStreamWaitEvent"))
       return rc;
     if (int rc = call()) {
+      // A failed or timed-out NCCL call leaves the ranks out of step: both
+      // communicators are aborted, so no later call waits on a peer that
+      // will never come.
       error_ = NcclComm::lastError();
+      abortComms();
       return rc;
     }
     cudaEvent_t done = nullptr;

@@ -6,9 +6,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 namespace mfsdp::rt::cuda {
@@ -142,6 +144,30 @@ std::vector<Chunk> chunksOf(const std::vector<int64_t> &counts) {
   return chunks;
 }
 
+/// Waits until the last upload through `table` is done, polling within
+/// its timeout (never cudaEventSynchronize, which a collective that
+/// never completes would hold forever).
+int waitUploaded(MultiTensorTable &table) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(table.timeoutMs);
+  for (int tries = 0;; ++tries) {
+    const cudaError_t q = cudaEventQuery(table.uploaded);
+    if (q != cudaErrorNotReady)
+      return check(q, "cudaEventQuery (the last table upload)");
+    if (tries > 1000) {
+      if (Clock::now() >= deadline)
+        break;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  std::snprintf(lastMessage, sizeof(lastMessage),
+                "the last optimizer table upload did not complete within %lld ms (the "
+                "collective timeout: the compute stream waits for a collective that did "
+                "not complete)",
+                static_cast<long long>(table.timeoutMs));
+  return static_cast<int>(cudaErrorTimeout);
+}
+
 /// Uploads `slots` and `chunks` through `table` (host copy, then device
 /// copy on `stream`), and sets where the kernel finds them.
 template <typename Slot>
@@ -154,8 +180,7 @@ int upload(const std::vector<Slot> &slots, const std::vector<Chunk> &chunks,
     if (int e = check(cudaEventCreateWithFlags(&table.uploaded, cudaEventDisableTiming),
                       "cudaEventCreate"))
       return e;
-  } else if (int e = check(cudaEventSynchronize(table.uploaded),
-                           "cudaEventSynchronize (the last table upload)")) {
+  } else if (int e = waitUploaded(table)) {
     return e; // the host copy is still being read
   }
   if (table.hostBytes < bytes) {

@@ -6,15 +6,20 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <thread>
 
 namespace mfsdp::rt {
 
 namespace {
 thread_local char lastMessage[512] = "";
 
+/// 0 for success and for ncclInProgress (a nonblocking call that is
+/// still running: settle() waits for it), else the error, with the
+/// message set.
 int checkNccl(ncclResult_t r, const char *what) {
   if (r == ncclSuccess || r == ncclInProgress)
     return 0;
@@ -33,12 +38,76 @@ bool checkCuda(cudaError_t e, const char *what, std::string &error) {
 ncclComm_t handle(void *c) { return static_cast<ncclComm_t>(c); }
 cudaStream_t streamOf(void *s) { return static_cast<cudaStream_t>(s); }
 
-/// count elements of `type` at buf = their sum over `comm`, in place.
-int allReduceOf(void *comm, void *buf, int64_t count, ncclDataType_t type,
-                void *stream) {
-  return checkNccl(ncclAllReduce(buf, buf, static_cast<size_t>(count), type, ncclSum,
-                                 handle(comm), streamOf(stream)),
-                   "ncclAllReduce");
+/// Every communicator is nonblocking (`blocking = 0`): an NCCL call
+/// returns at once, ncclInProgress while its work (connecting to the
+/// peers, enqueuing) goes on, and the next call on the communicator may
+/// come only once ncclCommGetAsyncError no longer says ncclInProgress. So
+/// no NCCL call can hold the host past the collective timeout: `settle`
+/// polls with that deadline and, when it passes, aborts the communicator
+/// (ncclCommAbort) and fails naming the call.
+constexpr int kTimedOut = static_cast<int>(ncclSystemError);
+
+int settle(ncclComm_t comm, ncclResult_t first, int64_t timeoutMs, const char *what) {
+  if (first != ncclInProgress)
+    return checkNccl(first, what);
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeoutMs);
+  std::chrono::microseconds nap(0);
+  for (int tries = 0;; ++tries) {
+    ncclResult_t state = ncclInProgress;
+    if (ncclResult_t r = ncclCommGetAsyncError(comm, &state); r != ncclSuccess)
+      return checkNccl(r, "ncclCommGetAsyncError");
+    if (state != ncclInProgress)
+      return checkNccl(state, what);
+    if (tries > 1000) {
+      if (Clock::now() >= deadline)
+        break;
+      nap = std::min(std::chrono::microseconds(1000), nap + std::chrono::microseconds(20));
+      std::this_thread::sleep_for(nap);
+    }
+  }
+  std::snprintf(lastMessage, sizeof(lastMessage),
+                "%s did not complete within %lld ms (the collective timeout; a rank "
+                "stopped, died or calls something else): the NCCL communicator was "
+                "aborted",
+                what, static_cast<long long>(timeoutMs));
+  return kTimedOut;
+}
+
+/// A nonblocking communicator's configuration.
+ncclConfig_t nonblocking() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return config;
+}
+
+/// Finalizes (flushes) and frees `comm`, bounded by the timeout; a
+/// communicator that does not finalize in time is aborted instead.
+void release(ncclComm_t comm, int64_t timeoutMs) {
+  if (!comm)
+    return;
+  if (settle(comm, ncclCommFinalize(comm), timeoutMs, "ncclCommFinalize") == 0)
+    ncclCommDestroy(comm);
+  else
+    ncclCommAbort(comm);
+}
+
+/// A new communicator `comm` (being created by `call`), settled: 0, or
+/// the error with the communicator aborted and `comm` null.
+int settleNew(ncclComm_t &comm, ncclResult_t call, int64_t timeoutMs, const char *what) {
+  if (call != ncclSuccess && call != ncclInProgress) {
+    checkNccl(call, what);
+    if (comm)
+      ncclCommAbort(comm);
+    comm = nullptr;
+    return static_cast<int>(call);
+  }
+  if (int rc = settle(comm, call, timeoutMs, what)) {
+    ncclCommAbort(comm);
+    comm = nullptr;
+    return rc;
+  }
+  return 0;
 }
 
 std::vector<size_t> offsetsOf(const std::vector<int64_t> &counts) {
@@ -51,31 +120,50 @@ std::vector<size_t> offsetsOf(const std::vector<int64_t> &counts) {
 
 const char *NcclComm::lastError() { return lastMessage; }
 
-NcclComm *NcclComm::fromWorld(void *worldComm, int rank, int world,
+NcclComm *NcclComm::fromWorld(int world, const void *uniqueId, int rank,
                               const std::vector<MeshDimSpec> &mesh,
-                              const std::string &dim, std::string &error) {
+                              const std::string &dim, int64_t timeoutMs,
+                              std::string &error) {
   int colour = 0, coord = 0;
-  if (!meshGroup(mesh, dim, rank, world, colour, coord, error)) {
-    ncclCommDestroy(handle(worldComm));
+  if (!meshGroup(mesh, dim, rank, world, colour, coord, error))
+    return nullptr;
+  ncclUniqueId id;
+  std::memcpy(&id, uniqueId, sizeof(id));
+  ncclConfig_t config = nonblocking();
+  ncclComm_t worldComm = nullptr;
+  if (settleNew(worldComm, ncclCommInitRankConfig(&worldComm, world, id, rank, &config),
+                timeoutMs, "ncclCommInitRankConfig (every rank joining the world)")) {
+    error = lastMessage;
     return nullptr;
   }
   ncclComm_t group = nullptr;
-  int rc = checkNccl(ncclCommSplit(handle(worldComm), colour, coord, &group, nullptr),
-                     "ncclCommSplit");
-  ncclCommDestroy(handle(worldComm));
+  config = nonblocking();
+  const int rc = settleNew(group, ncclCommSplit(worldComm, colour, coord, &group, &config),
+                           timeoutMs, ("ncclCommSplit (the " + dim + " group)").c_str());
+  release(worldComm, timeoutMs);
   if (rc) {
     error = lastMessage;
     return nullptr;
   }
   auto *c = new NcclComm();
   c->comm_ = group;
+  c->timeoutMs_ = timeoutMs;
   ncclCommUserRank(group, &c->rank_);
   ncclCommCount(group, &c->size_);
   return c;
 }
 
+int NcclComm::settle(int call, const char *what) {
+  const int rc = ::mfsdp::rt::settle(handle(comm_), static_cast<ncclResult_t>(call),
+                                     timeoutMs_, what);
+  if (rc == kTimedOut)
+    abort();
+  return rc;
+}
+
 NcclComm *NcclComm::createFromMpi(const std::vector<MeshDimSpec> &mesh,
-                                  const std::string &dim, std::string &error) {
+                                  const std::string &dim, int64_t timeoutMs,
+                                  std::string &error) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
@@ -109,13 +197,7 @@ NcclComm *NcclComm::createFromMpi(const std::vector<MeshDimSpec> &mesh,
                       : "rank 0 could not create an NCCL unique id (see its error)";
     return nullptr;
   }
-  ncclUniqueId id = root.id;
-  ncclComm_t worldComm = nullptr;
-  if (checkNccl(ncclCommInitRank(&worldComm, world, id, rank), "ncclCommInitRank")) {
-    error = lastMessage;
-    return nullptr;
-  }
-  return fromWorld(worldComm, rank, world, mesh, dim, error);
+  return fromWorld(world, &root.id, rank, mesh, dim, timeoutMs, error);
 }
 
 NcclComm *NcclComm::createFromEnv(const RankEnv &env,
@@ -123,12 +205,13 @@ NcclComm *NcclComm::createFromEnv(const RankEnv &env,
                                   const std::string &dim, int timeoutMs,
                                   std::string &error) {
   std::unique_ptr<ControlPlane> control(createTorchrunControlPlane(env, timeoutMs, error));
-  return control ? createFromControl(*control, mesh, dim, error) : nullptr;
+  return control ? createFromControl(*control, mesh, dim, timeoutMs, error) : nullptr;
 }
 
 NcclComm *NcclComm::createFromControl(ControlPlane &control,
                                       const std::vector<MeshDimSpec> &mesh,
-                                      const std::string &dim, std::string &error) {
+                                      const std::string &dim, int64_t timeoutMs,
+                                      std::string &error) {
   const int rank = control.rank(), world = control.world();
   const int device = control.localRank();
   const std::string me = "rank " + std::to_string(rank) + ": ";
@@ -162,18 +245,10 @@ NcclComm *NcclComm::createFromControl(ControlPlane &control,
     return nullptr;
   }
   std::memcpy(&id, blob.data(), sizeof(id));
-  ncclComm_t worldComm = nullptr;
-  if (checkNccl(ncclCommInitRank(&worldComm, world, id, rank), "ncclCommInitRank")) {
-    error = lastMessage;
-    return nullptr;
-  }
-  return fromWorld(worldComm, rank, world, mesh, dim, error);
+  return fromWorld(world, &id, rank, mesh, dim, timeoutMs, error);
 }
 
-NcclComm::~NcclComm() {
-  if (comm_)
-    ncclCommDestroy(handle(comm_));
-}
+NcclComm::~NcclComm() { release(handle(comm_), timeoutMs_); }
 
 int NcclComm::asyncError() {
   if (!comm_)
@@ -194,74 +269,105 @@ void NcclComm::abort() {
 }
 
 int NcclComm::allGather(const float *send, float *recv, int64_t count, void *stream) {
-  return checkNccl(ncclAllGather(send, recv, static_cast<size_t>(count), ncclFloat,
-                                 handle(comm_), streamOf(stream)),
-                   "ncclAllGather");
+  if (!comm_)
+    return aborted();
+  return settle(ncclAllGather(send, recv, static_cast<size_t>(count), ncclFloat,
+                              handle(comm_), streamOf(stream)),
+                "ncclAllGather");
 }
 
 int NcclComm::reduceScatter(const float *send, float *recv, int64_t count,
                             void *stream) {
-  return checkNccl(ncclReduceScatter(send, recv, static_cast<size_t>(count), ncclFloat,
-                                     ncclSum, handle(comm_), streamOf(stream)),
-                   "ncclReduceScatter");
+  if (!comm_)
+    return aborted();
+  return settle(ncclReduceScatter(send, recv, static_cast<size_t>(count), ncclFloat,
+                                  ncclSum, handle(comm_), streamOf(stream)),
+                "ncclReduceScatter");
+}
+
+int NcclComm::allReduceOf(void *buf, int64_t count, int type, void *stream) {
+  if (!comm_)
+    return aborted();
+  return settle(ncclAllReduce(buf, buf, static_cast<size_t>(count),
+                              static_cast<ncclDataType_t>(type), ncclSum, handle(comm_),
+                              streamOf(stream)),
+                "ncclAllReduce");
 }
 
 int NcclComm::allReduce(float *buf, int64_t count, void *stream) {
-  return allReduceOf(comm_, buf, count, ncclFloat, stream);
+  return allReduceOf(buf, count, ncclFloat, stream);
 }
 
 int NcclComm::allReduce(double *buf, int64_t count, void *stream) {
-  return allReduceOf(comm_, buf, count, ncclFloat64, stream);
+  return allReduceOf(buf, count, ncclFloat64, stream);
 }
 
 int NcclComm::broadcast(float *buf, int64_t count, int root, void *stream) {
-  return checkNccl(ncclBroadcast(buf, buf, static_cast<size_t>(count), ncclFloat, root,
-                                 handle(comm_), streamOf(stream)),
-                   "ncclBroadcast");
+  if (!comm_)
+    return aborted();
+  return settle(ncclBroadcast(buf, buf, static_cast<size_t>(count), ncclFloat, root,
+                              handle(comm_), streamOf(stream)),
+                "ncclBroadcast");
+}
+
+int NcclComm::aborted() {
+  std::snprintf(lastMessage, sizeof(lastMessage),
+                "the NCCL communicator was aborted after an earlier timeout or error");
+  return static_cast<int>(ncclInvalidUsage);
+}
+
+/// The calls `enqueue()` makes inside one NCCL group (ncclGroupStart/End:
+/// one launch), then the group's end settled. The group is closed
+/// whatever happened inside it.
+template <typename Enqueue>
+int NcclComm::grouped(const char *what, Enqueue enqueue) {
+  if (!comm_)
+    return aborted();
+  if (int rc = checkNccl(ncclGroupStart(), "ncclGroupStart"))
+    return rc;
+  const int rc = enqueue();
+  const int end = settle(ncclGroupEnd(), what);
+  return rc ? rc : end;
 }
 
 int NcclComm::broadcastMany(const std::vector<BroadcastPart> &parts, void *stream) {
-  if (int rc = checkNccl(ncclGroupStart(), "ncclGroupStart"))
-    return rc;
-  int rc = 0;
-  for (const BroadcastPart &p : parts) {
-    if (p.count <= 0)
-      continue; // the same count on every rank: no call anywhere
-    rc = checkNccl(ncclBroadcast(p.buf, p.buf, static_cast<size_t>(p.count), ncclFloat,
-                                 p.root, handle(comm_), streamOf(stream)),
-                   "ncclBroadcast");
-    if (rc)
-      break;
-  }
-  // The group is closed whatever happened inside it.
-  const int ended = checkNccl(ncclGroupEnd(), "ncclGroupEnd");
-  return rc ? rc : ended;
+  return grouped("ncclGroupEnd (broadcasts)", [&] {
+    for (const BroadcastPart &p : parts) {
+      if (p.count <= 0)
+        continue; // the same count on every rank: no call anywhere
+      if (int rc = checkNccl(ncclBroadcast(p.buf, p.buf, static_cast<size_t>(p.count),
+                                           ncclFloat, p.root, handle(comm_),
+                                           streamOf(stream)),
+                             "ncclBroadcast"))
+        return rc;
+    }
+    return 0;
+  });
 }
 
 /// One NCCL call per rank with a non-empty segment, inside one group.
 /// `call(r, offset)` enqueues rank r's segment at element `offset`.
 template <typename Call>
-static int groupedPerRank(const std::vector<int64_t> &counts, int size,
-                          const char *what, Call call) {
-  if (static_cast<int>(counts.size()) != size) {
+int NcclComm::groupedPerRank(const std::vector<int64_t> &counts, const char *what,
+                             Call call) {
+  if (static_cast<int>(counts.size()) != size_) {
     std::snprintf(lastMessage, sizeof(lastMessage), "%s: %zu counts for a group of %d ranks",
-                  what, counts.size(), size);
+                  what, counts.size(), size_);
     return static_cast<int>(ncclInvalidArgument);
   }
   std::vector<size_t> off = offsetsOf(counts);
-  if (int rc = checkNccl(ncclGroupStart(), "ncclGroupStart"))
-    return rc;
-  int rc = 0;
-  for (int r = 0; r < size && !rc; ++r)
-    if (counts[r] != 0)
-      rc = checkNccl(call(r, off[r]), what);
-  int end = checkNccl(ncclGroupEnd(), "ncclGroupEnd");
-  return rc ? rc : end;
+  return grouped(what, [&] {
+    for (int r = 0; r < size_; ++r)
+      if (counts[r] != 0)
+        if (int rc = checkNccl(call(r, off[r]), what))
+          return rc;
+    return 0;
+  });
 }
 
 int NcclComm::allGatherV(const float *send, float *recv,
                          const std::vector<int64_t> &counts, void *stream) {
-  return groupedPerRank(counts, size_, "ncclBroadcast (all-gather-v)",
+  return groupedPerRank(counts, "ncclBroadcast (all-gather-v)",
                         [&](int r, size_t off) {
                           return ncclBroadcast(r == rank_ ? send : recv + off, recv + off,
                                                static_cast<size_t>(counts[r]), ncclFloat,
@@ -274,13 +380,15 @@ int NcclComm::allGatherBF16(const uint16_t *send, uint16_t *recv,
   bool even = static_cast<int>(counts.size()) == size_;
   for (int64_t c : counts)
     even &= c == counts.front();
+  if (!comm_)
+    return aborted();
   if (even && counts.front() > 0)
-    return checkNccl(ncclAllGather(send, recv, static_cast<size_t>(counts.front()),
-                                   ncclBfloat16, handle(comm_), streamOf(stream)),
-                     "ncclAllGather (bf16)");
+    return settle(ncclAllGather(send, recv, static_cast<size_t>(counts.front()),
+                                ncclBfloat16, handle(comm_), streamOf(stream)),
+                  "ncclAllGather (bf16)");
   if (even)
     return 0;
-  return groupedPerRank(counts, size_, "ncclBroadcast (bf16 all-gather-v)",
+  return groupedPerRank(counts, "ncclBroadcast (bf16 all-gather-v)",
                         [&](int r, size_t off) {
                           return ncclBroadcast(r == rank_ ? send : recv + off, recv + off,
                                                static_cast<size_t>(counts[r]), ncclBfloat16,
@@ -293,14 +401,15 @@ int NcclComm::reduceScatterBF16(const uint16_t *send, uint16_t *recv,
   bool even = static_cast<int>(counts.size()) == size_;
   for (int64_t c : counts)
     even &= c == counts.front();
+  if (!comm_)
+    return aborted();
   if (even && counts.front() > 0)
-    return checkNccl(ncclReduceScatter(send, recv, static_cast<size_t>(counts.front()),
-                                       ncclBfloat16, ncclSum, handle(comm_),
-                                       streamOf(stream)),
-                     "ncclReduceScatter (bf16)");
+    return settle(ncclReduceScatter(send, recv, static_cast<size_t>(counts.front()),
+                                    ncclBfloat16, ncclSum, handle(comm_), streamOf(stream)),
+                  "ncclReduceScatter (bf16)");
   if (even)
     return 0;
-  return groupedPerRank(counts, size_, "ncclReduce (bf16 reduce-scatter-v)",
+  return groupedPerRank(counts, "ncclReduce (bf16 reduce-scatter-v)",
                         [&](int r, size_t off) {
                           return ncclReduce(send + off, recv, static_cast<size_t>(counts[r]),
                                             ncclBfloat16, ncclSum, r, handle(comm_),
@@ -309,13 +418,13 @@ int NcclComm::reduceScatterBF16(const uint16_t *send, uint16_t *recv,
 }
 
 int NcclComm::allReduceBF16(uint16_t *buf, int64_t count, void *stream) {
-  return allReduceOf(comm_, buf, count, ncclBfloat16, stream);
+  return allReduceOf(buf, count, ncclBfloat16, stream);
 }
 
 int NcclComm::reduceScatterV(const float *send, float *recv,
                              const std::vector<int64_t> &counts, void *stream) {
   // The reduced segment lands only on its owner r.
-  return groupedPerRank(counts, size_, "ncclReduce (reduce-scatter-v)",
+  return groupedPerRank(counts, "ncclReduce (reduce-scatter-v)",
                         [&](int r, size_t off) {
                           return ncclReduce(send + off, recv, static_cast<size_t>(counts[r]),
                                             ncclFloat, ncclSum, r, handle(comm_),

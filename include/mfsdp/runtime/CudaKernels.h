@@ -36,6 +36,10 @@ struct MultiTensorTable {
   void *host = nullptr, *device = nullptr;
   size_t hostBytes = 0, deviceBytes = 0;
   struct CUevent_st *uploaded = nullptr;
+  /// The wait for the last upload (the host copy is reused) is polled and
+  /// bounded by this many ms (the collective timeout: the upload may sit
+  /// behind a collective whose peer died).
+  int64_t timeoutMs = 10LL * 60 * 1000;
 };
 void releaseMultiTensorTable(MultiTensorTable &table);
 /// The fused forms (host::adamwMulti, sgdMulti): one kernel launch over

@@ -8,6 +8,11 @@
 // the id goes over TCP from rank 0), and the group's communicator is split
 // from the world's with ncclCommSplit.
 //
+// Every communicator is nonblocking (ncclConfig_t.blocking = 0): no NCCL
+// call, its creation included, holds the host past the collective timeout
+// (the call is polled with ncclCommGetAsyncError and the communicator
+// aborted at the deadline).
+//
 // The owner variants: all-gather-v is one ncclBroadcast per rank with a
 // non-empty segment, reduce-scatter-v one ncclReduce to each such rank,
 // each set inside ncclGroupStart/End so NCCL runs them as one launch.
@@ -34,7 +39,8 @@ public:
   /// Under mpirun: MPI must be initialised; selects the device LOCAL_RANK
   /// of the node (from MPI's shared-memory split).
   static NcclComm *createFromMpi(const std::vector<MeshDimSpec> &mesh,
-                                 const std::string &dim, std::string &error);
+                                 const std::string &dim, int64_t timeoutMs,
+                                 std::string &error);
   /// From the torchrun environment; selects device env.localRank. Every
   /// wait is bounded by `timeoutMs` (a torchrun ControlPlane of its own).
   static NcclComm *createFromEnv(const RankEnv &env,
@@ -48,7 +54,8 @@ public:
   /// control.broadcast.
   static NcclComm *createFromControl(ControlPlane &control,
                                      const std::vector<MeshDimSpec> &mesh,
-                                     const std::string &dim, std::string &error);
+                                     const std::string &dim, int64_t timeoutMs,
+                                     std::string &error);
   ~NcclComm();
   NcclComm(const NcclComm &) = delete;
   NcclComm &operator=(const NcclComm &) = delete;
@@ -94,10 +101,25 @@ public:
 
 private:
   NcclComm() = default;
-  static NcclComm *fromWorld(void *worldComm, int rank, int world,
+  /// The world's communicator from rank 0's unique id (an ncclUniqueId),
+  /// then this rank's group along `dim` split from it; the world's is
+  /// released. Both nonblocking and settled within `timeoutMs`.
+  static NcclComm *fromWorld(int world, const void *uniqueId, int rank,
                              const std::vector<MeshDimSpec> &mesh,
-                             const std::string &dim, std::string &error);
-  void *comm_ = nullptr; // ncclComm_t
+                             const std::string &dim, int64_t timeoutMs,
+                             std::string &error);
+  /// `call` (an ncclResult_t) settled: when ncclInProgress, polled until
+  /// it is not, within the timeout; at the deadline the communicator is
+  /// aborted. 0 or the error, with lastError() set.
+  int settle(int call, const char *what);
+  /// The error of a call on a communicator that was aborted.
+  static int aborted();
+  int allReduceOf(void *buf, int64_t count, int type, void *stream);
+  template <typename Enqueue> int grouped(const char *what, Enqueue enqueue);
+  template <typename Call>
+  int groupedPerRank(const std::vector<int64_t> &counts, const char *what, Call call);
+  void *comm_ = nullptr; // ncclComm_t, nonblocking
+  int64_t timeoutMs_ = 10LL * 60 * 1000;
   int rank_ = 0, size_ = 1;
 };
 
