@@ -4,6 +4,7 @@
 //   mfsdp-bench-runtime ns [ROWSxCOLS ...]
 //   mpirun -np 2 mfsdp-bench-runtime fused
 //   mpirun -np 2 mfsdp-bench-runtime checkpoint [DIR, default $TMPDIR or /tmp]
+//                                                [ROUNDS, default 7]
 //
 // Measures the host backend (MPI + OpenBLAS, one BLAS thread per rank) on
 // this machine's CPU, wall clock (steady_clock), median of several
@@ -996,11 +997,10 @@ void dropPages(const std::string &dir) {
   }
 }
 
-int benchCheckpoint(int world, int rank, const char *where) {
+int benchCheckpoint(int world, int rank, const char *where, int kRounds) {
   const bool root = rank == 0;
   constexpr int32_t kUnits = 8, kPerUnit = 4;
   constexpr int64_t kRows = 1024, kCols = 1024;
-  constexpr int kRounds = 3;
   std::vector<std::string> names;
   std::vector<mfsdp_param_desc> descs;
   for (int32_t u = 0; u < kUnits; ++u)
@@ -1106,6 +1106,10 @@ int benchCheckpoint(int world, int rank, const char *where) {
                 ls, mb / ls, range(loadT, 1).c_str());
     std::printf("   save / disk write: %.2f of the bandwidth; load / disk read: %.2f\n",
                 (mb / ss) / (rawMb / ws), (mb / ls) / (rawMb / rs));
+    std::printf("   each round (s): disk write, save, disk read, load\n");
+    for (int r = 0; r < kRounds; ++r)
+      std::printf("     %d   %.3f  %.3f  %.3f  %.3f\n", r + 1, writeT[r], saveT[r],
+                  readT[r], loadT[r]);
   }
   return 0;
 }
@@ -1126,7 +1130,14 @@ int main(int argc, char **argv) {
   }
   if (argc >= 2 && std::strcmp(argv[1], "checkpoint") == 0) {
     const char *tmp = std::getenv("TMPDIR");
-    int rc = benchCheckpoint(world, rank, argc > 2 ? argv[2] : tmp ? tmp : "/tmp");
+    const int rounds = argc > 3 ? std::atoi(argv[3]) : 7;
+    if (rounds < 1 || rounds > 1000) {
+      if (rank == 0)
+        std::fprintf(stderr, "mfsdp-bench-runtime checkpoint: ROUNDS must be 1..1000\n");
+      MPI_Finalize();
+      return 2;
+    }
+    int rc = benchCheckpoint(world, rank, argc > 2 ? argv[2] : tmp ? tmp : "/tmp", rounds);
     MPI_Finalize();
     return rc;
   }

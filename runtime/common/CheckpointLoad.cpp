@@ -14,10 +14,12 @@
 #include <nlohmann/json.hpp>
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -212,101 +214,163 @@ mfsdp_status mfsdp::rt::loadCheckpoint(mfsdp_step *step, const char *dir, char *
     fds.clear();
     local = step->fail(MFSDP_ERROR_IO, std::string("mfsdp_load: ") + e.what());
   }
-  // The pieces this rank will read: asked of the kernel at once, so that
-  // the disk reads ahead of the checks and copies below.
+  // Every file this rank reads from is mapped (read-only, shared with the
+  // page cache): the checks read the pieces where the kernel put them, and
+  // the commit copies them from there into the runtime's buffers, with no
+  // staging copy of the whole state.
+  std::vector<std::pair<char *, size_t>> maps(fds.size(), {nullptr, 0});
+  auto unmapAll = [&]() {
+    for (auto &[at, size] : maps)
+      if (at)
+        ::munmap(at, size);
+    maps.assign(maps.size(), {nullptr, 0});
+  };
+  auto mapped = [&](int file) -> const char * {
+    if (!maps[file].first) {
+      struct stat sb {};
+      if (::fstat(fds[file], &sb) != 0 || sb.st_size <= 0)
+        return nullptr;
+      void *at = ::mmap(nullptr, static_cast<size_t>(sb.st_size), PROT_READ, MAP_SHARED,
+                        fds[file], 0);
+      if (at == MAP_FAILED)
+        return nullptr;
+      maps[file] = {static_cast<char *>(at), static_cast<size_t>(sb.st_size)};
+    }
+    return maps[file].first;
+  };
+  auto fileName = [&](int file) {
+    return index["files"][file]["file"].get<std::string>();
+  };
   auto overlapsAny = [](const Rect &piece, const std::vector<Rect> &rects) {
     for (const Rect &r : rects)
       if (piece.r0 < r.r1 && r.r0 < piece.r1 && piece.c0 < r.c1 && r.c0 < piece.c1)
         return true;
     return false;
   };
+  // What each (parameter, kind) this rank keeps reads: the pieces that
+  // overlap it.
+  struct Need {
+    ParamState *ps;
+    int kind;
+    std::vector<Rect> rects;
+    std::vector<const Piece *> pieces;
+  };
+  std::vector<Need> needs;
   for (size_t i = 0; !local && i < step->params.size(); ++i) {
     ParamState &ps = step->params[i];
-    const std::vector<Rect> rects = localRects(*step, ps);
-    for (int k : kindsOf(ps.desc.optimizer))
-      for (const Piece &piece : pieces[ps.name + "/" + kKindNames[k]])
-        if (overlapsAny(piece.rect, rects))
-          ::posix_fadvise(fds[piece.file], piece.begin, piece.bytes, POSIX_FADV_WILLNEED);
-  }
-  // What this rank keeps, from the pieces that overlap it.
-  for (size_t i = 0; !local && i < step->params.size(); ++i) {
-    ParamState &ps = step->params[i];
-    const std::vector<Rect> rects = localRects(*step, ps);
+    std::vector<Rect> rects = localRects(*step, ps);
     if (rects.empty() || ps.localCount == 0)
       continue;
     for (int k : kindsOf(ps.desc.optimizer)) {
-      // Every element is written below (the coverage is checked).
-      std::unique_ptr<float[]> hostBuffer(new float[static_cast<size_t>(ps.localCount)]);
-      float *const host = hostBuffer.get();
-      int64_t covered = 0;
-      const std::vector<Piece> &list = pieces[ps.name + "/" + kKindNames[k]];
-      std::vector<float> buf;
-      for (const Piece &piece : list) {
-        if (!overlapsAny(piece.rect, rects))
-          continue;
-        // A piece that is one of this rank's rectangles (the same layout
-        // wrote it) is read in place; others through `buf`.
-        const Rect *same = nullptr;
-        for (const Rect &r : rects)
-          if (r.r0 == piece.rect.r0 && r.r1 == piece.rect.r1 && r.c0 == piece.rect.c0 &&
-              r.c1 == piece.rect.c1)
-            same = &r;
-        float *into = host + (same ? same->at : 0);
-        if (!same) {
-          buf.resize(static_cast<size_t>(piece.rect.area()));
-          into = buf.data();
-        }
-        if (!readAt(fds[piece.file], piece.begin, into, piece.bytes)) {
-          local = step->fail(MFSDP_ERROR_IO, "mfsdp_load: cannot read '" + ps.name +
-                                                 "' (" + kKindNames[k] + ") from " +
-                                                 index["files"][piece.file]["file"]
-                                                     .get<std::string>());
-          break;
-        }
-        if (checksum(into, static_cast<size_t>(piece.bytes)) != piece.sum) {
-          local = step->fail(MFSDP_ERROR_IO,
-                             "mfsdp_load: '" + ps.name + "' (" + kKindNames[k] +
-                                 ", rows " + std::to_string(piece.rect.r0) + ".." +
-                                 std::to_string(piece.rect.r1) + ") in " +
-                                 index["files"][piece.file]["file"].get<std::string>() +
-                                 " does not match its checksum: the file is damaged");
-          break;
-        }
-        if (same) {
-          covered += piece.rect.area();
-          continue;
-        }
-        const int64_t pw = piece.rect.c1 - piece.rect.c0;
-        for (const Rect &r : rects) {
-          const int64_t r0 = std::max(r.r0, piece.rect.r0), r1 = std::min(r.r1, piece.rect.r1);
-          const int64_t c0 = std::max(r.c0, piece.rect.c0), c1 = std::min(r.c1, piece.rect.c1);
+      Need need{&ps, k, rects, {}};
+      for (const Piece &piece : pieces[ps.name + "/" + kKindNames[k]])
+        if (overlapsAny(piece.rect, rects))
+          need.pieces.push_back(&piece);
+      needs.push_back(std::move(need));
+    }
+  }
+  // Asked of the kernel at once, so that the disk reads ahead of the
+  // checks below.
+  for (const Need &need : needs) {
+    for (const Piece *piece : need.pieces) {
+      const char *at = mapped(piece->file);
+      if (!at) {
+        local = step->fail(MFSDP_ERROR_IO, "mfsdp_load: cannot map " + fileName(piece->file) +
+                                               ": " + errnoText());
+        break;
+      }
+      // madvise wants a page-aligned start.
+      const int64_t page = ::sysconf(_SC_PAGESIZE);
+      const int64_t from = piece->begin / page * page;
+      ::madvise(const_cast<char *>(at) + from,
+                static_cast<size_t>(piece->begin + piece->bytes - from), MADV_WILLNEED);
+    }
+    if (local)
+      break;
+  }
+  // First every piece is checked and the coverage counted; nothing is
+  // written into the runtime until every rank has checked all it reads,
+  // so a damaged or incomplete checkpoint leaves every rank's state as it
+  // was.
+  for (const Need &need : needs) {
+    if (local)
+      break;
+    const ParamState &ps = *need.ps;
+    int64_t covered = 0;
+    for (const Piece *piece : need.pieces) {
+      const char *data = maps[piece->file].first + piece->begin;
+      if (checksum(data, static_cast<size_t>(piece->bytes)) != piece->sum) {
+        local = step->fail(MFSDP_ERROR_IO,
+                           "mfsdp_load: '" + ps.name + "' (" + kKindNames[need.kind] +
+                               ", rows " + std::to_string(piece->rect.r0) + ".." +
+                               std::to_string(piece->rect.r1) + ") in " +
+                               fileName(piece->file) +
+                               " does not match its checksum: the file is damaged");
+        break;
+      }
+      for (const Rect &r : need.rects) {
+        const int64_t r0 = std::max(r.r0, piece->rect.r0), r1 = std::min(r.r1, piece->rect.r1);
+        const int64_t c0 = std::max(r.c0, piece->rect.c0), c1 = std::min(r.c1, piece->rect.c1);
+        if (r0 < r1 && c0 < c1)
+          covered += (r1 - r0) * (c1 - c0);
+      }
+    }
+    if (!local && covered != ps.localCount)
+      local = step->fail(MFSDP_ERROR_IO,
+                         "mfsdp_load: the checkpoint's pieces of '" + ps.name + "' (" +
+                             kKindNames[need.kind] + ") cover " + std::to_string(covered) +
+                             " of the " + std::to_string(ps.localCount) +
+                             " elements this rank keeps (a file is missing or "
+                             "pieces overlap)");
+  }
+  if (auto s = agree(step, local, "checking the checkpoint")) {
+    unmapAll();
+    closeAll();
+    return s;
+  }
+  // The commit: each buffer from its pieces. A buffer that is one piece
+  // (the same layout wrote it) is copied from the mapping as it is; others
+  // are assembled on the host first.
+  std::vector<float> assembled;
+  for (const Need &need : needs) {
+    ParamState &ps = *need.ps;
+    const float *from = nullptr;
+    if (need.rects.size() == 1 && need.pieces.size() == 1 &&
+        need.pieces[0]->rect.r0 == need.rects[0].r0 &&
+        need.pieces[0]->rect.r1 == need.rects[0].r1 &&
+        need.pieces[0]->rect.c0 == need.rects[0].c0 &&
+        need.pieces[0]->rect.c1 == need.rects[0].c1 && need.rects[0].at == 0 &&
+        need.pieces[0]->begin % static_cast<int64_t>(alignof(float)) == 0) {
+      from = reinterpret_cast<const float *>(maps[need.pieces[0]->file].first +
+                                             need.pieces[0]->begin);
+    } else {
+      assembled.resize(static_cast<size_t>(ps.localCount));
+      for (const Piece *piece : need.pieces) {
+        const char *data = maps[piece->file].first + piece->begin;
+        const int64_t pw = piece->rect.c1 - piece->rect.c0;
+        for (const Rect &r : need.rects) {
+          const int64_t r0 = std::max(r.r0, piece->rect.r0),
+                        r1 = std::min(r.r1, piece->rect.r1);
+          const int64_t c0 = std::max(r.c0, piece->rect.c0),
+                        c1 = std::min(r.c1, piece->rect.c1);
           if (r0 >= r1 || c0 >= c1)
             continue;
           const int64_t w = r.c1 - r.c0;
           for (int64_t row = r0; row < r1; ++row)
-            std::memcpy(host + r.at + (row - r.r0) * w + (c0 - r.c0),
-                        buf.data() + (row - piece.rect.r0) * pw + (c0 - piece.rect.c0),
+            std::memcpy(assembled.data() + r.at + (row - r.r0) * w + (c0 - r.c0),
+                        data + ((row - piece->rect.r0) * pw + (c0 - piece->rect.c0)) *
+                                   static_cast<int64_t>(sizeof(float)),
                         static_cast<size_t>(c1 - c0) * sizeof(float));
-          covered += (r1 - r0) * (c1 - c0);
         }
       }
-      if (local)
-        break;
-      if (covered != ps.localCount) {
-        local = step->fail(MFSDP_ERROR_IO,
-                           "mfsdp_load: the checkpoint's pieces of '" + ps.name + "' (" +
-                               kKindNames[k] + ") cover " + std::to_string(covered) +
-                               " of the " + std::to_string(ps.localCount) +
-                               " elements this rank keeps (a file is missing or "
-                               "pieces overlap)");
-        break;
-      }
-      if ((local = step->device(
-               step->backend->copyFromHost(bufferOf(ps, k), host, ps.localCount),
-               "copy from the host")))
-        break;
+      from = assembled.data();
     }
+    if ((local = step->device(
+             step->backend->copyFromHost(bufferOf(ps, need.kind), from, ps.localCount),
+             "copy from the host")))
+      break;
   }
+  unmapAll();
   closeAll();
   if (!local)
     local = followMasters(step);

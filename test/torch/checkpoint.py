@@ -11,7 +11,8 @@ Run under mpirun -np 2 with a tiny transformers Llama:
            dtype=torch.bfloat16 the files hold bf16 tensors;
   hf in    weights transformers saved (fp32 and bf16) load with load_hf,
            each rank reading its rows, equal bit for bit;
-  errors   saving over an existing directory, loading a missing one; HF
+  errors   saving over an existing directory, loading a missing one, a
+           damaged one (which leaves the state as it was); HF
            files with a tensor missing, another shape, truncated.
 Prints "checkpoint ok" when every check passed on this rank.
 """
@@ -107,6 +108,28 @@ try:
     check(False, "loading a missing checkpoint is an error")
 except mfsdp.Error as e:
     check("mfsdp_load" in str(e), "loading a missing checkpoint is an error")
+# A damaged checkpoint: one byte of the last rank's data flipped. The load
+# fails on every rank and leaves every rank's state as it was (rank 0's
+# pieces are intact: it must not have taken them).
+damaged = os.path.join(root, "ck-damaged")
+if RANK == 0:
+    shutil.copytree(ck, damaged)
+    f = os.path.join(damaged, "rank-%05d.safetensors" % (WORLD - 1))
+    with open(f, "r+b") as fh:
+        fh.seek(os.path.getsize(f) - 5)
+        b = fh.read(1)
+        fh.seek(os.path.getsize(f) - 5)
+        fh.write(bytes([b[0] ^ 0x40]))
+before = model.full_state_dict()  # collective: rank 0's copy is written
+try:
+    model.load_checkpoint(damaged)
+    check(False, "loading a damaged checkpoint is an error")
+except mfsdp.Error as e:
+    check("checksum" in str(e) or (RANK != WORLD - 1 and "mfsdp_load" in str(e)),
+          f"loading a damaged checkpoint is an error naming the checksum ({e})")
+after = model.full_state_dict()
+check(all(torch.equal(before[k], after[k]) for k in before),
+      "a failed load leaves every parameter as it was")
 
 # HF weights: from_pretrained loads them, bit for bit.
 hf = os.path.join(root, "hf")
