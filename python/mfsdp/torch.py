@@ -649,13 +649,10 @@ class MFSDPModule:
         """Starts from Hugging Face safetensors weights (collective): `directory` as
         save_pretrained writes it (model.safetensors or its shards); each rank reads
         only the rows it keeps (mfsdp_load_hf), F32, BF16 or F16 into the fp32
-        masters; optimizer state and step count start at zero. Parameters the plan
-        holds as pieces of another tensor (fused experts) are not supported."""
-        st = self.mfsdp_state
-        if any(p.fused is not None for p in st.params):
-            raise Error("load_hf: this model's plan holds fused experts in pieces; "
-                        "use load_full_state_dict")
-        st.step.load_hf(os.fspath(directory))
+        masters; optimizer state and step count start at zero. Fused expert tensors
+        (transformers 5's gate_up_proj and down_proj) are read into the matrices the
+        plan holds them as."""
+        self.mfsdp_state.step.load_hf(os.fspath(directory))
 
     def load_full_state_dict(self, state):
         """Loads whole parameters (every rank passes the same)."""

@@ -4,7 +4,11 @@
 // or the shards `model.safetensors.index.json` names. Each parameter of the
 // plan is found by name; each rank reads, with pread, only the rows of the
 // rectangles it keeps (row shards, owned matrices, block shards, replicated
-// tensors), converting F32, BF16 or F16 to its fp32 masters. Optimizer state
+// tensors), converting F32, BF16 or F16 to its fp32 masters. The matrices
+// a plan holds transformers 5's fused experts as (gate_up_proj [E, 2I, H],
+// down_proj [E, H, I]) are read from the per-expert tensors transformers
+// writes (`experts.{e}.gate_proj.weight`, Mixtral's `w1`/`w3`/`w2`), or
+// from their rows of a fused 3-D tensor. Optimizer state
 // starts at zero and the step count at 0. Every problem (a missing tensor,
 // another shape, a dtype it cannot read, a file shorter than its header
 // says) is an error naming the tensor and the file, on every rank.
@@ -63,6 +67,119 @@ float fromF16(uint16_t h) {
   float f;
   std::memcpy(&f, &bits, sizeof(f));
   return f;
+}
+
+/// Where a parameter's rows come from: tensor `t`, from row `rowBase` of
+/// it seen as [rows, cols] (`fusedName`: the 3-D tensor it is a matrix of).
+struct Source {
+  const HFTensor *t = nullptr;
+  int64_t rowBase = 0;
+  std::string fusedName;
+};
+
+/// `name` as its tensor of the same shape under the per-expert names of
+/// transformers' files (see fusedSource).
+bool legacySource(const std::string &name, const mfsdp_param_desc &desc,
+                  const std::map<std::string, HFTensor> &tensors, Source &src) {
+  auto endsWith = [](const std::string &s, const std::string &t) {
+    return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+  };
+  std::vector<std::string> candidates;
+  // "{P}.experts.gate_up_proj.{e}.gate" and the like: P, kind, e, half.
+  auto expertOf = [&](const std::string &fused, std::string &prefix, std::string &e,
+                      std::string &tail) {
+    const std::string key = ".experts." + fused + ".";
+    const size_t at = name.find(key);
+    if (at == std::string::npos)
+      return false;
+    prefix = name.substr(0, at);
+    std::string rest = name.substr(at + key.size());
+    const size_t dot = rest.find('.');
+    e = rest.substr(0, dot);
+    tail = dot == std::string::npos ? "" : rest.substr(dot + 1);
+    return !e.empty() && e.find_first_not_of("0123456789") == std::string::npos;
+  };
+  // Mixtral's module is `block_sparse_moe` where transformers 5 has `mlp`.
+  auto mixtral = [&](const std::string &prefix) {
+    return endsWith(prefix, ".mlp")
+               ? prefix.substr(0, prefix.size() - 3) + "block_sparse_moe"
+               : std::string();
+  };
+  std::string prefix, e, tail;
+  if (expertOf("gate_up_proj", prefix, e, tail) && (tail == "gate" || tail == "up")) {
+    candidates.push_back(prefix + ".experts." + e + "." + tail + "_proj.weight");
+    if (std::string m = mixtral(prefix); !m.empty())
+      candidates.push_back(m + ".experts." + e + (tail == "gate" ? ".w1" : ".w3") +
+                           ".weight");
+  } else if (expertOf("down_proj", prefix, e, tail) && tail.empty()) {
+    candidates.push_back(prefix + ".experts." + e + ".down_proj.weight");
+    if (std::string m = mixtral(prefix); !m.empty())
+      candidates.push_back(m + ".experts." + e + ".w2.weight");
+  } else if (endsWith(name, ".mlp.gate.weight")) {
+    candidates.push_back(name.substr(0, name.size() - 16) + ".block_sparse_moe.gate.weight");
+  }
+  for (const std::string &c : candidates) {
+    auto it = tensors.find(c);
+    if (it == tensors.end())
+      continue;
+    int64_t numel = 1;
+    for (int64_t d : it->second.shape)
+      numel *= d;
+    if (numel != desc.rows * desc.cols)
+      continue;
+    src.t = &it->second;
+    src.rowBase = 0;
+    src.fusedName = c;
+    return true;
+  }
+  return false;
+}
+
+/// A matrix of a fused expert tensor: `X.{e}.gate` / `X.{e}.up` are expert
+/// e's first and second halves of X [E, 2R, C]'s rows, `X.{e}` expert e's
+/// rows of X [E, R, C]; the plan's matrix must be [R, C]. False when
+/// `name` is no such matrix of a tensor in `tensors`.
+bool fusedSource(const std::string &name, const mfsdp_param_desc &desc,
+                 const std::map<std::string, HFTensor> &tensors, Source &src) {
+  std::string stem = name;
+  int half = -1; // -1: the whole expert; 0: gate; 1: up
+  // The names transformers writes fused experts under (save_pretrained
+  // converts them back to one tensor per expert and projection): Qwen3-MoE
+  // and most MoE models `mlp.experts.{e}.gate_proj.weight` (up_proj,
+  // down_proj), Mixtral `block_sparse_moe.experts.{e}.w1.weight` (w3 up,
+  // w2 down) and its router `block_sparse_moe.gate.weight`.
+  if (legacySource(name, desc, tensors, src))
+    return true;
+  for (const auto &[suffix, h] : {std::pair<const char *, int>{".gate", 0}, {".up", 1}}) {
+    const size_t n = std::strlen(suffix);
+    if (stem.size() > n && stem.compare(stem.size() - n, n, suffix) == 0) {
+      stem.resize(stem.size() - n);
+      half = h;
+      break;
+    }
+  }
+  const size_t dot = stem.rfind('.');
+  if (dot == std::string::npos || dot + 1 == stem.size())
+    return false;
+  int64_t e = 0;
+  for (size_t k = dot + 1; k < stem.size(); ++k) {
+    if (stem[k] < '0' || stem[k] > '9' || e > (int64_t(1) << 40))
+      return false;
+    e = e * 10 + (stem[k] - '0');
+  }
+  auto it = tensors.find(stem.substr(0, dot));
+  if (it == tensors.end() || it->second.shape.size() != 3)
+    return false;
+  const std::vector<int64_t> &shape = it->second.shape;
+  const int64_t experts = shape[0], rows = shape[1], cols = shape[2];
+  const int64_t rowsEach = half < 0 ? rows : rows / 2;
+  if (e >= experts || (half >= 0 && rows % 2 != 0) || desc.rows != rowsEach ||
+      desc.cols != cols)
+    return false;
+  src.t = &it->second;
+  src.rowBase = e * rows + (half == 1 ? rowsEach : 0);
+  src.fusedName = it->first;
+  return true;
 }
 
 } // namespace
@@ -134,29 +251,40 @@ mfsdp_status mfsdp::rt::loadHF(mfsdp_step *step, const char *dir) {
     }
   }
   // Every parameter of the plan, in the files, with its shape and a dtype
-  // this loader reads.
+  // this loader reads: a tensor of its name, or, for the matrices of
+  // transformers 5's fused experts (`X.{e}.gate` / `X.{e}.up` of
+  // gate_up_proj [E, 2I, H], `X.{e}` of down_proj [E, H, I]; see
+  // docs/graph-format.md), their rows of the 3-D tensor X.
+  std::vector<Source> sources(step->params.size());
   std::string missing;
   for (size_t i = 0; !local && i < step->params.size(); ++i) {
     const ParamState &ps = step->params[i];
-    auto it = tensors.find(ps.desc.name);
-    if (it == tensors.end()) {
-      missing += (missing.empty() ? "" : ", ") + std::string(ps.desc.name);
+    Source &src = sources[i];
+    std::string name = ps.desc.name;
+    if (auto it = tensors.find(name); it != tensors.end()) {
+      src.t = &it->second;
+    } else if (!fusedSource(name, ps.desc, tensors, src)) {
+      missing += (missing.empty() ? "" : ", ") + name;
       continue;
+    } else {
+      name = src.fusedName + " (for " + name + ")";
     }
-    const HFTensor &t = it->second;
+    const HFTensor &t = *src.t;
     int64_t numel = 1;
     for (int64_t d : t.shape)
       numel *= d;
     const int64_t esize = t.dtype == "F32" ? 4 : (t.dtype == "BF16" || t.dtype == "F16") ? 2 : 0;
+    const int64_t want = src.rowBase == 0 && src.t->shape.size() != 3
+                             ? ps.desc.rows * ps.desc.cols
+                             : numel;
     if (!esize)
-      local = step->fail(MFSDP_ERROR_IO, "mfsdp_load_hf: '" + std::string(ps.desc.name) +
-                                             "' is " + t.dtype +
+      local = step->fail(MFSDP_ERROR_IO, "mfsdp_load_hf: '" + name + "' is " + t.dtype +
                                              "; expected F32, BF16 or F16");
-    else if (numel != ps.desc.rows * ps.desc.cols || t.end - t.begin != numel * esize)
+    else if (numel != want || t.end - t.begin != numel * esize)
       local = step->fail(MFSDP_ERROR_IO,
-                         "mfsdp_load_hf: '" + std::string(ps.desc.name) + "' has " +
-                             std::to_string(numel) + " elements in " + files[t.file] +
-                             "; the plan's is " + std::to_string(ps.desc.rows) + "x" +
+                         "mfsdp_load_hf: '" + name + "' has " + std::to_string(numel) +
+                             " elements in " + files[t.file] + "; the plan's is " +
+                             std::to_string(ps.desc.rows) + "x" +
                              std::to_string(ps.desc.cols));
   }
   if (!local && !missing.empty())
@@ -165,7 +293,8 @@ mfsdp_status mfsdp::rt::loadHF(mfsdp_step *step, const char *dir) {
   // Each rank reads the rows of what it keeps.
   for (size_t i = 0; !local && i < step->params.size(); ++i) {
     ParamState &ps = step->params[i];
-    const HFTensor &t = tensors.at(ps.desc.name);
+    const HFTensor &t = *sources[i].t;
+    const int64_t rowBase = sources[i].rowBase;
     const int64_t esize = t.dtype == "F32" ? 4 : 2;
     const int64_t cols = ps.desc.cols;
     std::vector<float> host(static_cast<size_t>(ps.localCount), 0.f);
@@ -174,7 +303,7 @@ mfsdp_status mfsdp::rt::loadHF(mfsdp_step *step, const char *dir) {
       const int64_t w = r.c1 - r.c0;
       row.resize(static_cast<size_t>(w * esize));
       for (int64_t rr = r.r0; rr < r.r1 && !local; ++rr) {
-        if (!readAt(fds[t.file], t.begin + (rr * cols + r.c0) * esize, row.data(),
+        if (!readAt(fds[t.file], t.begin + ((rowBase + rr) * cols + r.c0) * esize, row.data(),
                     w * esize)) {
           local = step->fail(MFSDP_ERROR_IO, "mfsdp_load_hf: cannot read '" +
                                                  std::string(ps.desc.name) + "' from " +

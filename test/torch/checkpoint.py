@@ -10,7 +10,9 @@ Run under mpirun -np 2 with a tiny transformers Llama:
            (fp32) and its logits equal the sharded model's; with
            dtype=torch.bfloat16 the files hold bf16 tensors;
   hf in    weights transformers saved (fp32 and bf16) load with load_hf,
-           each rank reading its rows, equal bit for bit;
+           each rank reading its rows, equal bit for bit; Qwen3-MoE's and
+           Mixtral's experts (per-expert files, or fused 3-D tensors) into
+           the matrices the plan holds;
   errors   saving over an existing directory, loading a missing one, a
            damaged one (which leaves the state as it was); HF
            files with a tensor missing, another shape, truncated.
@@ -49,6 +51,19 @@ def llama():
     return LlamaForCausalLM(LlamaConfig(
         vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2))
+
+
+def moe(kind, seed):
+    import transformers as tf
+    torch.manual_seed(seed)
+    common = dict(vocab_size=64, hidden_size=32, intermediate_size=48,
+                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  num_experts_per_tok=2, tie_word_embeddings=False)
+    if kind == "qwen3-moe":
+        return tf.Qwen3MoeForCausalLM(tf.Qwen3MoeConfig(
+            **common, head_dim=8, num_experts=4, moe_intermediate_size=16,
+            decoder_sparse_step=1))
+    return tf.MixtralForCausalLM(tf.MixtralConfig(**common, num_local_experts=4))
 
 
 # The same directory on every rank (mpirun on one host): rank 0's temp dir
@@ -213,6 +228,49 @@ for name, words in (("missing", "lacks the plan's parameters model.norm.weight")
         check(words in str(e) or (RANK != 0 and "mfsdp_load_hf" in str(e)),
               f"load_hf of a {name} file is an error naming it ({str(e)[:160]})")
 model.mfsdp_state.step.close()
+
+# MoE: transformers 5's fused experts (gate_up_proj [E, 2I, H], down_proj
+# [E, H, I]) are planned as their matrices; save_pretrained writes them one
+# tensor per expert (Qwen3-MoE: experts.{e}.gate_proj.weight ...; Mixtral:
+# block_sparse_moe.experts.{e}.w1.weight ... and block_sparse_moe.gate), and
+# load_hf reads those, or the fused 3-D tensors as they are in memory.
+for kind in ("qwen3-moe", "mixtral"):
+    src = os.path.join(root, "hf-" + kind)
+    source = moe(kind, 3)
+    if RANK == 0:
+        source.save_pretrained(src, safe_serialization=True)
+        from safetensors.torch import save_file
+        os.makedirs(src + "-fused")
+        save_file({k: v.detach().contiguous() for k, v in source.state_dict().items()},
+                  os.path.join(src + "-fused", "model.safetensors"),
+                  metadata={"format": "pt"})
+    model, opt = mt.fully_shard(moe(kind, 1), mesh=f"dp_shard={WORLD}",
+                                policy="mixed_muon_adamw", work_dir=work + "-" + kind)
+    check(any(p.fused is not None for p in model.mfsdp_state.params),
+          f"{kind}: the plan holds the fused experts as matrices")
+    model.full_state_dict()  # every rank waits for rank 0's files
+    model.load_hf(src)
+    mine = model.full_state_dict()
+    model.load_hf(src + "-fused")
+    fused_in = model.full_state_dict()
+    if RANK == 0:
+        ref = {k: v.detach() for k, v in
+               type(source).from_pretrained(src).named_parameters()}
+        fused = [k for k in ref if k.endswith("gate_up_proj") or k.endswith("down_proj")]
+        check(len(fused) >= 2 and all(ref[k].dim() == 3 for k in fused),
+              f"{kind}: the model holds fused 3-D expert tensors ({len(fused)})")
+        from safetensors import safe_open
+        with safe_open(os.path.join(src, "model.safetensors"), "pt") as f:
+            per_expert = [k for k in f.keys() if ".experts.0." in k]
+        check(len(per_expert) == 3 * 2,
+              f"{kind}: save_pretrained wrote one tensor per expert ({per_expert[:3]})")
+        check(set(mine) == set(ref) and all(torch.equal(mine[k], ref[k]) for k in ref),
+              f"{kind}: load_hf reads the per-expert tensors into the plan's matrices "
+              "bit for bit")
+        check(set(fused_in) == set(ref) and
+              all(torch.equal(fused_in[k], ref[k]) for k in ref),
+              f"{kind}: load_hf reads fused 3-D expert tensors bit for bit")
+    model.mfsdp_state.step.close()
 
 if RANK == 0:
     shutil.rmtree(root, ignore_errors=True)
