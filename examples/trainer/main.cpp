@@ -3,7 +3,7 @@
 //   mfsdp-compile examples/trainer/model.json --mesh=dp_shard=2 \
 //       --policy=mixed_muon_adamw -o libstep.so
 //   mpirun -np 2 mfsdp-example-trainer ./libstep.so [--steps N]
-//       [--microbatches M] [--tokens T] [--load DIR] [--save DIR]
+//       [--microbatches M] [--tokens T] [--load DIR] [--save DIR] [--export-hf DIR]
 //       [--collective-timeout-s S]
 //
 // Opens the step library, reads its plan, checks that the plan is for this
@@ -12,7 +12,10 @@
 // any mesh or policy saved, with the step to go on from), trains on
 // synthetic data (every data-parallel rank on its own batch), prints the
 // mean loss of each step and, with --save, writes a sharded checkpoint
-// (mfsdp_save) with the next step's index as its data position. With
+// (mfsdp_save) with the next step's index as its data position, and with
+// --export-hf the model as Hugging Face safetensors weights
+// (mfsdp_export_hf); `--load DIR --steps 0 --export-hf OUT` converts a
+// checkpoint. With
 // --collective-timeout-s a collective that does not complete within S
 // seconds (a rank stopped, dead, or gone elsewhere) is an error on the
 // ranks that wait, and the job ends (MPI_Abort) with status 1.
@@ -49,11 +52,13 @@ int rank = 0;
   std::exit(1);
 }
 
-int64_t parseCount(const char *flag, const char *value) {
+int64_t parseCount(const char *flag, const char *value, int64_t least = 1) {
   char *end = nullptr;
   long long v = std::strtoll(value, &end, 10);
-  if (!end || *end || v < 1)
-    die(std::string(flag) + " expects a positive integer, got '" + value + "'");
+  if (!end || *end || v < least)
+    die(std::string(flag) + " expects " +
+        (least == 1 ? "a positive integer" : "an integer >= " + std::to_string(least)) +
+        ", got '" + value + "'");
   return v;
 }
 
@@ -106,7 +111,7 @@ int main(int argc, char **argv) {
   example::TrainOptions opts;
   opts.steps = 5;
   int64_t tokens = 8;
-  std::string loadDir, saveDir;
+  std::string loadDir, saveDir, exportDir;
   double timeoutSeconds = 0;
   long long stallRank = -1, stallStep = -1;
   bool printPid = false;
@@ -118,7 +123,7 @@ int main(int argc, char **argv) {
       return argv[++i];
     };
     if (a == "--steps")
-      opts.steps = parseCount("--steps", value());
+      opts.steps = parseCount("--steps", value(), 0); // 0: load, save, export only
     else if (a == "--microbatches")
       opts.microbatches = parseCount("--microbatches", value());
     else if (a == "--tokens")
@@ -127,6 +132,8 @@ int main(int argc, char **argv) {
       loadDir = value();
     else if (a == "--save")
       saveDir = value();
+    else if (a == "--export-hf")
+      exportDir = value();
     else if (a == "--collective-timeout-s") {
       const char *v = value();
       char *end = nullptr;
@@ -149,7 +156,7 @@ int main(int argc, char **argv) {
   }
   if (!library)
     die("usage: mfsdp-example-trainer LIBSTEP.so [--steps N] [--microbatches M] "
-        "[--tokens T] [--load DIR] [--save DIR] [--collective-timeout-s S]");
+        "[--tokens T] [--load DIR] [--save DIR] [--export-hf DIR] [--collective-timeout-s S]");
 
   void *handle = dlopen(library, RTLD_NOW | RTLD_LOCAL);
   if (!handle)
@@ -235,6 +242,12 @@ int main(int argc, char **argv) {
       die("--save " + saveDir + ": " + mfsdp_last_error(step));
     if (rank == 0)
       std::printf("saved %s\n", saveDir.c_str());
+  }
+  if (!exportDir.empty()) {
+    if (mfsdp_export_hf(step, exportDir.c_str(), MFSDP_COMPUTE_F32, 0) != MFSDP_OK)
+      die("--export-hf " + exportDir + ": " + mfsdp_last_error(step));
+    if (rank == 0)
+      std::printf("exported %s\n", exportDir.c_str());
   }
   mfsdp_destroy(step);
   dlclose(handle);

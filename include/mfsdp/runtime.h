@@ -718,6 +718,21 @@ mfsdp_status mfsdp_save(mfsdp_step *step, const char *dir, const char *user);
  * shape, another dtype or a truncated file is MFSDP_ERROR_IO naming the
  * tensor and the file, on every rank. */
 mfsdp_status mfsdp_load_hf(mfsdp_step *step, const char *dir);
+/* Writes the model as Hugging Face safetensors weights (collective): every
+ * parameter gathered whole from its fp32 masters, one at a time, and
+ * written by rank 0 under its table name as `dtype` (MFSDP_COMPUTE_F32, or
+ * MFSDP_COMPUTE_BF16 rounded to nearest even), into `dir` (new; written as
+ * dir.tmp-ID, fsynced and renamed): dir/model.safetensors, or, when the
+ * weights pass `max_shard_bytes` (0: no limit), the shards
+ * model-0000k-of-0000n.safetensors and model.safetensors.index.json. A
+ * table row with one column is a 1-D tensor, others 2-D; the matrices of
+ * transformers 5's fused experts (experts.gate_up_proj.{e}.gate / .up,
+ * experts.down_proj.{e}) are written as their fused 3-D tensors. With the
+ * model's config.json beside them, transformers' from_pretrained loads the
+ * directory. An existing `dir`, a bad dtype or a write error is an error
+ * on every rank. */
+mfsdp_status mfsdp_export_hf(mfsdp_step *step, const char *dir, int32_t dtype,
+                             int64_t max_shard_bytes);
 mfsdp_status mfsdp_load(mfsdp_step *step, const char *dir, char *user,
                         int64_t user_size);
 

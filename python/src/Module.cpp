@@ -453,6 +453,17 @@ NB_MODULE(_C, m) {
            nb::arg("dir"),
            "mfsdp_load_hf: Hugging Face safetensors weights, each rank reading "
            "its rows (collective).")
+      .def("export_hf",
+           [](Step &s, const std::string &dir, bool bf16, int64_t maxShardBytes) {
+             s.run("mfsdp_export_hf", [&](mfsdp_step *p) {
+               return mfsdp_export_hf(p, dir.c_str(),
+                                      bf16 ? MFSDP_COMPUTE_BF16 : MFSDP_COMPUTE_F32,
+                                      maxShardBytes);
+             });
+           },
+           nb::arg("dir"), nb::arg("bf16") = false, nb::arg("max_shard_bytes") = 0,
+           "mfsdp_export_hf: the model as Hugging Face safetensors weights, rank 0 "
+           "writing (collective).")
       .def("get_hparams",
            [](Step &s, int32_t i) {
              mfsdp_hparams h;

@@ -10,11 +10,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -323,6 +325,46 @@ mfsdp_status followMasters(mfsdp_step *step) {
     for (int32_t u = 0; !s && u < step->plan.num_units; ++u)
       s = step->gather(u);
   return s;
+}
+
+mfsdp_status newDirectory(mfsdp_step *step, mfsdp_status local, const std::string &target,
+                          const char *call, const char *what, std::string &id,
+                          std::string &tmp) {
+  std::vector<uint8_t> blob;
+  if (step->control->rank() == 0) {
+    std::random_device rd;
+    const uint64_t fresh = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+                           static_cast<uint64_t>(
+                               std::chrono::steady_clock::now().time_since_epoch().count());
+    const std::string text = hex64(fresh) + target;
+    blob.assign(text.begin(), text.end());
+  }
+  std::string error;
+  if (!step->control->broadcast(blob, error))
+    return step->fail(MFSDP_ERROR_COMM,
+                      error + " while the ranks agreed on the " + what + "'s directory");
+  const std::string agreed(blob.begin(), blob.end());
+  id = agreed.substr(0, 16);
+  const std::string rank0Dir = agreed.substr(16);
+  if (!local && rank0Dir != target)
+    local = step->fail(MFSDP_ERROR_INVALID,
+                       std::string(call) + ": rank " + std::to_string(step->control->rank()) +
+                           " was given the directory '" + target + "' but rank 0 '" +
+                           rank0Dir + "': every rank must write the same " + what);
+  tmp = target + ".tmp-" + id;
+  if (step->control->rank() == 0 && !local) {
+    std::error_code ec;
+    if (std::filesystem::exists(target, ec))
+      local = step->fail(MFSDP_ERROR_INVALID,
+                         std::string(call) + ": '" + target + "' exists; a " + what +
+                             " is written into a new directory (remove it, or write "
+                             "under another name)");
+    else if (::mkdir(tmp.c_str(), 0755) != 0)
+      local = step->fail(MFSDP_ERROR_IO, std::string(call) +
+                                             ": cannot create the directory " + tmp +
+                                             ": " + errnoText());
+  }
+  return agree(step, local, (std::string("making the ") + what + "'s directory").c_str());
 }
 
 } // namespace mfsdp::rt::ckpt

@@ -71,6 +71,13 @@ mfsdp_status usableForCheckpoint(mfsdp_step *step, const char *call);
 /// After masters were loaded: the gathered compute copies are dropped and,
 /// under ZeRO-1/2 (copies kept all step), gathered again from them.
 mfsdp_status followMasters(mfsdp_step *step);
+/// The ranks agree on a new directory `target` (rank 0's name, with a
+/// fresh 16-hex-digit `id`), and rank 0 makes `tmp` = target.tmp-ID to
+/// write into (an error if `target` exists). `local`: this rank's status
+/// so far. The agreed status (every rank's worst).
+mfsdp_status newDirectory(mfsdp_step *step, mfsdp_status local, const std::string &target,
+                          const char *call, const char *what, std::string &id,
+                          std::string &tmp);
 /// The crash tests' kill points (MFSDP_CHECKPOINT_KILL).
 void killPoint(const char *stage);
 std::string fileName(int rank);

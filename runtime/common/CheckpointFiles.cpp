@@ -75,41 +75,9 @@ mfsdp_status mfsdp::rt::saveCheckpoint(mfsdp_step *step, const char *dir,
                          "mfsdp_save: the user dictionary must be a JSON object, got " +
                              std::string(userJson.type_name()));
   }
-  // The ranks agree on the directory (rank 0's, with a fresh id for the
-  // temporary one), and rank 0 makes it.
-  std::vector<uint8_t> blob;
   const std::string target = dir;
-  if (step->control->rank() == 0) {
-    std::random_device rd;
-    const uint64_t id = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
-                        static_cast<uint64_t>(
-                            std::chrono::steady_clock::now().time_since_epoch().count());
-    const std::string text = hex64(id) + target;
-    blob.assign(text.begin(), text.end());
-  }
-  std::string error;
-  if (!step->control->broadcast(blob, error))
-    return step->fail(MFSDP_ERROR_COMM, error + " while the ranks agreed on the checkpoint");
-  const std::string agreed(blob.begin(), blob.end());
-  const std::string id = agreed.substr(0, 16), rank0Dir = agreed.substr(16);
-  if (!local && rank0Dir != target)
-    local = step->fail(MFSDP_ERROR_INVALID,
-                       "mfsdp_save: rank " + std::to_string(step->control->rank()) +
-                           " was given the directory '" + target + "' but rank 0 '" +
-                           rank0Dir + "': every rank must save the same checkpoint");
-  const std::string tmp = target + ".tmp-" + id;
-  if (step->control->rank() == 0 && !local) {
-    std::error_code ec;
-    if (std::filesystem::exists(target, ec))
-      local = step->fail(MFSDP_ERROR_INVALID,
-                         "mfsdp_save: '" + target +
-                             "' exists; a checkpoint is written into a new "
-                             "directory (remove it, or save under another name)");
-    else if (::mkdir(tmp.c_str(), 0755) != 0)
-      local = step->fail(MFSDP_ERROR_IO, "mfsdp_save: cannot create the directory " +
-                                             tmp + ": " + errnoText());
-  }
-  if (auto s = agree(step, local, "making the checkpoint's directory"))
+  std::string id, tmp, error;
+  if (auto s = newDirectory(step, local, target, "mfsdp_save", "checkpoint", id, tmp))
     return s;
 
   // This rank's pieces: one safetensors tensor each.

@@ -663,6 +663,15 @@ mfsdp_status mfsdp_load_hf(mfsdp_step *step, const char *dir) {
   });
 }
 
+mfsdp_status mfsdp_export_hf(mfsdp_step *step, const char *dir, int32_t dtype,
+                             int64_t max_shard_bytes) {
+  return barrier(step, "mfsdp_export_hf", [&]() -> mfsdp_status {
+    CHECK_CALL(step, "export_hf", -1);
+    Trace::Span hook = traced(step, "export_hf");
+    return mfsdp::rt::exportHF(step, dir, dtype, max_shard_bytes);
+  });
+}
+
 mfsdp_status mfsdp_step_count(mfsdp_step *step, int64_t *count) {
   return barrier(step, "mfsdp_step_count", [&]() -> mfsdp_status {
     if (!step || !count)

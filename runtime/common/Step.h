@@ -168,6 +168,8 @@ mfsdp_status loadCheckpoint(mfsdp_step *step, const char *dir, char *user,
                             int64_t userSize);
 /// mfsdp_load_hf (CheckpointHF.cpp).
 mfsdp_status loadHF(mfsdp_step *step, const char *dir);
+mfsdp_status exportHF(mfsdp_step *step, const char *dir, int32_t dtype,
+                      int64_t maxShardBytes);
 
 } // namespace mfsdp::rt
 

@@ -19,6 +19,8 @@ mpirun with --save / --load (mfsdp_save / mfsdp_load):
   disagree    the two ranks given different checkpoints (MPMD mpirun):
               an error on both, never a mix;
   exists      saving over an existing directory is refused;
+  export      the checkpoint converted to HF safetensors (--steps 0
+              --export-hf) on 2 and on 4 ranks: the same file;
   crash       the save killed (SIGKILL) after the rank files, after the
               index and after the rename: the previous checkpoint still
               loads, and the new directory is either absent or complete
@@ -96,6 +98,32 @@ def main():
           "a 4-rank checkpoint loads on 2 ranks and trains step 4")
     rc, rest, out = train(4, s4, 1, ["--load", path("ck2")])
     check(rc == 0 and len(rest) == 1, "a 2-rank checkpoint loads on 4 ranks")
+
+    # export: a checkpoint converted to HF safetensors (--steps 0) on 2 and
+    # on 4 ranks is the same file, byte for byte, whatever the layout; its
+    # header names every parameter of the table with its shape, in F32.
+    for np_, lib in ((2, s2), (4, s4)):
+        rc, _, out = train(np_, lib, 0, ["--load", path("ck2"), "--export-hf",
+                                         path("hf%d" % np_)])
+        check(rc == 0 and "exported" in out,
+              "--load ck2 --steps 0 --export-hf on %d ranks" % np_)
+    one = path("hf2/model.safetensors")
+    same = os.path.exists(one) and os.path.exists(path("hf4/model.safetensors")) and \
+        open(one, "rb").read() == open(path("hf4/model.safetensors"), "rb").read()
+    check(same, "the HF export from 2 and from 4 ranks is the same file")
+    if os.path.exists(one):
+        import json
+        import struct
+        with open(one, "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            header = json.loads(f.read(n))
+        header.pop("__metadata__", None)
+        dtypes = {t["dtype"] for t in header.values()}
+        ranks = sorted({len(t["shape"]) for t in header.values()})
+        check(len(header) > 0 and dtypes == {"F32"} and ranks == [1, 2],
+              "the export holds %d F32 tensors, 1-D and 2-D (%s)" % (len(header), ranks))
+    rc, _, out = train(2, s2, 0, ["--load", path("ck2"), "--export-hf", path("hf2")])
+    check(rc != 0 and "exists" in out, "--export-hf into an existing directory is refused")
 
     # model: Muon state into an AdamW plan.
     rc, _, out = train(2, a2, 1, ["--load", path("ck2")])

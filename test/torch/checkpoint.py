@@ -8,7 +8,9 @@ Run under mpirun -np 2 with a tiny transformers Llama:
   hf       export_hf after the 6 steps: transformers' from_pretrained loads
            the directory, its parameters equal the trained ones bit for bit
            (fp32) and its logits equal the sharded model's; with
-           dtype=torch.bfloat16 the files hold bf16 tensors;
+           dtype=torch.bfloat16 the files hold bf16 tensors; the C ABI's
+           mfsdp_export_hf writes the same tensors (one file, shards with an
+           index, bf16), which from_pretrained loads;
   hf in    weights transformers saved (fp32 and bf16) load with load_hf,
            each rank reading its rows, equal bit for bit; Qwen3-MoE's and
            Mixtral's experts (per-expert files, or fused 3-D tensors) into
@@ -170,6 +172,44 @@ if RANK == 0:
     with safe_open(os.path.join(hf16, "model.safetensors"), framework="pt") as f:
         dtypes = {f.get_tensor(k).dtype for k in f.keys()}
     check(dtypes == {torch.bfloat16}, f"dtype=bfloat16 writes bf16 tensors ({dtypes})")
+# The C ABI's export (mfsdp_export_hf, what a C++ trainer calls): the same
+# tensors, written by the runtime; in one file, in shards with an index,
+# and in bf16. With the model's config.json beside them from_pretrained
+# loads them.
+c_one, c_shards, c_bf16 = (os.path.join(root, n) for n in ("c-hf", "c-hf-shards", "c-hf16"))
+rt_step = model.mfsdp_state.step
+rt_step.export_hf(c_one)
+rt_step.export_hf(c_shards, max_shard_bytes=8192)
+rt_step.export_hf(c_bf16, bf16=True)
+try:
+    rt_step.export_hf(c_one)
+    check(False, "mfsdp_export_hf into an existing directory is refused")
+except mfsdp.Error as e:
+    check("exists" in str(e) if RANK == 0 else "mfsdp_export_hf" in str(e),
+          "mfsdp_export_hf into an existing directory is refused")
+if RANK == 0:
+    import json
+    from safetensors.torch import load_file
+    for d in (c_one, c_shards, c_bf16):
+        shutil.copy(os.path.join(hf, "config.json"), d)
+    py = load_file(os.path.join(hf, "model.safetensors"))
+    c = load_file(os.path.join(c_one, "model.safetensors"))
+    check(set(c) == set(py) and all(torch.equal(c[k], py[k]) and c[k].shape == py[k].shape
+                                    for k in py),
+          f"mfsdp_export_hf writes what save_pretrained writes: names, shapes, values "
+          f"({len(c)} tensors)")
+    with open(os.path.join(c_shards, "model.safetensors.index.json")) as f:
+        weight_map = json.load(f)["weight_map"]
+    files = sorted(set(weight_map.values()))
+    check(len(files) > 1 and set(weight_map) == set(py),
+          f"max_shard_bytes splits the weights into {len(files)} shards with an index")
+    for d, dtype in ((c_one, torch.float32), (c_shards, torch.float32),
+                     (c_bf16, torch.bfloat16)):
+        loaded = AutoModelForCausalLM.from_pretrained(d, torch_dtype=dtype)
+        ok = all(torch.equal(p.detach(), trained[k].to(dtype))
+                 for k, p in loaded.named_parameters())
+        check(ok, f"from_pretrained loads the C ABI's export {os.path.basename(d)} "
+                  f"({dtype}) equal to the trained weights")
 model.mfsdp_state.step.close()
 
 # HF weights in: a model saved by transformers (other values: seed 7), loaded
@@ -270,6 +310,17 @@ for kind in ("qwen3-moe", "mixtral"):
         check(set(fused_in) == set(ref) and
               all(torch.equal(fused_in[k], ref[k]) for k in ref),
               f"{kind}: load_hf reads fused 3-D expert tensors bit for bit")
+    # Out again through the C ABI: the expert matrices become the fused 3-D
+    # tensors, which from_pretrained loads.
+    out = os.path.join(root, "c-hf-" + kind)
+    model.mfsdp_state.step.export_hf(out)
+    if RANK == 0:
+        shutil.copy(os.path.join(src, "config.json"), out)
+        again = {k: v.detach() for k, v in
+                 type(source).from_pretrained(out).named_parameters()}
+        check(set(again) == set(ref) and all(torch.equal(again[k], ref[k]) for k in ref),
+              f"{kind}: mfsdp_export_hf writes the fused experts that from_pretrained "
+              "loads bit for bit")
     model.mfsdp_state.step.close()
 
 if RANK == 0:
