@@ -200,16 +200,19 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
       group(GradShard, -1);
       const int64_t chunk = static_cast<int64_t>(s.buffers[index[k.params[0]][Master]].bytes);
       // A bucket of bf16 copies (all or none) gathers every rank's chunk in
-      // bf16: half the bytes. Its reduction stages fp32 gradients.
+      // bf16: half the bytes. Its reduction stages the gradients in the
+      // reduce dtype: fp32, or bf16 (half) packed by a rounding copy.
       const int64_t gathered =
           plan.params[k.params[0]].compute_dtype == MFSDP_COMPUTE_BF16 ? S * chunk / 2
                                                                        : S * chunk;
+      const int64_t reduced =
+          plan.reduce_dtype == MFSDP_REDUCE_BF16 ? S * chunk / 2 : S * chunk;
       staged[b][0] = addBuffer(fmt::format("bucket {} gather staging", b), gathered,
                                false, -1, false);
       if (zero3)
         staged[b][1] = addBuffer(fmt::format("bucket {} backward gather staging", b),
                                  gathered, false, -1, true);
-      staged[b][2] = addBuffer(fmt::format("bucket {} reduce staging", b), S * chunk,
+      staged[b][2] = addBuffer(fmt::format("bucket {} reduce staging", b), reduced,
                                false, -1, false);
     } else {
       for (int64_t r = 0; r < S; ++r) {

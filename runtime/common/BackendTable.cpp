@@ -229,6 +229,10 @@ public:
                  int64_t width, int64_t height) override {
     return t_.copy_2d_bf16(t_.self, dst, dstPitch, src, srcPitch, width, height);
   }
+  int castToBF16Strided(uint16_t *dst, int64_t dstPitch, const float *src, int64_t srcPitch,
+                        int64_t width, int64_t height) override {
+    return t_.cast_to_bf16_strided(t_.self, dst, dstPitch, src, srcPitch, width, height);
+  }
   int roundToBF16(float *buf, int64_t count) override {
     return t_.round_to_bf16(t_.self, buf, count);
   }
@@ -635,6 +639,10 @@ mfsdp_rt_backend_table backendTable(Backend *backend) {
   t.copy_2d_bf16 = [](void *s, uint16_t *dst, int64_t dp, const uint16_t *src,
                       int64_t sp, int64_t w, int64_t h) {
     return backendCall([&] { return self(s).copy2DBF16(dst, dp, src, sp, w, h); });
+  };
+  t.cast_to_bf16_strided = [](void *s, uint16_t *dst, int64_t dp, const float *src,
+                              int64_t sp, int64_t w, int64_t h) {
+    return backendCall([&] { return self(s).castToBF16Strided(dst, dp, src, sp, w, h); });
   };
   t.reduce_scatter_bf16 = [](void *s, int32_t g, const uint16_t *send, uint16_t *recv,
                              const int64_t *counts, int64_t n, int64_t *handle) {

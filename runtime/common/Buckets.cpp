@@ -43,10 +43,11 @@ mfsdp_status mfsdp_step::placeStaging(BucketState &bs, int which,
   const int64_t at[3] = {bs.stagingAt.gather, bs.stagingAt.gather_backward,
                          bs.stagingAt.reduce};
   bs.stagingAtNow = at[which];
-  // A bf16 bucket's gathers stage bf16 chunks (the memory plan's half).
+  // A bf16 bucket's gathers stage bf16 chunks, and a bf16 reduction bf16
+  // gradients (the memory plan's half).
   const int64_t elements = S * bs.chunk;
-  return place(at[which], which < 2 && bs.bf16 ? (elements + 1) / 2 : elements, bs.staging,
-               what);
+  const bool half = which < 2 ? bs.bf16 : reduceBF16();
+  return place(at[which], half ? (elements + 1) / 2 : elements, bs.staging, what);
 }
 
 mfsdp_status mfsdp_step::gatherBucket(int32_t b, bool forBackward, CommHandle *handle) {
@@ -178,29 +179,50 @@ mfsdp_status mfsdp_step::reduceBucketBF16(int32_t b, CommHandle *handle,
   BucketState &bs = buckets[b];
   const std::string what = "bucket " + std::to_string(b) + " (unit " +
                            std::to_string(bs.unit) + ")";
-  for (int32_t p : bs.members)
-    if (auto s = widenGrad(params[p]))
-      return s;
+  if (!bs.rows)
+    for (int32_t p : bs.members)
+      if (auto s = widenGrad(params[p]))
+        return s;
   ParamState &first = params[bs.members.front()];
   r = BF16Reduction{};
   r.on = true;
   shardSpan(bs, r.recv, r.recvCount);
   float *send = nullptr;
+  const uint16_t *from = nullptr;
   int64_t total = 0;
   std::vector<int64_t> counts;
   if (bs.rows) {
+    // The members' gradients packed by rank straight into the bf16 staging
+    // buffer (half an fp32 one): an fp32 gradient rounded on the way, a
+    // bf16 one (the trainer's, never widened) copied as it is.
     if (auto s = placeStaging(bs, 2, "the reduce staging of " + what))
       return s;
-    mfsdp_status s = packGradients(b, bs);
-    send = bs.staging;
     total = S * bs.chunk;
     counts.assign(S, bs.chunk);
-    if (!s)
-      s = narrowInPlace(send, total, "narrowing " + what + " to bf16");
+    uint16_t *packed = reinterpret_cast<uint16_t *>(bs.staging);
+    mfsdp_status s = MFSDP_OK;
+    if (bs.gaps)
+      s = device(backend->zero(bs.staging, (total + 1) / 2), "zero-fill");
+    for (size_t j = 0; !s && j < bs.members.size(); ++j) {
+      ParamState &ps = params[bs.members[j]];
+      const std::string packing = "packing " + what + " in bf16";
+      if (ps.bf16() && !ps.gradWide)
+        s = device(backend->copy2DBF16(packed + bs.rel[j], bs.chunk,
+                                       reinterpret_cast<const uint16_t *>(ps.grad) +
+                                           ps.fullSize,
+                                       ps.localSize,
+                                       ps.localSize, S),
+                   packing);
+      else
+        s = device(backend->castToBF16Strided(packed + bs.rel[j], bs.chunk, ps.grad,
+                                              ps.localSize, ps.localSize, S),
+                   packing);
+    }
     if (s) {
       releaseStaging(bs);
       return s;
     }
+    from = packed;
   } else {
     // The members' gradients, one span in owner order, narrowed in place
     // and widened back (exactly) once sent.
@@ -212,7 +234,8 @@ mfsdp_status mfsdp_step::reduceBucketBF16(int32_t b, CommHandle *handle,
     r.send = send;
     r.sendCount = total;
   }
-  const uint16_t *from = reinterpret_cast<const uint16_t *>(send) + total;
+  if (!from)
+    from = reinterpret_cast<const uint16_t *>(send) + total;
   uint16_t *to = r.recv ? reinterpret_cast<uint16_t *>(r.recv) + r.recvCount : nullptr;
   const int rc = backend->reduceScatterBF16(Group::Shard, from, to, counts, handle);
   ++work.bucketReductions;

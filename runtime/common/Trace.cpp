@@ -438,6 +438,11 @@ public:
     auto s = kernel("copy_2d_bf16", width * height);
     return inner->copy2DBF16(dst, dstPitch, src, srcPitch, width, height);
   }
+  int castToBF16Strided(uint16_t *dst, int64_t dstPitch, const float *src, int64_t srcPitch,
+                        int64_t width, int64_t height) override {
+    auto s = kernel("cast_to_bf16_strided", width * height);
+    return inner->castToBF16Strided(dst, dstPitch, src, srcPitch, width, height);
+  }
   int roundToBF16(float *buf, int64_t count) override {
     auto s = kernel("round_bf16", count);
     return inner->roundToBF16(buf, count);

@@ -342,6 +342,11 @@ public:
                                        cudaMemcpyDeviceToDevice, compute_),
                      "cudaMemcpy2DAsync (bf16, device to device)");
   }
+  int castToBF16Strided(uint16_t *dst, int64_t dstPitch, const float *src, int64_t srcPitch,
+                        int64_t width, int64_t height) override {
+    return kernel(
+        cuda::castF32ToBF16Strided(dst, dstPitch, src, srcPitch, width, height, compute_));
+  }
   int roundToBF16(float *buf, int64_t count) override {
     return kernel(cuda::roundToBF16(buf, count, compute_));
   }

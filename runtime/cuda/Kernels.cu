@@ -569,6 +569,26 @@ int castF32ToBF16(const float *in, uint16_t *out, int64_t n, cudaStream_t stream
   return check(cudaGetLastError(), "toBF16Kernel");
 }
 
+__global__ void toBF16StridedKernel(__nv_bfloat16 *dst, int64_t dstPitch, const float *src,
+                                    int64_t srcPitch, int64_t width, int64_t height) {
+  const int64_t n = width * height;
+  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n;
+       k += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = k / width, j = k - i * width;
+    dst[i * dstPitch + j] = __float2bfloat16_rn(src[i * srcPitch + j]);
+  }
+}
+
+int castF32ToBF16Strided(uint16_t *dst, int64_t dstPitch, const float *src,
+                         int64_t srcPitch, int64_t width, int64_t height,
+                         cudaStream_t stream) {
+  if (width <= 0 || height <= 0)
+    return 0;
+  toBF16StridedKernel<<<blocks(width * height), 256, 0, stream>>>(
+      reinterpret_cast<__nv_bfloat16 *>(dst), dstPitch, src, srcPitch, width, height);
+  return check(cudaGetLastError(), "toBF16StridedKernel");
+}
+
 int castBF16ToF32(const uint16_t *in, float *out, int64_t n, cudaStream_t stream) {
   if (n <= 0)
     return 0;

@@ -189,6 +189,11 @@ public:
                   sizeof(uint16_t) * static_cast<size_t>(width));
     return 0;
   }
+  int castToBF16Strided(uint16_t *dst, int64_t dstPitch, const float *src, int64_t srcPitch,
+                        int64_t width, int64_t height) override {
+    host::castF32ToBF16Strided(dst, dstPitch, src, srcPitch, width, height);
+    return 0;
+  }
 
   int roundToBF16(float *buf, int64_t count) override {
     for (int64_t i = 0; i < count; ++i)

@@ -316,6 +316,12 @@ void castF32ToBF16(const float *in, uint16_t *out, int64_t n) {
     out[i] = toBF16(in[i]);
 }
 
+void castF32ToBF16Strided(uint16_t *dst, int64_t dstPitch, const float *src,
+                          int64_t srcPitch, int64_t width, int64_t height) {
+  for (int64_t i = 0; i < height && width > 0; ++i)
+    castF32ToBF16(src + i * srcPitch, dst + i * dstPitch, width);
+}
+
 void castBF16ToF32(const uint16_t *in, float *out, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
     out[i] = fromBF16(in[i]);

@@ -323,6 +323,14 @@ void checkBF16() {
   compare("castBF16ToF32", dback.get(), back, 0);
   kernelOk(cuda::roundToBF16(dx.ptr, n, nullptr), "roundToBF16");
   compare("roundToBF16", dx.get(), back, 0);
+  // The strided form: 7 rows of 333 elements, pitches 1000 and 400.
+  Device<float> dfresh(x);
+  std::vector<uint16_t> strided(7 * 400, 0x7fc1);
+  host::castF32ToBF16Strided(strided.data(), 400, x.data(), 1000, 333, 7);
+  Device<uint16_t> dstrided(std::vector<uint16_t>(7 * 400, 0x7fc1));
+  kernelOk(cuda::castF32ToBF16Strided(dstrided.ptr, 400, dfresh.ptr, 1000, 333, 7, nullptr),
+           "castF32ToBF16Strided");
+  compare("castF32ToBF16Strided", dstrided.get(), strided, 0);
 }
 
 void checkScale() {

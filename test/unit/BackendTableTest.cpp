@@ -149,6 +149,11 @@ public:
     counts = {dstPitch, srcPitch, width, height, 16};
     return 0;
   }
+  int castToBF16Strided(uint16_t *, int64_t dstPitch, const float *, int64_t srcPitch,
+                        int64_t width, int64_t height) override {
+    counts = {dstPitch, srcPitch, width, height, 17};
+    return 0;
+  }
   int roundToBF16(float *, int64_t count) override { return record(count); }
   int scale(float *, int64_t, float factor) override {
     scaled = factor;
@@ -277,6 +282,8 @@ TEST(BackendTable, EveryCallArrivesAsItLeft) {
     EXPECT_EQ(far->last, 12);
     EXPECT_EQ(near->copy2DBF16(nullptr, 9, nullptr, 4, 3, 2), 0);
     EXPECT_EQ(far->counts, (std::vector<int64_t>{9, 4, 3, 2, 16}));
+    EXPECT_EQ(near->castToBF16Strided(nullptr, 8, nullptr, 5, 3, 2), 0);
+    EXPECT_EQ(far->counts, (std::vector<int64_t>{8, 5, 3, 2, 17}));
     EXPECT_EQ(near->reduceScatterV(Group::Replicate, nullptr, nullptr, {4, 0, 9}), 0);
     EXPECT_EQ(far->group, Group::Replicate);
     EXPECT_EQ(far->counts, (std::vector<int64_t>{4, 0, 9}));

@@ -152,7 +152,9 @@ std::string replay(const mfsdp_plan &plan, const step::RuntimeMemoryPlan &m,
           runtime::bufferFloats(plan.params[last], plan.dp_shard, rank).master;
       const int64_t at[3] = {m.buckets[b].gather, m.buckets[b].gather_backward,
                              m.buckets[b].reduce};
-      add(at[which], plan.dp_shard * chunk, n);
+      // A bf16 reduction stages bf16 gradients: half the floats.
+      const bool half = which == 2 && plan.reduce_dtype == MFSDP_REDUCE_BF16;
+      add(at[which], half ? (plan.dp_shard * chunk + 1) / 2 : plan.dp_shard * chunk, n);
     }
   };
   auto briefly = [&](int32_t u, int which) {
@@ -491,6 +493,34 @@ TEST(RuntimeMemory, BucketsLieInOnePiece) {
   }
   // The view hands the staging offsets to the runtime.
   EXPECT_EQ(m.view().buckets, m.buckets.data());
+}
+
+// The reduce dtype bf16: a row-shard bucket's reduction packs its
+// gradients straight into a bf16 staging buffer, half the fp32 one, and the
+// arena shrinks by that half where the staging is at the peak (the
+// backward of a unit whose gradients, gathered copy and reduce staging are
+// all live). 2 ranks, ZeRO-3, one bucket of two 64x64 matrices.
+TEST(RuntimeMemory, BF16ReductionStagesHalf) {
+  std::vector<mfsdp_param_desc> ps = {param("a", 64, 64, 0), param("b", 64, 64, 0)};
+  mfsdp_plan plan = planOf(ps, 2, 3, 1);
+  const std::vector<int32_t> rows = {0, 1};
+  const mfsdp_bucket bucket{0, MFSDP_ROW_SHARD, 2, rows.data()};
+  plan.num_buckets = 1;
+  plan.buckets = &bucket;
+  step::RuntimeMemoryPlan fp32 = step::planRuntimeMemory(plan, false);
+  ASSERT_TRUE(fp32.error.empty()) << fp32.error;
+  plan.reduce_dtype = MFSDP_REDUCE_BF16;
+  step::RuntimeMemoryPlan bf16 = step::planRuntimeMemory(plan, false);
+  ASSERT_TRUE(bf16.error.empty()) << bf16.error;
+  // The staging: 2 ranks x (32 + 32 rows x 64) floats = 32 KiB in fp32,
+  // 16 KiB in bf16; it is live with the copies and gradients (2 x 32 KiB)
+  // and the persistent masters, state and reduced gradients.
+  EXPECT_EQ(fp32.arenaBytes[0] - bf16.arenaBytes[0], 16384);
+  for (int64_t r = 0; r < 2; ++r) {
+    int64_t highest = 0;
+    EXPECT_EQ(replay(plan, bf16, r, highest), "") << "rank " << r;
+    EXPECT_LE(highest, bf16.arenaBytes[r]);
+  }
 }
 
 // Buckets the runtime could not run are refused with what is wrong.

@@ -207,6 +207,11 @@ public:
   /// copy2D on bf16 elements (pitches and width in elements).
   virtual int copy2DBF16(uint16_t *dst, int64_t dstPitch, const uint16_t *src,
                          int64_t srcPitch, int64_t width, int64_t height) = 0;
+  /// copy2D from fp32 to bf16, each element rounded (host::
+  /// castF32ToBF16Strided): a bucket's gradients packed for a bf16
+  /// reduction straight into its bf16 staging buffer.
+  virtual int castToBF16Strided(uint16_t *dst, int64_t dstPitch, const float *src,
+                                int64_t srcPitch, int64_t width, int64_t height) = 0;
 
   // Kernels: the semantics of Kernels.h. ---------------------------------------
 

@@ -32,8 +32,9 @@ extern "C" {
 #endif
 
 /* The layout version of the structs below (their `version` field).
- * 2: the fused optimizer kernels (adamw_multi, sgd_multi). */
-#define MFSDP_RT_BACKEND_TABLE_VERSION 4
+ * 2: the fused optimizer kernels (adamw_multi, sgd_multi); 5: the
+ * rounding 2-D copy (cast_to_bf16_strided). */
+#define MFSDP_RT_BACKEND_TABLE_VERSION 5
 
 /* Groups (Backend.h: Group). */
 #define MFSDP_RT_GROUP_SHARD 0
@@ -207,6 +208,10 @@ typedef struct mfsdp_rt_backend_table {
                              int64_t *handle);
   int (*all_reduce_bf16)(void *self, int32_t group, uint16_t *buf, int64_t count,
                          int64_t *handle);
+  /* A 2-D copy from fp32 to bf16, rounding (version 5). */
+  int (*cast_to_bf16_strided)(void *self, uint16_t *dst, int64_t dst_pitch,
+                              const float *src, int64_t src_pitch, int64_t width,
+                              int64_t height);
 } mfsdp_rt_backend_table;
 
 /* The one symbol libmfsdp_rt_cuda exports for libmfsdp_rt: fills `table`

@@ -66,6 +66,10 @@ int muonApply(float *param, const float *ortho, int64_t rows, int64_t cols,
 int sumSquares(const float *x, int64_t n, double *sum, cudaStream_t stream);
 int castF32ToBF16(const float *in, uint16_t *out, int64_t n, cudaStream_t stream);
 int castBF16ToF32(const uint16_t *in, float *out, int64_t n, cudaStream_t stream);
+/// host::castF32ToBF16Strided.
+int castF32ToBF16Strided(uint16_t *dst, int64_t dstPitch, const float *src,
+                         int64_t srcPitch, int64_t width, int64_t height,
+                         cudaStream_t stream);
 /// buf = fromBF16(toBF16(buf)), in place (the host backend's rounding of
 /// bf16 compute copies and gradients).
 int roundToBF16(float *buf, int64_t n, cudaStream_t stream);

@@ -233,6 +233,11 @@ void unpackBlocks(const float *packed, float *whole, const BlockGrid &g,
 /// fp32 <-> bf16, round to nearest even; NaN stays NaN.
 void castF32ToBF16(const float *in, uint16_t *out, int64_t n);
 void castBF16ToF32(const uint16_t *in, float *out, int64_t n);
+/// A 2-D copy that rounds: row i of `height`, `width` fp32 elements at
+/// src + i * srcPitch, to bf16 at dst + i * dstPitch (pitches in
+/// elements). The packing of a bucket's gradients for a bf16 reduction.
+void castF32ToBF16Strided(uint16_t *dst, int64_t dstPitch, const float *src,
+                          int64_t srcPitch, int64_t width, int64_t height);
 uint16_t toBF16(float x);
 float fromBF16(uint16_t x);
 
