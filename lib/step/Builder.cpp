@@ -515,7 +515,10 @@ private:
         double shard = rows / S;
         double stateBytes = 0, masterBytes = 0;
         for (const Param *p : g.rows) {
-          double n = static_cast<double>(p->numElements()) / S;
+          // This rank's elements of p, rounded up to whole elements (the
+          // padded shard; an uneven split pads the last ranks): whole
+          // bytes however many ranks share fewer elements.
+          double n = static_cast<double>((p->numElements() + S - 1) / S);
           stateBytes += n * planner::stateBytesPerElem(p->optim, o);
           masterBytes += n * planner::masterBytesPerElem(*p, o);
         }
