@@ -290,40 +290,55 @@ mfsdp_status mfsdp::rt::loadHF(mfsdp_step *step, const char *dir) {
   if (!local && !missing.empty())
     local = step->fail(MFSDP_ERROR_IO, "mfsdp_load_hf: " + base +
                                            " lacks the plan's parameters " + missing);
-  // Each rank reads the rows of what it keeps.
+  // Each rank reads the rows of what it keeps, all of them before any is
+  // written into the runtime: a file that fails to read leaves every
+  // rank's state as it was. Rows that are whole in the file (a row shard,
+  // an owned or replicated matrix) come in one read.
+  std::vector<std::vector<float>> loaded(step->params.size());
+  std::vector<uint8_t> bytes;
   for (size_t i = 0; !local && i < step->params.size(); ++i) {
     ParamState &ps = step->params[i];
     const HFTensor &t = *sources[i].t;
     const int64_t rowBase = sources[i].rowBase;
     const int64_t esize = t.dtype == "F32" ? 4 : 2;
     const int64_t cols = ps.desc.cols;
-    std::vector<float> host(static_cast<size_t>(ps.localCount), 0.f);
-    std::vector<uint8_t> row;
+    std::vector<float> &host = loaded[i];
+    host.assign(static_cast<size_t>(ps.localCount), 0.f);
+    auto convert = [&](const uint8_t *from, float *to, int64_t n) {
+      for (int64_t c = 0; c < n; ++c) {
+        if (esize == 4) {
+          std::memcpy(to + c, from + 4 * c, 4);
+        } else {
+          uint16_t v;
+          std::memcpy(&v, from + 2 * c, 2);
+          to[c] = t.dtype == "BF16" ? host::fromBF16(v) : fromF16(v);
+        }
+      }
+    };
     for (const Rect &r : localRects(*step, ps)) {
       const int64_t w = r.c1 - r.c0;
-      row.resize(static_cast<size_t>(w * esize));
-      for (int64_t rr = r.r0; rr < r.r1 && !local; ++rr) {
-        if (!readAt(fds[t.file], t.begin + ((rowBase + rr) * cols + r.c0) * esize, row.data(),
-                    w * esize)) {
+      // Whole rows: one read; else one read a row.
+      const int64_t rowsAtOnce = w == cols ? r.r1 - r.r0 : 1;
+      bytes.resize(static_cast<size_t>(rowsAtOnce * w * esize));
+      for (int64_t rr = r.r0; rr < r.r1 && !local; rr += rowsAtOnce) {
+        if (!readAt(fds[t.file], t.begin + ((rowBase + rr) * cols + r.c0) * esize,
+                    bytes.data(), rowsAtOnce * w * esize)) {
           local = step->fail(MFSDP_ERROR_IO, "mfsdp_load_hf: cannot read '" +
                                                  std::string(ps.desc.name) + "' from " +
                                                  files[t.file] + ": " + errnoText());
           break;
         }
-        float *to = host.data() + r.at + (rr - r.r0) * w;
-        for (int64_t c = 0; c < w; ++c) {
-          if (esize == 4) {
-            std::memcpy(to + c, row.data() + 4 * c, 4);
-          } else {
-            uint16_t v;
-            std::memcpy(&v, row.data() + 2 * c, 2);
-            to[c] = t.dtype == "BF16" ? host::fromBF16(v) : fromF16(v);
-          }
-        }
+        convert(bytes.data(), host.data() + r.at + (rr - r.r0) * w, rowsAtOnce * w);
       }
     }
-    if (local)
-      break;
+  }
+  if (auto s = agree(step, local, "reading the HF weights")) {
+    closeAll();
+    return s;
+  }
+  for (size_t i = 0; !local && i < step->params.size(); ++i) {
+    ParamState &ps = step->params[i];
+    std::vector<float> &host = loaded[i];
     for (int k : kindsOf(ps.desc.optimizer)) {
       if (k != Master)
         std::fill(host.begin(), host.end(), 0.f); // a fresh optimizer
@@ -332,6 +347,7 @@ mfsdp_status mfsdp::rt::loadHF(mfsdp_step *step, const char *dir) {
                "copy from the host")))
         break;
     }
+    std::vector<float>().swap(host);
   }
   closeAll();
   if (!local)
