@@ -362,6 +362,9 @@ mfsdp_status mfsdp_end_forward(mfsdp_step *step, int32_t unit) {
                             "but " +
                             (s == UnitState::Backward ? "its backward has started"
                                                       : "it has no forward in progress"));
+    // A program may leave the forward copy to a later hook's free (the next
+    // unit's pre_forward): with no backward to come it goes now.
+    step->release(unit);
     s = UnitState::Idle;
     step->reduced[unit] = step->reducedBeforeForward[unit];
     return step->finish();

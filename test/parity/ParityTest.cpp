@@ -77,12 +77,16 @@
 // collectives over gloo. With `dump=FILE`, rank 0 writes the trained
 // tensors, every float exactly, to FILE (a torchrun run and an mpirun run
 // of a case compare bit for bit where no sum has more than two terms).
-// With `order=landing` or `order=K`, the plan carries the compiled
-// program (mfsdp_program) of the step scheduled with that optimizer order
-// (mfsdp-schedule-overlap: the groups in the order their reductions land,
-// or K groups in landing order and then the first unit first), and the
-// runtime's hooks and optimizer step execute it; a case dumped with and
-// without it must train bit for bit alike. With `depth=N` the schedule
+// The plan carries the compiled program (mfsdp_program) of the step
+// scheduled as the compiler schedules it (mfsdp-schedule-overlap; the
+// optimizer groups in the order their reductions land), and the runtime's
+// hooks and optimizer step execute it, as they do a step library's. With
+// `order=landing` or `order=K`, the step is scheduled with that optimizer
+// order (the groups in the order their reductions land, or K groups in
+// landing order and then the first unit first). With `protocol` the plan
+// has no program and the runtime's own hook protocol decides the order
+// (what plans built by hand without a program get); a case dumped with
+// and without a program must train bit for bit alike. With `depth=N` the schedule
 // gathers N groups ahead (mfsdp-schedule-overlap's prefetch; default: 1
 // with `prefetch`, else 0), another program.
 // Every case also checks, with the engine's work counters, how many
@@ -363,7 +367,8 @@ int main(int argc, char **argv) {
   bool reduceBf16 = false;
   bool nsSplit = false, prefetch = false, bucketed = false, external = false;
   bool hparams = false, clip = false, nsBf16 = false;
-  bool withProgram = false;        // order=: the plan carries the program
+  bool withProgram = false;        // order= (or no `protocol`): the plan carries the program
+  bool protocol = false;           // protocol: no program, the runtime's own order
   int64_t orderFill = -1;          // its optimizer order (-1: landing)
   int64_t depth = -1;              // depth=: its gather prefetch depth
   int64_t replicateUnder = 0;      // replicate=BYTES: replicate smaller tensors
@@ -404,6 +409,7 @@ int main(int argc, char **argv) {
     restart |= std::strcmp(argv[i], "restart") == 0;
     bf16 |= std::strcmp(argv[i], "bf16") == 0;
     reduceBf16 |= std::strcmp(argv[i], "reduce_bf16") == 0;
+    protocol |= std::strcmp(argv[i], "protocol") == 0;
     if (std::strncmp(argv[i], "depth=", 6) == 0) {
       char *end = nullptr;
       depth = std::strtoll(argv[i] + 6, &end, 10);
@@ -427,6 +433,12 @@ int main(int argc, char **argv) {
       }
       withProgram = true;
     }
+  }
+  if (!protocol)
+    withProgram = true;
+  else if (withProgram) {
+    std::fprintf(stderr, "protocol runs the runtime's own hook protocol: no order= or depth=\n");
+    ranks.abort(2);
   }
   // fp32 compute matches the double-precision reference to 1e-5 of each
   // tensor's largest magnitude. bf16 compute copies and gradients against a
@@ -1326,11 +1338,16 @@ int main(int argc, char **argv) {
     std::vector<uint16_t> copy(static_cast<const uint16_t *>(t.data),
                                static_cast<const uint16_t *>(t.data) + numel);
     expect(mfsdp_post_forward(step, 0) == MFSDP_OK, "post_forward after the view check");
+    // A forward with no backward: ended, so its copy goes (a compiled
+    // program may leave it to the next unit's pre_forward).
+    expect(mfsdp_end_forward(step, 0) == MFSDP_OK, "end_forward after the view check");
     // Stores go through the staging buffer, outside a unit's hooks (the
     // memory plan shares its space with the gathered copies).
     std::vector<float> master(numel);
-    expect(mfsdp_store_param(step, 1, master.data()) == MFSDP_OK,
-           std::string("store master: ") + mfsdp_last_error(step));
+    const mfsdp_status stored = mfsdp_store_param(step, 1, master.data());
+    expect(stored == MFSDP_OK, std::string("store master: ") +
+                                   mfsdp_status_string(stored) + " " +
+                                   mfsdp_last_error(step));
     bool rounded = true, anyFP32 = false;
     for (int64_t k = 0; k < numel; ++k) {
       const uint32_t u = bits(master[k]);
@@ -1351,7 +1368,8 @@ int main(int argc, char **argv) {
     fp32Plan.params = fp32Descs.data();
     // Its own memory plan: fp32 copies take twice the place of bf16 ones.
     step::RuntimeMemoryPlan fp32Memory =
-        step::planRuntimeMemory(fp32Plan, micro > 1, 256, prefetch ? 1 : 0);
+        step::planRuntimeMemory(fp32Plan, micro > 1, 256, prefetch ? 1 : 0,
+                                fp32Plan.program);
     expect(fp32Memory.error.empty(), "fp32 memory plan: " + fp32Memory.error);
     const mfsdp_memory_plan fp32MemoryPlan = fp32Memory.view();
     if (!dynamic)
