@@ -217,6 +217,7 @@ int listenOnPort(const RankEnv &env, std::string &error) {
   if (listener < 0)
     error = "rank 0: cannot listen on port " + std::to_string(env.masterPort) + ": " +
             std::strerror(why);
+  errno = listener < 0 ? why : 0;
   return listener;
 }
 
@@ -521,8 +522,29 @@ std::unique_ptr<TcpStar> TcpStar::connect(const RankEnv &env, int timeoutMs,
 
   const Clock::time_point deadline = start + std::chrono::milliseconds(timeoutMs);
   int listener = listenOnPort(env, error);
-  if (listener < 0)
+  if (listener < 0) {
+    if (errno != EADDRINUSE)
+      return nullptr;
+    // Someone listens on the port already: a second process with RANK=0
+    // (or another program). It is told, as a rank that announces RANK=0,
+    // so that the rank 0 that listens fails too, naming the duplicate,
+    // instead of running with whichever ranks reached it.
+    const Clock::time_point tellBy = Clock::now() + std::chrono::milliseconds(kHelloMs);
+    std::string ignored;
+    const int fd = connectToRoot(env, tellBy, kHelloMs, ignored);
+    if (fd >= 0) {
+      uint8_t hello[12];
+      std::memcpy(hello, kMagic, 4);
+      putLE(hello + 4, 0, 4);
+      putLE(hello + 8, static_cast<uint64_t>(env.world), 4);
+      transfer(fd, hello, sizeof(hello), true, tellBy);
+      close(fd);
+    }
+    error = "rank 0: port " + port + " is in use: another process listens there, a "
+            "second process with RANK=0 (told so: it fails too) or another program; "
+            "expected each of RANK 0.." + std::to_string(env.world - 1) + " once";
     return nullptr;
+  }
   star->peers_.assign(env.world, -1);
   int arrived = 0;
   std::string failure;
@@ -590,10 +612,17 @@ std::unique_ptr<TcpStar> TcpStar::connect(const RankEnv &env, int timeoutMs,
       failure = "rank 0: rank " + std::to_string(peer) + " has WORLD_SIZE=" +
                 std::to_string(world) + " but rank 0 has WORLD_SIZE=" +
                 std::to_string(env.world) + "; every rank must have the same";
-    } else if (peer < 1 || peer >= env.world || star->peers_[peer] >= 0) {
+    } else if (peer == 0) {
       close(fd);
+      failure = "rank 0: two processes have RANK=0 (the other could not listen on port " +
+                port + "); expected each of 0.." + std::to_string(env.world - 1) + " once";
+    } else if (peer < 1 || peer >= env.world || star->peers_[peer] >= 0) {
       failure = "rank 0: two processes have RANK=" + std::to_string(peer) +
                 "; expected each of 0.." + std::to_string(env.world - 1) + " once";
+      // The newcomer hears it too (the other gets it with every rank).
+      const std::vector<uint8_t> text(failure.begin(), failure.end());
+      sendFrame(fd, false, text, Clock::now() + std::chrono::milliseconds(1000));
+      close(fd);
     } else {
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

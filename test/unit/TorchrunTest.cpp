@@ -413,6 +413,64 @@ TEST(Torchrun, AStrayConnectionIsIgnored) {
   EXPECT_EQ(run.answers[2], "stray: sent");
 }
 
+// A RANK given to two processes is an error on both, whichever starts
+// first: a duplicate RANK=1 is named by rank 0, to both of them; a
+// duplicate RANK=0 cannot listen on the port, says so, and tells the rank 0
+// that listens, which fails naming it and tells the ranks connected to it.
+// WORLD_SIZE=3; each ordering of the two duplicates is run.
+TEST(Torchrun, ADuplicateRankIsAnErrorOnBothProcessesInEveryOrdering) {
+  for (int dup : {1, 0})
+    for (bool duplicateFirst : {false, true}) {
+      SCOPED_TRACE("RANK=" + std::to_string(dup) +
+                   (duplicateFirst ? ", the duplicate first" : ", the duplicate second"));
+      const int port = freePort();
+      std::vector<Vars> vars = world(3, port);
+      vars.push_back(torchrunVars(dup, 3, port)); // process 3: the duplicate of `dup`
+      // The two processes with RANK=dup start 300 ms apart, in either order;
+      // rank 2 starts 600 ms late.
+      const int other = 2;
+      Outcome run = runProcesses(
+          vars,
+          [&](size_t i) -> std::string {
+            int delayMs = 0;
+            if (static_cast<int>(i) == dup)
+              delayMs = duplicateFirst ? 300 : 0;
+            else if (i == 3)
+              delayMs = duplicateFirst ? 0 : 300;
+            else if (static_cast<int>(i) == other)
+              delayMs = 600;
+            usleep(static_cast<useconds_t>(delayMs) * 1000);
+            std::string error;
+            auto control = controlFromEnvironment(3000, error);
+            return control ? "connected" : error;
+          },
+          30000);
+      for (size_t i = 0; i < vars.size(); ++i) {
+        ASSERT_TRUE(run.answered[i]) << "process " << i;
+        EXPECT_NE(run.answers[i], "connected") << "process " << i << " went on";
+        if (std::getenv("MFSDP_TEST_VERBOSE"))
+          std::printf("process %zu: %s\n", i, run.answers[i].c_str());
+      }
+      const std::string named =
+          "two processes have RANK=" + std::to_string(dup);
+      if (dup == 1) {
+        // Rank 0 names it, and both RANK=1 processes hear it from rank 0.
+        EXPECT_TRUE(contains(run.answers[0], named)) << run.answers[0];
+        for (size_t i : {size_t(1), size_t(3)})
+          EXPECT_TRUE(contains(run.answers[i], "rank 1: rank 0 reports: rank 0: " + named))
+              << run.answers[i];
+      } else {
+        // The one that listens names the duplicate; the other says the port
+        // is in use.
+        const std::string &a = run.answers[0], &b = run.answers[3];
+        EXPECT_TRUE((contains(a, named) && contains(b, "is in use")) ||
+                    (contains(b, named) && contains(a, "is in use")))
+            << a << " | " << b;
+      }
+      EXPECT_LT(run.elapsedMs, 15000);
+    }
+}
+
 TEST(Torchrun, ARankKilledDuringSetupIsNamedAtOnce) {
   const int port = freePort();
   // WORLD_SIZE=3: rank 2 connects and announces itself, then dies before
