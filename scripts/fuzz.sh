@@ -16,24 +16,13 @@ shift $(( $# > 2 ? 2 : $# ))
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(graph hf plan-ir create)
 
-missing=()
-for p in clang-22 libclang-rt-22-dev; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -ne 0 ]; then
-  echo "fuzz: installing ${missing[*]}"
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-  export DEBIAN_FRONTEND=noninteractive
-  if ! { $SUDO apt-get update -q && \
-         $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"; }; then
-    if [ "${FUZZ_OPTIONAL:-0}" = 1 ]; then
-      echo "fuzz: SKIPPED: ${missing[*]} could not be installed; the fuzz targets did not run"
-      exit 0
-    fi
-    echo "fuzz: ${missing[*]} could not be installed" >&2
-    exit 1
+if ! WHO=fuzz bash scripts/apt-install.sh clang-22 libclang-rt-22-dev; then
+  if [ "${FUZZ_OPTIONAL:-0}" = 1 ]; then
+    echo "fuzz: SKIPPED: clang-22 and libclang-rt-22-dev could not be installed; the fuzz targets did not run"
+    exit 0
   fi
+  echo "fuzz: clang-22 and libclang-rt-22-dev could not be installed" >&2
+  exit 1
 fi
 
 if [ ! -f "$build/build.ninja" ]; then

@@ -12,21 +12,7 @@ packages=(
   openmpi-bin libopenmpi-dev libopenblas-dev libdlpack-dev libgloo-dev
 )
 
-missing=()
-for p in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
-done
-
-if [ ${#missing[@]} -ne 0 ]; then
-  echo "setup: installing ${missing[*]}"
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -q
-  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
+WHO=setup bash "$(dirname "$0")/apt-install.sh" "${packages[@]}"
 
 # Python packages, for the `python3` on PATH (the interpreter the build and the
 # tests run): PyTorch 2.4 or newer (the exporter in tools/export/, the `mfsdp`
