@@ -211,16 +211,33 @@ std::string parentOf(const std::string &dir) {
 /// The status every rank ends with: the worst of all (each rank's own
 /// error kept; the others told that another rank failed).
 mfsdp_status agree(mfsdp_step *step, mfsdp_status mine, const char *what) {
-  std::vector<int64_t> lo, hi;
+  // Each rank's status and, when it failed, its message: every rank then
+  // says why (a trainer that stops at its first error need not wait for
+  // the failing rank's own output).
+  std::vector<uint8_t> blob(4, 0);
+  for (int b = 0; b < 4; ++b)
+    blob[b] = static_cast<uint8_t>(static_cast<uint32_t>(mine) >> (8 * b));
+  if (mine != MFSDP_OK) {
+    const std::string why = step->error.substr(0, 1000);
+    blob.insert(blob.end(), why.begin(), why.end());
+  }
+  std::vector<std::vector<uint8_t>> all;
   std::string error;
-  if (!step->control->minMax({static_cast<int64_t>(mine)}, lo, hi, error))
+  if (!step->control->allGather(blob, all, error))
     return step->fail(MFSDP_ERROR_COMM, error + " while the ranks agreed on " + what);
   if (mine != MFSDP_OK)
     return mine;
-  if (hi[0] != MFSDP_OK)
-    return step->fail(static_cast<mfsdp_status>(hi[0]),
-                      std::string("another rank failed ") + what +
-                          " (its mfsdp_last_error says why)");
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r].size() < 4)
+      continue;
+    uint32_t status = 0;
+    for (int b = 0; b < 4; ++b)
+      status |= static_cast<uint32_t>(all[r][b]) << (8 * b);
+    if (status != MFSDP_OK)
+      return step->fail(static_cast<mfsdp_status>(status),
+                        "rank " + std::to_string(r) + " failed " + what + ": " +
+                            std::string(all[r].begin() + 4, all[r].end()));
+  }
   return MFSDP_OK;
 }
 
