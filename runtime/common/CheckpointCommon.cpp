@@ -274,18 +274,9 @@ float *bufferOf(ParamState &ps, int k) {
 }
 
 const char *placementName(int32_t p) {
-  switch (p) {
-  case MFSDP_ROW_SHARD:
-    return "row_shard";
-  case MFSDP_OWNER:
-    return "owner";
-  case MFSDP_BLOCK_SHARD:
-    return "block_shard";
-  case MFSDP_REPLICATE:
-    return "replicate";
-  default:
-    return "none";
-  }
+  // The vocabulary's spellings are string literals: NUL-terminated.
+  const std::string_view name = enumName(static_cast<mfsdp::Placement>(p));
+  return name == "?" ? "none" : name.data();
 }
 
 mfsdp_status usableForCheckpoint(mfsdp_step *step, const char *call) {
@@ -342,6 +333,24 @@ mfsdp_status followMasters(mfsdp_step *step) {
     for (int32_t u = 0; !s && u < step->plan.num_units; ++u)
       s = step->gather(u);
   return s;
+}
+
+bool expertMatrixName(const std::string &name, const std::string &kind,
+                      std::string &prefix, int64_t &e, std::string &tail) {
+  const std::string key = ".experts." + kind + ".";
+  const size_t at = name.find(key);
+  if (at == std::string::npos)
+    return false;
+  prefix = name.substr(0, at);
+  const std::string rest = name.substr(at + key.size());
+  const size_t dot = rest.find('.');
+  const std::string digits = rest.substr(0, dot);
+  tail = dot == std::string::npos ? "" : rest.substr(dot + 1);
+  if (digits.empty() || digits.size() > 9 ||
+      digits.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  e = std::stoll(digits);
+  return true;
 }
 
 mfsdp_status newDirectory(mfsdp_step *step, mfsdp_status local, const std::string &target,

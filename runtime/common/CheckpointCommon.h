@@ -71,6 +71,12 @@ mfsdp_status usableForCheckpoint(mfsdp_step *step, const char *call);
 /// After masters were loaded: the gathered compute copies are dropped and,
 /// under ZeRO-1/2 (copies kept all step), gathered again from them.
 mfsdp_status followMasters(mfsdp_step *step);
+/// A matrix of a fused expert tensor as a plan names it: `name` =
+/// PREFIX ".experts." KIND "." E ["." TAIL], E at most 9 decimal digits
+/// (`experts.gate_up_proj.3.gate`, `experts.down_proj.3`). True with the
+/// parts.
+bool expertMatrixName(const std::string &name, const std::string &kind,
+                      std::string &prefix, int64_t &e, std::string &tail);
 /// The ranks agree on a new directory `target` (rank 0's name, with a
 /// fresh 16-hex-digit `id`), and rank 0 makes `tmp` = target.tmp-ID to
 /// write into (an error if `target` exists). `local`: this rank's status

@@ -85,33 +85,23 @@ bool legacySource(const std::string &name, const mfsdp_param_desc &desc,
     return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
   };
   std::vector<std::string> candidates;
-  // "{P}.experts.gate_up_proj.{e}.gate" and the like: P, kind, e, half.
-  auto expertOf = [&](const std::string &fused, std::string &prefix, std::string &e,
-                      std::string &tail) {
-    const std::string key = ".experts." + fused + ".";
-    const size_t at = name.find(key);
-    if (at == std::string::npos)
-      return false;
-    prefix = name.substr(0, at);
-    std::string rest = name.substr(at + key.size());
-    const size_t dot = rest.find('.');
-    e = rest.substr(0, dot);
-    tail = dot == std::string::npos ? "" : rest.substr(dot + 1);
-    return !e.empty() && e.find_first_not_of("0123456789") == std::string::npos;
-  };
   // Mixtral's module is `block_sparse_moe` where transformers 5 has `mlp`.
   auto mixtral = [&](const std::string &prefix) {
     return endsWith(prefix, ".mlp")
                ? prefix.substr(0, prefix.size() - 3) + "block_sparse_moe"
                : std::string();
   };
-  std::string prefix, e, tail;
-  if (expertOf("gate_up_proj", prefix, e, tail) && (tail == "gate" || tail == "up")) {
+  std::string prefix, tail;
+  int64_t expert = 0;
+  if (expertMatrixName(name, "gate_up_proj", prefix, expert, tail) &&
+      (tail == "gate" || tail == "up")) {
+    const std::string e = std::to_string(expert);
     candidates.push_back(prefix + ".experts." + e + "." + tail + "_proj.weight");
     if (std::string m = mixtral(prefix); !m.empty())
       candidates.push_back(m + ".experts." + e + (tail == "gate" ? ".w1" : ".w3") +
                            ".weight");
-  } else if (expertOf("down_proj", prefix, e, tail) && tail.empty()) {
+  } else if (expertMatrixName(name, "down_proj", prefix, expert, tail) && tail.empty()) {
+    const std::string e = std::to_string(expert);
     candidates.push_back(prefix + ".experts." + e + ".down_proj.weight");
     if (std::string m = mixtral(prefix); !m.empty())
       candidates.push_back(m + ".experts." + e + ".w2.weight");

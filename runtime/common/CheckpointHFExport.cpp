@@ -51,25 +51,6 @@ struct OutTensor {
   int64_t offset = 0; // in the file's data
 };
 
-/// `name` = PREFIX ".experts." KIND "." E [ "." TAIL ]: true with the parts.
-bool expertName(const std::string &name, const std::string &kind, std::string &fused,
-                int64_t &e, std::string &tail) {
-  const std::string key = ".experts." + kind + ".";
-  const size_t at = name.find(key);
-  if (at == std::string::npos)
-    return false;
-  fused = name.substr(0, at) + ".experts." + kind;
-  const std::string rest = name.substr(at + key.size());
-  const size_t dot = rest.find('.');
-  const std::string digits = rest.substr(0, dot);
-  tail = dot == std::string::npos ? "" : rest.substr(dot + 1);
-  if (digits.empty() || digits.size() > 9 ||
-      digits.find_first_not_of("0123456789") != std::string::npos)
-    return false;
-  e = std::stoll(digits);
-  return true;
-}
-
 /// The tensors of the export in table order (a fused tensor where its
 /// first matrix is), with every fused tensor complete: every expert from
 /// 0, both halves of gate_up_proj, all of one shape; otherwise its
@@ -85,13 +66,17 @@ std::vector<OutTensor> tensorsOf(const mfsdp_step &st) {
   std::vector<bool> taken(st.params.size(), false);
   for (size_t i = 0; i < st.params.size(); ++i) {
     const std::string &name = st.params[i].name;
-    std::string stem, tail;
+    std::string prefix, tail, stem;
     int64_t e = 0;
     int half = -2;
-    if (expertName(name, "gate_up_proj", stem, e, tail) && (tail == "gate" || tail == "up"))
+    if (expertMatrixName(name, "gate_up_proj", prefix, e, tail) &&
+        (tail == "gate" || tail == "up")) {
       half = tail == "gate" ? 0 : 1;
-    else if (expertName(name, "down_proj", stem, e, tail) && tail.empty())
+      stem = prefix + ".experts.gate_up_proj";
+    } else if (expertMatrixName(name, "down_proj", prefix, e, tail) && tail.empty()) {
       half = -1;
+      stem = prefix + ".experts.down_proj";
+    }
     if (half == -2)
       continue;
     Fused &f = fused[stem];

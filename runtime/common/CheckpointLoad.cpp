@@ -157,6 +157,7 @@ mfsdp_status mfsdp::rt::loadCheckpoint(mfsdp_step *step, const char *dir, char *
   // it needs it).
   std::map<std::string, std::vector<Piece>> pieces; // "name/kind"
   std::vector<int> fds;
+  std::vector<int64_t> fileSizes; // as fstat found them, with fds
   auto closeAll = [&]() {
     for (int fd : fds)
       if (fd >= 0)
@@ -176,6 +177,7 @@ mfsdp_status mfsdp::rt::loadCheckpoint(mfsdp_step *step, const char *dir, char *
       if (::fstat(fd, &sb) != 0 || sb.st_size != f.at("bytes").get<int64_t>())
         throw std::runtime_error(path + " has " + std::to_string(sb.st_size) +
                                  " bytes; the index says " + f.at("bytes").dump());
+      fileSizes.push_back(static_cast<int64_t>(sb.st_size));
       int64_t dataStart = 0;
       const json h = json::parse(readSafetensorsHeader(fd, path, sb.st_size, dataStart));
       if (!h.contains("__metadata__"))
@@ -227,14 +229,12 @@ mfsdp_status mfsdp::rt::loadCheckpoint(mfsdp_step *step, const char *dir, char *
   };
   auto mapped = [&](int file) -> const char * {
     if (!maps[file].first) {
-      struct stat sb {};
-      if (::fstat(fds[file], &sb) != 0 || sb.st_size <= 0)
-        return nullptr;
-      void *at = ::mmap(nullptr, static_cast<size_t>(sb.st_size), PROT_READ, MAP_SHARED,
-                        fds[file], 0);
+      const size_t bytes = static_cast<size_t>(fileSizes[file]);
+      void *at = bytes ? ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fds[file], 0)
+                       : MAP_FAILED;
       if (at == MAP_FAILED)
         return nullptr;
-      maps[file] = {static_cast<char *>(at), static_cast<size_t>(sb.st_size)};
+      maps[file] = {static_cast<char *>(at), bytes};
     }
     return maps[file].first;
   };
