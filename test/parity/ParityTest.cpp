@@ -275,17 +275,20 @@ struct World {
   /// MFSDP_PARITY_BACKEND=cuda (scripts/gpu-check.sh): the CUDA backend,
   /// its arena in managed memory (MFSDP_CUDA_MANAGED_ARENA=1) so that the
   /// trainer's host code can use the views.
+  /// Under torchrun the CUDA backend bootstraps NCCL through the same
+  /// variables (a GPU machine without MPI runs the check that way).
   mfsdp_status create(const mfsdp_plan &plan, mfsdp_step **step) {
     const char *backend = std::getenv("MFSDP_PARITY_BACKEND");
-    if (!torchrun && backend && std::strcmp(backend, "cuda") == 0) {
-      mfsdp_config config{};
+    const bool cuda = backend && std::strcmp(backend, "cuda") == 0;
+    if (!torchrun && cuda) {
+      mfsdp_config config = MFSDP_CONFIG_INITIALIZER;
       config.backend = MFSDP_BACKEND_CUDA;
       return mfsdp_create_with_config(&plan, &config, step);
     }
     if (!torchrun)
       return mfsdp_create(&plan, step);
     mfsdp_config config = MFSDP_CONFIG_INITIALIZER;
-    config.backend = MFSDP_BACKEND_HOST;
+    config.backend = cuda ? MFSDP_BACKEND_CUDA : MFSDP_BACKEND_HOST;
     config.bootstrap = MFSDP_BOOTSTRAP_TORCHRUN;
     config.bootstrap_timeout_ms = kTimeoutMs;
     return mfsdp_create_with_config(&plan, &config, step);
