@@ -6,6 +6,7 @@ process alone) and how a graph becomes a step library (mfsdp-compile).
 """
 
 import atexit
+import gc
 import os
 import subprocess
 
@@ -48,11 +49,38 @@ def ranks(launch=None):
     return rank, size
 
 
-_open_steps = []
+_open_steps = []  # in the order they were opened, the same on every rank
+_unused_steps = []  # steps whose model was collected: closed at the next close_unused()
+
+
+def release_when_collected(owner, step):
+    """Closes `step` once `owner` (its model) is garbage: not from the garbage
+    collector itself, which runs at different moments on different ranks while
+    closing is collective (the ranks agree on it), but at the next point every
+    rank reaches together: the next open_step, close_unused() or exit."""
+    import weakref
+
+    weakref.finalize(owner, _unused_steps.append, step)
+
+
+def close_unused():
+    """Closes the steps whose models are gone (collective: every rank calls it at
+    the same point of the program). A full collection first, so that every rank
+    has found the same models unreachable; then the steps in the order they were
+    opened."""
+    gc.collect()
+    if not _unused_steps:
+        return
+    unused = {id(s) for s in _unused_steps}
+    _unused_steps.clear()
+    for s in [s for s in _open_steps if id(s) in unused]:
+        _open_steps.remove(s)
+        s.close()
 
 
 def _finalize():
-    # Every runtime is destroyed before MPI is finalised.
+    # Every runtime is destroyed before MPI is finalised, in the order opened.
+    _unused_steps.clear()
     for s in list(_open_steps):
         s.close()
     _open_steps.clear()
@@ -73,6 +101,9 @@ def open_step(library, backend="host", launch=None, timeout_ms=0, collective_tim
             raise Error("collective_timeout_s: expected seconds > 0, got "
                         f"{collective_timeout_s!r}")
         collective_ms = max(1, int(round(collective_timeout_s * 1000)))
+    # Runtimes whose models are gone are closed first, at this point every
+    # rank reaches (the creation below is collective too).
+    close_unused()
     if isinstance(library, (str, os.PathLike)):
         library = Library(os.fspath(library))
     if backend not in _BACKENDS:

@@ -24,7 +24,6 @@ import math
 import os
 import shutil
 import tempfile
-import weakref
 
 import torch
 from torch import nn
@@ -1076,7 +1075,9 @@ def _install(model, step, lib, external):
             lambda mod, args, t=tie: state._alias_pre(t, mod)))
         state.handles.append(tie.module.register_forward_hook(
             lambda mod, args, out, t=tie: state._alias_post(t, mod, out)))
-    weakref.finalize(model, step.close)
+    # Closed once the model is gone, where every rank is at the same point
+    # (closing is collective; the garbage collector's timing is not).
+    _rt.release_when_collected(model, step)
     return state
 
 

@@ -204,6 +204,38 @@ def meta_uninitialised():
 expect("a meta-device model with a parameter nothing initialises", meta_uninitialised,
        "nothing initialised", "blocks.0.scale")
 
+
+# Models dropped while the ranks' garbage collectors run at different
+# moments: closing a runtime is collective, so a close from rank 0's
+# collector while rank 1 already creates the next runtime would leave the
+# two waiting on each other. Closes wait for the next point every rank
+# reaches together (the next fully_shard), in the order opened.
+def dropped_models():
+    import gc
+    rt.close_unused()
+    before = len(rt._open_steps)
+    for _ in range(3):
+        m, _ = mt.fully_shard(llama(), library=lib)
+        m(input_ids=ids, labels=ids).loss.backward()
+        del m
+        if RANK == 0:
+            gc.collect()
+    kept, _ = mt.fully_shard(llama(), library=lib)
+    kept(input_ids=ids, labels=ids).loss.backward()
+    rt.close_unused()
+    return len(rt._open_steps) - before
+
+
+try:
+    opened = dropped_models()
+    if opened != 1:
+        failures.append(f"dropped models: {opened} more runtimes open, expected the one kept")
+    elif RANK == 0:
+        print("ok: models dropped at different moments on each rank: their runtimes closed "
+              "together, the kept one open", flush=True)
+except Exception as e:  # noqa: BLE001
+    failures.append(f"dropped models: {type(e).__name__}: {e}")
+
 for f in failures:
     print(f"rank {RANK}: FAIL: {f}", flush=True)
 if RANK == 0 and not failures:
