@@ -1,5 +1,6 @@
 //===- BuildStep.cpp - mfsdp-build-step -----------------------------------===//
 #include "passes/Passes.h"
+#include "dialects/plan/PlanKernels.h"
 #include "dialects/plan/PlannerBridge.h"
 #include "dialects/sched/StepBridge.h"
 
@@ -77,7 +78,7 @@ struct BuildStepPass : public mfsdp::impl::BuildStepBase<BuildStepPass> {
     for (UnitOp u : b.units) {
       CostAttr c = u.getCost();
       costs.push_back({c.getFwdFlops(), c.getBwdFlops(), c.getActBytes(),
-                       c.getRecompute()});
+                       c.getRecompute(), plan::unitKernels(c)});
     }
     step::BuildOptions bo;
     bo.tokens = tok;

@@ -69,17 +69,23 @@ def main():
         else:
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
 
+        if bf16:
+            for m in masters:
+                m.grad = torch.zeros_like(m)
+
         def optimizer_step():
             if bf16:
-                for m, p in zip(masters, model.parameters()):
-                    m.grad = p.grad.float()
+                # Multi-tensor copies: the gradients widened into the
+                # masters' fp32 gradients, the stepped masters narrowed
+                # into the parameters.
+                live = list(model.parameters())
+                with torch.no_grad():
+                    torch._foreach_copy_([m.grad for m in masters], [p.grad for p in live])
+                for p in live:
                     p.grad = None
                 opt.step()
                 with torch.no_grad():
-                    for m, p in zip(masters, model.parameters()):
-                        p.copy_(m)
-                for m in masters:
-                    m.grad = None
+                    torch._foreach_copy_(live, masters)
             else:
                 opt.step()
                 opt.zero_grad(set_to_none=True)

@@ -1,5 +1,7 @@
 //===- PlanAttrs.cpp - Verifiers of placements, optimizers and costs ------===//
 #include "dialects/plan/PlanDialect.h"
+#include "dialects/plan/PlanKernels.h"
+#include "mfsdp/Kernel.h"
 
 #include "llvm/ADT/DenseSet.h"
 
@@ -7,6 +9,8 @@
 
 using namespace mlir;
 using namespace mfsdp::plan;
+using mfsdp::KernelKind;
+using mfsdp::UnitKernel;
 
 /// Mesh axes of a placement: a non-empty list of distinct, non-empty names.
 static LogicalResult verifyAxes(function_ref<InFlightDiagnostic()> emitError,
@@ -136,9 +140,63 @@ LogicalResult MuonAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 
 LogicalResult CostAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                F64 fwdFlops, F64 bwdFlops, F64 actBytes,
-                               bool recompute) {
+                               bool recompute, ArrayAttr kernels) {
   RangeCheck c{emitError, "cost"};
-  return success(succeeded(c.nonNegative(fwdFlops, "fwd_flops")) &&
-                 succeeded(c.nonNegative(bwdFlops, "bwd_flops")) &&
-                 succeeded(c.nonNegative(actBytes, "act_bytes")));
+  if (!(succeeded(c.nonNegative(fwdFlops, "fwd_flops")) &&
+        succeeded(c.nonNegative(bwdFlops, "bwd_flops")) &&
+        succeeded(c.nonNegative(actBytes, "act_bytes"))))
+    return failure();
+  if (kernels)
+    for (auto [i, k] : llvm::enumerate(kernels))
+      if (!isa<KernelAttr>(k))
+        return emitError() << "cost kernels[" << i << "] must be a #plan.kernel, got " << k;
+  return success();
+}
+
+LogicalResult KernelAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                 StringRef kind, DenseI64ArrayAttr shape, F64 scale) {
+  ::mfsdp::UnitKernel k;
+  if (!::mfsdp::parseKernelKind(kind, k.kind))
+    return emitError() << "kernel kind must be gemm, attention or memory, got '" << kind
+                       << "'";
+  if (shape)
+    k.shape.assign(shape.asArrayRef().begin(), shape.asArrayRef().end());
+  k.scale = scale;
+  const std::string bad = ::mfsdp::validateKernel(k);
+  if (!bad.empty())
+    return emitError() << "kernel '" << kind << "': " << bad;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Kernels <-> mfsdp::UnitKernel
+//===----------------------------------------------------------------------===//
+
+ArrayAttr mfsdp::plan::kernelsAttr(MLIRContext *ctx,
+                                   const std::vector<mfsdp::UnitKernel> &kernels) {
+  if (kernels.empty())
+    return {};
+  SmallVector<Attribute> out;
+  for (const UnitKernel &k : kernels)
+    out.push_back(KernelAttr::get(ctx, kernelKindName(k.kind),
+                                  DenseI64ArrayAttr::get(ctx, k.shape), k.scale));
+  return ArrayAttr::get(ctx, out);
+}
+
+std::vector<mfsdp::UnitKernel> mfsdp::plan::unitKernels(CostAttr cost) {
+  std::vector<UnitKernel> out;
+  if (!cost || !cost.getKernels())
+    return out;
+  for (Attribute a : cost.getKernels()) {
+    auto k = dyn_cast<KernelAttr>(a);
+    if (!k)
+      continue; // the verifier refuses it
+    UnitKernel u;
+    parseKernelKind(k.getKind(), u.kind);
+    if (k.getShape())
+      u.shape.assign(k.getShape().asArrayRef().begin(), k.getShape().asArrayRef().end());
+    u.scale = k.getScale();
+    out.push_back(std::move(u));
+  }
+  return out;
 }

@@ -148,6 +148,30 @@ def Plan_OptimizerAttr : AnyAttrOf<[Plan_AdamWAttr, Plan_SGDAttr, Plan_MuonAttr]
 // Unit cost
 //===----------------------------------------------------------------------===//
 
+def Plan_KernelAttr : Plan_Attr<"Kernel", "kernel"> {
+  let summary = "One kernel of a unit's forward, per token";
+  let description = [{
+    What the cost model's per-op roofline prices (mfsdp/Kernel.h,
+    mfsdp/cost/KernelModel.h): a `gemm` with `shape` [n, k, count] and
+    `scale` rows per token (each of `count` products is (scale x tokens) x k
+    times k x n); `attention` with `shape` [heads, head_dim, head_dim_v,
+    causal (0 or 1), seq] and `scale` 1; `memory` work with `shape` [] or
+    [fixed bytes] and `scale` bytes per token. The verifier checks the
+    shape's length and values for the kind.
+
+    ```
+    // The q projection of a Llama layer of hidden size 4096.
+    #plan.kernel<"gemm", shape = [4096, 4096, 1], scale = 1>
+    // Causal attention, 32 heads of 128, sequences of 4096 tokens.
+    #plan.kernel<"attention", shape = [32, 128, 128, 1, 4096], scale = 1>
+    ```
+  }];
+  let parameters = (ins StringRefParameter<"gemm, attention or memory">:$kind,
+                        "::mlir::DenseI64ArrayAttr":$shape, Plan_F64Param:$scale);
+  let assemblyFormat = "`<` $kind `,` `shape` `=` $shape `,` `scale` `=` $scale `>`";
+  let genVerifyDecl = 1;
+}
+
 def Plan_CostAttr : Plan_Attr<"Cost", "cost"> {
   let summary = "Compute estimates of a unit, per token";
   let description = [{
@@ -155,15 +179,26 @@ def Plan_CostAttr : Plan_Attr<"Cost", "cost"> {
     per token at the graph's `seq_len`. `recompute` marks activation
     checkpointing: backward re-runs the forward, and only the unit input is
     saved. The backward figure does not include that recomputation.
+    `kernels`, when present, lists the forward's kernels (#plan.kernel), which
+    the cost model then prices one by one instead of the FLOP counts.
 
     ```
     #plan.cost<fwd_flops = 4.5e+08, bwd_flops = 9e+08, act_bytes = 1536, recompute = false>
+    #plan.cost<fwd_flops = 1.1e+04, bwd_flops = 2.2e+04, act_bytes = 64, recompute = false,
+               kernels = [#plan.kernel<"gemm", shape = [64, 64, 1], scale = 1>]>
     ```
   }];
   let parameters = (ins Plan_F64Param:$fwd_flops, Plan_F64Param:$bwd_flops,
-                        Plan_F64Param:$act_bytes, "bool":$recompute);
+                        Plan_F64Param:$act_bytes, "bool":$recompute,
+                        OptionalParameter<"::mlir::ArrayAttr">:$kernels);
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
+  let builders = [
+    AttrBuilder<(ins "::mfsdp::plan::F64":$fwd_flops, "::mfsdp::plan::F64":$bwd_flops,
+                     "::mfsdp::plan::F64":$act_bytes, "bool":$recompute), [{
+      return $_get($_ctxt, fwd_flops, bwd_flops, act_bytes, recompute, ::mlir::ArrayAttr());
+    }]>
+  ];
 }
 
 #endif // MFSDP_PLAN_ATTRS_TD

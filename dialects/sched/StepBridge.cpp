@@ -1,6 +1,9 @@
 //===- StepBridge.cpp - sched IR <-> step::Step ---------------------------===//
 #include "dialects/sched/StepBridge.h"
 
+#include "dialects/plan/PlanKernels.h"
+#include "dialects/plan/PlanOps.h"
+
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -55,6 +58,18 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
   llvm::DenseMap<Value, int64_t> bufferOf;
   llvm::DenseMap<Operation *, int64_t> indexOf;
   step::Phase phase = step::Phase::Forward;
+  // The graph the step names (by its mesh): its units' kernels go onto
+  // their compute ops, for the cost model's per-op roofline.
+  plan::GraphOp graph;
+  if (SymbolRefAttr meshRef = op.getMeshAttr())
+    if (Operation *scope = op->getParentOp())
+      graph = dyn_cast_or_null<plan::GraphOp>(
+          SymbolTable::lookupSymbolIn(scope, meshRef.getRootReference()));
+  llvm::StringMap<std::vector<UnitKernel>> kernelsOf;
+  if (graph)
+    for (plan::UnitOp u : graph.getBody().front().getOps<plan::UnitOp>())
+      if (std::vector<UnitKernel> k = plan::unitKernels(u.getCost()); !k.empty())
+        kernelsOf[u.getSymName()] = std::move(k);
   auto ids = [&](ValueRange values) {
     std::vector<int64_t> out;
     for (Value v : values)
@@ -132,8 +147,14 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
           o.bytes = static_cast<double>(static_cast<int64_t>(c.getBytes()));
           if (auto g = c.getGroup())
             o.group = static_cast<int64_t>(*g);
-          if (auto u = c.getUnitAttr())
+          if (auto u = c.getUnitAttr()) {
             o.unitName = u.getValue().str();
+            auto k = kernelsOf.find(o.unitName);
+            if (k != kernelsOf.end() && o.compute != "copy") {
+              o.kernels = k->second;
+              o.kernelTokens = static_cast<double>(s.tokens);
+            }
+          }
           o.reads = ids(c.getReads());
           o.writes = ids(c.getWrites());
         })

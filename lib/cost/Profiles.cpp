@@ -46,6 +46,19 @@ std::string validateProfile(const SimProfile &p) {
       return fmt::format(
           "profile '{}': {} must be non-negative and finite, got {}", p.name,
           r.what, r.value);
+  for (size_t i = 0; i < p.attention.size(); ++i) {
+    const planner::AttentionRate &r = p.attention[i];
+    if (!(positiveFinite(r.headDim) && positiveFinite(r.fwdRate) &&
+          positiveFinite(r.fwdBwdRate) && std::isfinite(r.fwdSeq0) && r.fwdSeq0 >= 0 &&
+          std::isfinite(r.fwdBwdSeq0) && r.fwdBwdSeq0 >= 0))
+      return fmt::format("profile '{}': attention rate {} (head dim {}) must have positive "
+                         "rates and non-negative sequence constants",
+                         p.name, i, r.headDim);
+    if (i > 0 && !(r.headDim > p.attention[i - 1].headDim))
+      return fmt::format("profile '{}': attention rates must be in ascending head dim, got "
+                         "{} after {}",
+                         p.name, r.headDim, p.attention[i - 1].headDim);
+  }
   if (p.gpusPerNode < 1)
     return fmt::format("profile '{}': gpusPerNode must be at least 1, got {}",
                        p.name, p.gpusPerNode);

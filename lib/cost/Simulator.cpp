@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "mfsdp/cost/Simulator.h"
 
+#include "mfsdp/cost/KernelModel.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -35,6 +37,11 @@ bool isInterNode(const Op &op, const SimProfile &p) {
 double computeSeconds(const Op &op, const SimProfile &p) {
   if (op.kind != OpKind::Compute && op.kind != OpKind::Optimizer)
     return 0;
+  // A trainer op that lists its unit's kernels: each priced on its own
+  // (mfsdp/cost/KernelModel.h); recomputation is the forward again.
+  if (op.kind == OpKind::Compute && !op.kernels.empty() && op.kernelTokens > 0 &&
+      (op.compute == "forward" || op.compute == "backward" || op.compute == "recompute"))
+    return kernelsSeconds(op.kernels, op.kernelTokens, op.compute == "backward", p);
   // flops / (gemmFlops * gemmEfficiency * f / (f + small))
   //   = (f + small) / (gemmFlops * gemmEfficiency), and 0 without FLOPs.
   bool trainer = op.kind == OpKind::Compute && op.compute != "copy" &&

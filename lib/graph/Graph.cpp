@@ -43,7 +43,7 @@ bool UnitCost::operator==(const UnitCost &o) const {
   return fwdFlopsPerToken == o.fwdFlopsPerToken &&
          bwdFlopsPerToken == o.bwdFlopsPerToken &&
          activationBytesPerToken == o.activationBytesPerToken &&
-         recompute == o.recompute;
+         recompute == o.recompute && kernels == o.kernels;
 }
 bool Unit::operator==(const Unit &o) const {
   return name == o.name && params == o.params && cost == o.cost;
@@ -545,7 +545,7 @@ Unit readUnit(const Reader &r) {
   if (r.has("cost")) {
     Reader c = r.field("cost");
     c.expectObject({"fwd_flops_per_token", "bwd_flops_per_token",
-                    "activation_bytes_per_token", "recompute"});
+                    "activation_bytes_per_token", "recompute", "kernels"});
     auto nonneg = [&](const char *key, double &out) {
       if (!c.has(key))
         return;
@@ -559,6 +559,27 @@ Unit readUnit(const Reader &r) {
     nonneg("activation_bytes_per_token", u.cost.activationBytesPerToken);
     if (c.has("recompute"))
       u.cost.recompute = c.field("recompute").boolean();
+    if (c.has("kernels")) {
+      Reader ks = c.field("kernels");
+      for (size_t i = 0, e = ks.arraySize(); i < e; ++i) {
+        Reader kr = ks.at(i);
+        kr.expectObject({"kind", "shape", "scale"});
+        UnitKernel k;
+        Reader kind = kr.field("kind");
+        if (!parseKernelKind(kind.nonEmptyStr(), k.kind))
+          kind.error("expected a kernel kind: gemm, attention or memory");
+        if (kr.has("shape")) {
+          Reader sh = kr.field("shape");
+          for (size_t j = 0, n = sh.arraySize(); j < n; ++j)
+            k.shape.push_back(sh.at(j).integer());
+        }
+        k.scale = kr.field("scale").number();
+        const std::string bad = validateKernel(k);
+        if (!bad.empty())
+          kr.error(bad);
+        u.cost.kernels.push_back(std::move(k));
+      }
+    }
   }
   return u;
 }
@@ -801,6 +822,12 @@ json graphToJson(const Graph &g) {
     c["bwd_flops_per_token"] = u.cost.bwdFlopsPerToken;
     c["activation_bytes_per_token"] = u.cost.activationBytesPerToken;
     c["recompute"] = u.cost.recompute;
+    if (!u.cost.kernels.empty()) {
+      json ks = json::array();
+      for (const UnitKernel &k : u.cost.kernels)
+        ks.push_back({{"kind", kernelKindName(k.kind)}, {"shape", k.shape}, {"scale", k.scale}});
+      c["kernels"] = std::move(ks);
+    }
     ju["cost"] = std::move(c);
     units.push_back(std::move(ju));
   }

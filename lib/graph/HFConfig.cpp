@@ -95,6 +95,13 @@
 //   lm_head unit:   fwd = 2 * vocab * H, bwd = 2 * fwd,
 //                   activation bytes = 2 * H + 4 * vocab (fp32 logits).
 //
+// Each unit also lists its forward's kernels (UnitCost::kernels,
+// mfsdp/Kernel.h) for the per-op cost model: every 2-D Linear, Router and
+// Expert weight as a GEMM (experts on top_k / num_experts of the tokens;
+// equal products coalesced), causal attention at s, and the memory-bound
+// work of transformers' eager modules counted in bytes and kernels
+// (layerKernels below; the embedding's lookup; the head's norm and loss).
+//
 // nlohmann/json is used only in this file; every exception is caught here
 // and turned into a Diagnostic, and the code checks each value's type before
 // reading it so it does not depend on exceptions for control flow.
@@ -836,6 +843,75 @@ UnitCost layerCost(const Arch &a, const LayerWork &w,
   return c;
 }
 
+/// The GEMMs of the 2-D matmul weights params[first..] (a layer's): each
+/// Linear and Router weight [n, k] once per token, each Expert weight on
+/// topK / experts of the tokens; equal products coalesced into a count.
+/// Only into an empty `out` (the sort below orders all of it).
+void addGemms(const std::vector<Param> &params, size_t first, const Arch &a,
+              std::vector<UnitKernel> &out) {
+  for (size_t i = first; i < params.size(); ++i) {
+    const Param &p = params[i];
+    if (p.shape.size() != 2 || (p.kind != ModuleKind::Linear && p.kind != ModuleKind::Router &&
+                                p.kind != ModuleKind::Expert))
+      continue;
+    const double rows = p.kind == ModuleKind::Expert && a.experts > 0
+                            ? static_cast<double>(a.topK) / static_cast<double>(a.experts)
+                            : 1.0;
+    UnitKernel k = UnitKernel::gemm(p.shape[0], p.shape[1], rows);
+    auto same = std::find_if(out.begin(), out.end(), [&](const UnitKernel &o) {
+      return o.kind == KernelKind::Gemm && o.shape[0] == k.shape[0] &&
+             o.shape[1] == k.shape[1] && o.scale == k.scale;
+    });
+    if (same != out.end())
+      ++same->shape[2];
+    else
+      out.push_back(std::move(k));
+  }
+  // One order whatever the order of the weights (transformers 4 and 5 list
+  // the experts' matrices differently): the dense products first, then by
+  // n and k, largest first.
+  std::stable_sort(out.begin(), out.end(), [](const UnitKernel &x, const UnitKernel &y) {
+    if (x.scale != y.scale)
+      return x.scale > y.scale;
+    if (x.shape[0] != y.shape[0])
+      return x.shape[0] > y.shape[0];
+    return x.shape[1] > y.shape[1];
+  });
+}
+
+/// A decoder layer's kernels per token (the cost model's per-op roofline,
+/// mfsdp/Kernel.h): its GEMMs, causal attention at the sequence length, and
+/// the memory-bound work of transformers' eager modules in bf16, counted in
+/// bytes read plus written per element and in kernels: RMSNorm 36 in 7
+/// (to fp32, square, mean, add and rsqrt, scale, back to bf16, weight; per
+/// head on q and k too where the model has q_norm and k_norm), rotary
+/// embedding on q and k 22 in 5 each (two products, the half rotation's
+/// negation and concatenation, the sum), the repeat of k and v to the
+/// query heads under GQA 4 per query element in 2, the attention output's
+/// transpose 4 in 1, each residual add 6 in 1, SiLU(gate) * up 10 per
+/// intermediate element in 2.
+std::vector<UnitKernel> layerKernels(const std::vector<Param> &params, size_t first,
+                                     const Arch &a, const LayerWork &w,
+                                     const HFImportOptions &o) {
+  std::vector<UnitKernel> k;
+  addGemms(params, first, a, k);
+  k.push_back(UnitKernel::attention(a.heads, a.qkHeadDim(), a.vHeadDim(), true, o.seqLen));
+  const double H = static_cast<double>(a.H);
+  const double qDim = static_cast<double>(a.heads * a.qkHeadDim());
+  const double vDim = static_cast<double>(a.heads * a.vHeadDim());
+  const double kvDim = a.mla ? qDim : static_cast<double>(a.kvHeads * a.headDim);
+  k.push_back(UnitKernel::memory(2 * 36.0 * H, 0, 2 * 7));         // the two RMSNorms
+  if (a.qkNorm)
+    k.push_back(UnitKernel::memory(36.0 * (qDim + kvDim), 0, 2 * 7)); // q_norm, k_norm
+  k.push_back(UnitKernel::memory(22.0 * (qDim + kvDim), 0, 2 * 5)); // rotary on q and k
+  if (!a.mla && a.kvHeads > 0 && a.kvHeads < a.heads)
+    k.push_back(UnitKernel::memory(4.0 * (qDim + vDim), 0, 2));     // repeat_kv
+  k.push_back(UnitKernel::memory(4.0 * vDim));                    // output transpose
+  k.push_back(UnitKernel::memory(2 * 6.0 * H, 0, 2));             // two residual adds
+  k.push_back(UnitKernel::memory(10.0 * w.activeInter, 0, 2));    // SiLU(gate) * up
+  return k;
+}
+
 bool build(const json &root, const HFImportOptions &opts, Graph &out,
            Diagnostic &diag) {
   if (!root.is_object()) {
@@ -893,6 +969,8 @@ bool build(const json &root, const HFImportOptions &opts, Graph &out,
   embed.name = "model.embed_tokens";
   b.unit = &embed.params;
   b.add("model.embed_tokens", "weight", {a.vocab, a.H}, ModuleKind::Embedding);
+  // The lookup reads and writes a bf16 row per token.
+  embed.cost.kernels = {UnitKernel::memory(4.0 * H)};
   g.units.push_back(std::move(embed));
 
   // Decoder layers.
@@ -900,8 +978,10 @@ bool build(const json &root, const HFImportOptions &opts, Graph &out,
     Unit u;
     u.name = fmt::format("model.layers.{}", i);
     b.unit = &u.params;
+    const size_t first = g.params.size();
     LayerWork w = buildLayer(b, a, i);
     u.cost = layerCost(a, w, opts);
+    u.cost.kernels = layerKernels(g.params, first, a, w, opts);
     g.units.push_back(std::move(u));
   }
 
@@ -918,6 +998,11 @@ bool build(const json &root, const HFImportOptions &opts, Graph &out,
   head.cost.fwdFlopsPerToken = 2.0 * V * H;
   head.cost.bwdFlopsPerToken = 2.0 * head.cost.fwdFlopsPerToken;
   head.cost.activationBytesPerToken = 2.0 * H + 4.0 * V;
+  // The final RMSNorm, the output GEMM and the loss over fp32 logits
+  // (transformers' ForCausalLMLoss: the upcast 6 bytes per logit, then
+  // cross_entropy's log-softmax, two reads and a write, 12; three kernels).
+  head.cost.kernels = {UnitKernel::memory(36.0 * H, 0, 7), UnitKernel::gemm(a.vocab, a.H),
+                       UnitKernel::memory(18.0 * V, 0, 3)};
   g.units.push_back(std::move(head));
 
   out = std::move(g);

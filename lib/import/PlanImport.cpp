@@ -1,6 +1,8 @@
 //===- PlanImport.cpp - Model graphs to and from the plan dialect ---------===//
 #include "mfsdp/import/PlanImport.h"
 
+#include "dialects/plan/PlanKernels.h"
+
 #include "dialects/plan/PlanOps.h"
 #include "mfsdp/graph/HFConfig.h"
 #include "mfsdp/graph/TextLimits.h"
@@ -145,7 +147,8 @@ OwningOpRef<ModuleOp> mfsdp::importGraph(const graph::Graph &g,
                    b.getI64IntegerAttr(static_cast<int64_t>(i)),
                    b.getArrayAttr(refs),
                    CostAttr::get(ctx, c.fwdFlopsPerToken, c.bwdFlopsPerToken,
-                                 c.activationBytesPerToken, c.recompute),
+                                 c.activationBytesPerToken, c.recompute,
+                                 kernelsAttr(ctx, c.kernels)),
                    RowLayoutAttr(), IntegerAttr());
   }
   if (failed(verify(*module)))
@@ -247,7 +250,7 @@ LogicalResult mfsdp::exportGraph(GraphOp op, graph::Graph &out) {
       gu.params.push_back(cast<FlatSymbolRefAttr>(a).getValue().str());
     CostAttr c = u.getCost();
     gu.cost = {c.getFwdFlops(), c.getBwdFlops(), c.getActBytes(),
-               c.getRecompute()};
+               c.getRecompute(), unitKernels(c)};
     g.units.push_back(std::move(gu));
   }
   out = std::move(g);

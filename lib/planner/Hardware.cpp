@@ -59,6 +59,10 @@ HardwareProfile a100() {
   p.collBaseSeconds = 10e-6;
   // GPUs per node sharing NVLink (DGX / HGX A100).
   p.gpusPerNode = 8;
+  // Assumed: the H100's measured attention rates (h100 below) scaled by the
+  // ratio of dense bf16 peaks, 312 / 989; no A100 measurement here.
+  p.attention = {{64, 448e12 * 312 / 989, 354, 455e12 * 312 / 989, 1274},
+                 {128, 642e12 * 312 / 989, 539, 585e12 * 312 / 989, 1520}};
   return p;
 }
 
@@ -111,6 +115,12 @@ HardwareProfile h100() {
   p.collBaseSeconds = 10e-6;
   // GPUs per node sharing NVLink (HGX H100).
   p.gpusPerNode = 8;
+  // Causal flash attention (PyTorch's scaled_dot_product_attention, bf16),
+  // measured on one H100 80GB HBM3 on 2026-11-26 at sequences 256-16384
+  // and fitted as rate * s / (s + seq0) (docs/benchmarks.md, "Per-op rates
+  // on the same H100"; scripts/fit-calibration.py on
+  // docs/data/h100-calibrate-2026-11-26.json): mean errors 1.2-6.5%.
+  p.attention = {{64, 448e12, 354, 455e12, 1274}, {128, 642e12, 539, 585e12, 1520}};
   return p;
 }
 
@@ -164,6 +174,11 @@ HardwareProfile h100pcie() {
   // dense; 2.0 TB/s HBM2e.
   p.gemmFlops = 756e12;
   p.hbmBytes = 2000e9;
+  // Assumed: the SXM part's attention rates scaled by the peak ratio.
+  for (AttentionRate &r : p.attention) {
+    r.fwdRate *= 756.0 / 989;
+    r.fwdBwdRate *= 756.0 / 989;
+  }
   // PCIe Gen5 x16: 64 GB/s per direction (128 GB/s both ways, datasheet).
   p.intraBytes = 64e9;
   // Assumed, as for a100-pcie: about 40% of the link for NCCL rings that

@@ -643,6 +643,8 @@ private:
     op.compute = what;
     op.unitName = pr.units[unit].name;
     op.flops = flopsPerToken * static_cast<double>(b.tokens);
+    op.kernels = costs[unit].kernels;
+    op.kernelTokens = op.kernels.empty() ? 0 : static_cast<double>(b.tokens);
     if (reads >= 0)
       op.reads = {reads};
     if (writes >= 0)

@@ -686,7 +686,7 @@ TEST(HFConfig, BothLayoutsHoldTheSameMatricesForEveryExample) {
     expectValid(g5);
     ++configs;
   }
-  EXPECT_EQ(configs, 15);
+  EXPECT_EQ(configs, 16);
 }
 
 //===----------------------------------------------------------------------===//

@@ -12,6 +12,7 @@
 #ifndef MFSDP_GRAPH_GRAPH_H
 #define MFSDP_GRAPH_GRAPH_H
 
+#include "mfsdp/Kernel.h"
 #include "mfsdp/Vocabulary.h"
 
 #include <cstdint>
@@ -56,6 +57,9 @@ struct UnitCost {
   double bwdFlopsPerToken = 0;        // without recomputation
   double activationBytesPerToken = 0; // saved for backward
   bool recompute = false;             // activation checkpointing re-runs fwd
+  /// The forward's kernels per token (mfsdp/Kernel.h), for the cost
+  /// model's per-op roofline; empty: the FLOP counts above priced as one.
+  std::vector<UnitKernel> kernels;
   bool operator==(const UnitCost &o) const;
 };
 

@@ -16,6 +16,15 @@
 
 namespace mfsdp::planner {
 
+/// Causal flash attention's rate at one head dim: rate(s) = rate * s / (s +
+/// seq0) FLOP/s for sequences of s tokens, forward and forward plus
+/// backward (FLOPs as in mfsdp/cost/KernelModel.h).
+struct AttentionRate {
+  double headDim = 0;
+  double fwdRate = 0, fwdSeq0 = 0;
+  double fwdBwdRate = 0, fwdBwdSeq0 = 0;
+};
+
 struct HardwareProfile {
   std::string name;           // "a100", "h100", "h100-ib", ...
   std::string description;    // one line for reports
@@ -44,6 +53,10 @@ struct HardwareProfile {
   double intraHopSeconds = 0; // latency of one ring step inside a node
   double interHopSeconds = 0; // latency of one ring step between nodes
   double collBaseSeconds = 0; // fixed cost of any collective (launch, setup)
+  /// The per-op model's attention rates by head dim, ascending (interpolated
+  /// linearly between, held at the ends); empty: attention at
+  /// gemmFlops * gemmEfficiency.
+  std::vector<AttentionRate> attention;
 };
 
 /// "a100" (8x A100-SXM4-80GB, NVLink3), "h100" (8x H100-SXM, NVLink4) and

@@ -24,6 +24,7 @@
 #ifndef MFSDP_STEP_STEP_H
 #define MFSDP_STEP_STEP_H
 
+#include "mfsdp/Kernel.h"
 #include "mfsdp/Vocabulary.h"
 
 #include <cstdint>
@@ -60,6 +61,11 @@ struct Op {
   // Compute and Optimizer: GEMM FLOPs and memory traffic in bytes.
   double flops = 0;
   double bytes = 0;
+  // Compute of a unit (forward, backward, recompute): the unit's kernels
+  // per token (mfsdp/Kernel.h) and the tokens they run on; the cost model
+  // prices them one by one when present, else `flops` and `bytes` as one.
+  std::vector<UnitKernel> kernels;
+  double kernelTokens = 0;
 
   // Collective.
   CollKind coll = CollKind::AllGather;

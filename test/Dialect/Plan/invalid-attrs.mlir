@@ -103,6 +103,30 @@
 
 // -----
 
+// A kernel's kind is one of three.
+// expected-error @+1 {{kernel kind must be gemm, attention or memory, got 'conv'}}
+"test.use"() {k = #plan.kernel<"conv", shape = [1, 2, 1], scale = 1>} : () -> ()
+
+// -----
+
+// A GEMM's shape is [n, k, count].
+// expected-error @+1 {{kernel 'gemm': a gemm kernel's shape is [n, k, count], each positive}}
+"test.use"() {k = #plan.kernel<"gemm", shape = [64, 32], scale = 1>} : () -> ()
+
+// -----
+
+// Attention is causal or not: 0 or 1.
+// expected-error @+1 {{kernel 'attention': an attention kernel's shape is [heads, head_dim, head_dim_v, causal (0 or 1), seq], the others positive}}
+"test.use"() {k = #plan.kernel<"attention", shape = [4, 8, 8, 2, 128], scale = 1>} : () -> ()
+
+// -----
+
+// A cost lists kernels only.
+// expected-error @+1 {{cost kernels[0] must be a #plan.kernel, got 3 : i64}}
+"test.use"() {c = #plan.cost<fwd_flops = 1, bwd_flops = 2, act_bytes = 0, recompute = false, kernels = [3]>} : () -> ()
+
+// -----
+
 // A block shape has one extent per tensor dim, so at least one; an empty
 // one does not even parse (builders hit the verifier's own check).
 // expected-error @+2 {{expected integer value}}

@@ -54,3 +54,12 @@ plan.graph @minimal {
   plan.unit @u index 0 params [@w] cost <fwd_flops = 30, bwd_flops = 60, act_bytes = 0.5, recompute = false>
 }
 
+
+// A unit's cost may list its forward's kernels for the per-op cost model:
+// GEMMs by shape, attention, memory-bound work.
+// CHECK-LABEL: plan.graph @kernels {
+plan.graph @kernels {
+  plan.param @w : tensor<64x32xbf16> linear module "l"
+  // CHECK: plan.unit @u index 0 params [@w] cost <fwd_flops = 4096, bwd_flops = 8192, act_bytes = 0, recompute = false, kernels = [#plan.kernel<"gemm", shape = [64, 32, 1], scale = 1>, #plan.kernel<"attention", shape = [4, 8, 8, 1, 128], scale = 1>, #plan.kernel<"memory", shape = [], scale = 12.5>]>
+  plan.unit @u index 0 params [@w] cost <fwd_flops = 4096, bwd_flops = 8192, act_bytes = 0, recompute = false, kernels = [#plan.kernel<"gemm", shape = [64, 32, 1], scale = 1>, #plan.kernel<"attention", shape = [4, 8, 8, 1, 128], scale = 1>, #plan.kernel<"memory", shape = [], scale = 12.5>]>
+}
