@@ -843,7 +843,8 @@ std::string renderText(const Step &s, const SimResult &r, const SimProfile &p) {
     // First rank on ties, both ways.
     auto hi = std::max_element(r.rankPeakBytes.begin(), r.rankPeakBytes.end());
     auto lo = std::min_element(r.rankPeakBytes.begin(), r.rankPeakBytes.end());
-    out += fmt::format("  peak memory per rank: {:.3f} GiB (rank {}), lowest "
+    out += fmt::format("  peak memory per rank (allocated: the live buffers' bytes; a "
+                       "caching allocator reserves more): {:.3f} GiB (rank {}), lowest "
                        "{:.3f} GiB (rank {})\n",
                        *hi / GiB, hi - r.rankPeakBytes.begin(), *lo / GiB,
                        lo - r.rankPeakBytes.begin());

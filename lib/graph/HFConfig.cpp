@@ -82,18 +82,23 @@
 //            qk_head_dim = qk_nope_head_dim + qk_rope_head_dim, v_head_dim
 //            as configured.
 //     bwd  = 2 * fwd
-//     activation bytes = 2 * (6*H + q_dim + 2*kv_dim + 4*active_I)
-//            (bf16 saved tensors) with q_dim = heads * qk_head_dim,
-//            2*kv_dim = 2 * kv_heads * head_dim for GQA and
-//            heads * (qk_head_dim + v_head_dim) for MLA (K and V after the
-//            up-projection), active_I = intermediate size for a dense MLP,
-//            num_experts_per_tok * moe_intermediate_size plus the shared
-//            experts' intermediate size for MoE.
+//     activation bytes = 16*H + 2*(q_dim + k_dim + v_dim) + 4*o_dim
+//            + 4*heads + 8*active_I (+ 6*(q_dim + k_dim) with per-head q/k
+//            norms): the tensors transformers' eager modules save for
+//            backward in bf16 (layerCost says which), with q_dim = heads *
+//            qk_head_dim, k_dim = v_dim = kv_heads * head_dim for GQA and
+//            heads * qk_head_dim, heads * v_head_dim for MLA (K and V after
+//            the up-projection), o_dim = heads * v_head_dim, active_I =
+//            intermediate size for a dense MLP, num_experts_per_tok *
+//            moe_intermediate_size plus the shared experts' intermediate
+//            size for MoE.
 //     with opts.recompute: activation bytes = 2 * H (the layer input only)
 //            and recompute = true.
 //   embedding unit: fwd = bwd = 0, activation bytes = 0.
 //   lm_head unit:   fwd = 2 * vocab * H, bwd = 2 * fwd,
-//                   activation bytes = 2 * H + 4 * vocab (fp32 logits).
+//                   activation bytes = 8 * H + 12 * vocab (the norm and
+//                   projection inputs, the fp32 log-softmax, and the two
+//                   fp32 logit gradients of the loss's backward).
 //
 // Each unit also lists its forward's kernels (UnitCost::kernels,
 // mfsdp/Kernel.h) for the per-op cost model: every 2-D Linear, Router and
@@ -830,12 +835,21 @@ UnitCost layerCost(const Arch &a, const LayerWork &w,
   UnitCost c;
   c.fwdFlopsPerToken = 2.0 * w.activeWeights + 2.0 * s * heads * (qk + v) * 0.5;
   c.bwdFlopsPerToken = 2.0 * c.fwdFlopsPerToken;
+  // What transformers' eager modules save for backward, in bf16 (the
+  // log-sum-exp in fp32): each RMSNorm its fp32 input and bf16 result (6H),
+  // the attention and MLP projections their inputs (2H each), attention q,
+  // k, v and its output (flash attention, no s^2 term) and the output
+  // projection its input, per-head q/k norms where the model has them (6
+  // per element), SiLU its input and the product both factors, the down
+  // projection its input (8 per intermediate element).
   const double qDim = heads * qk;
-  const double twoKv = a.mla ? heads * (qk + v)
-                             : 2.0 * static_cast<double>(a.kvHeads) *
-                                   static_cast<double>(a.headDim);
-  c.activationBytesPerToken =
-      2.0 * (6.0 * H + qDim + twoKv + 4.0 * w.activeInter);
+  const double kDim = a.mla ? heads * qk
+                            : static_cast<double>(a.kvHeads) * static_cast<double>(a.headDim);
+  const double vDim = a.mla ? heads * v : kDim;
+  const double oDim = heads * v;
+  c.activationBytesPerToken = 16.0 * H + 2.0 * (qDim + kDim + vDim) + 4.0 * oDim +
+                              4.0 * heads + 8.0 * w.activeInter +
+                              (a.qkNorm ? 6.0 * (qDim + kDim) : 0.0);
   if (o.recompute) {
     c.activationBytesPerToken = 2.0 * H;
     c.recompute = true;
@@ -997,7 +1011,11 @@ bool build(const json &root, const HFImportOptions &opts, Graph &out,
     g.params.back().tiedTo = "model.embed_tokens.weight";
   head.cost.fwdFlopsPerToken = 2.0 * V * H;
   head.cost.bwdFlopsPerToken = 2.0 * head.cost.fwdFlopsPerToken;
-  head.cost.activationBytesPerToken = 2.0 * H + 4.0 * V;
+  // Saved: the final norm's (6H) and the output projection's input (2H),
+  // and the loss's log-softmax in fp32 (4V); while the loss runs backward
+  // two fp32 gradients of the logits live beside it (8V), counted here so
+  // that the peak at the head's backward holds them.
+  head.cost.activationBytesPerToken = 8.0 * H + 12.0 * V;
   // The final RMSNorm, the output GEMM and the loss over fp32 logits
   // (transformers' ForCausalLMLoss: the upcast 6 bytes per logit, then
   // cross_entropy's log-softmax, two reads and a write, 12; three kernels).

@@ -833,12 +833,13 @@ TEST(HFConfig, UnitCosts) {
   EXPECT_EQ(g.seqLen, 1024);
   // Layer matmul weights: 64*64 + 2*32*64 + 64*64 + 3*128*64 = 36,864.
   // fwd = 2*36864 + 2*1024*4*(16+16)*0.5 = 73,728 + 131,072 = 204,800.
-  // activation = 2*(6*64 + 64 + 2*32 + 4*128) = 2,048 bytes.
+  // activation = 16*64 + 2*(64 + 32 + 32) + 4*64 + 4*4 + 8*128 = 2,576
+  // bytes (the eager modules' saved tensors).
   const Unit *l0 = findUnit(g, "model.layers.0");
   ASSERT_TRUE(l0);
   EXPECT_DOUBLE_EQ(l0->cost.fwdFlopsPerToken, 204800.0);
   EXPECT_DOUBLE_EQ(l0->cost.bwdFlopsPerToken, 409600.0);
-  EXPECT_DOUBLE_EQ(l0->cost.activationBytesPerToken, 2048.0);
+  EXPECT_DOUBLE_EQ(l0->cost.activationBytesPerToken, 2576.0);
   EXPECT_FALSE(l0->cost.recompute);
   const Unit *embed = findUnit(g, "model.embed_tokens");
   EXPECT_DOUBLE_EQ(embed->cost.fwdFlopsPerToken, 0.0);
@@ -846,7 +847,7 @@ TEST(HFConfig, UnitCosts) {
   const Unit *head = findUnit(g, "lm_head");
   EXPECT_DOUBLE_EQ(head->cost.fwdFlopsPerToken, 2.0 * 256 * 64);
   EXPECT_DOUBLE_EQ(head->cost.bwdFlopsPerToken, 4.0 * 256 * 64);
-  EXPECT_DOUBLE_EQ(head->cost.activationBytesPerToken, 2.0 * 64 + 4.0 * 256);
+  EXPECT_DOUBLE_EQ(head->cost.activationBytesPerToken, 8.0 * 64 + 12.0 * 256);
 
   // MoE: router + top-2 of 4 experts. Mixtral layer weights:
   // attn 12,288 + router 4*64 = 256 + 2 * 3*128*64 = 49,152 -> 61,696.
@@ -854,16 +855,17 @@ TEST(HFConfig, UnitCosts) {
   const Unit *ml = findUnit(m, "model.layers.1");
   EXPECT_DOUBLE_EQ(ml->cost.fwdFlopsPerToken, 2.0 * 61696 + 131072.0);
   EXPECT_DOUBLE_EQ(ml->cost.activationBytesPerToken,
-                   2.0 * (6 * 64 + 64 + 2 * 32 + 4 * (2 * 128)));
+                   16.0 * 64 + 2 * (64 + 32 + 32) + 4 * 64 + 4 * 4 + 8 * (2 * 128));
 
   // DeepSeek MoE layer: attention weights 16*64 + 48*16 + 12*64 + 64*8 +
   // 64*32 = 5,120; 2 routed experts 2*3*32*64 = 12,288; router 256; shared
   // 3*32*64 = 6,144 -> 23,808. Scores: 2*1024*4*(12+8)*0.5 = 81,920.
-  // Activation: 2*(6*64 + 4*12 + 4*(12+8) + 4*(2*32 + 32)) = 1,792.
+  // Activation: 16*64 + 2*(4*12 + 4*12 + 4*8) + 4*(4*8) + 4*4 +
+  // 8*(2*32 + 32) = 1,024 + 256 + 128 + 16 + 768 = 2,192.
   Graph d = loadExample("tiny-deepseek-v3.json", o);
   const Unit *dl = findUnit(d, "model.layers.1");
   EXPECT_DOUBLE_EQ(dl->cost.fwdFlopsPerToken, 2.0 * 23808 + 81920.0);
-  EXPECT_DOUBLE_EQ(dl->cost.activationBytesPerToken, 1792.0);
+  EXPECT_DOUBLE_EQ(dl->cost.activationBytesPerToken, 2192.0);
 
   o.recompute = true;
   Graph r = loadExample("tiny-llama.json", o);
