@@ -35,8 +35,9 @@ double gemmSeconds(double m, double n, double k, const HardwareProfile &p) {
     return 0;
   const double flops = 2.0 * m * n * k;
   const double bytes = 2.0 * (m * k + k * n + m * n);
-  return p.launchSeconds +
-         std::max((flops + p.smallGemmFlops) / gemmRate(p), bytes / memoryRate(p));
+  return std::max(p.dispatchSeconds,
+                  p.launchSeconds + std::max((flops + p.smallGemmFlops) / gemmRate(p),
+                                             bytes / memoryRate(p)));
 }
 
 double attentionRate(int64_t headDim, int64_t seq, bool fwdBwd, const HardwareProfile &p) {
@@ -67,11 +68,11 @@ double attentionSeconds(double batch, int64_t heads, int64_t headDim, int64_t he
     return 0;
   const double fwd = f / attentionRate(headDim, seq, false, p);
   if (!backward)
-    return p.launchSeconds + fwd;
+    return std::max(p.dispatchSeconds, p.launchSeconds + fwd);
   const double both = 3.5 * f / attentionRate(headDim, seq, true, p);
   // Backward alone: what the pair takes beyond the forward, and never less
   // than its own FLOPs (2.5 F) at the pair's rate.
-  return p.launchSeconds + std::max(both - fwd, both * 2.5 / 3.5);
+  return std::max(p.dispatchSeconds, p.launchSeconds + std::max(both - fwd, both * 2.5 / 3.5));
 }
 
 double kernelFlops(const UnitKernel &k, double tokens, bool backward) {
@@ -115,7 +116,9 @@ double kernelSeconds(const UnitKernel &k, double tokens, bool backward,
       bytes *= 2;
       launches *= 2;
     }
-    return bytes > 0 ? launches * p.launchSeconds + bytes / memoryRate(p) : 0;
+    return bytes > 0 ? std::max(launches * p.dispatchSeconds,
+                                launches * p.launchSeconds + bytes / memoryRate(p))
+                     : 0;
   }
   }
   return 0;

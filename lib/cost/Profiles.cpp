@@ -39,6 +39,7 @@ std::string validateProfile(const SimProfile &p) {
                          r.what, r.value);
   for (Rate r : {Rate{"smallGemmFlops", p.smallGemmFlops},
                  Rate{"launchSeconds", p.launchSeconds},
+                 Rate{"dispatchSeconds", p.dispatchSeconds},
                  Rate{"intraHopSeconds", p.intraHopSeconds},
                  Rate{"interHopSeconds", p.interHopSeconds},
                  Rate{"collBaseSeconds", p.collBaseSeconds}})

@@ -45,6 +45,9 @@ HardwareProfile a100() {
   p.hbmEfficiency = 0.85;
   // Assumed per-op launch / dispatch overhead, seconds.
   p.launchSeconds = 5e-6;
+  // Assumed: eager PyTorch's host time per op as measured on the H100
+  // machine's host (h100 below); no A100 host measured.
+  p.dispatchSeconds = 11.2e-6;
   // Assumed NCCL bus bandwidth per GPU over NVLink3 / NVSwitch, B/s
   // (nccl-tests-style large-message busbw on DGX A100; link peak 300 GB/s).
   p.intraBusBytes = 230e9;
@@ -101,6 +104,11 @@ HardwareProfile h100() {
   // Assumed per-op launch / dispatch overhead, seconds (kernel launch; eager
   // PyTorch's dispatch measured 11.2 us per op back to back on one H100).
   p.launchSeconds = 5e-6;
+  // Eager PyTorch's host time per op, measured on the H100 machine's host
+  // (an Intel Xeon, PyTorch 2.11: a one-element kernel back to back, docs/
+  // benchmarks.md "Per-op rates on the same H100"); a property of the host
+  // and the framework more than of the GPU.
+  p.dispatchSeconds = 11.2e-6;
   // Assumed NCCL bus bandwidth per GPU over NVLink4 / NVSwitch, B/s
   // (nccl-tests-style busbw on HGX H100; link peak 450 GB/s per direction).
   p.intraBusBytes = 360e9;

@@ -104,7 +104,9 @@ TEST(KernelModel, AttentionTimes) {
 }
 
 TEST(KernelModel, KernelsForwardAndBackward) {
-  const HardwareProfile &p = h100();
+  // The formulas without the eager dispatch floor (DispatchFloor below).
+  HardwareProfile p = h100();
+  p.dispatchSeconds = 0;
   const double tokens = 8192;
   // A GEMM's backward is its two products; `count` repeats it.
   UnitKernel g = UnitKernel::gemm(14336, 4096, 0.25, 8);
@@ -135,6 +137,23 @@ TEST(KernelModel, KernelsForwardAndBackward) {
   EXPECT_EQ(kernelsSeconds({g, a, mem}, tokens, false, p),
             kernelSeconds(g, tokens, false, p) + kernelSeconds(a, tokens, false, p) +
                 kernelSeconds(mem, tokens, false, p));
+}
+
+TEST(KernelModel, DispatchFloor) {
+  // An eager framework's host time per op bounds each operation from below:
+  // tiny kernels cost the dispatch, large ones their device time.
+  const HardwareProfile &p = h100();
+  ASSERT_GT(p.dispatchSeconds, 0);
+  EXPECT_EQ(gemmSeconds(16, 64, 64, p), p.dispatchSeconds);
+  HardwareProfile bare = p;
+  bare.dispatchSeconds = 0;
+  EXPECT_EQ(gemmSeconds(16384, 8192, 8192, p), gemmSeconds(16384, 8192, 8192, bare));
+  EXPECT_EQ(kernelSeconds(UnitKernel::memory(8, 0, 7), 64, false, p), 7 * p.dispatchSeconds);
+  EXPECT_EQ(kernelSeconds(UnitKernel::memory(8, 0, 7), 64, true, p), 14 * p.dispatchSeconds);
+  EXPECT_EQ(attentionSeconds(1, 1, 64, 64, true, 64, false, p), p.dispatchSeconds);
+  HardwareProfile negative = p;
+  negative.dispatchSeconds = -1;
+  EXPECT_NE(validateProfile(negative).find("dispatchSeconds"), std::string::npos);
 }
 
 TEST(KernelModel, ValidateKernel) {

@@ -16,6 +16,10 @@
 //     backward is the difference (at least 2.5 F / rate_fb(s) / 3.5 of it).
 //   Memory-bound work: launches * launchSeconds + bytes / (hbmBytes *
 //     hbmEfficiency), backward twice the bytes and the launches.
+//   Each operation takes at least the profile's dispatchSeconds (an eager
+//   framework's host time per op: a shorter kernel leaves the GPU waiting
+//   for the next): max(dispatchSeconds, the time above) per GEMM and per
+//   attention, max(launches * dispatchSeconds, ...) for memory work.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MFSDP_COST_KERNELMODEL_H

@@ -48,6 +48,10 @@ struct HardwareProfile {
                               // gemmEfficiency (see computeSeconds)
   double hbmEfficiency = 1;   // fraction of HBM that streaming kernels reach
   double launchSeconds = 0;   // per kernel / op launch overhead
+  /// The per-op model's floor per operation of an eager framework: the
+  /// host's time to dispatch one (PyTorch's Python and dispatcher); a
+  /// kernel shorter than that leaves the GPU waiting. 0: no floor.
+  double dispatchSeconds = 0;
   double intraBusBytes = 0;   // NCCL bus bandwidth per GPU inside a node, B/s
   double interBusBytes = 0;   // NCCL bus bandwidth per GPU between nodes, B/s
   double intraHopSeconds = 0; // latency of one ring step inside a node
