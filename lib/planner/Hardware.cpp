@@ -8,6 +8,10 @@
 //===----------------------------------------------------------------------===//
 #include "mfsdp/planner/Hardware.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
 namespace mfsdp::planner {
 
 namespace {
@@ -225,6 +229,75 @@ std::string hardwareProfileNames() {
 std::string unknownHardwareMessage(std::string_view name) {
   return "unknown hardware profile '" + std::string(name) + "'; expected " +
          hardwareProfileNames();
+}
+
+bool applyProfileOverrides(HardwareProfile &p, std::string_view spec, std::string &error) {
+  struct Field {
+    const char *name;
+    double *value;
+  } fields[] = {{"gemmFlops", &p.gemmFlops},
+                {"gemmEfficiency", &p.gemmEfficiency},
+                {"trainerEfficiency", &p.trainerEfficiency},
+                {"smallGemmFlops", &p.smallGemmFlops},
+                {"hbmBytes", &p.hbmBytes},
+                {"hbmEfficiency", &p.hbmEfficiency},
+                {"launchSeconds", &p.launchSeconds},
+                {"dispatchSeconds", &p.dispatchSeconds},
+                {"intraBusBytes", &p.intraBusBytes},
+                {"interBusBytes", &p.interBusBytes},
+                {"intraHopSeconds", &p.intraHopSeconds},
+                {"interHopSeconds", &p.interHopSeconds},
+                {"collBaseSeconds", &p.collBaseSeconds}};
+  while (!spec.empty()) {
+    const size_t comma = spec.find(',');
+    const std::string_view item = spec.substr(0, comma);
+    spec = comma == std::string_view::npos ? std::string_view() : spec.substr(comma + 1);
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos || eq == 0) {
+      error = "profile override '" + std::string(item) + "': expected key=value";
+      return false;
+    }
+    const std::string key(item.substr(0, eq)), text(item.substr(eq + 1));
+    char *end = nullptr;
+    const double v = std::strtod(text.c_str(), &end);
+    if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v)) {
+      error = "profile override '" + key + "': '" + text + "' is not a finite number";
+      return false;
+    }
+    if (key == "attentionScale" || key == "computeScale") {
+      for (AttentionRate &r : p.attention) {
+        r.fwdRate *= v;
+        r.fwdBwdRate *= v;
+      }
+      if (key == "computeScale") {
+        // Every compute rate, efficiencies held at most 1.
+        p.gemmEfficiency = std::min(1.0, p.gemmEfficiency * v);
+        p.trainerEfficiency = std::min(1.0, p.trainerEfficiency * v);
+        p.hbmEfficiency = std::min(1.0, p.hbmEfficiency * v);
+      }
+      continue;
+    }
+    if (key == "commScale") {
+      p.intraBusBytes *= v;
+      p.interBusBytes *= v;
+      continue;
+    }
+    bool found = false;
+    for (Field &f : fields)
+      if (key == f.name) {
+        *f.value = v;
+        found = true;
+      }
+    if (!found) {
+      std::string names;
+      for (const Field &f : fields)
+        names += std::string(f.name) + ", ";
+      error = "profile override: unknown key '" + key + "'; expected one of " + names +
+              "attentionScale, computeScale, commScale";
+      return false;
+    }
+  }
+  return true;
 }
 
 } // namespace mfsdp::planner

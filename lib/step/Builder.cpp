@@ -576,6 +576,34 @@ private:
     return g.rowBytes + g.rowPad + g.ownedBytes;
   }
 
+  /// The widest a reduction of `params` sends per byte of their own dtype:
+  /// the largest reduceScale over the group's units, at least 1.
+  double widestReduce(const std::vector<const Param *> &params) const {
+    if (b.reduceElemBytes <= 0)
+      return 1.0;
+    // Per unit: its elements and bytes (one pass, not one per parameter).
+    std::map<int64_t, std::pair<double, double>> perUnit;
+    for (const Param *p : params) {
+      std::pair<double, double> &e = perUnit[p->unit];
+      e.first += static_cast<double>(p->numElements());
+      e.second += static_cast<double>(p->numElements()) * p->elemBytes;
+    }
+    double widest = 1.0;
+    for (const auto &[unit, e] : perUnit)
+      if (e.second > 0)
+        widest = std::max(widest, static_cast<double>(b.reduceElemBytes) * e.first / e.second);
+    return widest;
+  }
+
+  /// A group's unreduced gradients as its reductions read them: in the
+  /// reduce dtype where that is wider than the parameters' own (a bf16
+  /// gradient widened into an fp32 reduction buffer, as FSDP2 does under
+  /// reduce_dtype=fp32).
+  double unreducedBytes(const GroupInfo &g) const {
+    return (g.rowBytes + g.rowPad) * widestReduce(g.rows) +
+           g.ownedBytes * widestReduce(g.owned);
+  }
+
   /// One all-gather of rows and one all-gather-v of owner matrices per
   /// unit, all at the group's first use; mfsdp-bucket-collectives merges
   /// them.
@@ -681,7 +709,7 @@ private:
       if (needGather)
         gather(gi, "backward");
       int64_t grads = alloc(fmt::format("unreduced grads g{} mb{}", gi, m),
-                            gatheredBytes(g), false);
+                            unreducedBytes(g), false);
       for (auto it = g.units.rbegin(); it != g.units.rend(); ++it) {
         int64_t u = *it;
         const UnitCost &c = costs[u];

@@ -25,7 +25,11 @@
 // BF16: sched.all_reduce "all_reduce u0 over replicas" {{.*}} bytes 64 comm 1
 
 // bf16 parameters: the default counts their 2 bytes; f32 (the runtime
-// reducing in fp32) twice that.
+// reducing in fp32) twice that, and the unreduced gradients are held in
+// fp32 for the reductions to read (without that, one reduction moving all
+// of a larger group's rows in fp32 read past its source buffer).
+// NARROW: sched.alloc "unreduced grads g0 mb0" bytes 256
+// WIDE: sched.alloc "unreduced grads g0 mb0" bytes 512
 // NARROW: sched.reduce_scatter "reduce_scatter u" {{.*}} bytes 128 comm 0
 // NARROW: sched.reduce_scatter_v "reduce_scatter_v u" {{.*}} bytes 128 chunks [0, 0, 0, 128]
 // WIDE: sched.reduce_scatter "reduce_scatter u" {{.*}} bytes 256 comm 0

@@ -156,6 +156,27 @@ TEST(KernelModel, DispatchFloor) {
   EXPECT_NE(validateProfile(negative).find("dispatchSeconds"), std::string::npos);
 }
 
+TEST(KernelModel, ProfileOverrides) {
+  HardwareProfile p = h100();
+  std::string error;
+  ASSERT_TRUE(planner::applyProfileOverrides(p, "gemmEfficiency=0.5,launchSeconds=1e-6", error))
+      << error;
+  EXPECT_EQ(p.gemmEfficiency, 0.5);
+  EXPECT_EQ(p.launchSeconds, 1e-6);
+  p = h100();
+  ASSERT_TRUE(planner::applyProfileOverrides(p, "computeScale=2,commScale=0.5", error)) << error;
+  EXPECT_EQ(p.gemmEfficiency, 1.0); // held at 1
+  EXPECT_EQ(p.hbmEfficiency, 1.0);
+  EXPECT_DOUBLE_EQ(p.attention[1].fwdRate, 2 * h100().attention[1].fwdRate);
+  EXPECT_DOUBLE_EQ(p.interBusBytes, 0.5 * h100().interBusBytes);
+  EXPECT_FALSE(planner::applyProfileOverrides(p, "speed=3", error));
+  EXPECT_NE(error.find("unknown key 'speed'"), std::string::npos) << error;
+  EXPECT_FALSE(planner::applyProfileOverrides(p, "gemmEfficiency=fast", error));
+  EXPECT_NE(error.find("'fast' is not a finite number"), std::string::npos) << error;
+  EXPECT_FALSE(planner::applyProfileOverrides(p, "gemmEfficiency", error));
+  EXPECT_NE(error.find("expected key=value"), std::string::npos) << error;
+}
+
 TEST(KernelModel, ValidateKernel) {
   EXPECT_EQ(validateKernel(UnitKernel::gemm(1, 2, 1, 3)), "");
   EXPECT_NE(validateKernel(UnitKernel{KernelKind::Gemm, {1, 2}, 1}), "");

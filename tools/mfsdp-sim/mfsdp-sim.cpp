@@ -46,6 +46,11 @@ static cl::opt<std::string> input(cl::cat(toolOptions), cl::Positional, cl::desc
 static cl::opt<std::string> profileName(cl::cat(toolOptions), "profile",
                                         cl::desc("a100, h100, h100-ib, a100-pcie or h100-pcie"),
                                         cl::init("a100"));
+static cl::opt<std::string> profileSet(
+    cl::cat(toolOptions), "profile-set",
+    cl::desc("override rates of the profile: key=value[,key=value...] (the profile's "
+             "numeric fields, e.g. gemmEfficiency=0.6, and attentionScale)"),
+    cl::init(""));
 static cl::opt<std::string> pipeline(cl::cat(toolOptions), 
     "pipeline", cl::desc("run --mfsdp-pipeline with these options first"),
     cl::init(""));
@@ -137,10 +142,20 @@ int main(int argc, char **argv) {
   cl::HideUnrelatedOptions(toolOptions);
   cl::ParseCommandLineOptions(argc, argv,
                               "mfsdp step simulator (predicted GPU times)\n");
-  const mfsdp::cost::SimProfile *profile =
+  const mfsdp::cost::SimProfile *named =
       mfsdp::planner::findHardwareProfile(profileName.getValue());
-  if (!profile)
+  if (!named)
     return fail(mfsdp::planner::unknownHardwareMessage(profileName));
+  mfsdp::cost::SimProfile overridden = *named;
+  if (!profileSet.empty()) {
+    std::string bad;
+    if (!mfsdp::planner::applyProfileOverrides(overridden, profileSet.getValue(), bad))
+      return fail(bad);
+    bad = mfsdp::cost::validateProfile(overridden);
+    if (!bad.empty())
+      return fail("--profile-set: " + bad);
+  }
+  const mfsdp::cost::SimProfile *profile = &overridden;
   if (compare && pipeline.empty())
     return fail("--compare needs --pipeline (the options to plan with)");
   if (autotuneOptions && pipeline.empty())

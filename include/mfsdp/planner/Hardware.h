@@ -77,6 +77,18 @@ std::string hardwareProfileNames();
 /// "unknown hardware profile '<name>'; expected a100, h100, ..., h100-pcie".
 std::string unknownHardwareMessage(std::string_view name);
 
+/// Overrides rates of `p` from "key=value[,key=value...]" (for fitting the
+/// model, e.g. mfsdp-sim --profile-set): the keys are the numeric fields'
+/// names (gemmFlops, gemmEfficiency, trainerEfficiency, smallGemmFlops,
+/// hbmBytes, hbmEfficiency, launchSeconds, dispatchSeconds, intraBusBytes,
+/// interBusBytes, intraHopSeconds, interHopSeconds, collBaseSeconds),
+/// attentionScale (multiplies every attention rate), computeScale (every
+/// attention rate and the GEMM, trainer and HBM efficiencies, held at most
+/// 1) and commScale (the NCCL bus bandwidths). False with
+/// `error` (naming the key or value) on an unknown key or a value that is
+/// not a finite number; the caller validates the result.
+bool applyProfileOverrides(HardwareProfile &p, std::string_view spec, std::string &error);
+
 } // namespace mfsdp::planner
 
 #endif // MFSDP_PLANNER_HARDWARE_H
