@@ -156,9 +156,11 @@ LogicalResult CostAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 LogicalResult KernelAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                  StringRef kind, DenseI64ArrayAttr shape, F64 scale) {
   ::mfsdp::UnitKernel k;
-  if (!::mfsdp::parseKernelKind(kind, k.kind))
-    return emitError() << "kernel kind must be gemm, attention or memory, got '" << kind
-                       << "'";
+  std::optional<KernelKind> parsed = ::mfsdp::parseEnum<KernelKind>(kind);
+  if (!parsed)
+    return emitError() << "kernel kind must be "
+                       << ::mfsdp::enumSpellings<KernelKind>() << ", got '" << kind << "'";
+  k.kind = *parsed;
   if (shape)
     k.shape.assign(shape.asArrayRef().begin(), shape.asArrayRef().end());
   k.scale = scale;
@@ -178,7 +180,7 @@ ArrayAttr mfsdp::plan::kernelsAttr(MLIRContext *ctx,
     return {};
   SmallVector<Attribute> out;
   for (const UnitKernel &k : kernels)
-    out.push_back(KernelAttr::get(ctx, kernelKindName(k.kind),
+    out.push_back(KernelAttr::get(ctx, ::mfsdp::enumName(k.kind),
                                   DenseI64ArrayAttr::get(ctx, k.shape), k.scale));
   return ArrayAttr::get(ctx, out);
 }
@@ -192,7 +194,7 @@ std::vector<mfsdp::UnitKernel> mfsdp::plan::unitKernels(CostAttr cost) {
     if (!k)
       continue; // the verifier refuses it
     UnitKernel u;
-    parseKernelKind(k.getKind(), u.kind);
+    u.kind = ::mfsdp::parseEnum<KernelKind>(k.getKind()).value_or(KernelKind::Gemm);
     if (k.getShape())
       u.shape.assign(k.getShape().asArrayRef().begin(), k.getShape().asArrayRef().end());
     u.scale = k.getScale();

@@ -23,6 +23,8 @@
 #ifndef MFSDP_KERNEL_H
 #define MFSDP_KERNEL_H
 
+#include "mfsdp/Vocabulary.h"
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -30,29 +32,8 @@
 
 namespace mfsdp {
 
-enum class KernelKind { Gemm, Attention, Memory };
-
-inline const char *kernelKindName(KernelKind k) {
-  switch (k) {
-  case KernelKind::Gemm:
-    return "gemm";
-  case KernelKind::Attention:
-    return "attention";
-  case KernelKind::Memory:
-    return "memory";
-  }
-  return "gemm";
-}
-
-/// False for an unknown spelling.
-inline bool parseKernelKind(std::string_view s, KernelKind &out) {
-  for (KernelKind k : {KernelKind::Gemm, KernelKind::Attention, KernelKind::Memory})
-    if (s == kernelKindName(k)) {
-      out = k;
-      return true;
-    }
-  return false;
-}
+// KernelKind and its spellings ("gemm", "attention", "memory") are the
+// shared vocabulary's (mfsdp/Vocabulary.h): enumName(k), parseEnum<KernelKind>.
 
 struct UnitKernel {
   KernelKind kind = KernelKind::Gemm;

@@ -140,6 +140,13 @@
   X(MFSDP_PHASE_BACKWARD, Backward, "backward", 1)                             \
   X(MFSDP_PHASE_OPTIMIZER, Optimizer, "optimizer", 2)
 
+/* Kinds of a unit's kernels for the cost model (mfsdp/Kernel.h); C++ only
+ * (the first column, the C name, is unused). */
+#define MFSDP_KERNEL_KIND_LIST(X)                                              \
+  X(_, Gemm, "gemm", 0)                                                        \
+  X(_, Attention, "attention", 1)                                              \
+  X(_, Memory, "memory", 2)
+
 /* Choices of the compiler's pass and tool options; C++ only (the first
  * column, the C name, is unused). */
 
@@ -288,6 +295,7 @@ MFSDP_VOCAB_ENUM(DType, "dtype", MFSDP_DTYPE_LIST)
 MFSDP_VOCAB_ENUM(ModuleKind, "module kind", MFSDP_MODULE_KIND_LIST)
 MFSDP_VOCAB_ENUM(CollKind, "collective kind", MFSDP_COLL_KIND_LIST)
 MFSDP_VOCAB_ENUM(Phase, "phase", MFSDP_PHASE_LIST)
+MFSDP_VOCAB_ENUM(KernelKind, "kernel kind", MFSDP_KERNEL_KIND_LIST)
 
 MFSDP_VOCAB_ENUM(PolicyOption, "policy", MFSDP_POLICY_OPTION_LIST)
 MFSDP_VOCAB_ENUM(ReduceDTypeOption, "reduce dtype", MFSDP_REDUCE_DTYPE_OPTION_LIST)

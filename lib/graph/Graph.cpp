@@ -566,8 +566,10 @@ Unit readUnit(const Reader &r) {
         kr.expectObject({"kind", "shape", "scale"});
         UnitKernel k;
         Reader kind = kr.field("kind");
-        if (!parseKernelKind(kind.nonEmptyStr(), k.kind))
-          kind.error("expected a kernel kind: gemm, attention or memory");
+        std::optional<KernelKind> parsed = parseEnum<KernelKind>(kind.nonEmptyStr());
+        if (!parsed)
+          kind.error("expected a kernel kind: " + enumSpellings<KernelKind>());
+        k.kind = *parsed;
         if (kr.has("shape")) {
           Reader sh = kr.field("shape");
           for (size_t j = 0, n = sh.arraySize(); j < n; ++j)
@@ -825,7 +827,8 @@ json graphToJson(const Graph &g) {
     if (!u.cost.kernels.empty()) {
       json ks = json::array();
       for (const UnitKernel &k : u.cost.kernels)
-        ks.push_back({{"kind", kernelKindName(k.kind)}, {"shape", k.shape}, {"scale", k.scale}});
+        ks.push_back(
+            {{"kind", std::string(enumName(k.kind))}, {"shape", k.shape}, {"scale", k.scale}});
       c["kernels"] = std::move(ks);
     }
     ju["cost"] = std::move(c);

@@ -280,17 +280,14 @@ struct World {
   mfsdp_status create(const mfsdp_plan &plan, mfsdp_step **step) {
     const char *backend = std::getenv("MFSDP_PARITY_BACKEND");
     const bool cuda = backend && std::strcmp(backend, "cuda") == 0;
-    if (!torchrun && cuda) {
-      mfsdp_config config = MFSDP_CONFIG_INITIALIZER;
-      config.backend = MFSDP_BACKEND_CUDA;
-      return mfsdp_create_with_config(&plan, &config, step);
-    }
-    if (!torchrun)
+    if (!torchrun && !cuda)
       return mfsdp_create(&plan, step);
     mfsdp_config config = MFSDP_CONFIG_INITIALIZER;
     config.backend = cuda ? MFSDP_BACKEND_CUDA : MFSDP_BACKEND_HOST;
-    config.bootstrap = MFSDP_BOOTSTRAP_TORCHRUN;
-    config.bootstrap_timeout_ms = kTimeoutMs;
+    if (torchrun) {
+      config.bootstrap = MFSDP_BOOTSTRAP_TORCHRUN;
+      config.bootstrap_timeout_ms = kTimeoutMs;
+    }
     return mfsdp_create_with_config(&plan, &config, step);
   }
 
