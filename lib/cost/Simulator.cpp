@@ -332,12 +332,41 @@ SimResult simulate(const Step &s, const SimProfile &p, const SimOptions &options
 
   const int64_t world = s.world;
   const size_t n = s.ops.size();
-  std::vector<double> clock(world, 0.0), busy(world, 0.0), last(world, 0.0);
+  // Ranks that no op and no persistent buffer names (onlyRank) run the same
+  // ops from the same clock and memory: the lowest of them stands for all
+  // (a data-parallel step of 1024 ranks with no owner is simulated once).
+  // Each named rank is its own class. `reps` holds each class's lowest
+  // rank, ascending, so scanning the classes in order meets the ranks an
+  // event happens on lowest first, as a scan of every rank would.
+  std::vector<int64_t> classOf(world, -1), reps;
+  {
+    std::vector<char> named(world, 0);
+    for (const Op &op : s.ops)
+      if (op.onlyRank >= 0)
+        named[op.onlyRank] = 1;
+    for (const auto &b : s.buffers)
+      if (b.persistent && b.onlyRank >= 0 && b.onlyRank < world)
+        named[b.onlyRank] = 1;
+    int64_t shared = -1;
+    for (int64_t rank = 0; rank < world; ++rank) {
+      if (!named[rank] && shared >= 0) {
+        classOf[rank] = classOf[shared];
+        continue;
+      }
+      if (!named[rank])
+        shared = rank;
+      classOf[rank] = static_cast<int64_t>(reps.size());
+      reps.push_back(rank);
+    }
+  }
+  const int64_t R = static_cast<int64_t>(reps.size());
+  std::vector<double> clock(R, 0.0), busy(R, 0.0), last(R, 0.0);
   std::map<int64_t, double> commClock;
   std::vector<double> collEnd(n, 0.0);
   std::vector<char> waited(n, 0);
+  std::vector<std::vector<OpTiming>> timings;
   if (options.timings)
-    r.timings.assign(world, std::vector<OpTiming>(n));
+    timings.assign(R, std::vector<OpTiming>(n));
   // The first forward compute op of a group and that group: the summary
   // needs when the forward compute ops up to it start on each rank and when
   // the group's optimizer work ends.
@@ -351,9 +380,9 @@ SimResult simulate(const Step &s, const SimProfile &p, const SimOptions &options
   if (firstCompute < n)
     r.firstGroup = s.ops[firstCompute].group;
   double ready = -1;
-  auto record = [&](size_t i, int64_t rank, double a, double b) {
+  auto record = [&](size_t i, int64_t k, double a, double b) {
     if (options.timings)
-      r.timings[rank][i] = {a, b};
+      timings[k][i] = {a, b};
     if (i <= firstCompute && forwardCompute(i))
       r.firstComputeWait = std::max(r.firstComputeWait, a);
     if (r.firstGroup >= 0 && s.ops[i].kind == OpKind::Optimizer &&
@@ -362,15 +391,15 @@ SimResult simulate(const Step &s, const SimProfile &p, const SimOptions &options
   };
   std::vector<RankMemory> memory;
   {
-    // Each rank's persistent buffers: those of every rank and its own, in
-    // buffer order.
+    // Each class's persistent buffers: those of every rank and its
+    // rank's own, in buffer order.
     std::vector<size_t> common;
     std::map<int64_t, std::vector<size_t>> own;
     for (size_t b = 0; b < s.buffers.size(); ++b)
       if (s.buffers[b].persistent)
         (s.buffers[b].onlyRank < 0 ? common : own[s.buffers[b].onlyRank]).push_back(b);
     std::vector<size_t> mine;
-    for (int64_t rank = 0; rank < world; ++rank) {
+    for (int64_t rank : reps) {
       auto it = own.find(rank);
       if (it == own.end()) {
         memory.emplace_back(s, common);
@@ -385,46 +414,46 @@ SimResult simulate(const Step &s, const SimProfile &p, const SimOptions &options
   std::set<size_t> memoryIssueOps;
   std::vector<PhaseAcc> phases[3];
   for (auto &v : phases)
-    v.assign(world, PhaseAcc());
+    v.assign(R, PhaseAcc());
 
   // Records an op's compute-stream interval [a, b] and its own compute `d`
-  // on rank `rank`.
-  auto account = [&](const Op &op, int64_t rank, double a, double b, double d) {
-    PhaseAcc &pa = phases[phaseIndex(op.phase)][rank];
+  // on class `k`.
+  auto account = [&](const Op &op, int64_t k, double a, double b, double d) {
+    PhaseAcc &pa = phases[phaseIndex(op.phase)][k];
     if (!pa.seen) {
       pa.seen = true;
       pa.begin = a;
-      pa.cumAtBegin = busy[rank];
+      pa.cumAtBegin = busy[k];
     }
-    busy[rank] += d;
+    busy[k] += d;
     pa.busy += d;
     pa.end = b;
-    pa.cumAtEnd = busy[rank];
-    last[rank] = std::max(last[rank], b);
+    pa.cumAtEnd = busy[k];
+    last[k] = std::max(last[k], b);
   };
 
   for (size_t i = 0; i < n; ++i) {
     const Op &op = s.ops[i];
+    // An op of one rank touches that rank's class alone.
+    const int64_t from = op.onlyRank >= 0 ? classOf[op.onlyRank] : 0;
+    const int64_t to = op.onlyRank >= 0 ? from + 1 : R;
     switch (op.kind) {
     case OpKind::Compute:
     case OpKind::Optimizer:
     case OpKind::Alloc:
     case OpKind::Free: {
       double d = opSeconds(op, p);
-      // An op of one rank touches that rank alone.
-      const int64_t from = op.onlyRank >= 0 ? op.onlyRank : 0;
-      const int64_t to = op.onlyRank >= 0 ? op.onlyRank + 1 : world;
-      for (int64_t rank = from; rank < to; ++rank) {
-        double a = clock[rank], b = a + d;
-        record(i, rank, a, b);
-        clock[rank] = b;
-        account(op, rank, a, b, d);
+      for (int64_t k = from; k < to; ++k) {
+        double a = clock[k], b = a + d;
+        record(i, k, a, b);
+        clock[k] = b;
+        account(op, k, a, b, d);
         if (op.kind == OpKind::Alloc || op.kind == OpKind::Free) {
-          RankMemory::Event e = memory[rank].apply(s, op);
+          RankMemory::Event e = memory[k].apply(s, op);
           if (e != RankMemory::Event::Ok &&
               e != RankMemory::Event::AllocPersistent &&
               memoryIssueOps.insert(i).second)
-            r.issues.push_back(memoryIssue(s, i, e, rank));
+            r.issues.push_back(memoryIssue(s, i, e, reps[k]));
         }
       }
       break;
@@ -432,13 +461,11 @@ SimResult simulate(const Step &s, const SimProfile &p, const SimOptions &options
     case OpKind::Wait: {
       waited[op.waitFor] = 1;
       double until = collEnd[op.waitFor];
-      const int64_t from = op.onlyRank >= 0 ? op.onlyRank : 0;
-      const int64_t to = op.onlyRank >= 0 ? op.onlyRank + 1 : world;
-      for (int64_t rank = from; rank < to; ++rank) {
-        double a = clock[rank], b = std::max(a, until);
-        record(i, rank, a, b);
-        clock[rank] = b;
-        account(op, rank, a, b, 0);
+      for (int64_t k = from; k < to; ++k) {
+        double a = clock[k], b = std::max(a, until);
+        record(i, k, a, b);
+        clock[k] = b;
+        account(op, k, a, b, 0);
       }
       break;
     }
@@ -451,13 +478,13 @@ SimResult simulate(const Step &s, const SimProfile &p, const SimOptions &options
       stream = end;
       collEnd[i] = end;
       r.commBusy += d;
-      for (int64_t rank = 0; rank < world; ++rank) {
-        record(i, rank, start, end);
-        double a = clock[rank];
+      for (int64_t k = 0; k < R; ++k) {
+        record(i, k, start, end);
+        double a = clock[k];
         double b = op.async ? a : std::max(a, end);
-        clock[rank] = b;
-        account(op, rank, a, b, 0);
-        last[rank] = std::max(last[rank], end);
+        clock[k] = b;
+        account(op, k, a, b, 0);
+        last[k] = std::max(last[k], end);
       }
       if (!op.chunks.empty()) {
         double sum = 0;
@@ -480,28 +507,35 @@ SimResult simulate(const Step &s, const SimProfile &p, const SimOptions &options
       r.issues.push_back(fmt::format(
           "{}: asynchronous collective is never waited for", opLabel(s, i)));
   for (size_t b = 0; b < s.buffers.size(); ++b)
-    for (int64_t rank = 0; rank < world && !s.buffers[b].persistent; ++rank)
-      if (memory[rank].isLive(b)) {
+    for (int64_t k = 0; k < R && !s.buffers[b].persistent; ++k)
+      if (memory[k].isLive(b)) {
         r.issues.push_back(fmt::format("buffer {} '{}' is allocated but never "
                                        "freed (live to the end of the step, "
                                        "rank {})",
-                                       b, s.buffers[b].name, rank));
+                                       b, s.buffers[b].name, reps[k]));
         break;
       }
 
   // Per-rank totals and the slowest rank (lowest index on ties).
-  r.rankStepSeconds = last;
-  r.rankComputeBusy = busy;
+  r.rankStepSeconds.resize(world);
+  r.rankComputeBusy.resize(world);
   r.rankPeakBytes.resize(world);
+  if (options.timings)
+    r.timings.resize(world);
   for (int64_t rank = 0; rank < world; ++rank) {
-    r.rankPeakBytes[rank] = memory[rank].peak;
-    r.peakBytes = std::max(r.peakBytes, memory[rank].peak);
-    if (r.slowestRank < 0 || last[rank] > r.stepSeconds) {
+    const int64_t k = classOf[rank];
+    r.rankStepSeconds[rank] = last[k];
+    r.rankComputeBusy[rank] = busy[k];
+    r.rankPeakBytes[rank] = memory[k].peak;
+    if (options.timings)
+      r.timings[rank] = reps[k] == rank ? std::move(timings[k]) : r.timings[reps[k]];
+    r.peakBytes = std::max(r.peakBytes, memory[k].peak);
+    if (r.slowestRank < 0 || last[k] > r.stepSeconds) {
       r.slowestRank = rank;
-      r.stepSeconds = last[rank];
+      r.stepSeconds = last[k];
     }
   }
-  r.computeBusy = busy[r.slowestRank];
+  r.computeBusy = busy[classOf[r.slowestRank]];
   r.exposedComm = std::max(0.0, r.stepSeconds - r.computeBusy);
 
   // The first forward group: when its optimizer work is done everywhere,
@@ -520,7 +554,7 @@ SimResult simulate(const Step &s, const SimProfile &p, const SimOptions &options
                                               : r.optimizer;
     const auto &v = phases[phaseIndex(ph)];
     for (int64_t rank = 0; rank < world; ++rank) {
-      const PhaseAcc &pa = v[rank];
+      const PhaseAcc &pa = v[classOf[rank]];
       if (!pa.seen)
         continue;
       if (out.rank >= 0 && pa.end - pa.begin <= out.end - out.begin)

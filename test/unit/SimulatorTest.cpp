@@ -394,6 +394,68 @@ TEST(Simulate, OwnerWorkOnOneRankDelaysTheNextCollective) {
   EXPECT_EQ(r.forward.rank, -1);
 }
 
+TEST(Simulate, RanksNoOpNamesAreSimulatedAsOne) {
+  // World 6: ranks 1 and 4 own optimizer work and rank 4 a persistent
+  // buffer; the other four ranks run the same ops and are simulated once.
+  // The reference names every rank with an op of no cost at the end (the
+  // round profile has no launch cost), so each rank is simulated on its
+  // own; every per-rank figure must be the same.
+  Step s = program(
+      6, {mem(OpKind::Alloc, 1), coll(CollKind::AllGather, 6, 3e9, true),
+          compute(2e12), wait(1), compute(1e12, 0, Phase::Backward),
+          mem(OpKind::Alloc, 2, 1), optimizer(3e12, 0, 1),
+          mem(OpKind::Free, 2, 1), mem(OpKind::Free, 1),
+          coll(CollKind::ReduceScatter, 6, 6e9, true, 1, Phase::Backward),
+          optimizer(2e12, 0, 4), wait(9, Phase::Optimizer), optimizer(1e12),
+          // Freed twice on rank 4 only: one issue, named on rank 4.
+          mem(OpKind::Alloc, 3, 4), mem(OpKind::Free, 3, 4),
+          mem(OpKind::Free, 3, 4), optimizer(1e12)});
+  s.ops[2].group = s.ops[12].group = 7;
+  s.buffers = {{"shard", 100, true, -1},
+               {"gathered", 1000, false, -1},
+               {"owner scratch", 500, false, -1},
+               {"owner twice", 50, false, -1},
+               {"owner state", 300, true, 4}};
+  const size_t n = s.ops.size();
+  Step every = s;
+  for (int64_t rank = 0; rank < s.world; ++rank)
+    every.ops.push_back(optimizer(0, 0, rank));
+  SimResult r = simulate(s, P()), ref = simulate(every, P());
+  ASSERT_TRUE(r.ok) << r.error;
+  ASSERT_TRUE(ref.ok) << ref.error;
+  // Not a step where the classes cannot differ: the ranks do.
+  EXPECT_NE(ref.rankComputeBusy[0], ref.rankComputeBusy[1]);
+  EXPECT_NE(ref.rankPeakBytes[0], ref.rankPeakBytes[4]);
+  EXPECT_EQ(r.rankStepSeconds, ref.rankStepSeconds);
+  EXPECT_EQ(r.rankComputeBusy, ref.rankComputeBusy);
+  EXPECT_EQ(r.rankPeakBytes, ref.rankPeakBytes);
+  EXPECT_EQ(r.stepSeconds, ref.stepSeconds);
+  EXPECT_EQ(r.slowestRank, ref.slowestRank);
+  EXPECT_EQ(r.peakBytes, ref.peakBytes);
+  EXPECT_EQ(r.firstGroupReady, ref.firstGroupReady);
+  EXPECT_EQ(r.steadyStepSeconds, ref.steadyStepSeconds);
+  for (const auto &[a, b] : {std::pair{&r.forward, &ref.forward},
+                             {&r.backward, &ref.backward},
+                             {&r.optimizer, &ref.optimizer}}) {
+    EXPECT_EQ(a->rank, b->rank);
+    EXPECT_EQ(a->begin, b->begin);
+    EXPECT_EQ(a->end, b->end);
+    EXPECT_EQ(a->computeBusy, b->computeBusy);
+    EXPECT_EQ(a->exposedComm, b->exposedComm);
+  }
+  ASSERT_EQ(r.issues.size(), 1u);
+  EXPECT_EQ(r.issues, ref.issues);
+  EXPECT_NE(r.issues[0].find("on rank 4"), std::string::npos) << r.issues[0];
+  ASSERT_EQ(r.timings.size(), 6u);
+  for (int64_t rank = 0; rank < s.world; ++rank)
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(r.timings[rank][i].start, ref.timings[rank][i].start)
+          << "rank " << rank << " op " << i;
+      EXPECT_EQ(r.timings[rank][i].end, ref.timings[rank][i].end)
+          << "rank " << rank << " op " << i;
+    }
+}
+
 //===----------------------------------------------------------------------===//
 // Memory
 //===----------------------------------------------------------------------===//

@@ -133,9 +133,11 @@ struct SimOptions {
 };
 
 /// Simulates `s` on `p` (see Step.h for the execution model). Never throws;
-/// ok = false with `error` if the step or the profile is invalid. Costs
-/// O(ops + world x ops run by every rank + world x buffers), and as much
-/// memory again for the timings when kept.
+/// ok = false with `error` if the step or the profile is invalid. Ranks no
+/// op or persistent buffer names (onlyRank) behave alike and are simulated
+/// once, so with C classes (the named ranks, plus one for the rest) it
+/// costs O(ops + C x ops run by every rank + C x buffers + world), and
+/// world x ops more for the timings when kept.
 SimResult simulate(const step::Step &s, const SimProfile &p);
 SimResult simulate(const step::Step &s, const SimProfile &p,
                    const SimOptions &options);
