@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <deque>
+#include <memory>
 #include <map>
 #include <numeric>
 #include <set>
 #include <tuple>
-#include <unordered_map>
 
 namespace mfsdp::step {
 
@@ -514,53 +516,47 @@ std::vector<Lifetime> lifetimes(const Step &s) {
 } // namespace
 
 namespace {
-/// Offsets taken in one arena: disjoint half-open intervals, merged when
-/// they touch, and the offsets of zero-byte buffers, which (as in a scan of
-/// the taken intervals sorted by offset) still push a larger buffer placed
-/// over them past them.
+/// Offsets taken in one arena: disjoint half-open intervals [lo, hi),
+/// merged when they touch, and the offsets of zero-byte buffers kept as
+/// empty intervals [p, p), which (as in a scan of the taken intervals sorted
+/// by offset) still push a larger buffer placed over them past them. One
+/// rule covers both: [lo, hi) blocks x for `size` bytes when lo < x + size
+/// and hi > x. A point on or inside an interval blocks nothing the interval
+/// does not, so it is absorbed; the entries are then sorted by both ends.
+/// A sorted vector: the sets of one plan number in the millions and most
+/// hold one or two entries.
 class OffsetSet {
 public:
   void insert(int64_t lo, int64_t hi) {
-    if (hi <= lo) {
-      points.insert(lo);
+    hi = std::max(hi, lo);
+    // The entries that meet or touch [lo, hi]: b >= lo and a <= hi.
+    auto first = std::partition_point(
+        spans.begin(), spans.end(), [&](const Span &e) { return e.second < lo; });
+    auto last = std::partition_point(
+        first, spans.end(), [&](const Span &e) { return e.first <= hi; });
+    if (first == last) {
+      spans.insert(first, {lo, hi});
       return;
     }
-    auto it = spans.upper_bound(lo);
-    if (it != spans.begin() && std::prev(it)->second >= lo) {
-      --it;
-      lo = it->first;
-      hi = std::max(hi, it->second);
-      it = spans.erase(it);
-    }
-    while (it != spans.end() && it->first <= hi) {
-      hi = std::max(hi, it->second);
-      it = spans.erase(it);
-    }
-    spans.emplace(lo, hi);
+    first->first = std::min(lo, first->first);
+    first->second = std::max(hi, std::prev(last)->second);
+    spans.erase(std::next(first), last);
   }
 
-  /// The smallest offset >= x that nothing here blocks for `size` bytes: an
-  /// interval blocks x when it meets [x, x + size), a point p when
-  /// x < p < x + size.
+  /// The smallest offset >= x that nothing here blocks for `size` bytes.
   int64_t fit(int64_t x, int64_t size) const {
-    for (;;) {
-      int64_t next = x;
-      auto it = spans.upper_bound(x);
-      if (it != spans.begin() && std::prev(it)->second > x)
-        next = std::prev(it)->second;
-      else if (it != spans.end() && it->first < x + size)
-        next = it->second;
-      else if (auto p = points.upper_bound(x); p != points.end() && *p < x + size)
-        next = *p;
-      if (next == x)
-        return x;
-      x = next;
-    }
+    auto it = std::partition_point(
+        spans.begin(), spans.end(), [&](const Span &e) { return e.second <= x; });
+    // Jumping past a blocking entry skips only offsets it blocks too; the
+    // entries after it end later still.
+    for (; it != spans.end() && it->first < x + size; ++it)
+      x = it->second;
+    return x;
   }
 
 private:
-  std::map<int64_t, int64_t> spans; // lo -> hi
-  std::set<int64_t> points;
+  using Span = std::pair<int64_t, int64_t>;
+  std::vector<Span> spans;
 };
 
 /// The lowest offset that no set in `sets` blocks for `size` bytes.
@@ -588,7 +584,9 @@ int64_t firstFit(const std::vector<const OffsetSet *> &sets, int64_t size) {
 /// query; so the offsets they take are the union of O(log n) offset sets,
 /// whatever their number (many activations live from the forward to the
 /// backward pass all meet each other: collecting them one by one per
-/// buffer was quadratic). Sets are kept only for nodes that have one.
+/// buffer was quadratic). Sets are kept only for nodes that have one: a
+/// node's set is found through pages of indices allocated where nodes are
+/// used.
 class LifetimeOffsets {
 public:
   explicit LifetimeOffsets(int64_t ops) {
@@ -599,12 +597,12 @@ public:
   void insert(int64_t begin, int64_t end, int64_t lo, int64_t hi) {
     visited.clear();
     forCovering(begin, end, [&](int64_t node) {
-      cover[node].insert(lo, hi);
+      set(node, Cover).insert(lo, hi);
       for (int64_t a = node; a > 0; a >>= 1) {
         if (std::find(visited.begin(), visited.end(), a) != visited.end())
           break;
         visited.push_back(a);
-        below[a].insert(lo, hi);
+        set(a, Below).insert(lo, hi);
       }
     });
   }
@@ -615,19 +613,22 @@ public:
                std::vector<const OffsetSet *> &sets) {
     visited.clear();
     forCovering(begin, end, [&](int64_t node) {
-      if (auto it = below.find(node); it != below.end())
-        sets.push_back(&it->second);
+      if (const OffsetSet *b = find(node, Below))
+        sets.push_back(b);
       for (int64_t a = node; a > 0; a >>= 1) {
         if (std::find(visited.begin(), visited.end(), a) != visited.end())
           break;
         visited.push_back(a);
-        if (auto it = cover.find(a); it != cover.end())
-          sets.push_back(&it->second);
+        if (const OffsetSet *c = find(a, Cover))
+          sets.push_back(c);
       }
     });
   }
 
 private:
+  enum Kind { Cover, Below };
+  static constexpr int64_t kPage = 4096;
+
   template <typename F> void forCovering(int64_t begin, int64_t end, F f) const {
     for (int64_t l = begin + n, r = end + n + 1; l < r; l >>= 1, r >>= 1) {
       if (l & 1)
@@ -637,8 +638,38 @@ private:
     }
   }
 
+  // Index + 1 into `sets` of node `node`'s set of kind `k`; 0: none.
+  uint32_t *slot(int64_t node, Kind k, bool create) {
+    const int64_t key = 2 * node + k;
+    const size_t page = static_cast<size_t>(key / kPage);
+    if (page >= pages.size()) {
+      if (!create)
+        return nullptr;
+      pages.resize(page + 1);
+    }
+    if (!pages[page]) {
+      if (!create)
+        return nullptr;
+      pages[page] = std::make_unique<uint32_t[]>(kPage);
+    }
+    return &pages[page][key % kPage];
+  }
+  OffsetSet &set(int64_t node, Kind k) {
+    uint32_t *i = slot(node, k, true);
+    if (*i == 0) {
+      sets.emplace_back();
+      *i = static_cast<uint32_t>(sets.size());
+    }
+    return sets[*i - 1];
+  }
+  const OffsetSet *find(int64_t node, Kind k) {
+    uint32_t *i = slot(node, k, false);
+    return i && *i ? &sets[*i - 1] : nullptr;
+  }
+
   int64_t n = 1;
-  std::unordered_map<int64_t, OffsetSet> cover, below;
+  std::vector<std::unique_ptr<uint32_t[]>> pages;
+  std::deque<OffsetSet> sets;
   std::vector<int64_t> visited;
 };
 
