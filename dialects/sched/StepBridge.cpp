@@ -6,6 +6,7 @@
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <cmath>
@@ -290,12 +291,24 @@ static void fillBody(Block *body, const step::Step &s,
       out.push_back(buffers[id]);
     return out;
   };
+  // A parameter is named by the ops of its gathers, its reduction and its
+  // optimizer, a unit by its forward and backward: each symbol reference
+  // is made once (the context's uniquer hashes under a lock, twice a
+  // reference).
+  llvm::StringMap<FlatSymbolRefAttr> symbols;
+  auto symbol = [&](const std::string &name) {
+    FlatSymbolRefAttr &ref = symbols[name];
+    if (!ref)
+      ref = FlatSymbolRefAttr::get(ctx, name);
+    return ref;
+  };
+  SmallVector<Attribute> refs;
   auto symbolArray = [&](const std::vector<std::string> &names) -> ArrayAttr {
     if (names.empty())
       return {};
-    SmallVector<Attribute> refs;
+    refs.clear();
     for (const auto &n : names)
-      refs.push_back(FlatSymbolRefAttr::get(ctx, n));
+      refs.push_back(symbol(n));
     return b.getArrayAttr(refs);
   };
   auto optI64 = [&](int64_t v) { return v >= 0 ? b.getI64IntegerAttr(v) : IntegerAttr(); };
@@ -359,7 +372,7 @@ static void fillBody(Block *body, const step::Step &s,
     case step::OpKind::Compute: {
       FlatSymbolRefAttr unit;
       if (!o.unitName.empty())
-        unit = FlatSymbolRefAttr::get(ctx, o.unitName);
+        unit = symbol(o.unitName);
       ComputeOp::create(b, loc, ComputeKindAttr::get(ctx, *symbolizeComputeKind(o.compute)),
                         b.getStringAttr(o.name), unit, values(o.reads),
                         values(o.writes), b.getF64FloatAttr(o.flops),
