@@ -71,6 +71,22 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
     for (plan::UnitOp u : graph.getBody().front().getOps<plan::UnitOp>())
       if (std::vector<UnitKernel> k = plan::unitKernels(u.getCost()); !k.empty())
         kernelsOf[u.getSymName()] = std::move(k);
+  // Sized once: on large steps the op list is hundreds of MB, and growing
+  // it holds the old and the new array at once.
+  {
+    size_t ops = 0, allocs = 0, tokens = 0;
+    for (Operation &child : op.getBody().front()) {
+      ++ops;
+      allocs += isa<AllocOp>(child);
+      tokens += !isa<AllocOp>(child) && child.getNumResults() > 0;
+    }
+    s.ops.reserve(ops);
+    s.buffers.reserve(allocs);
+    bufferOf.reserve(allocs);
+    indexOf.reserve(tokens);
+    if (locations)
+      locations->reserve(ops);
+  }
   auto ids = [&](ValueRange values) {
     std::vector<int64_t> out;
     for (Value v : values)
@@ -180,7 +196,9 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
         });
     if (!ok)
       return failure();
-    indexOf[&child] = static_cast<int64_t>(s.ops.size());
+    // A wait names its collective by the token it returns.
+    if (o.kind == step::OpKind::Collective)
+      indexOf[&child] = static_cast<int64_t>(s.ops.size());
     s.ops.push_back(std::move(o));
     if (locations)
       locations->push_back(child.getLoc());
