@@ -16,6 +16,10 @@
 #include "mfsdp/step/Schedule.h"
 #include "mfsdp/step/Step.h"
 
+#include <optional>
+#include <string>
+#include <vector>
+
 namespace mfsdp {
 
 /// Buckets the collectives of `s`; fails with a diagnostic on `op` when
@@ -38,6 +42,18 @@ void setMemoryPlan(sched::StepOp op, const step::MemoryPlan &plan);
 /// error on its op (or on `op`). Fails when there is any.
 mlir::LogicalResult verifyStage(sched::StepOp op, const step::Step &s,
                                 const VerifyScheduleOptions &options);
+
+/// verifyStage in two halves, so that the step can be checked before it is
+/// written (and released as it is): what is wrong with `s` (its schedule,
+/// then the runtime program it lowers to), found without a diagnostic...
+struct VerifyFindings {
+  std::vector<step::ScheduleIssue> issues;
+  std::optional<std::string> program; // an error on the step op
+};
+VerifyFindings checkStage(sched::StepOp op, const step::Step &s,
+                          const VerifyScheduleOptions &options);
+/// ...and reported once `op`'s body holds the step op for op.
+mlir::LogicalResult reportStage(sched::StepOp op, const VerifyFindings &f);
 
 } // namespace mfsdp
 

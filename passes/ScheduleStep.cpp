@@ -40,12 +40,15 @@ struct ScheduleStepPass : public mfsdp::impl::ScheduleStepBase<ScheduleStepPass>
         failed(overlapStage(op, s, overlap)))
       return signalPassFailure();
     step::MemoryPlan plan = step::planMemory(s);
+    // Checked before it is written, so that each op is released as it is
+    // written; the findings are reported on the written ops.
+    VerifyFindings findings = checkStage(op, s, verify);
     // Ops a stage made keep the step's location, and a wait its
     // collective's, as when each pass writes and the next one reads.
-    if (failed(rewriteStep(op, s, locations)))
+    if (failed(rewriteStep(op, std::move(s), locations)))
       return signalPassFailure();
     setMemoryPlan(op, plan);
-    if (failed(verifyStage(op, s, verify)))
+    if (failed(reportStage(op, findings)))
       return signalPassFailure();
   }
 };

@@ -11,6 +11,9 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
 
+#include <optional>
+#include <string>
+
 namespace mfsdp {
 #define GEN_PASS_DEF_VERIFYSCHEDULE
 #include "passes/Passes.h.inc"
@@ -19,71 +22,84 @@ namespace mfsdp {
 using namespace mlir;
 using namespace mfsdp;
 
-/// The program the step library would carry: `s` lowered for the runtime's
+/// What is wrong with the program the step library would carry: `s` lowered for the runtime's
 /// plan of the module's plan.graph (as the emitter builds both) and checked
 /// against `s`. Nothing to check where the module has no single plan.graph
 /// (a step written by hand) or no step library can be built from it or
 /// from the step (a baseline's step with ops the runtime does not run, as
 /// mfsdp-sim --compare schedules): the emitter says why.
-static LogicalResult verifyProgramOf(sched::StepOp op, const step::Step &s) {
+static std::optional<std::string> programIssueOf(sched::StepOp op,
+                                                 const step::Step &s) {
   auto module = op->getParentOfType<ModuleOp>();
   if (!module)
-    return success();
+    return std::nullopt;
   plan::GraphOp graph;
   for (plan::GraphOp g : module.getOps<plan::GraphOp>()) {
     if (graph)
-      return success();
+      return std::nullopt;
     graph = g;
   }
   if (!graph)
-    return success();
+    return std::nullopt;
   RuntimePlan runtimePlan;
   {
     ScopedDiagnosticHandler quiet(op.getContext(),
                                   [](Diagnostic &) { return success(); });
     if (failed(buildRuntimePlan(graph, runtimePlan)))
-      return success();
+      return std::nullopt;
   }
   const step::RuntimeProgram program =
       step::lowerStepProgram(s, runtimePlan.plan, runtimePlan.unitNames);
   if (program.unsupported)
-    return success();
+    return std::nullopt;
   if (!program.error.empty())
-    return op.emitOpError() << "cannot be lowered into the runtime's program: "
-                            << program.error;
+    return "cannot be lowered into the runtime's program: " + program.error;
   step::RuntimeProgram::View view;
   program.view(view);
   const step::ProgramIssue issue =
       step::verifyProgram(s, runtimePlan.plan, view.program, runtimePlan.unitNames);
   if (issue.message.empty())
-    return success();
-  InFlightDiagnostic d = op.emitOpError() << "lowers to a runtime program that "
-                                             "does not run as scheduled: "
-                                          << issue.message;
+    return std::nullopt;
+  std::string message =
+      "lowers to a runtime program that does not run as scheduled: " + issue.message;
   if (issue.op >= 0 && issue.op < static_cast<int32_t>(program.ops.size()))
-    d << " (op " << issue.op << " is lowered from '" << program.ops[issue.op].from
-      << "')";
-  return d;
+    message += " (op " + std::to_string(issue.op) + " is lowered from '" +
+               program.ops[issue.op].from + "')";
+  return message;
+}
+
+VerifyFindings mfsdp::checkStage(sched::StepOp op, const step::Step &s,
+                                 const VerifyScheduleOptions &options) {
+  VerifyFindings f;
+  f.issues = step::verifySchedule(
+      s, static_cast<double>(options.memoryCapMB) * 1024 * 1024);
+  // The step itself first: its program is checked once the step is sound.
+  if (f.issues.empty())
+    f.program = programIssueOf(op, s);
+  return f;
+}
+
+LogicalResult mfsdp::reportStage(sched::StepOp op, const VerifyFindings &f) {
+  if (!f.issues.empty()) {
+    SmallVector<Operation *> ops;
+    for (Operation &child : op.getBody().front())
+      ops.push_back(&child);
+    for (const step::ScheduleIssue &issue : f.issues) {
+      Operation *at = issue.op >= 0 && issue.op < static_cast<int64_t>(ops.size())
+                          ? ops[issue.op]
+                          : op.getOperation();
+      at->emitError(issue.message);
+    }
+    return failure();
+  }
+  if (f.program)
+    return op.emitOpError() << *f.program;
+  return success();
 }
 
 LogicalResult mfsdp::verifyStage(sched::StepOp op, const step::Step &s,
                                  const VerifyScheduleOptions &options) {
-  bool failedAny = false;
-  SmallVector<Operation *> ops;
-  for (Operation &child : op.getBody().front())
-    ops.push_back(&child);
-  for (const step::ScheduleIssue &issue : step::verifySchedule(
-           s, static_cast<double>(options.memoryCapMB) * 1024 * 1024)) {
-    Operation *at = issue.op >= 0 && issue.op < static_cast<int64_t>(ops.size())
-                        ? ops[issue.op]
-                        : op.getOperation();
-    at->emitError(issue.message);
-    failedAny = true;
-  }
-  // The step itself first: its program is checked once the step is sound.
-  if (failedAny)
-    return failure();
-  return verifyProgramOf(op, s);
+  return reportStage(op, checkStage(op, s, options));
 }
 
 namespace {

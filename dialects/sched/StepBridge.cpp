@@ -71,16 +71,20 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
     for (plan::UnitOp u : graph.getBody().front().getOps<plan::UnitOp>())
       if (std::vector<UnitKernel> k = plan::unitKernels(u.getCost()); !k.empty())
         kernelsOf[u.getSymName()] = std::move(k);
-  // Sized once: on large steps the op list is hundreds of MB, and growing
+  // Sized once: on large steps the op array is hundreds of MB, and growing
   // it holds the old and the new array at once.
   {
-    size_t ops = 0, allocs = 0, tokens = 0;
+    size_t ops = 0, allocs = 0, tokens = 0, collectives = 0;
     for (Operation &child : op.getBody().front()) {
       ++ops;
       allocs += isa<AllocOp>(child);
       tokens += !isa<AllocOp>(child) && child.getNumResults() > 0;
+      collectives += isa<AllGatherOp, ReduceScatterOp, AllReduceOp,
+                         AllGatherVOp, ReduceScatterVOp>(child);
     }
-    s.ops.reserve(ops);
+    // Room for a wait per collective: the overlap stage schedules the
+    // step in this array (step::finishOverlapEach).
+    s.ops.reserve(ops + collectives);
     s.buffers.reserve(allocs);
     bufferOf.reserve(allocs);
     indexOf.reserve(tokens);
@@ -296,9 +300,12 @@ static int64_t trafficBytes(double bytes) {
   return static_cast<int64_t>(std::llround(bytes));
 }
 
-/// Appends the ops of `s` to `body` (checked by checkWritable).
+/// Appends the ops of `s` to `body` (checked by checkWritable). With
+/// `consumed` (`s` itself), each op is released once written but for what
+/// a later op's location needs (kind, wait, origin).
 static void fillBody(Block *body, const step::Step &s,
-                     ArrayRef<Location> locations, Location fallback) {
+                     ArrayRef<Location> locations, Location fallback,
+                     step::Step *consumed = nullptr) {
   MLIRContext *ctx = fallback.getContext();
   OpBuilder b = OpBuilder::atBlockEnd(body);
   std::vector<Value> buffers(s.buffers.size());
@@ -410,6 +417,14 @@ static void fillBody(Block *body, const step::Step &s,
       break;
     }
     }
+    if (consumed) {
+      step::Op &done = consumed->ops[i];
+      step::Op shell;
+      shell.kind = done.kind;
+      shell.waitFor = done.waitFor;
+      shell.origin = done.origin;
+      done = std::move(shell);
+    }
   }
 }
 
@@ -429,8 +444,9 @@ FailureOr<StepOp> mfsdp::writeStep(OpBuilder &b, Location loc,
   return stepOp;
 }
 
-LogicalResult mfsdp::rewriteStep(StepOp op, const step::Step &s,
-                                 ArrayRef<Location> locations) {
+static LogicalResult rewrite(StepOp op, const step::Step &s,
+                             ArrayRef<Location> locations,
+                             step::Step *consumed) {
   if (failed(checkWritable(s, locations, op.getLoc())))
     return failure();
   Builder b(op.getContext());
@@ -441,6 +457,16 @@ LogicalResult mfsdp::rewriteStep(StepOp op, const step::Step &s,
   op.removePeakBytesAttr();
   Block &body = op.getBody().front();
   body.clear();
-  fillBody(&body, s, locations, op.getLoc());
+  fillBody(&body, s, locations, op.getLoc(), consumed);
   return success();
+}
+
+LogicalResult mfsdp::rewriteStep(StepOp op, const step::Step &s,
+                                 ArrayRef<Location> locations) {
+  return rewrite(op, s, locations, nullptr);
+}
+
+LogicalResult mfsdp::rewriteStep(StepOp op, step::Step &&s,
+                                 ArrayRef<Location> locations) {
+  return rewrite(op, s, locations, &s);
 }

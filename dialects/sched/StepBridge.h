@@ -41,6 +41,12 @@ writeStep(mlir::OpBuilder &builder, mlir::Location loc, const step::Step &s,
 mlir::LogicalResult rewriteStep(sched::StepOp op, const step::Step &s,
                                 llvm::ArrayRef<mlir::Location> locations);
 
+/// The same, releasing each op of `s` once it is written (its kind, wait
+/// and origin are kept; the buffers stay): on large steps the step and its
+/// IR are the two largest things alive. On failure `s` is unchanged.
+mlir::LogicalResult rewriteStep(sched::StepOp op, step::Step &&s,
+                                llvm::ArrayRef<mlir::Location> locations);
+
 } // namespace mfsdp
 
 #endif // MFSDP_DIALECTS_SCHED_STEPBRIDGE_H

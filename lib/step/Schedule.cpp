@@ -33,9 +33,35 @@ bool isGather(const Op &op) {
 /// Rebuilds Wait::waitFor after ops moved: `order[i]` is the old index of
 /// the op now at i.
 void reorder(Step &s, const std::vector<int64_t> &order) {
-  std::vector<int64_t> newIndex(s.ops.size(), -1);
+  const size_t n = s.ops.size();
+  std::vector<int64_t> newIndex(n, -1);
   for (size_t i = 0; i < order.size(); ++i)
     newIndex[order[i]] = static_cast<int64_t>(i);
+  if (order.size() == n) {
+    // A permutation of every op: applied in place, cycle by cycle (a
+    // second op array would double the step's largest allocation).
+    std::vector<bool> done(n, false);
+    for (size_t i = 0; i < n; ++i) {
+      if (done[i] || order[i] == static_cast<int64_t>(i))
+        continue;
+      Op held = std::move(s.ops[i]);
+      size_t j = i;
+      for (;;) {
+        done[j] = true;
+        const size_t k = static_cast<size_t>(order[j]);
+        if (k == i) {
+          s.ops[j] = std::move(held);
+          break;
+        }
+        s.ops[j] = std::move(s.ops[k]);
+        j = k;
+      }
+    }
+    for (Op &op : s.ops)
+      if (op.kind == OpKind::Wait && op.waitFor >= 0)
+        op.waitFor = newIndex[op.waitFor];
+    return;
+  }
   std::vector<Op> ops;
   ops.reserve(order.size());
   for (int64_t old : order) {
@@ -54,13 +80,18 @@ void reorder(Step &s, const std::vector<int64_t> &order) {
 //===----------------------------------------------------------------------===//
 
 int64_t bucketCollectives(Step &s, double limitBytes) {
-  // `s.ops` is replaced by `out`: its ops are moved, not copied.
-  std::vector<Op> out;
-  out.reserve(s.ops.size());
+  // Compacted in place: ops are written at `w`, never past the op read
+  // next (buckets only merge), and moved, not copied.
+  size_t w = 0;
+  auto put = [&](Op &&op) {
+    if (&s.ops[w] != &op)
+      s.ops[w] = std::move(op);
+    ++w;
+  };
   int64_t removed = 0;
   for (size_t i = 0; i < s.ops.size();) {
     if (s.ops[i].kind != OpKind::Collective || s.ops[i].async) {
-      out.push_back(std::move(s.ops[i++]));
+      put(std::move(s.ops[i++]));
       continue;
     }
     size_t end = i;
@@ -100,12 +131,13 @@ int64_t bucketCollectives(Step &s, double limitBytes) {
         buckets.push_back(std::move(s.ops[k]));
       }
     }
+    // The run's ops are all in `buckets` now; as many or fewer go back.
     for (Op &b : buckets)
-      out.push_back(std::move(b));
+      put(std::move(b));
     i = end;
   }
   // No waits exist yet (buckets are formed from synchronous collectives).
-  s.ops = std::move(out);
+  s.ops.resize(w);
   return removed;
 }
 
@@ -326,7 +358,10 @@ std::vector<int64_t> optimizerOrder(const std::vector<Op> &tail,
 /// waits for what is still in flight at the end of the step.
 class AsyncWaits {
 public:
+  /// The output is out[0, count). Fed in place, the ops still to feed lie
+  /// beyond it in `out` (each moved out before `count` can reach it).
   std::vector<Op> out;
+  size_t count = 0;
 
   /// What decides the ops still to come, besides `out`: restoring it and
   /// cutting `out` back to its size then returns to the point it was taken.
@@ -377,7 +412,7 @@ private:
     wait.name = "wait " + out[idx].name;
     wait.waitFor = idx;
     wait.group = out[idx].group;
-    out.push_back(std::move(wait));
+    put(std::move(wait));
   }
 
   void flushFor(const Op &op) {
@@ -417,12 +452,20 @@ private:
       bufs.insert(bufs.end(), op.writes.begin(), op.writes.end());
       std::sort(bufs.begin(), bufs.end());
       bufs.erase(std::unique(bufs.begin(), bufs.end()), bufs.end());
-      const int64_t idx = static_cast<int64_t>(out.size());
+      const int64_t idx = static_cast<int64_t>(count);
       for (int64_t buf : bufs)
         state.pendingOn[buf].insert(idx);
       state.pending[idx] = std::move(bufs);
     }
-    out.push_back(std::move(op));
+    put(std::move(op));
+  }
+
+  void put(Op &&op) {
+    if (count < out.size())
+      out[count] = std::move(op);
+    else
+      out.push_back(std::move(op));
+    ++count;
   }
 };
 
@@ -443,13 +486,30 @@ void finishOverlapEach(
   const size_t first = optimizerTail(s.ops);
   std::vector<Op> tail(std::make_move_iterator(s.ops.begin() + first),
                        std::make_move_iterator(s.ops.end()));
-  AsyncWaits waits;
-  // Every op once, plus about one wait per collective.
-  waits.out.reserve(s.ops.size() + s.ops.size() / 2);
+  // Every op once (waits are rebuilt), plus one wait per collective.
+  size_t collectives = 0;
   for (size_t i = 0; i < first; ++i)
-    waits.feed(std::move(s.ops[i]));
+    collectives += s.ops[i].kind == OpKind::Collective;
+  AsyncWaits waits;
+  if (s.ops.capacity() >= first + collectives) {
+    // In place: the ops move up by `collectives` and are fed from there;
+    // after k ops the output holds at most k + collectives, so it never
+    // reaches an op not yet fed (a second op array would double the
+    // step's largest allocation).
+    s.ops.resize(first);
+    s.ops.resize(first + collectives);
+    std::move_backward(s.ops.begin(), s.ops.begin() + first, s.ops.end());
+    waits.out = std::move(s.ops);
+    for (size_t i = 0; i < first; ++i)
+      waits.feed(std::move(waits.out[collectives + i]));
+    waits.out.resize(waits.count);
+  } else {
+    waits.out.reserve(first + collectives + 2 * tail.size());
+    for (size_t i = 0; i < first; ++i)
+      waits.feed(std::move(s.ops[i]));
+  }
   s.ops.clear();
-  const size_t headSize = waits.out.size();
+  const size_t headSize = waits.count;
   const AsyncWaits::State head = waits.state;
   for (int64_t fill = firstFill;;) {
     // The tail is copied: a later fill needs it again.
@@ -464,6 +524,7 @@ void finishOverlapEach(
     waits.out = std::move(s.ops);
     waits.out.erase(waits.out.begin() + static_cast<std::ptrdiff_t>(headSize),
                     waits.out.end());
+    waits.count = headSize;
     waits.state = head;
   }
 }
