@@ -286,4 +286,66 @@ TEST(Schedule, BuilderZeroLevels) {
   }
 }
 
+TEST(Schedule, InPlaceScheduleEqualsTheCopyingOne) {
+  // Bucketing, the prefetch reorder and the overlap stage rewrite the op
+  // array in place when it has room for a wait per collective (readStep
+  // reserves it), else into a second array. Both must give the same step.
+  planner::Problem pr;
+  planner::Options o;
+  o.shard = 2;
+  o.zero = 3;
+  o.hw = *planner::findHardwareProfile("a100");
+  std::vector<UnitCost> costs;
+  for (int u = 0; u < 6; ++u) {
+    pr.units.push_back({"u" + std::to_string(u)});
+    costs.push_back({10, 20, 4, false});
+    for (int k = 0; k < 3; ++k) {
+      planner::Param w;
+      w.name = "w" + std::to_string(u) + "_" + std::to_string(k);
+      w.shape = {8, 4};
+      w.kind = "linear";
+      w.unit = u;
+      w.elemBytes = 4;
+      w.placement = planner::PlacementKind::RowShard;
+      w.optim = planner::Optim::AdamW;
+      pr.params.push_back(w);
+    }
+  }
+  BuildOptions bo;
+  bo.microbatches = 2;
+  for (int64_t prefetch : {0, 1, 2})
+    for (int64_t fill : {-1, 0, 2}) {
+      Step built = buildStep(pr, o, planner::Decisions{}, costs, bo, "t");
+      Step roomy = built, tight = built;
+      roomy.ops.reserve(2 * roomy.ops.size());
+      tight.ops.shrink_to_fit();
+      OverlapOptions oo;
+      oo.prefetch = prefetch;
+      oo.optimizerFill = fill;
+      for (Step *s : {&roomy, &tight}) {
+        bucketCollectives(*s, 64);
+        scheduleOverlap(*s, oo);
+      }
+      SCOPED_TRACE("prefetch " + std::to_string(prefetch) + " fill " +
+                   std::to_string(fill));
+      ASSERT_EQ(roomy.ops.size(), tight.ops.size());
+      int64_t waits = 0;
+      for (size_t i = 0; i < roomy.ops.size(); ++i) {
+        const Op &a = roomy.ops[i], &b = tight.ops[i];
+        EXPECT_EQ(a.kind, b.kind) << i;
+        EXPECT_EQ(a.name, b.name) << i;
+        EXPECT_EQ(a.phase, b.phase) << i;
+        EXPECT_EQ(a.group, b.group) << i;
+        EXPECT_EQ(a.waitFor, b.waitFor) << i;
+        EXPECT_EQ(a.reads, b.reads) << i;
+        EXPECT_EQ(a.writes, b.writes) << i;
+        EXPECT_EQ(a.params, b.params) << i;
+        EXPECT_EQ(a.async, b.async) << i;
+        waits += a.kind == OpKind::Wait;
+      }
+      EXPECT_GT(waits, 0);
+      EXPECT_TRUE(verifySchedule(roomy, 0).empty());
+    }
+}
+
 } // namespace
