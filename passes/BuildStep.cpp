@@ -102,8 +102,9 @@ struct BuildStepPass : public mfsdp::impl::BuildStepBase<BuildStepPass> {
                                    graph.getSymName().str() + ".step");
     OpBuilder builder(graph.getContext());
     builder.setInsertionPointAfter(graph);
+    // Each op of the step is released as it is written.
     FailureOr<sched::StepOp> written =
-        writeStep(builder, graph.getLoc(), s);
+        writeStep(builder, graph.getLoc(), std::move(s));
     if (failed(written))
       return failure();
     // The step names its graph's mesh, against which its symbol uses

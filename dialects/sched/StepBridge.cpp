@@ -428,9 +428,9 @@ static void fillBody(Block *body, const step::Step &s,
   }
 }
 
-FailureOr<StepOp> mfsdp::writeStep(OpBuilder &b, Location loc,
-                                   const step::Step &s,
-                                   ArrayRef<Location> locations) {
+static FailureOr<StepOp> write(OpBuilder &b, Location loc, const step::Step &s,
+                               ArrayRef<Location> locations,
+                               step::Step *consumed) {
   if (failed(checkWritable(s, locations, loc)))
     return failure();
   auto stepOp = StepOp::create(b, loc, b.getStringAttr(s.name),
@@ -440,8 +440,19 @@ FailureOr<StepOp> mfsdp::writeStep(OpBuilder &b, Location loc,
                                DenseI64ArrayAttr(), DenseI64ArrayAttr());
   Block *body = new Block();
   stepOp.getBody().push_back(body);
-  fillBody(body, s, locations, loc);
+  fillBody(body, s, locations, loc, consumed);
   return stepOp;
+}
+
+FailureOr<StepOp> mfsdp::writeStep(OpBuilder &b, Location loc,
+                                   const step::Step &s,
+                                   ArrayRef<Location> locations) {
+  return write(b, loc, s, locations, nullptr);
+}
+
+FailureOr<StepOp> mfsdp::writeStep(OpBuilder &b, Location loc, step::Step &&s,
+                                   ArrayRef<Location> locations) {
+  return write(b, loc, s, locations, &s);
 }
 
 static LogicalResult rewrite(StepOp op, const step::Step &s,

@@ -33,6 +33,11 @@ readStep(sched::StepOp op, step::Step &out,
 mlir::FailureOr<sched::StepOp>
 writeStep(mlir::OpBuilder &builder, mlir::Location loc, const step::Step &s,
           llvm::ArrayRef<mlir::Location> locations = {});
+/// The same, releasing each op of `s` once it is written (as rewriteStep
+/// with a step to consume). On failure `s` is unchanged.
+mlir::FailureOr<sched::StepOp>
+writeStep(mlir::OpBuilder &builder, mlir::Location loc, step::Step &&s,
+          llvm::ArrayRef<mlir::Location> locations = {});
 
 /// Rewrites `op` in place to hold `s` (its body, world, tokens and
 /// microbatches; a memory plan it carried no longer holds and is dropped):
