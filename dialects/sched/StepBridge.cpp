@@ -74,11 +74,10 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
   // Sized once: on large steps the op array is hundreds of MB, and growing
   // it holds the old and the new array at once.
   {
-    size_t ops = 0, allocs = 0, tokens = 0, collectives = 0;
+    size_t ops = 0, allocs = 0, collectives = 0;
     for (Operation &child : op.getBody().front()) {
       ++ops;
       allocs += isa<AllocOp>(child);
-      tokens += !isa<AllocOp>(child) && child.getNumResults() > 0;
       collectives += isa<AllGatherOp, ReduceScatterOp, AllReduceOp,
                          AllGatherVOp, ReduceScatterVOp>(child);
     }
@@ -87,7 +86,7 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
     s.ops.reserve(ops + collectives);
     s.buffers.reserve(allocs);
     bufferOf.reserve(allocs);
-    indexOf.reserve(tokens);
+    indexOf.reserve(collectives);
     if (locations)
       locations->reserve(ops);
   }

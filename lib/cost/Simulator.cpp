@@ -347,16 +347,16 @@ SimResult simulate(const Step &s, const SimProfile &p, const SimOptions &options
     for (const auto &b : s.buffers)
       if (b.persistent && b.onlyRank >= 0 && b.onlyRank < world)
         named[b.onlyRank] = 1;
-    int64_t shared = -1;
+    int64_t shared = -1; // the unnamed ranks' class
     for (int64_t rank = 0; rank < world; ++rank) {
       if (!named[rank] && shared >= 0) {
-        classOf[rank] = classOf[shared];
+        classOf[rank] = shared;
         continue;
       }
-      if (!named[rank])
-        shared = rank;
       classOf[rank] = static_cast<int64_t>(reps.size());
       reps.push_back(rank);
+      if (!named[rank])
+        shared = classOf[rank];
     }
   }
   const int64_t R = static_cast<int64_t>(reps.size());

@@ -446,14 +446,19 @@ void mfsdp::registerGraphTranslations() {
       });
 }
 
-std::vector<char *> mfsdp::withQuietDiagnostics(int argc, char **argv) {
+std::vector<char *> mfsdp::withToolDefaults(int argc, char **argv, bool localScope) {
   static char quiet[] = "--mlir-print-op-on-diagnostic=false";
+  static char local[] = "--mlir-print-local-scope";
   std::vector<char *> args(argv, argv + argc);
-  bool given = llvm::any_of(args, [](const char *a) {
-    return StringRef(a).ltrim('-').starts_with("mlir-print-op-on-diagnostic");
-  });
-  if (!given)
+  auto given = [&](StringRef option) {
+    return llvm::any_of(args, [&](const char *a) {
+      return StringRef(a).ltrim('-').starts_with(option);
+    });
+  };
+  if (!given("mlir-print-op-on-diagnostic"))
     args.insert(args.begin() + 1, quiet);
+  if (localScope && !given("mlir-print-local-scope") && !given("mlir-print-debuginfo"))
+    args.insert(args.begin() + 1, local);
   args.push_back(nullptr);
   return args;
 }

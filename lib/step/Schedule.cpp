@@ -30,47 +30,34 @@ bool isGather(const Op &op) {
          op.phase != Phase::Optimizer;
 }
 
-/// Rebuilds Wait::waitFor after ops moved: `order[i]` is the old index of
-/// the op now at i.
+/// Moves op `order[i]` to i, for every i (`order` is a permutation of the
+/// op indices), and rebuilds Wait::waitFor. In place, cycle by cycle: a
+/// second op array would double the step's largest allocation.
 void reorder(Step &s, const std::vector<int64_t> &order) {
   const size_t n = s.ops.size();
   std::vector<int64_t> newIndex(n, -1);
-  for (size_t i = 0; i < order.size(); ++i)
+  for (size_t i = 0; i < n; ++i)
     newIndex[order[i]] = static_cast<int64_t>(i);
-  if (order.size() == n) {
-    // A permutation of every op: applied in place, cycle by cycle (a
-    // second op array would double the step's largest allocation).
-    std::vector<bool> done(n, false);
-    for (size_t i = 0; i < n; ++i) {
-      if (done[i] || order[i] == static_cast<int64_t>(i))
-        continue;
-      Op held = std::move(s.ops[i]);
-      size_t j = i;
-      for (;;) {
-        done[j] = true;
-        const size_t k = static_cast<size_t>(order[j]);
-        if (k == i) {
-          s.ops[j] = std::move(held);
-          break;
-        }
-        s.ops[j] = std::move(s.ops[k]);
-        j = k;
+  std::vector<bool> done(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    if (done[i] || order[i] == static_cast<int64_t>(i))
+      continue;
+    Op held = std::move(s.ops[i]);
+    size_t j = i;
+    for (;;) {
+      done[j] = true;
+      const size_t k = static_cast<size_t>(order[j]);
+      if (k == i) {
+        s.ops[j] = std::move(held);
+        break;
       }
+      s.ops[j] = std::move(s.ops[k]);
+      j = k;
     }
-    for (Op &op : s.ops)
-      if (op.kind == OpKind::Wait && op.waitFor >= 0)
-        op.waitFor = newIndex[op.waitFor];
-    return;
   }
-  std::vector<Op> ops;
-  ops.reserve(order.size());
-  for (int64_t old : order) {
-    Op op = std::move(s.ops[old]); // each old index appears once
+  for (Op &op : s.ops)
     if (op.kind == OpKind::Wait && op.waitFor >= 0)
       op.waitFor = newIndex[op.waitFor];
-    ops.push_back(std::move(op));
-  }
-  s.ops = std::move(ops);
 }
 
 } // namespace
@@ -486,28 +473,25 @@ void finishOverlapEach(
   const size_t first = optimizerTail(s.ops);
   std::vector<Op> tail(std::make_move_iterator(s.ops.begin() + first),
                        std::make_move_iterator(s.ops.end()));
-  // Every op once (waits are rebuilt), plus one wait per collective.
+  // Every op once (waits are rebuilt), plus one wait per collective, in
+  // the same array: the ops move up by `collectives` and are fed from
+  // there; after k ops the output holds at most k + collectives, so it
+  // never reaches an op not yet fed (a second op array would double the
+  // step's largest allocation). readStep leaves room for it; a step
+  // without (built in C++) grows once, with room for the tail's waits.
   size_t collectives = 0;
   for (size_t i = 0; i < first; ++i)
     collectives += s.ops[i].kind == OpKind::Collective;
+  s.ops.resize(first);
+  if (s.ops.capacity() < first + collectives)
+    s.ops.reserve(first + collectives + 2 * tail.size());
+  s.ops.resize(first + collectives);
+  std::move_backward(s.ops.begin(), s.ops.begin() + first, s.ops.end());
   AsyncWaits waits;
-  if (s.ops.capacity() >= first + collectives) {
-    // In place: the ops move up by `collectives` and are fed from there;
-    // after k ops the output holds at most k + collectives, so it never
-    // reaches an op not yet fed (a second op array would double the
-    // step's largest allocation).
-    s.ops.resize(first);
-    s.ops.resize(first + collectives);
-    std::move_backward(s.ops.begin(), s.ops.begin() + first, s.ops.end());
-    waits.out = std::move(s.ops);
-    for (size_t i = 0; i < first; ++i)
-      waits.feed(std::move(waits.out[collectives + i]));
-    waits.out.resize(waits.count);
-  } else {
-    waits.out.reserve(first + collectives + 2 * tail.size());
-    for (size_t i = 0; i < first; ++i)
-      waits.feed(std::move(s.ops[i]));
-  }
+  waits.out = std::move(s.ops);
+  for (size_t i = 0; i < first; ++i)
+    waits.feed(std::move(waits.out[collectives + i]));
+  waits.out.resize(waits.count);
   s.ops.clear();
   const size_t headSize = waits.count;
   const AsyncWaits::State head = waits.state;

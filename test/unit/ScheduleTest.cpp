@@ -288,8 +288,9 @@ TEST(Schedule, BuilderZeroLevels) {
 
 TEST(Schedule, InPlaceScheduleEqualsTheCopyingOne) {
   // Bucketing, the prefetch reorder and the overlap stage rewrite the op
-  // array in place when it has room for a wait per collective (readStep
-  // reserves it), else into a second array. Both must give the same step.
+  // array in place; the overlap stage needs room for a wait per collective,
+  // which readStep reserves and a step without it gets by growing first.
+  // Both must give the same step.
   planner::Problem pr;
   planner::Options o;
   o.shard = 2;

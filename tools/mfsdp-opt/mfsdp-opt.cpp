@@ -11,7 +11,6 @@
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Transforms/Passes.h"
-#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/ToolOutputFile.h"
@@ -20,21 +19,9 @@
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
-  std::vector<char *> args = mfsdp::withQuietDiagnostics(argc, argv);
-  // The plan and sched dialects declare no aliases, so the printer's alias
-  // pass over the whole module before printing finds none; on large steps
-  // it costs a tenth of the run and its state grows with the IR. Print in
-  // local scope (the same text, without the blank line the printer
-  // otherwise ends the module with) unless the user chose, or asked for
-  // locations, which are printed as aliases.
-  static char localScope[] = "--mlir-print-local-scope";
-  auto given = [&](llvm::StringRef option) {
-    return llvm::any_of(args, [&](const char *a) {
-      return a && llvm::StringRef(a).ltrim('-').starts_with(option);
-    });
-  };
-  if (!given("mlir-print-local-scope") && !given("mlir-print-debuginfo"))
-    args.insert(args.begin() + 1, localScope);
+  // Diagnostics without the op under them, the result printed in local
+  // scope (mfsdp/import/PlanImport.h).
+  std::vector<char *> args = mfsdp::withToolDefaults(argc, argv, /*localScope=*/true);
   argc = static_cast<int>(args.size()) - 1;
   argv = args.data();
   mfsdp::registerMFSDPPasses();

@@ -14,7 +14,7 @@
 #include <vector>
 
 int main(int argc, char **argv) {
-  std::vector<char *> args = mfsdp::withQuietDiagnostics(argc, argv);
+  std::vector<char *> args = mfsdp::withToolDefaults(argc, argv);
   argc = static_cast<int>(args.size()) - 1;
   argv = args.data();
   mfsdp::registerGraphTranslations();

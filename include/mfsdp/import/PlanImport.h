@@ -60,12 +60,20 @@ void emitErrorAt(mlir::MLIRContext *ctx, llvm::StringRef file,
 void printErrorAt(llvm::StringRef file, int line, int column,
                   llvm::StringRef message);
 
-/// The tools' command line with `--mlir-print-op-on-diagnostic=false`
-/// added unless it names that option: MLIR prints the op under each
-/// diagnostic on it by default, and for a plan.graph that is the whole model
-/// (69 KB for Llama-3-8B) while the location already says where. The result
-/// holds argc + 1 pointers (the last NULL) into `argv` and a static string.
-std::vector<char *> withQuietDiagnostics(int argc, char **argv);
+/// The tools' command line with their defaults added where it does not
+/// name the option:
+/// - `--mlir-print-op-on-diagnostic=false`: MLIR prints the op under each
+///   diagnostic on it by default, and for a plan.graph that is the whole
+///   model (69 KB for Llama-3-8B) while the location already says where;
+/// - with `localScope`, `--mlir-print-local-scope` (unless
+///   `--mlir-print-debuginfo` is given, whose locations print as aliases):
+///   the plan and sched dialects declare no aliases, so the printer's alias
+///   pass over the whole module finds none; on large steps it cost a tenth
+///   of the run and its state grows with the IR. The text is the same but
+///   for the blank line the printer otherwise ends the module with.
+/// The result holds the arguments (the last NULL) from `argv` and static
+/// strings.
+std::vector<char *> withToolDefaults(int argc, char **argv, bool localScope = false);
 
 /// Reads the plan.graph back into the plain graph form. Emits an error on
 /// the offending op and fails if the graph cannot be expressed in the format
