@@ -160,6 +160,10 @@ std::string validateStep(const Step &s) {
           return fmt::format("{}: buffer index {} is out of range (the step "
                              "has {} buffers)",
                              opLabel(s, i), b, numBuffers);
+    // A kernel the cost model cannot price would count as no time.
+    for (size_t k = 0; k < op.kernels.size(); ++k)
+      if (std::string bad = validateKernel(op.kernels[k]); !bad.empty())
+        return fmt::format("{}: kernel {}: {}", opLabel(s, i), k, bad);
     switch (op.kind) {
     case OpKind::Compute:
     case OpKind::Optimizer:

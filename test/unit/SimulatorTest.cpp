@@ -585,6 +585,17 @@ TEST(Simulate, FirstGroupReadyAndSteadyState) {
 
 TEST(Simulate, ValidationErrors) {
   {
+    // A kernel the cost model cannot price (a GEMM of no rows) would count
+    // as no time: refused, naming the op and the kernel.
+    Op c = compute(1e12);
+    c.kernels = {UnitKernel::gemm(64, 64, 1, 1), UnitKernel{KernelKind::Gemm, {64, 0, 1}, 1}};
+    c.kernelTokens = 128;
+    Step s = program(1, {c});
+    SimResult r = simulate(s, P());
+    EXPECT_FALSE(r.ok);
+    EXPECT_NE(r.error.find("kernel 1:"), std::string::npos) << r.error;
+  }
+  {
     // Wait on a compute op.
     Step s = program(2, {compute(1e12), wait(0)});
     SimResult r = simulate(s, P());

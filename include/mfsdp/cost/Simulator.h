@@ -122,7 +122,8 @@ struct SimResult {
 /// onlyRank in [-1, world), never on a collective; finite, non-negative
 /// flops/bytes/collBytes/chunks; collectives with ranks >= 1, comm >= 0 and
 /// chunks empty or one per rank; Wait naming an earlier Collective; Alloc
-/// and Free naming exactly one buffer; reads/writes in range.
+/// and Free naming exactly one buffer; reads/writes in range; every kernel
+/// valid (validateKernel).
 std::string validateStep(const step::Step &s);
 
 struct SimOptions {
