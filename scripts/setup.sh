@@ -8,7 +8,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ python3 python3-pip python3-dev make
   libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools
-  nlohmann-json3-dev libfmt-dev libgtest-dev
+  nlohmann-json3-dev libfmt-dev libgtest-dev libmimalloc-dev
   openmpi-bin libopenmpi-dev libopenblas-dev libdlpack-dev libgloo-dev
 )
 
