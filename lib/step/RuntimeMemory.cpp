@@ -107,25 +107,30 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
   // A bf16 compute copy takes 2 bytes an element (ceil(n / 2) floats),
   // except in an owner bucket, whose gather stages every owner's span in
   // the upper half of the members' fp32-sized copies (docs/runtime.md,
-  // "bf16 compute copies"). The gradient buffer keeps fp32's size: its
-  // reduction widens the bf16 gradient to fp32 in place.
-  std::vector<bool> halfCopy(plan.num_params, false);
+  // "bf16 compute copies"). So does its gradient buffer when it is reduced
+  // in bf16 (runtime::halfGradient); an fp32 reduction widens the bf16
+  // gradient to fp32 in place, in a buffer of fp32's size.
+  std::vector<bool> halfCopy(plan.num_params, false), inOwnerBucket(plan.num_params, false);
   for (int32_t i = 0; i < plan.num_params; ++i)
     halfCopy[i] = plan.params[i].compute_dtype == MFSDP_COMPUTE_BF16;
   for (int32_t b = 0; plan.buckets && b < plan.num_buckets; ++b) {
     const mfsdp_bucket &k = plan.buckets[b];
     for (int32_t j = 0; k.placement == MFSDP_OWNER && k.params && j < k.num_params; ++j)
-      if (k.params[j] >= 0 && k.params[j] < plan.num_params)
+      if (k.params[j] >= 0 && k.params[j] < plan.num_params) {
         halfCopy[k.params[j]] = false;
+        inOwnerBucket[k.params[j]] = true;
+      }
   }
   auto kindFloats = [&](int32_t i, int k) {
     const runtime::BufferFloats &f = sizes[i];
     const int64_t copy = halfCopy[i] ? (f.full + 1) / 2 : f.full;
+    const int64_t grad = runtime::gradientFloats(
+        f, runtime::halfGradient(plan.params[i], plan.reduce_dtype, inOwnerBucket[i]));
     // ZeRO-1/2 keep one gathered copy all step; ZeRO-3 gathers one for
     // forward and one for backward, each with its own lifetime.
     const int64_t floats[NumKinds] = {f.master,    f.expAvg, f.expAvgSq,
                                       f.gradShard, copy,     zero3 ? copy : 0,
-                                      f.grad};
+                                      grad};
     return floats[k];
   };
   // ZeRO-1 keeps the gradients whole all step (only the optimizer state is

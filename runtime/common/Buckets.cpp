@@ -207,9 +207,7 @@ mfsdp_status mfsdp_step::reduceBucketBF16(int32_t b, CommHandle *handle,
       ParamState &ps = params[bs.members[j]];
       const std::string packing = "packing " + what + " in bf16";
       if (ps.bf16() && !ps.gradWide)
-        s = device(backend->copy2DBF16(packed + bs.rel[j], bs.chunk,
-                                       reinterpret_cast<const uint16_t *>(ps.grad) +
-                                           ps.fullSize,
+        s = device(backend->copy2DBF16(packed + bs.rel[j], bs.chunk, ps.gradBF16(),
                                        ps.localSize,
                                        ps.localSize, S),
                    packing);

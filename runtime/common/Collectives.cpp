@@ -171,6 +171,12 @@ mfsdp_status mfsdp_step::narrowInPlace(float *buf, int64_t n, const std::string 
 mfsdp_status mfsdp_step::widenGrad(ParamState &ps) {
   if (!ps.bf16() || ps.gradWide || !ps.grad)
     return MFSDP_OK;
+  if (ps.halfGrad)
+    // Its buffer has room for the bf16 elements only (BufferSizes.h:
+    // halfGradient); no path of a bf16 reduction widens it.
+    return fail(MFSDP_ERROR_PLAN, "the gradient of '" + ps.name +
+                                      "' is kept in bf16 at 2 bytes an element "
+                                      "and cannot be widened to fp32 in place");
   if (auto s = widenInPlace(ps.grad, ps.fullSize, "widening the gradient of '" + ps.name + "'"))
     return s;
   ps.gradWide = true;
@@ -215,10 +221,11 @@ mfsdp_status mfsdp_step::reduceParamBF16(int32_t p, bool async) {
   const int64_t n = ps.elements();
   const std::string what = "'" + ps.name + "'";
   // What is sent: a bf16 compute copy's gradient as the trainer wrote it
-  // (its upper half; narrowed again if a reduction widened it), any other
+  // (gradBF16(); narrowed again if a reduction widened it), any other
   // gradient narrowed in place and widened back once sent; block shards
   // and replicated tensors from a buffer of the runtime's.
   float *send = nullptr;
+  const uint16_t *from = nullptr; // the bf16 elements sent (null: send's upper half)
   int64_t total = 0;
   bool restore = false;
   float *staging = nullptr; // block shards packed in the shared staging buffer
@@ -242,7 +249,7 @@ mfsdp_status mfsdp_step::reduceParamBF16(int32_t p, bool async) {
     if (ps.bf16()) {
       if (auto s = narrowGrad(ps))
         return s;
-      total = ps.fullSize; // gradBF16(): the upper half of fullSize floats
+      from = ps.gradBF16(); // sent as the trainer wrote it
     } else {
       restore = true;
     }
@@ -274,12 +281,21 @@ mfsdp_status mfsdp_step::reduceParamBF16(int32_t p, bool async) {
   }
   default:
     // Reduced in the shard buffer, so the trainer's gradient (kept for
-    // accumulation) is never summed twice.
+    // accumulation) is never summed twice; a bf16 one kept at 2 bytes an
+    // element is copied as it is into the upper half, where the fp32
+    // gradient is narrowed below.
+    total = n;
+    if (ps.halfGrad) {
+      if (auto s = device(backend->copy2DBF16(upperHalf(ps.gradShard, n), n,
+                                              ps.gradBF16(), n, n, 1),
+                          "copy"))
+        return s;
+      break;
+    }
     if (auto s = widenGrad(ps))
       return s;
     if (auto s = device(backend->copy(ps.gradShard, ps.grad, n), "copy"))
       return s;
-    total = n;
   }
   r.recvCount = counts.empty() ? n : counts[shardRank];
   const bool narrow = send && !(ps.bf16() && send == ps.grad);
@@ -292,12 +308,14 @@ mfsdp_status mfsdp_step::reduceParamBF16(int32_t p, bool async) {
     r.send = send;
     r.sendCount = total;
   }
-  if (!send)
+  if (!send && !ps.halfGrad)
     if (auto s = narrowInPlace(ps.gradShard, n, "narrowing the gradient of " + what + " to bf16"))
       return s;
+  if (!from)
+    from = upperHalf(send, total);
   CommHandle handle = 0;
   const int rc =
-      send ? backend->reduceScatterBF16(Group::Shard, upperHalf(send, total),
+      send ? backend->reduceScatterBF16(Group::Shard, from,
                                         upperHalf(r.recv, r.recvCount), counts,
                                         async ? &handle : nullptr)
            : backend->allReduceBF16(Group::Shard, upperHalf(ps.gradShard, n), n,

@@ -22,7 +22,7 @@ std::string mfsdp_step::occupant(int64_t lo, int64_t hi) const {
     const std::string unit = " (unit " + std::to_string(ps.desc.unit) + ")";
     if (overlaps(ps.full, ps.fullAt, ps.fullFloats()))
       return "the gathered '" + ps.name + "'" + unit;
-    if (overlaps(ps.grad, ps.at.grad, ps.fullSize))
+    if (overlaps(ps.grad, ps.at.grad, ps.gradFloats()))
       return "the gradient of '" + ps.name + "'" + unit;
     if (overlaps(ps.master, ps.at.master, ps.localSize) ||
         overlaps(ps.m, ps.at.exp_avg, ps.localSize) ||
@@ -85,7 +85,7 @@ int64_t mfsdp_step::arenaBytes() const {
   for (const ParamState &ps : params) {
     total += bytes(ps.localSize) * (2 + (ps.desc.optimizer != MFSDP_OPT_NONE) +
                                     (ps.desc.optimizer == MFSDP_OPT_ADAMW));
-    total += bytes(ps.fullFloats()) + bytes(ps.fullSize); // copy, gradient
+    total += bytes(ps.fullFloats()) + bytes(ps.gradFloats()); // copy, gradient
     largestFull = std::max(largestFull, ps.fullSize);
     if (ps.desc.placement == MFSDP_BLOCK_SHARD) // its staging buffer
       largestBlocks = std::max(largestBlocks, ps.fullSize);
@@ -120,11 +120,11 @@ mfsdp_status mfsdp_step::placeGrads(int32_t unit) {
     ParamState &ps = params[p];
     if (ps.grad)
       continue;
-    if (auto s = place(ps.at.grad, ps.fullSize, ps.grad,
+    if (auto s = place(ps.at.grad, ps.gradFloats(), ps.grad,
                        "the gradient of '" + ps.name + "'"))
       return s;
     ps.gradWide = false;
-    if (auto s = device(backend->zero(ps.grad, ps.fullSize), "zero-fill")) {
+    if (auto s = device(backend->zero(ps.grad, ps.gradFloats()), "zero-fill")) {
       backend->release(ps.grad);
       ps.grad = nullptr;
       return s;
@@ -160,7 +160,7 @@ mfsdp_status mfsdp_step::allocateKept(ParamState &ps) {
       {ps.gradShard, ps.localSize, "reduced gradient", ps.at.grad_shard},
       // Gradients the plan does not keep live from pre_backward to
       // post_backward only.
-      {ps.grad, gradsKept() ? ps.fullSize : 0, "gradient", ps.at.grad},
+      {ps.grad, gradsKept() ? ps.gradFloats() : 0, "gradient", ps.at.grad},
   };
   for (Kept &k : kept) {
     if (auto s = place(k.offset, k.count, k.buf,

@@ -448,6 +448,12 @@ mfsdp_status mfsdp::rt::createStep(const mfsdp_plan *plan,
     }
     if (auto st = step->layOutBuckets())
       return st;
+    // Gradient buffers of bf16 elements at 2 bytes each where the memory
+    // plan sized them so (BufferSizes.h: halfGradient).
+    for (ParamState &ps : step->params)
+      ps.halfGrad = mfsdp::runtime::halfGradient(
+          ps.desc, step->plan.reduce_dtype,
+          ps.bucket >= 0 && !step->buckets[ps.bucket].rows);
     step->replicaRank = step->backend->rank(Group::Replicate);
     if (!step->assignNsReplicas())
       return step->fail(MFSDP_ERROR_PLAN, "invalid plan: ns_split is " +

@@ -476,7 +476,7 @@ mfsdp_status mfsdp_zero_grad(mfsdp_step *step) {
       return st;
     for (ParamState &ps : step->params) {
       if (ps.gradLive) {
-        if (auto s = step->device(step->backend->zero(ps.grad, ps.fullSize), "zero-fill"))
+        if (auto s = step->device(step->backend->zero(ps.grad, ps.gradFloats()), "zero-fill"))
           return s;
         ps.gradWide = false; // zero in bf16 too
       }
@@ -554,7 +554,7 @@ static mfsdp_status view(mfsdp_step *step, int32_t param, DLTensor *out,
                           " of unit " + std::to_string(ps.desc.unit) + " first");
   std::memset(out, 0, sizeof(*out));
   // The compute copy and the gradient in the compute dtype (bf16:
-  // kDLBfloat, 16 bits; the gradient in the upper half of its buffer).
+  // kDLBfloat, 16 bits; the gradient at gradBF16()).
   out->data = grad && ps.bf16() ? static_cast<void *>(ps.gradBF16()) : buf;
   out->device = step->backend->device();
   out->dtype = ps.bf16() ? DLDataType{kDLBfloat, 16, 1} : DLDataType{kDLFloat, 32, 1};

@@ -54,6 +54,8 @@ struct ParamState {
                               // or bf16 elements (fullBF16) in fullFloats()
   float *grad = nullptr;      // gradient buffer handed to the trainer: fp32,
                               // or bf16 elements at gradBF16() (below)
+  bool halfGrad = false;      // `grad` holds bf16 elements at 2 bytes each,
+                              // gradFloats() (BufferSizes.h: halfGradient)
   bool gradWide = false;      // bf16: `grad` holds the fp32 gradient a
                               // reduction widened, not the trainer's bf16
   bool gradLive = false;      // grad handed out (pre_backward ran)
@@ -76,9 +78,14 @@ struct ParamState {
   bool wideCopy = false; // set by layOutBuckets
   uint16_t *fullBF16() const { return reinterpret_cast<uint16_t *>(full); }
   /// A bf16 parameter's gradient as the trainer writes it: fullSize bf16
-  /// elements in the upper half of its fp32-sized buffer, which the
-  /// reduction widens in place to fp32 (widenGrad).
-  uint16_t *gradBF16() const { return reinterpret_cast<uint16_t *>(grad) + fullSize; }
+  /// elements, from the start of a buffer of ceil(fullSize / 2) floats
+  /// (halfGrad: reduced in bf16), or in the upper half of its fp32-sized
+  /// buffer, which an fp32 reduction widens in place (widenGrad).
+  uint16_t *gradBF16() const {
+    return reinterpret_cast<uint16_t *>(grad) + (halfGrad ? 0 : fullSize);
+  }
+  /// Floats of arena the gradient buffer takes.
+  int64_t gradFloats() const { return halfGrad ? (fullSize + 1) / 2 : fullSize; }
 };
 
 /// A bucket of the plan (mfsdp_bucket) as this rank runs it.

@@ -23,6 +23,16 @@ int64_t copyFloats(const mfsdp_param_desc &d, const runtime::BufferFloats &f) {
   return d.compute_dtype == MFSDP_COMPUTE_BF16 ? (f.full + 1) / 2 : f.full;
 }
 
+/// Floats of a gradient buffer as the runtime places it: a bf16 one 2 bytes
+/// an element under the reduce dtype bf16 (no owner buckets in these plans).
+int64_t gradFloats(const mfsdp_plan &plan, const mfsdp_param_desc &d,
+                   const runtime::BufferFloats &f) {
+  const bool half = d.compute_dtype == MFSDP_COMPUTE_BF16 &&
+                    plan.reduce_dtype == MFSDP_REDUCE_BF16 &&
+                    d.placement != MFSDP_BLOCK_SHARD;
+  return half ? (f.grad + 1) / 2 : f.grad;
+}
+
 mfsdp_param_desc param(const char *name, int64_t rows, int64_t cols,
                        int32_t unit, int32_t placement = MFSDP_ROW_SHARD,
                        int32_t owner = 0, int32_t optimizer = MFSDP_OPT_ADAMW) {
@@ -96,7 +106,7 @@ std::string replay(const mfsdp_plan &plan, const step::RuntimeMemoryPlan &m,
     if (!zero3)
       add(o.full, copyFloats(plan.params[i], f), n + " full");
     if (m.keepGrads)
-      add(o.grad, f.grad, n + " grad");
+      add(o.grad, gradFloats(plan, plan.params[i], f), n + " grad");
   }
   // A unit's gathered copies (ZeRO-3), forward or backward, come and go
   // separately from its gradients, so prefetch can take them early.
@@ -126,7 +136,9 @@ std::string replay(const mfsdp_plan &plan, const step::RuntimeMemoryPlan &m,
       const std::string n = std::string(plan.params[i].name) + " grad";
       if (live)
         add(m.params[i].grad,
-            runtime::bufferFloats(plan.params[i], plan.dp_shard, rank).grad, n);
+            gradFloats(plan, plan.params[i],
+                       runtime::bufferFloats(plan.params[i], plan.dp_shard, rank)),
+            n);
       else
         drop(n);
     }
@@ -288,6 +300,57 @@ TEST(RuntimeMemory, BF16CopiesTakeHalfThePlace) {
     EXPECT_EQ(replay(plan, m, r, highest), "");
     EXPECT_LE(highest, m.arenaBytes[r]);
   }
+}
+
+// The reduce dtype bf16 with bf16 compute copies: the gradient buffers hold
+// the trainer's bf16 gradients as they are (the reduction sends them
+// without widening), 2 bytes an element too: 512 B, so one unit's backward
+// copy and gradient take 1024 B over the 6144 B of state: 7168 B, against
+// 7680 B with an fp32 reduction. A block shard's gradient keeps fp32's
+// size (its reduction packs the blocks through fp32), and so does every
+// gradient kept for accumulation under the fp32 reduction.
+TEST(RuntimeMemory, BF16GradientsTakeHalfThePlaceUnderABF16Reduction) {
+  std::vector<mfsdp_param_desc> ps = {param("a", 4, 64, 0), param("b", 4, 64, 1),
+                                      param("c", 4, 64, 2)};
+  for (mfsdp_param_desc &d : ps)
+    d.compute_dtype = MFSDP_COMPUTE_BF16;
+  mfsdp_plan plan = planOf(ps, 2, 3, 3);
+  plan.reduce_dtype = MFSDP_REDUCE_BF16;
+  step::RuntimeMemoryPlan m = step::planRuntimeMemory(plan, false);
+  ASSERT_TRUE(m.error.empty()) << m.error;
+  EXPECT_EQ(m.arenaBytes[0], 7168);
+  EXPECT_EQ(m.arenaBytes[1], 7168);
+  for (int64_t r = 0; r < 2; ++r) {
+    int64_t highest = 0;
+    EXPECT_EQ(replay(plan, m, r, highest), "");
+    EXPECT_LE(highest, m.arenaBytes[r]);
+  }
+  // Kept for accumulation: three 512 B gradients against three of 1024 B.
+  step::RuntimeMemoryPlan kept = step::planRuntimeMemory(plan, true);
+  ASSERT_TRUE(kept.error.empty()) << kept.error;
+  plan.reduce_dtype = MFSDP_REDUCE_F32;
+  step::RuntimeMemoryPlan keptF32 = step::planRuntimeMemory(plan, true);
+  ASSERT_TRUE(keptF32.error.empty()) << keptF32.error;
+  EXPECT_EQ(keptF32.arenaBytes[0] - kept.arenaBytes[0], 3 * 512);
+  int64_t highest = 0;
+  plan.reduce_dtype = MFSDP_REDUCE_BF16;
+  EXPECT_EQ(replay(plan, kept, 0, highest), "");
+  EXPECT_LE(highest, kept.arenaBytes[0]);
+
+  // Block shards: 8x64 in 4x32 blocks on 2 ranks; the gradient is 2048 B
+  // whatever the reduce dtype.
+  std::vector<mfsdp_param_desc> blocks = {param("w", 8, 64, 0, MFSDP_BLOCK_SHARD)};
+  blocks[0].block_rows = 4;
+  blocks[0].block_cols = 32;
+  blocks[0].compute_dtype = MFSDP_COMPUTE_BF16;
+  mfsdp_plan bp = planOf(blocks, 2, 3, 1);
+  bp.reduce_dtype = MFSDP_REDUCE_BF16;
+  step::RuntimeMemoryPlan bm = step::planRuntimeMemory(bp, false);
+  ASSERT_TRUE(bm.error.empty()) << bm.error;
+  bp.reduce_dtype = MFSDP_REDUCE_F32;
+  step::RuntimeMemoryPlan bmF32 = step::planRuntimeMemory(bp, false);
+  ASSERT_TRUE(bmF32.error.empty()) << bmF32.error;
+  EXPECT_EQ(bm.arenaBytes[0], bmF32.arenaBytes[0]);
 }
 
 // Keeping gradients for accumulation: they no longer share space with each
