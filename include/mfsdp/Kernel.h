@@ -60,9 +60,10 @@ struct UnitKernel {
   }
 };
 
-/// Empty if `k` is well formed (the shape's length and values for its kind,
-/// a finite non-negative scale); otherwise what is wrong.
-inline std::string validateKernel(const UnitKernel &k) {
+/// Null if `k` is well formed (the shape's length and values for its kind,
+/// a finite non-negative scale); otherwise what is wrong. Allocates
+/// nothing: the cost model checks every kernel it prices.
+inline const char *kernelProblem(const UnitKernel &k) {
   auto positive = [&](size_t from, size_t to) {
     for (size_t i = from; i < to; ++i)
       if (k.shape[i] <= 0)
@@ -75,21 +76,27 @@ inline std::string validateKernel(const UnitKernel &k) {
   case KernelKind::Gemm:
     if (k.shape.size() != 3 || !positive(0, 3))
       return "a gemm kernel's shape is [n, k, count], each positive";
-    return "";
+    return nullptr;
   case KernelKind::Attention:
     if (k.shape.size() != 5 || !positive(0, 3) || (k.shape[3] != 0 && k.shape[3] != 1) ||
         k.shape[4] <= 0)
       return "an attention kernel's shape is [heads, head_dim, head_dim_v, causal (0 or 1), "
              "seq], the others positive";
-    return "";
+    return nullptr;
   case KernelKind::Memory:
     if (k.shape.size() > 2 || (k.shape.size() >= 1 && k.shape[0] < 0) ||
         (k.shape.size() == 2 && k.shape[1] < 1))
       return "a memory kernel's shape is [], [fixed bytes >= 0] or [fixed bytes >= 0, "
              "launches >= 1]";
-    return "";
+    return nullptr;
   }
   return "unknown kernel kind";
+}
+
+/// Empty if `k` is well formed; otherwise what is wrong (kernelProblem).
+inline std::string validateKernel(const UnitKernel &k) {
+  const char *problem = kernelProblem(k);
+  return problem ? problem : "";
 }
 
 } // namespace mfsdp

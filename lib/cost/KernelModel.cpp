@@ -96,7 +96,7 @@ double kernelFlops(const UnitKernel &k, double tokens, bool backward) {
 
 double kernelSeconds(const UnitKernel &k, double tokens, bool backward,
                      const HardwareProfile &p) {
-  if (!validateKernel(k).empty() || !(tokens > 0))
+  if (kernelProblem(k) || !(tokens > 0))
     return 0;
   switch (k.kind) {
   case KernelKind::Gemm: {

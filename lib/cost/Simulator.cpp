@@ -162,7 +162,7 @@ std::string validateStep(const Step &s) {
                              opLabel(s, i), b, numBuffers);
     // A kernel the cost model cannot price would count as no time.
     for (size_t k = 0; k < op.kernels.size(); ++k)
-      if (std::string bad = validateKernel(op.kernels[k]); !bad.empty())
+      if (const char *bad = kernelProblem(op.kernels[k]))
         return fmt::format("{}: kernel {}: {}", opLabel(s, i), k, bad);
     switch (op.kind) {
     case OpKind::Compute:
