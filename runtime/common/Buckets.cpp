@@ -56,12 +56,20 @@ mfsdp_status mfsdp_step::gatherBucket(int32_t b, bool forBackward, CommHandle *h
                            std::to_string(bs.unit) + ")";
   for (int32_t p : bs.members)
     releaseFull(params[p]);
+  const bool image = !bs.rows && bs.bf16;
   for (int32_t p : bs.members) {
     ParamState &ps = params[p];
     ps.fullAt = forBackward ? ps.at.full_backward : ps.at.full;
-    if (auto s = place(ps.fullAt, ps.fullFloats(), ps.full,
-                       "the gathered '" + ps.name + "'" +
-                           (forBackward ? " for backward" : ""))) {
+    if (image && ps.imageAt > 0) {
+      // A view into the image the first member holds.
+      ps.full = reinterpret_cast<float *>(params[bs.members.front()].fullBF16() +
+                                          ps.imageAt);
+      continue;
+    }
+    if (auto s = place(ps.fullAt, image ? (bs.span + 1) / 2 : ps.fullFloats(), ps.full,
+                       image ? "the gathered " + what + (forBackward ? " for backward" : "")
+                             : "the gathered '" + ps.name + "'" +
+                                   (forBackward ? " for backward" : ""))) {
       for (int32_t q : bs.members)
         releaseFull(params[q]);
       return s;
@@ -97,11 +105,10 @@ mfsdp_status mfsdp_step::gatherBucket(int32_t b, bool forBackward, CommHandle *h
     }
     work.gatherBytes += S * bs.chunk * (bs.bf16 ? 2 : 4);
   } else if (bs.bf16) {
-    // The members' places are fp32-sized: their span's upper half holds
-    // every owner's span in bf16 (this rank's cast there first), gathered
-    // in place and moved down to the members' copies by
-    // finishBucketGather.
-    uint16_t *packed = first.fullBF16() + bs.span;
+    // The image: every owner's span in bf16 where its floats lie in the
+    // fp32 layout (this rank's masters cast there first), gathered in
+    // place; each member's copy is its place in it.
+    uint16_t *packed = first.fullBF16();
     int64_t at = 0;
     for (int64_t r = 0; r < shardRank; ++r)
       at += bs.counts[r];
@@ -143,9 +150,8 @@ mfsdp_status mfsdp_step::finishBucketGather(int32_t b, mfsdp_status s) {
                "the plan's unpack kernel of bucket " + std::to_string(b));
   }
   const std::string unpacking = "unpacking bucket " + std::to_string(b);
-  const uint16_t *packed = bs.rows ? reinterpret_cast<const uint16_t *>(bs.staging)
-                                   : params[bs.members.front()].fullBF16() + bs.span;
-  for (size_t j = 0; j < bs.members.size(); ++j) {
+  const uint16_t *packed = reinterpret_cast<const uint16_t *>(bs.staging);
+  for (size_t j = 0; bs.rows && j < bs.members.size(); ++j) {
     ParamState &ps = params[bs.members[j]];
     if (!s && bs.rows && bs.bf16)
       // (The plan's kernels are fp32's.)
@@ -156,15 +162,6 @@ mfsdp_status mfsdp_step::finishBucketGather(int32_t b, mfsdp_status s) {
       s = device(backend->copy2D(ps.full, ps.localSize, bs.staging + bs.rel[j],
                                  bs.chunk, ps.localSize, S),
                  unpacking);
-    else if (!s && !bs.rows && bs.bf16) {
-      // Member j from bf16 element span + r to 2r (r: its offset in
-      // floats): in order, each copy writes below every source not yet
-      // moved, and never over its own.
-      const int64_t r = (ps.full - params[bs.members.front()].full);
-      s = device(backend->copy2DBF16(ps.fullBF16(), ps.elements(), packed + r,
-                                     ps.elements(), ps.elements(), 1),
-                 unpacking);
-    }
   }
   if (bs.rows)
     releaseStaging(bs);
@@ -358,9 +355,6 @@ mfsdp_status mfsdp_step::layOutBuckets() {
       if (j > 0 && ps.bf16() != bs.bf16)
         return bad(name + " mixes fp32 and bf16 compute copies ('" + ps.name + "')");
       bs.bf16 = ps.bf16();
-      // An owner bucket's bf16 gather stages in the upper half of its
-      // members' fp32-sized copies.
-      ps.wideCopy = k.placement == MFSDP_OWNER;
       ps.bucket = b;
       bs.members.push_back(p);
     }
@@ -398,18 +392,28 @@ mfsdp_status mfsdp_step::layOutBuckets() {
     } else {
       bs.counts.assign(S, 0);
       std::vector<int64_t> start(S, -1);
+      // bf16 copies: the image, each member's copy at half its gradient's
+      // distance in bytes (the bf16 element where its float lies).
+      const int64_t copyScale = bs.bf16 ? 2 : 1;
       for (int32_t p : bs.members) {
-        const ParamState &ps = params[p];
-        const int64_t r = rel(p, &mfsdp_param_offsets::full, m0);
+        ParamState &ps = params[p];
+        const int64_t r = rel(p, &mfsdp_param_offsets::grad, m0);
         const int32_t o = ps.desc.owner;
         if (start[o] < 0)
           start[o] = r;
-        if (r != next(end) || rel(p, &mfsdp_param_offsets::grad, m0) != r ||
-            (plan.zero >= 3 && rel(p, &mfsdp_param_offsets::full_backward, m0) != r))
+        if (r != next(end) || rel(p, &mfsdp_param_offsets::full, m0) * copyScale != r ||
+            (plan.zero >= 3 &&
+             rel(p, &mfsdp_param_offsets::full_backward, m0) * copyScale != r))
           return bad("the memory plan does not lay out " + name +
                      "'s gathered copies and gradients in one piece, in owner "
                      "order, each at the aligned end of the one before, at the "
-                     "same distances ('" + ps.name + "')");
+                     "same distances" +
+                     (bs.bf16 ? std::string(" (bf16 copies: half the bytes)") : "") +
+                     " ('" + ps.name + "')");
+        if (bs.bf16) {
+          ps.imageOf = static_cast<int32_t>(buckets.size());
+          ps.imageAt = r;
+        }
         end = r + ps.elements();
       }
       bs.span = end;
@@ -429,7 +433,7 @@ mfsdp_status mfsdp_step::layOutBuckets() {
             firstOfOwner = q;
             break;
           }
-        const int64_t r = rel(p, &mfsdp_param_offsets::full, m0) - start[o];
+        const int64_t r = rel(p, &mfsdp_param_offsets::grad, m0) - start[o];
         if (rel(p, &mfsdp_param_offsets::master, firstOfOwner) != r ||
             rel(p, &mfsdp_param_offsets::grad_shard, firstOfOwner) != r)
           return bad("the memory plan does not lay out owner " + std::to_string(o) +

@@ -70,12 +70,16 @@ struct ParamState {
   /// Bytes of one element of the compute copy.
   int64_t computeBytes() const { return bf16() ? 2 : 4; }
   /// Floats of arena the compute copy takes (the arena counts in floats):
-  /// bf16 ceil(fullSize / 2), but fullSize in an owner bucket (wideCopy),
-  /// as the static memory plan sizes them (lib/step/RuntimeMemory.cpp).
-  int64_t fullFloats() const {
-    return bf16() && !wideCopy ? (fullSize + 1) / 2 : fullSize;
-  }
-  bool wideCopy = false; // set by layOutBuckets
+  /// bf16 ceil(fullSize / 2), as the static memory plan sizes them
+  /// (lib/step/RuntimeMemory.cpp). In a bf16 owner bucket the copies are
+  /// one block, the bucket's image (imageOf).
+  int64_t fullFloats() const { return bf16() ? (fullSize + 1) / 2 : fullSize; }
+  /// A member of a bf16 owner bucket (set by layOutBuckets): the bucket,
+  /// whose gathered copies lie in one block, a bf16 image of the members'
+  /// fp32 layout; its first member holds the block, and each member's
+  /// `full` points at its element imageAt of it. -1: none.
+  int32_t imageOf = -1;
+  int64_t imageAt = 0;
   uint16_t *fullBF16() const { return reinterpret_cast<uint16_t *>(full); }
   /// A bf16 parameter's gradient as the trainer writes it: fullSize bf16
   /// elements, from the start of a buffer of ceil(fullSize / 2) floats
@@ -571,7 +575,19 @@ struct mfsdp_step {
   /// puts the backward gather).
   mfsdp_status gather(int32_t unit, bool forBackward = false);
 
+  /// Frees a parameter's gathered copy; a member of a bf16 owner bucket
+  /// frees the bucket's whole image, so no member points into a freed
+  /// block.
   void releaseFull(ParamState &ps) {
+    if (ps.imageOf >= 0) {
+      for (int32_t q : buckets[ps.imageOf].members) {
+        ParamState &member = params[q];
+        if (member.imageAt == 0)
+          backend->release(member.full);
+        member.full = nullptr;
+      }
+      return;
+    }
     backend->release(ps.full);
     ps.full = nullptr;
   }

@@ -353,6 +353,37 @@ TEST(RuntimeMemory, BF16GradientsTakeHalfThePlaceUnderABF16Reduction) {
   EXPECT_EQ(bm.arenaBytes[0], bmF32.arenaBytes[0]);
 }
 
+// An owner bucket of bf16 copies: its gathered copies are one bf16 image of
+// the members' fp32 layout, each member at the bf16 element where its
+// gradient's float lies, so the bucket's copy takes half the bytes of the
+// fp32 one. w0 (8x8, owner 0) and w1 (16x8, owner 1) on 2 ranks under
+// ZeRO-2 (copies kept all step): gradients at 0 and 256 B (64 floats,
+// aligned), copies at 0 and 128 B; the copy is 384 B against 768, so 512 B
+// of arena blocks against 768 on each rank, and no arena grows.
+TEST(RuntimeMemory, BF16OwnerBucketCopiesAreAHalfSizeImage) {
+  std::vector<mfsdp_param_desc> ps = {
+      param("w0", 8, 8, 0, MFSDP_OWNER, 0, MFSDP_OPT_MUON),
+      param("w1", 16, 8, 0, MFSDP_OWNER, 1, MFSDP_OPT_MUON)};
+  const std::vector<int32_t> members = {0, 1};
+  const mfsdp_bucket bucket{0, MFSDP_OWNER, 2, members.data()};
+  mfsdp_plan plan = planOf(ps, 2, 2, 1);
+  plan.num_buckets = 1;
+  plan.buckets = &bucket;
+  step::RuntimeMemoryPlan fp32 = step::planRuntimeMemory(plan, false);
+  ASSERT_TRUE(fp32.error.empty()) << fp32.error;
+  for (mfsdp_param_desc &d : ps)
+    d.compute_dtype = MFSDP_COMPUTE_BF16;
+  step::RuntimeMemoryPlan bf16 = step::planRuntimeMemory(plan, false);
+  ASSERT_TRUE(bf16.error.empty()) << bf16.error;
+  EXPECT_EQ(fp32.params[1].full - fp32.params[0].full, 256);
+  EXPECT_EQ(bf16.params[1].grad - bf16.params[0].grad, 256);
+  EXPECT_EQ(bf16.params[1].full - bf16.params[0].full, 128);
+  for (int64_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(fp32.unsharedBytes[r] - bf16.unsharedBytes[r], 256) << "rank " << r;
+    EXPECT_LE(bf16.arenaBytes[r], fp32.arenaBytes[r]) << "rank " << r;
+  }
+}
+
 // Keeping gradients for accumulation: they no longer share space with each
 // other; ZeRO-2: one gathered copy for the whole step.
 TEST(RuntimeMemory, KeptGradientsAndZeroTwo) {
