@@ -109,19 +109,12 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
   // layout, below). So does its gradient buffer when it is reduced in bf16
   // (runtime::halfGradient); an fp32 reduction widens the bf16 gradient to
   // fp32 in place, in a buffer of fp32's size.
-  std::vector<bool> inOwnerBucket(plan.num_params, false);
-  for (int32_t b = 0; plan.buckets && b < plan.num_buckets; ++b) {
-    const mfsdp_bucket &k = plan.buckets[b];
-    for (int32_t j = 0; k.placement == MFSDP_OWNER && k.params && j < k.num_params; ++j)
-      if (k.params[j] >= 0 && k.params[j] < plan.num_params)
-        inOwnerBucket[k.params[j]] = true;
-  }
   auto kindFloats = [&](int32_t i, int k) {
     const runtime::BufferFloats &f = sizes[i];
     const int64_t copy =
         plan.params[i].compute_dtype == MFSDP_COMPUTE_BF16 ? (f.full + 1) / 2 : f.full;
-    const int64_t grad = runtime::gradientFloats(
-        f, runtime::halfGradient(plan.params[i], plan.reduce_dtype, inOwnerBucket[i]));
+    const int64_t grad =
+        runtime::gradientFloats(f, runtime::halfGradient(plan.params[i], plan.reduce_dtype));
     // ZeRO-1/2 keep one gathered copy all step; ZeRO-3 gathers one for
     // forward and one for backward, each with its own lifetime.
     const int64_t floats[NumKinds] = {f.master,    f.expAvg, f.expAvgSq,
@@ -178,20 +171,25 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
     const bool rows = k.placement == MFSDP_ROW_SHARD;
     // An owner bucket of bf16 copies (all or none) lays its gathered copies
     // out as a bf16 image of the fp32 layout: each member at the bf16
-    // element where its gradient's float lies, so that every owner's span
-    // (its masters cast in one piece) is gathered in place in half the
-    // bytes; the runtime places the image as one block.
+    // element where its float lies in the fp32 layout, so that every
+    // owner's span (its masters cast in one piece) is gathered in place in
+    // half the bytes; the runtime places the image as one block. Under a
+    // bf16 reduction its gradients are such an image too, reduced as they
+    // lie into every owner's reduced gradients.
     const bool image = !rows && plan.params[k.params[0]].compute_dtype == MFSDP_COMPUTE_BF16;
     auto group = [&](int kind, int64_t onlyRank) {
-      const bool half = image && (kind == Full || kind == FullBackward);
+      const bool half =
+          image && (kind == Full || kind == FullBackward ||
+                    (kind == Grad && plan.reduce_dtype == MFSDP_REDUCE_BF16));
       int64_t bytes = 0;
       for (int32_t j = 0; j < k.num_params; ++j) {
         const int32_t i = k.params[j];
         if (onlyRank >= 0 && plan.params[i].owner != onlyRank)
           continue;
         within[i][kind] = half ? bytes / 2 : bytes;
-        const int64_t floats = kindFloats(i, kind) > 0 && half ? sizes[i].full
-                                                               : kindFloats(i, kind);
+        const int64_t floats = kindFloats(i, kind) > 0 && half
+                                   ? (kind == Grad ? sizes[i].grad : sizes[i].full)
+                                   : kindFloats(i, kind);
         bytes += rounded(floats * static_cast<int64_t>(sizeof(float)));
       }
       if (half)

@@ -176,7 +176,7 @@ mfsdp_status mfsdp_step::reduceBucketBF16(int32_t b, CommHandle *handle,
   BucketState &bs = buckets[b];
   const std::string what = "bucket " + std::to_string(b) + " (unit " +
                            std::to_string(bs.unit) + ")";
-  if (!bs.rows)
+  if (!bs.rows && !bs.bf16)
     for (int32_t p : bs.members)
       if (auto s = widenGrad(params[p]))
         return s;
@@ -218,6 +218,11 @@ mfsdp_status mfsdp_step::reduceBucketBF16(int32_t b, CommHandle *handle,
       return s;
     }
     from = packed;
+  } else if (bs.bf16) {
+    // bf16 gradients: the image, sent as the trainer wrote it.
+    total = bs.span;
+    counts = bs.counts;
+    from = first.gradBF16();
   } else {
     // The members' gradients, one span in owner order, narrowed in place
     // and widened back (exactly) once sent.
@@ -392,12 +397,14 @@ mfsdp_status mfsdp_step::layOutBuckets() {
     } else {
       bs.counts.assign(S, 0);
       std::vector<int64_t> start(S, -1);
-      // bf16 copies: the image, each member's copy at half its gradient's
-      // distance in bytes (the bf16 element where its float lies).
+      // bf16 copies: the image, each member's copy at half its distance in
+      // the fp32 layout (the bf16 element where its float lies); under a
+      // bf16 reduction its gradient too.
       const int64_t copyScale = bs.bf16 ? 2 : 1;
+      const int64_t gradScale = bs.bf16 && reduceBF16() ? 2 : 1;
       for (int32_t p : bs.members) {
         ParamState &ps = params[p];
-        const int64_t r = rel(p, &mfsdp_param_offsets::grad, m0);
+        const int64_t r = rel(p, &mfsdp_param_offsets::grad, m0) * gradScale;
         const int32_t o = ps.desc.owner;
         if (start[o] < 0)
           start[o] = r;
@@ -433,7 +440,7 @@ mfsdp_status mfsdp_step::layOutBuckets() {
             firstOfOwner = q;
             break;
           }
-        const int64_t r = rel(p, &mfsdp_param_offsets::grad, m0) - start[o];
+        const int64_t r = rel(p, &mfsdp_param_offsets::grad, m0) * gradScale - start[o];
         if (rel(p, &mfsdp_param_offsets::master, firstOfOwner) != r ||
             rel(p, &mfsdp_param_offsets::grad_shard, firstOfOwner) != r)
           return bad("the memory plan does not lay out owner " + std::to_string(o) +

@@ -116,33 +116,63 @@ mfsdp_status mfsdp_step::placeGrads(int32_t unit) {
                       "reduction: call zero_grad (after optimizer_step) "
                       "before the next backward, or accumulate microbatches "
                       "with no-sync in a library built with --accumulate");
-  for (int32_t p : unitParams[unit]) {
-    ParamState &ps = params[p];
-    if (ps.grad)
-      continue;
-    if (auto s = place(ps.at.grad, ps.gradFloats(), ps.grad,
-                       "the gradient of '" + ps.name + "'"))
+  for (int32_t p : unitParams[unit])
+    if (auto s = placeGrad(params[p]))
       return s;
-    ps.gradWide = false;
-    if (auto s = device(backend->zero(ps.grad, ps.gradFloats()), "zero-fill")) {
-      backend->release(ps.grad);
-      ps.grad = nullptr;
-      return s;
+  return MFSDP_OK;
+}
+
+mfsdp_status mfsdp_step::placeGrad(ParamState &ps) {
+  if (ps.grad)
+    return MFSDP_OK;
+  ps.gradWide = false;
+  if (ps.imageOf >= 0 && ps.halfGrad) {
+    const BucketState &bs = buckets[ps.imageOf];
+    ParamState &first = params[bs.members.front()];
+    if (!first.grad) {
+      const int64_t floats = (bs.span + 1) / 2;
+      if (auto s = place(first.at.grad, floats, first.grad,
+                         "the gradients of bucket " + std::to_string(ps.imageOf) +
+                             " (unit " + std::to_string(bs.unit) + ")"))
+        return s;
+      if (auto s = device(backend->zero(first.grad, floats), "zero-fill")) {
+        backend->release(first.grad);
+        first.grad = nullptr;
+        return s;
+      }
     }
+    ps.grad = reinterpret_cast<float *>(reinterpret_cast<uint16_t *>(first.grad) + ps.imageAt);
+    return MFSDP_OK;
+  }
+  if (auto s = place(ps.at.grad, ps.gradFloats(), ps.grad,
+                     "the gradient of '" + ps.name + "'"))
+    return s;
+  if (auto s = device(backend->zero(ps.grad, ps.gradFloats()), "zero-fill")) {
+    backend->release(ps.grad);
+    ps.grad = nullptr;
+    return s;
   }
   return MFSDP_OK;
+}
+
+void mfsdp_step::releaseGrad(ParamState &ps) {
+  if (!(ps.imageOf >= 0 && ps.halfGrad && ps.imageAt > 0))
+    backend->release(ps.grad);
+  ps.grad = nullptr;
+  ps.gradLive = false;
+  ps.gradWide = false;
 }
 
 void mfsdp_step::releaseGrads(int32_t unit) {
   if (gradsKept())
     return;
-  for (int32_t p : unitParams[unit]) {
-    ParamState &ps = params[p];
-    backend->release(ps.grad);
-    ps.grad = nullptr;
-    ps.gradLive = false;
-    ps.gradWide = false;
-  }
+  // The views first: an image's block goes with its first member.
+  for (int32_t p : unitParams[unit])
+    if (params[p].imageAt > 0)
+      releaseGrad(params[p]);
+  for (int32_t p : unitParams[unit])
+    if (params[p].grad)
+      releaseGrad(params[p]);
 }
 
 mfsdp_status mfsdp_step::allocateKept(ParamState &ps) {
@@ -158,9 +188,6 @@ mfsdp_status mfsdp_step::allocateKept(ParamState &ps) {
       {ps.v, opt == MFSDP_OPT_ADAMW ? ps.localSize : 0, "exp_avg_sq",
        ps.at.exp_avg_sq},
       {ps.gradShard, ps.localSize, "reduced gradient", ps.at.grad_shard},
-      // Gradients the plan does not keep live from pre_backward to
-      // post_backward only.
-      {ps.grad, gradsKept() ? ps.gradFloats() : 0, "gradient", ps.at.grad},
   };
   for (Kept &k : kept) {
     if (auto s = place(k.offset, k.count, k.buf,
@@ -169,5 +196,9 @@ mfsdp_status mfsdp_step::allocateKept(ParamState &ps) {
     if (auto s = device(backend->zero(k.buf, k.count), "zero-fill"))
       return s;
   }
+  // Gradients the plan keeps all run (else live from pre_backward to
+  // post_backward only).
+  if (gradsKept())
+    return placeGrad(ps);
   return MFSDP_OK;
 }

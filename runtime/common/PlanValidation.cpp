@@ -451,9 +451,7 @@ mfsdp_status mfsdp::rt::createStep(const mfsdp_plan *plan,
     // Gradient buffers of bf16 elements at 2 bytes each where the memory
     // plan sized them so (BufferSizes.h: halfGradient).
     for (ParamState &ps : step->params)
-      ps.halfGrad = mfsdp::runtime::halfGradient(
-          ps.desc, step->plan.reduce_dtype,
-          ps.bucket >= 0 && !step->buckets[ps.bucket].rows);
+      ps.halfGrad = mfsdp::runtime::halfGradient(ps.desc, step->plan.reduce_dtype);
     step->replicaRank = step->backend->rank(Group::Replicate);
     if (!step->assignNsReplicas())
       return step->fail(MFSDP_ERROR_PLAN, "invalid plan: ns_split is " +

@@ -222,7 +222,7 @@ mfsdp_status mfsdp_create_with_config(const mfsdp_plan *plan,
   setLive(failed, true);
   if (!failed)
     std::snprintf(noRuntimeError, sizeof(noRuntimeError),
-                  "mfsdp_create failed (%s) and could not allocate a runtime "
+                  "mfsdp_create failed (%.160s) and could not allocate a runtime "
                   "to hold its message",
                   what);
   return MFSDP_ERROR_BACKEND;

@@ -594,6 +594,13 @@ struct mfsdp_step {
 
   void release(int32_t unit);
 
+  /// Places and zeroes a parameter's gradient buffer where the memory plan
+  /// puts it; a member of a bf16 owner bucket whose gradients are an image
+  /// (halfGrad) points into the block its first member places (and zeroes)
+  /// for all. releaseGrad undoes it (the block with its first member).
+  mfsdp_status placeGrad(ParamState &ps);
+  void releaseGrad(ParamState &ps);
+
   /// Reduces a unit's gradients into the shards. With `async`, the
   /// dp_shard reduction of every bucket and parameter is started and left
   /// to completeReduction (recorded in reduceStarted), which runs HSDP's

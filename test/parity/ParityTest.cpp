@@ -671,6 +671,10 @@ int main(int argc, char **argv) {
       ranks.abort(2);
     }
   }
+  // The reduce dtype first: the memory plan sizes the buffers of a bf16
+  // reduction in its bytes.
+  if (reduceBf16)
+    plan.reduce_dtype = MFSDP_REDUCE_BF16;
   // The static memory plan, for the program's lifetimes when it has hooks.
   step::RuntimeMemoryPlan memory =
       step::planRuntimeMemory(plan, micro > 1, 256, prefetch ? 1 : 0, plan.program);
@@ -681,8 +685,6 @@ int main(int argc, char **argv) {
   const mfsdp_memory_plan memoryPlan = memory.view();
   if (!dynamic)
     plan.memory = &memoryPlan;
-  if (reduceBf16)
-    plan.reduce_dtype = MFSDP_REDUCE_BF16;
   plan.hash = mfsdp_plan_hash(&plan);
 
   int failures = 0, passes = 0;
@@ -1278,6 +1280,14 @@ int main(int argc, char **argv) {
     // fp32 puts twice the bytes into its collectives.
     mfsdp_plan fp32Reduce = plan;
     fp32Reduce.reduce_dtype = MFSDP_REDUCE_F32;
+    // Its own memory plan: an fp32 reduction's buffers are fp32-sized.
+    step::RuntimeMemoryPlan fp32ReduceMemory = step::planRuntimeMemory(
+        fp32Reduce, micro > 1, 256, prefetch ? 1 : 0, fp32Reduce.program);
+    expect(fp32ReduceMemory.error.empty(),
+           "fp32 reduction memory plan: " + fp32ReduceMemory.error);
+    const mfsdp_memory_plan fp32ReduceMemoryPlan = fp32ReduceMemory.view();
+    if (!dynamic)
+      fp32Reduce.memory = &fp32ReduceMemoryPlan;
     fp32Reduce.hash = mfsdp_plan_hash(&fp32Reduce);
     auto reduceBytes = [&](const mfsdp_plan &p, const char *what) {
       mfsdp_step *fresh = nullptr;

@@ -382,6 +382,15 @@ TEST(RuntimeMemory, BF16OwnerBucketCopiesAreAHalfSizeImage) {
     EXPECT_EQ(fp32.unsharedBytes[r] - bf16.unsharedBytes[r], 256) << "rank " << r;
     EXPECT_LE(bf16.arenaBytes[r], fp32.arenaBytes[r]) << "rank " << r;
   }
+  // Reduced in bf16, the gradients are such an image too: 384 B against
+  // 768, at 0 and 128 B.
+  plan.reduce_dtype = MFSDP_REDUCE_BF16;
+  step::RuntimeMemoryPlan halfGrads = step::planRuntimeMemory(plan, false);
+  ASSERT_TRUE(halfGrads.error.empty()) << halfGrads.error;
+  EXPECT_EQ(halfGrads.params[1].grad - halfGrads.params[0].grad, 128);
+  EXPECT_EQ(halfGrads.params[1].full - halfGrads.params[0].full, 128);
+  for (int64_t r = 0; r < 2; ++r)
+    EXPECT_EQ(bf16.unsharedBytes[r] - halfGrads.unsharedBytes[r], 256) << "rank " << r;
 }
 
 // Keeping gradients for accumulation: they no longer share space with each

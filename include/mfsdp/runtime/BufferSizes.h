@@ -69,15 +69,15 @@ inline BufferFloats bufferFloats(const mfsdp_param_desc &d, int64_t shards,
 /// Whether a parameter's gradient buffer holds its bf16 elements at 2 bytes
 /// each (ceil(n / 2) floats) rather than in fp32's size: a bf16 compute
 /// copy whose gradient is reduced in bf16 (`mfsdp_plan.reduce_dtype`), so
-/// never widened to fp32, outside an owner bucket; as FSDP2 keeps a bf16
-/// parameter's unsharded gradient in bf16 under reduce_dtype=bf16. An fp32
-/// reduction widens the gradient in place (so fp32's size), a block
-/// shard's reduction packs its blocks through fp32, and an owner bucket's
-/// gradients lie in one fp32-sized span that its reduction narrows as one.
-inline bool halfGradient(const mfsdp_param_desc &d, int32_t reduceDtype,
-                         bool inOwnerBucket) {
+/// never widened to fp32; as FSDP2 keeps a bf16 parameter's unsharded
+/// gradient in bf16 under reduce_dtype=bf16. (In an owner bucket the
+/// members' gradients are then one bf16 image of their fp32 layout, as
+/// their copies are.) An fp32 reduction widens the gradient in place (so
+/// fp32's size), and a block shard's reduction packs its blocks through
+/// fp32.
+inline bool halfGradient(const mfsdp_param_desc &d, int32_t reduceDtype) {
   return d.compute_dtype == MFSDP_COMPUTE_BF16 && reduceDtype == MFSDP_REDUCE_BF16 &&
-         d.placement != MFSDP_BLOCK_SHARD && !inOwnerBucket;
+         d.placement != MFSDP_BLOCK_SHARD;
 }
 
 /// Floats of arena a gradient buffer of `b.grad` elements takes.
