@@ -285,21 +285,31 @@ TEST(RuntimeMemory, ZeroThreeSharesOneUnitsSpace) {
 // reduction widens it in place): one unit's backward copy and gradient,
 // 1536 B, shared by all units, above the 6144 B of state: 7680 B, against
 // 8192 B with fp32 copies.
-TEST(RuntimeMemory, BF16CopiesTakeHalfThePlace) {
+/// Three 4x64 bf16 row shards, one a unit, on 2 ranks under ZeRO-3.
+std::vector<mfsdp_param_desc> threeBF16RowShards() {
   std::vector<mfsdp_param_desc> ps = {param("a", 4, 64, 0), param("b", 4, 64, 1),
                                       param("c", 4, 64, 2)};
   for (mfsdp_param_desc &d : ps)
     d.compute_dtype = MFSDP_COMPUTE_BF16;
-  mfsdp_plan plan = planOf(ps, 2, 3, 3);
+  return ps;
+}
+
+/// Plans `plan` (no accumulation) and expects `arena` bytes on both of its
+/// 2 ranks, each replaying without a clash within them.
+void expectArena(const mfsdp_plan &plan, int64_t arena) {
   step::RuntimeMemoryPlan m = step::planRuntimeMemory(plan, false);
   ASSERT_TRUE(m.error.empty()) << m.error;
-  EXPECT_EQ(m.arenaBytes[0], 7680);
-  EXPECT_EQ(m.arenaBytes[1], 7680);
   for (int64_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(m.arenaBytes[r], arena) << "rank " << r;
     int64_t highest = 0;
     EXPECT_EQ(replay(plan, m, r, highest), "");
     EXPECT_LE(highest, m.arenaBytes[r]);
   }
+}
+
+TEST(RuntimeMemory, BF16CopiesTakeHalfThePlace) {
+  std::vector<mfsdp_param_desc> ps = threeBF16RowShards();
+  expectArena(planOf(ps, 2, 3, 3), 7680);
 }
 
 // The reduce dtype bf16 with bf16 compute copies: the gradient buffers hold
@@ -310,21 +320,10 @@ TEST(RuntimeMemory, BF16CopiesTakeHalfThePlace) {
 // size (its reduction packs the blocks through fp32), and so does every
 // gradient kept for accumulation under the fp32 reduction.
 TEST(RuntimeMemory, BF16GradientsTakeHalfThePlaceUnderABF16Reduction) {
-  std::vector<mfsdp_param_desc> ps = {param("a", 4, 64, 0), param("b", 4, 64, 1),
-                                      param("c", 4, 64, 2)};
-  for (mfsdp_param_desc &d : ps)
-    d.compute_dtype = MFSDP_COMPUTE_BF16;
+  std::vector<mfsdp_param_desc> ps = threeBF16RowShards();
   mfsdp_plan plan = planOf(ps, 2, 3, 3);
   plan.reduce_dtype = MFSDP_REDUCE_BF16;
-  step::RuntimeMemoryPlan m = step::planRuntimeMemory(plan, false);
-  ASSERT_TRUE(m.error.empty()) << m.error;
-  EXPECT_EQ(m.arenaBytes[0], 7168);
-  EXPECT_EQ(m.arenaBytes[1], 7168);
-  for (int64_t r = 0; r < 2; ++r) {
-    int64_t highest = 0;
-    EXPECT_EQ(replay(plan, m, r, highest), "");
-    EXPECT_LE(highest, m.arenaBytes[r]);
-  }
+  expectArena(plan, 7168);
   // Kept for accumulation: three 512 B gradients against three of 1024 B.
   step::RuntimeMemoryPlan kept = step::planRuntimeMemory(plan, true);
   ASSERT_TRUE(kept.error.empty()) << kept.error;
