@@ -762,6 +762,75 @@ int main(int argc, char **argv) {
     mfsdp_destroy(s);
     s = nullptr;
   }
+  // An owner bucket of bf16 copies: its copies are one bf16 image of the
+  // fp32 layout (docs/runtime.md, "bf16 compute copies"); a memory plan
+  // that lays them out at fp32's distances is refused, saying so, and the
+  // image's is accepted: one gather of half the fp32 bytes, each member's
+  // copy its master rounded to bf16. w0 (owner 0) and w1 (owner 1), 8x8
+  // each, on 2 ranks.
+  if (world == 2) {
+    mfsdp_param_desc ws[2] = {
+        {"w0", 8, 8, 0, MFSDP_OWNER, 0, MFSDP_OPT_MUON, MFSDP_COMPUTE_BF16},
+        {"w1", 8, 8, 0, MFSDP_OWNER, 1, MFSDP_OPT_MUON, MFSDP_COMPUTE_BF16}};
+    const int32_t members[2] = {0, 1};
+    const mfsdp_bucket bucket{0, MFSDP_OWNER, 2, members};
+    mfsdp_plan b = plan;
+    b.num_units = 1;
+    b.num_params = 2;
+    b.params = ws;
+    b.num_buckets = 1;
+    b.buckets = &bucket;
+    // Gradients 256 B apart (64 floats each); w1's copy 256 B after w0's,
+    // as fp32 copies lie: not the image.
+    mfsdp_param_offsets at[2] = {{0, 2 * K, -1, 4 * K, 8 * K, 8 * K, 12 * K},
+                                 {K, 3 * K, -1, 5 * K, 9 * K, 9 * K, 13 * K}};
+    int64_t room[64];
+    for (int64_t &a : room)
+      a = 16 * K;
+    const mfsdp_bucket_offsets noStaging{-1, -1, -1};
+    mfsdp_memory_plan mem{};
+    mem.num_shard_ranks = world;
+    mem.arena_bytes = room;
+    mem.params = at;
+    mem.staging = 14 * K;
+    mem.buckets = &noStaging;
+    b.memory = &mem;
+    b.hash = mfsdp_plan_hash(&b);
+    fails(s, mfsdp_create(&b, &s), MFSDP_ERROR_PLAN, "(bf16 copies: half the bytes)");
+    mfsdp_destroy(s);
+    s = nullptr;
+    // The image: w1's copy at the bf16 element where its float lies, 128 B.
+    at[1].full = at[1].full_backward = 8 * K + K / 2;
+    b.hash = mfsdp_plan_hash(&b);
+    expect(mfsdp_create(&b, &s) == MFSDP_OK,
+           std::string("create with an owner bucket's bf16 image: ") + mfsdp_last_error(s));
+    std::vector<float> value(64);
+    for (int i = 0; i < 64; ++i)
+      value[i] = 1.f + static_cast<float>(i) / 3.f; // not exact in bf16
+    expect(mfsdp_load_param(s, 0, value.data()) == MFSDP_OK &&
+               mfsdp_load_param(s, 1, value.data()) == MFSDP_OK &&
+               mfsdp_pre_forward(s, 0) == MFSDP_OK,
+           std::string("load and gather the bf16 owner bucket: ") + mfsdp_last_error(s));
+    DLTensor v{};
+    bool rounded = mfsdp_param_view(s, 1, &v) == MFSDP_OK && v.data &&
+                   v.dtype.code == kDLBfloat && v.dtype.bits == 16;
+    for (int i = 0; rounded && i < 64; ++i) {
+      uint32_t u = 0;
+      std::memcpy(&u, &value[i], 4);
+      const uint32_t want = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+      rounded = static_cast<const uint16_t *>(v.data)[i] == want;
+    }
+    expect(rounded, "w1's gathered copy in the image is its master rounded to bf16");
+    expect(mfsdp::rt::workCounters(s).gatherBytes == 2 * 128,
+           "the bf16 owner bucket's gather: " +
+               std::to_string(mfsdp::rt::workCounters(s).gatherBytes) +
+               " bytes (expected 256: 128 elements, 2 bytes each)");
+    expect(mfsdp_post_forward(s, 0) == MFSDP_OK && mfsdp_pre_backward(s, 0) == MFSDP_OK &&
+               mfsdp_post_backward(s, 0) == MFSDP_OK,
+           std::string("the bf16 owner bucket's backward: ") + mfsdp_last_error(s));
+    mfsdp_destroy(s);
+    s = nullptr;
+  }
   // A memory plan for another mesh, or one too small for the buffers.
   mfsdp_plan wrong = planned;
   mfsdp_memory_plan otherMesh = memory;
