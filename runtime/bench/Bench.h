@@ -185,6 +185,28 @@ inline mfsdp::step::RuntimeMemoryPlan memoryOf(const mfsdp_plan &plan, int32_t p
   return memory;
 }
 
+/// `plan` with its static memory plan attached and its hash made; the
+/// memory plan lives here, so this must outlive the runtime made on it.
+struct Planned {
+  mfsdp::step::RuntimeMemoryPlan memory;
+  mfsdp_memory_plan view;
+  Planned(mfsdp_plan &plan, int32_t prefetch)
+      : memory(memoryOf(plan, prefetch)), view(memory.view()) {
+    plan.memory = &view;
+    plan.hash = mfsdp_plan_hash(&plan);
+  }
+  Planned(const Planned &) = delete;
+  Planned &operator=(const Planned &) = delete;
+};
+
+/// Every unit's forward hooks in order (pre_forward, post_forward).
+inline void forwardAll(mfsdp_step *step, int32_t units) {
+  for (int32_t u = 0; u < units; ++u) {
+    checkOk(step, mfsdp_pre_forward(step, u), "pre_forward");
+    checkOk(step, mfsdp_post_forward(step, u), "post_forward");
+  }
+}
+
 struct BucketResult {
   double bucketedS = 0, perParamS = 0;
   std::vector<double> bucketedReps, perParamReps;

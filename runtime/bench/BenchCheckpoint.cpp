@@ -82,10 +82,7 @@ int benchCheckpoint(int world, int rank, const char *where, int kRounds) {
   }
   std::vector<mfsdp_bucket> noBuckets;
   mfsdp_plan plan = zero3Plan(world, kUnits, descs, noBuckets);
-  const mfsdp::step::RuntimeMemoryPlan memory = memoryOf(plan, 0);
-  const mfsdp_memory_plan memoryView = memory.view();
-  plan.memory = &memoryView;
-  plan.hash = mfsdp_plan_hash(&plan);
+  const Planned planned(plan, /*prefetch=*/0);
   mfsdp_step *step = nullptr;
   checkOk(step, mfsdp_create(&plan, &step), "create");
   std::vector<float> init(kRows * kCols);

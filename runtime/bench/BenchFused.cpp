@@ -74,10 +74,7 @@ FusedResult benchFused(int world, const char *shape, int32_t vectors, int64_t ve
     mfsdp_plan plan = zero3Plan(world, kUnits, descs, buckets);
     plan.adamw_weight_decay = 0.1f;
     plan.program = &program; // the optimizer step only: the hooks' protocol
-    const mfsdp::step::RuntimeMemoryPlan memory = memoryOf(plan, /*prefetch=*/1);
-    const mfsdp_memory_plan view = memory.view();
-    plan.memory = &view;
-    plan.hash = mfsdp_plan_hash(&plan);
+    const Planned planned(plan, /*prefetch=*/1);
     mfsdp_step *step = nullptr;
     checkOk(step, mfsdp_create(&plan, &step), "create");
     mfsdp::rt::setFusedOptimizer(step, fused);
@@ -98,10 +95,7 @@ FusedResult benchFused(int world, const char *shape, int32_t vectors, int64_t ve
       MPI_Barrier(MPI_COMM_WORLD);
       const double t0 = now();
       check(mfsdp_zero_grad(step), "zero_grad");
-      for (int32_t u = 0; u < kUnits; ++u) {
-        check(mfsdp_pre_forward(step, u), "pre_forward");
-        check(mfsdp_post_forward(step, u), "post_forward");
-      }
+      forwardAll(step, kUnits);
       for (int32_t u = kUnits; u-- > 0;) {
         check(mfsdp_pre_backward(step, u), "pre_backward");
         for (int32_t p : members[u]) {

@@ -7,55 +7,67 @@
 
 namespace mfsdp::bench {
 
+namespace {
+
+constexpr int32_t kUnits = 8, kVectors = 12, kMatrices = 4;
+
+/// The ZeRO-3 plan's parameters of parts 3 and 4: per unit kVectors
+/// row-shard vectors of 2048 floats (AdamW) and kMatrices owned 128x128
+/// matrices (Muon), dealt round-robin to the owners; each unit's row shards
+/// in one bucket and its owned matrices, by owner, in another. The buckets
+/// point into `rows` and `owned`, so it is filled in place.
+struct StepParams {
+  std::vector<mfsdp_param_desc> descs;
+  std::vector<std::vector<int32_t>> rows, owned; // per unit
+  std::vector<mfsdp_bucket> buckets;
+  explicit StepParams(int world) : rows(kUnits), owned(kUnits) {
+    for (int32_t u = 0; u < kUnits; ++u)
+      for (int32_t k = 0; k < kVectors + kMatrices; ++k) {
+        mfsdp_param_desc d{};
+        const bool matrix = k >= kVectors;
+        d.rows = matrix ? 128 : 2048;
+        d.cols = matrix ? 128 : 1;
+        d.unit = u;
+        d.placement = matrix ? MFSDP_OWNER : MFSDP_ROW_SHARD;
+        d.owner = matrix ? (u * kMatrices + k) % world : 0;
+        d.optimizer = matrix ? MFSDP_OPT_MUON : MFSDP_OPT_ADAMW;
+        d.compute_dtype = MFSDP_COMPUTE_F32;
+        (matrix ? owned : rows)[u].push_back(static_cast<int32_t>(descs.size()));
+        descs.push_back(d);
+      }
+    for (std::vector<int32_t> &o : owned) // owner buckets go by owner
+      std::stable_sort(o.begin(), o.end(),
+                       [&](int32_t a, int32_t b) { return descs[a].owner < descs[b].owner; });
+    for (int32_t u = 0; u < kUnits; ++u) {
+      buckets.push_back({u, MFSDP_ROW_SHARD, kVectors, rows[u].data()});
+      buckets.push_back({u, MFSDP_OWNER, kMatrices, owned[u].data()});
+    }
+  }
+  StepParams(const StepParams &) = delete;
+  StepParams &operator=(const StepParams &) = delete;
+};
+
+} // namespace
+
 //===-- 3. Bucketed collectives against one per parameter ------------------===//
 
 
 BucketResult benchBuckets(int world) {
-  constexpr int32_t kUnits = 8, kVectors = 12, kMatrices = 4;
-  std::vector<std::string> names;
-  std::vector<mfsdp_param_desc> descs;
-  std::vector<std::vector<int32_t>> rows(kUnits), owned(kUnits);
-  for (int32_t u = 0; u < kUnits; ++u) {
-    for (int32_t k = 0; k < kVectors + kMatrices; ++k) {
-      mfsdp_param_desc d{};
-      const bool matrix = k >= kVectors;
-      d.rows = matrix ? 128 : 2048;
-      d.cols = matrix ? 128 : 1;
-      d.unit = u;
-      d.placement = matrix ? MFSDP_OWNER : MFSDP_ROW_SHARD;
-      d.owner = matrix ? (u * kMatrices + k) % world : 0;
-      d.optimizer = matrix ? MFSDP_OPT_MUON : MFSDP_OPT_ADAMW;
-      d.compute_dtype = MFSDP_COMPUTE_F32;
-      (matrix ? owned : rows)[u].push_back(static_cast<int32_t>(descs.size()));
-      descs.push_back(d);
-    }
-  }
-  for (std::vector<int32_t> &o : owned) // owner buckets go by owner
-    std::stable_sort(o.begin(), o.end(),
-                     [&](int32_t a, int32_t b) { return descs[a].owner < descs[b].owner; });
-  std::vector<mfsdp_bucket> buckets;
-  for (int32_t u = 0; u < kUnits; ++u) {
-    buckets.push_back({u, MFSDP_ROW_SHARD, kVectors, rows[u].data()});
-    buckets.push_back({u, MFSDP_OWNER, kMatrices, owned[u].data()});
-  }
+  StepParams sp(world);
+  std::vector<mfsdp_param_desc> &descs = sp.descs;
+  std::vector<mfsdp_bucket> &buckets = sp.buckets;
   BucketResult out;
   out.params = static_cast<int64_t>(descs.size());
   out.buckets = static_cast<int64_t>(buckets.size());
   auto run = [&](bool bucketed, std::vector<double> &reps) {
     std::vector<mfsdp_bucket> none;
     mfsdp_plan plan = zero3Plan(world, kUnits, descs, bucketed ? buckets : none);
-    const mfsdp::step::RuntimeMemoryPlan memory = memoryOf(plan, /*prefetch=*/0);
-    const mfsdp_memory_plan view = memory.view();
-    plan.memory = &view;
-    plan.hash = mfsdp_plan_hash(&plan);
+    const Planned planned(plan, /*prefetch=*/0);
     mfsdp_step *step = createLoaded(plan);
     auto check = [&](mfsdp_status st, const char *what) { checkOk(step, st, what); };
     reps = timeReps([&](int) {
       check(mfsdp_zero_grad(step), "zero_grad");
-      for (int32_t u = 0; u < kUnits; ++u) {
-        check(mfsdp_pre_forward(step, u), "pre_forward");
-        check(mfsdp_post_forward(step, u), "post_forward");
-      }
+      forwardAll(step, kUnits);
       for (int32_t u = kUnits; u-- > 0;) {
         check(mfsdp_pre_backward(step, u), "pre_backward");
         check(mfsdp_post_backward(step, u), "post_backward");
@@ -129,31 +141,10 @@ void appendPrefetchHooks(int32_t units, std::vector<mfsdp_program_op> &ops,
 }
 
 ProgramResult benchProgram(int world) {
-  constexpr int32_t kUnits = 8, kVectors = 12, kMatrices = 4;
-  std::vector<mfsdp_param_desc> descs;
-  std::vector<std::vector<int32_t>> rows(kUnits), owned(kUnits);
-  for (int32_t u = 0; u < kUnits; ++u)
-    for (int32_t k = 0; k < kVectors + kMatrices; ++k) {
-      mfsdp_param_desc d{};
-      const bool matrix = k >= kVectors;
-      d.rows = matrix ? 128 : 2048;
-      d.cols = matrix ? 128 : 1;
-      d.unit = u;
-      d.placement = matrix ? MFSDP_OWNER : MFSDP_ROW_SHARD;
-      d.owner = matrix ? (u * kMatrices + k) % world : 0;
-      d.optimizer = matrix ? MFSDP_OPT_MUON : MFSDP_OPT_ADAMW;
-      d.compute_dtype = MFSDP_COMPUTE_F32;
-      (matrix ? owned : rows)[u].push_back(static_cast<int32_t>(descs.size()));
-      descs.push_back(d);
-    }
-  for (std::vector<int32_t> &o : owned)
-    std::stable_sort(o.begin(), o.end(),
-                     [&](int32_t a, int32_t b) { return descs[a].owner < descs[b].owner; });
-  std::vector<mfsdp_bucket> buckets;
-  for (int32_t u = 0; u < kUnits; ++u) {
-    buckets.push_back({u, MFSDP_ROW_SHARD, kVectors, rows[u].data()});
-    buckets.push_back({u, MFSDP_OWNER, kMatrices, owned[u].data()});
-  }
+  StepParams sp(world);
+  std::vector<mfsdp_param_desc> &descs = sp.descs;
+  const std::vector<std::vector<int32_t>> &rows = sp.rows, &owned = sp.owned;
+  std::vector<mfsdp_bucket> &buckets = sp.buckets;
   // The program: per owner its matrices of each unit.
   std::vector<std::vector<std::vector<int32_t>>> byOwner(
       kUnits, std::vector<std::vector<int32_t>>(world));
@@ -183,18 +174,12 @@ ProgramResult benchProgram(int world) {
     if (withProgram)
       plan.program = &program;
     // The program's memory plan takes its lifetimes from the program.
-    const mfsdp::step::RuntimeMemoryPlan memory = memoryOf(plan, /*prefetch=*/1);
-    const mfsdp_memory_plan view = memory.view();
-    plan.memory = &view;
-    plan.hash = mfsdp_plan_hash(&plan);
+    const Planned planned(plan, /*prefetch=*/1);
     mfsdp_step *step = createLoaded(plan);
     auto check = [&](mfsdp_status st, const char *what) { checkOk(step, st, what); };
     reps = timeReps([&](int) {
       check(mfsdp_zero_grad(step), "zero_grad");
-      for (int32_t u = 0; u < kUnits; ++u) {
-        check(mfsdp_pre_forward(step, u), "pre_forward");
-        check(mfsdp_post_forward(step, u), "post_forward");
-      }
+      forwardAll(step, kUnits);
       for (int32_t u = kUnits; u-- > 0;) {
         check(mfsdp_pre_backward(step, u), "pre_backward");
         for (const std::vector<int32_t> *members : {&rows[u], &owned[u]})

@@ -126,7 +126,7 @@ mfsdp_status mfsdp_step::placeGrad(ParamState &ps) {
   if (ps.grad)
     return MFSDP_OK;
   ps.gradWide = false;
-  if (ps.imageOf >= 0 && ps.halfGrad) {
+  if (ps.gradInImage()) {
     const BucketState &bs = buckets[ps.imageOf];
     ParamState &first = params[bs.members.front()];
     if (!first.grad) {
@@ -156,7 +156,7 @@ mfsdp_status mfsdp_step::placeGrad(ParamState &ps) {
 }
 
 void mfsdp_step::releaseGrad(ParamState &ps) {
-  if (!(ps.imageOf >= 0 && ps.halfGrad && ps.imageAt > 0))
+  if (!ps.gradInImage() || ps.imageAt == 0) // a view frees nothing
     backend->release(ps.grad);
   ps.grad = nullptr;
   ps.gradLive = false;
@@ -166,13 +166,8 @@ void mfsdp_step::releaseGrad(ParamState &ps) {
 void mfsdp_step::releaseGrads(int32_t unit) {
   if (gradsKept())
     return;
-  // The views first: an image's block goes with its first member.
   for (int32_t p : unitParams[unit])
-    if (params[p].imageAt > 0)
-      releaseGrad(params[p]);
-  for (int32_t p : unitParams[unit])
-    if (params[p].grad)
-      releaseGrad(params[p]);
+    releaseGrad(params[p]);
 }
 
 mfsdp_status mfsdp_step::allocateKept(ParamState &ps) {

@@ -80,6 +80,8 @@ struct ParamState {
   /// `full` points at its element imageAt of it. -1: none.
   int32_t imageOf = -1;
   int64_t imageAt = 0;
+  /// Its gradient lies in the bucket's image too (bf16, halfGrad).
+  bool gradInImage() const { return imageOf >= 0 && halfGrad; }
   uint16_t *fullBF16() const { return reinterpret_cast<uint16_t *>(full); }
   /// A bf16 parameter's gradient as the trainer writes it: fullSize bf16
   /// elements, from the start of a buffer of ceil(fullSize / 2) floats

@@ -702,6 +702,16 @@ int main(int argc, char **argv) {
     mfsdp_destroy(s);
     s = nullptr;
   }
+  // A plan of one unit whose two parameters form one bucket.
+  auto twoInABucket = [&](mfsdp_param_desc *two, const mfsdp_bucket &bucket) {
+    mfsdp_plan b = plan;
+    b.num_units = 1;
+    b.num_params = 2;
+    b.params = two;
+    b.num_buckets = 1;
+    b.buckets = &bucket;
+    return b;
+  };
   // Buckets: refused without the static memory plan and its staging
   // offsets, and when the memory plan does not lay the members' masters
   // and reduced gradients out at the same distances; accepted when it does.
@@ -711,12 +721,7 @@ int main(int argc, char **argv) {
         {"q", 4, 3, 0, MFSDP_ROW_SHARD, 0, MFSDP_OPT_ADAMW, MFSDP_COMPUTE_F32}};
     const int32_t members[2] = {0, 1};
     const mfsdp_bucket bucket{0, MFSDP_ROW_SHARD, 2, members};
-    mfsdp_plan b = plan;
-    b.num_units = 1;
-    b.num_params = 2;
-    b.params = pq;
-    b.num_buckets = 1;
-    b.buckets = &bucket;
+    mfsdp_plan b = twoInABucket(pq, bucket);
     b.hash = mfsdp_plan_hash(&b);
     fails(s, mfsdp_create(&b, &s), MFSDP_ERROR_PLAN, "buckets need the static memory plan");
     mfsdp_destroy(s);
@@ -774,12 +779,7 @@ int main(int argc, char **argv) {
         {"w1", 8, 8, 0, MFSDP_OWNER, 1, MFSDP_OPT_MUON, MFSDP_COMPUTE_BF16}};
     const int32_t members[2] = {0, 1};
     const mfsdp_bucket bucket{0, MFSDP_OWNER, 2, members};
-    mfsdp_plan b = plan;
-    b.num_units = 1;
-    b.num_params = 2;
-    b.params = ws;
-    b.num_buckets = 1;
-    b.buckets = &bucket;
+    mfsdp_plan b = twoInABucket(ws, bucket);
     // Gradients 256 B apart (64 floats each); w1's copy 256 B after w0's,
     // as fp32 copies lie: not the image.
     mfsdp_param_offsets at[2] = {{0, 2 * K, -1, 4 * K, 8 * K, 8 * K, 12 * K},
