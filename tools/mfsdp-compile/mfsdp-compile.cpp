@@ -251,8 +251,7 @@ int main(int argc, char **argv) {
     put("hardware=" + autotuneProfile);
     if (!seqLen)
       put("tokens=1");
-    if (reduceDtype == mfsdp::ReduceDType::BF16)
-      put("reduce-dtype=bf16");
+    put("reduce-dtype=" + std::string(mfsdp::enumName(reduceDtype.getValue())));
     const int depth0 = prefetchDepth >= 0 ? prefetchDepth.getValue() : prefetchGathers ? 1 : 0;
     put("bucket-mb=" + std::to_string(std::max(bucketMB.getValue(), 1)));
     put("prefetch=" + std::to_string(std::max(depth0, 0)));
@@ -301,13 +300,13 @@ int main(int argc, char **argv) {
   {
     ctx.loadDialect<mfsdp::sched::SchedDialect>();
     const bool seq = seqLen;
-    // The step counts the reductions in bf16 when the library reduces so;
-    // otherwise in each parameter's dtype, as before the option existed.
+    // The step counts the reductions in the library's reduce dtype: a bf16
+    // gradient reduced in fp32 is widened into a buffer of fp32's size
+    // (runtime::halfGradient), as the runtime's memory plan holds it.
     std::string build;
     if (!seq)
-      build = "tokens=1";
-    if (reduceDtype == mfsdp::ReduceDType::BF16)
-      build += std::string(build.empty() ? "" : " ") + "reduce-dtype=bf16";
+      build = "tokens=1 ";
+    build += "reduce-dtype=" + std::string(mfsdp::enumName(reduceDtype.getValue()));
     pipeline += ",mfsdp-build-step" + (build.empty() ? "" : "{" + build + "}") +
                 ",sched.step(";
     if (bucketMB > 0)
