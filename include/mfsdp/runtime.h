@@ -65,7 +65,7 @@ extern "C" {
 /* The version of this header (and of the library built with it):
  * MFSDP_VERSION_CODE = major * 10000 + minor * 100 + patch. */
 #define MFSDP_VERSION_MAJOR 0
-#define MFSDP_VERSION_MINOR 12
+#define MFSDP_VERSION_MINOR 13
 #define MFSDP_VERSION_PATCH 0
 #define MFSDP_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
 #define MFSDP_VERSION_CODE \
@@ -282,7 +282,9 @@ typedef enum mfsdp_program_kind {
   MFSDP_PROGRAM_START_GATHER = 4,
   /* Wait for `unit`'s started all-gathers, then gather what is still
    * missing of it (block shards, replicated tensors, anything not
-   * started): afterwards the unit is whole. No params. */
+   * started): afterwards the unit is whole, but for its row-shard
+   * buckets, whose chunks stay in staging for the MFSDP_PROGRAM_UNPACK
+   * that follows. No params. */
   MFSDP_PROGRAM_WAIT_GATHER = 5,
   /* ZeRO-3: free `unit`'s gathered copy. No params. */
   MFSDP_PROGRAM_RELEASE = 6,
@@ -295,6 +297,20 @@ typedef enum mfsdp_program_kind {
    * no-sync nothing is reduced and the unit's backward copy and
    * transient gradients are released. Backward hooks. No params. */
   MFSDP_PROGRAM_START_REDUCTION = 8,
+  /* Forward and backward hooks, after `unit`'s MFSDP_PROGRAM_WAIT_GATHER:
+   * its gathered row-shard buckets unpacked from their staging buffers
+   * (every rank's chunk) into the members' copies, by the plan's unpack
+   * kernel or strided copies (bf16 buckets: a bf16 copy), and the staging
+   * freed. A unit with row-shard buckets needs one after every wait for
+   * its gathers, in the same hook (mfsdp_create checks). No params. */
+  MFSDP_PROGRAM_UNPACK = 9,
+  /* Backward hooks, before `unit`'s MFSDP_PROGRAM_START_REDUCTION: its
+   * row-shard buckets' gradients packed by rank into their reduce staging
+   * buffers, by the plan's pack kernel or strided copies (under the reduce
+   * dtype bf16, rounded to bf16 on the way); under no-sync nothing. A unit
+   * with row-shard buckets needs one before every start of its reduction,
+   * in the same hook (mfsdp_create checks). No params. */
+  MFSDP_PROGRAM_PACK = 10,
 } mfsdp_program_kind;
 
 typedef struct mfsdp_program_op {

@@ -270,8 +270,11 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
   // the runtime executes it (mfsdp_program).
   step::RuntimeProgram program;
   bool withProgram = false;
+  std::vector<mfsdp_bucket> bucketViews;
+  bool accumulates = false; // the step runs several microbatches
   {
     sched::StepOp stepOp;
+    step::Step scheduled;
     for (sched::StepOp s : module.getOps<sched::StepOp>()) {
       if (stepOp)
         return s.emitOpError() << "is a second sched.step; the step library "
@@ -279,20 +282,34 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
       stepOp = s;
     }
     if (stepOp) {
-      step::Step scheduled;
       if (failed(readStep(stepOp, scheduled)))
         return failure();
+      accumulates = scheduled.microbatches > 1;
       if (options.buckets)
         buckets = step::runtimeBuckets(scheduled, plan, options.bucketBytes);
       withProgram = llvm::any_of(scheduled.buffers, [](const step::Buffer &b) {
         return b.offset >= 0;
       });
-      if (withProgram) {
-        program = step::lowerStepProgram(scheduled, plan, runtimePlan.unitNames);
-        if (!program.error.empty())
-          return stepOp.emitOpError()
-                 << "cannot be lowered into the runtime's program: " << program.error;
-      }
+    }
+    // The buckets first: the program packs and unpacks the units that
+    // have row-shard buckets.
+    bucketViews = step::bucketViews(buckets);
+    plan.num_buckets = static_cast<int32_t>(bucketViews.size());
+    plan.buckets = bucketViews.empty() ? nullptr : bucketViews.data();
+    if (withProgram) {
+      program = step::lowerStepProgram(scheduled, plan, runtimePlan.unitNames);
+      if (!program.error.empty())
+        return stepOp.emitOpError()
+               << "cannot be lowered into the runtime's program: " << program.error;
+      // What the library will run, checked against the step it runs.
+      step::RuntimeProgram::View check;
+      program.view(check);
+      const step::ProgramIssue issue =
+          step::verifyProgram(scheduled, plan, check.program, runtimePlan.unitNames);
+      if (!issue.message.empty())
+        return stepOp.emitOpError()
+               << "lowers to a runtime program that does not run as scheduled: "
+               << issue.message;
     }
   }
   step::RuntimeProgram::View programView;
@@ -300,12 +317,9 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
     program.view(programView);
     plan.program = &programView.program;
   }
-  std::vector<mfsdp_bucket> bucketViews = step::bucketViews(buckets);
-  plan.num_buckets = static_cast<int32_t>(bucketViews.size());
-  plan.buckets = bucketViews.empty() ? nullptr : bucketViews.data();
   // The static memory plan: every buffer of the runtime at its offset.
   step::RuntimeMemoryPlan memory =
-      step::planRuntimeMemory(plan, options.accumulate, 256, options.prefetch,
+      step::planRuntimeMemory(plan, options.accumulate || accumulates, 256, options.prefetch,
                               plan.program);
   if (!memory.error.empty())
     return graph.emitOpError() << "cannot plan the runtime's memory: "
@@ -496,7 +510,7 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
         "MFSDP_PROGRAM_BROADCAST_UPDATES", "MFSDP_PROGRAM_GATHER",
         "MFSDP_PROGRAM_START_GATHER", "MFSDP_PROGRAM_WAIT_GATHER",
         "MFSDP_PROGRAM_RELEASE", "MFSDP_PROGRAM_PLACE_GRADS",
-        "MFSDP_PROGRAM_START_REDUCTION"};
+        "MFSDP_PROGRAM_START_REDUCTION", "MFSDP_PROGRAM_UNPACK", "MFSDP_PROGRAM_PACK"};
     static const char *hookNames[] = {"MFSDP_HOOK_PRE_FORWARD", "MFSDP_HOOK_POST_FORWARD",
                                       "MFSDP_HOOK_PRE_BACKWARD", "MFSDP_HOOK_POST_BACKWARD",
                                       "MFSDP_HOOK_OPTIMIZER_STEP"};

@@ -318,7 +318,7 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
         const mfsdp_program_op &o = program->ops[i];
         if (o.unit < 0 || o.unit >= N)
           continue;
-        if (o.kind != MFSDP_PROGRAM_START_REDUCTION)
+        if (o.kind != MFSDP_PROGRAM_START_REDUCTION && o.kind != MFSDP_PROGRAM_PACK)
           land(o.unit);
         switch (o.kind) {
         case MFSDP_PROGRAM_START_GATHER:

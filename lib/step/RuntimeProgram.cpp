@@ -342,6 +342,7 @@ public:
       agree(static_cast<int64_t>(m), each[m]);
     if (!error.empty())
       return;
+    packAndUnpack();
     // Every unit's gradients are reduced somewhere.
     std::vector<bool> hasParams(units, false), reduced(units, false);
     for (int32_t i = 0; i < p.num_params; ++i)
@@ -438,6 +439,40 @@ private:
         add(h, u, MFSDP_PROGRAM_WAIT_GATHER, u, "the unit whole for its hook");
       add(MFSDP_HOOK_PRE_BACKWARD, u, MFSDP_PROGRAM_PLACE_GRADS, u,
           "the unit's gradient buffers");
+    }
+  }
+
+  /// A unit with row-shard buckets (plan.buckets) gathers every rank's
+  /// chunk into staging and reduces from it: each wait for its gathers is
+  /// followed by an unpack of it, each start of its reduction preceded by
+  /// a pack, in the same hook (the runtime runs the plan's pack and unpack
+  /// kernels there and nowhere else).
+  void packAndUnpack() {
+    std::vector<bool> rows(static_cast<size_t>(std::max(p.num_units, 0)), false);
+    for (int32_t b = 0; p.buckets && b < p.num_buckets; ++b)
+      if (p.buckets[b].placement == MFSDP_ROW_SHARD && p.buckets[b].unit >= 0 &&
+          p.buckets[b].unit < p.num_units)
+        rows[p.buckets[b].unit] = true;
+    for (std::vector<ProgramOp> &ops : hooks) {
+      std::vector<ProgramOp> out;
+      out.reserve(ops.size());
+      for (ProgramOp &op : ops) {
+        const bool bucketed = op.unit >= 0 && op.unit < p.num_units && rows[op.unit];
+        if (bucketed && op.kind == MFSDP_PROGRAM_START_REDUCTION) {
+          ProgramOp pack = op;
+          pack.kind = MFSDP_PROGRAM_PACK;
+          pack.from = "pack for " + op.from;
+          out.push_back(std::move(pack));
+        }
+        out.push_back(std::move(op));
+        if (bucketed && out.back().kind == MFSDP_PROGRAM_WAIT_GATHER) {
+          ProgramOp unpack = out.back();
+          unpack.kind = MFSDP_PROGRAM_UNPACK;
+          unpack.from = "unpack after " + unpack.from;
+          out.push_back(std::move(unpack));
+        }
+      }
+      ops = std::move(out);
     }
   }
 

@@ -53,7 +53,15 @@ public:
     landed.assign(static_cast<size_t>(units), false);
     computed.assign(static_cast<size_t>(units), false);
     stepped.assign(static_cast<size_t>(std::max(p.num_params, 0)), 0);
+    broadcast.assign(static_cast<size_t>(std::max(p.num_params, 0)), 0);
     gatheredAfter.assign(static_cast<size_t>(units), 0);
+    rowBucket.assign(static_cast<size_t>(units), -1);
+    for (int32_t b = 0; p.buckets && b < p.num_buckets; ++b)
+      if (p.buckets[b].placement == MFSDP_ROW_SHARD && p.buckets[b].unit >= 0 &&
+          p.buckets[b].unit < units && rowBucket[p.buckets[b].unit] < 0)
+        rowBucket[p.buckets[b].unit] = b;
+    unpackDue.assign(static_cast<size_t>(units), -1);
+    packed.assign(static_cast<size_t>(units), false);
     // Forward, units in order; backward in reverse; then the optimizer.
     phase = Phase::Forward;
     for (int32_t u = 0; u < units && error.empty(); ++u)
@@ -117,7 +125,7 @@ private:
     }
     for (int32_t i = 0; i < g.num_ops; ++i) {
       const mfsdp_program_op &op = g.ops[i];
-      if (op.kind < MFSDP_PROGRAM_WAIT_REDUCTION || op.kind > MFSDP_PROGRAM_START_REDUCTION)
+      if (op.kind < MFSDP_PROGRAM_WAIT_REDUCTION || op.kind > MFSDP_PROGRAM_PACK)
         return fail("op " + std::to_string(i) + " has kind " + std::to_string(op.kind) +
                     ", which is not a program op kind");
       if (op.unit < 0 || op.unit >= units)
@@ -274,9 +282,32 @@ private:
         } else {
           gathering[u] = -1;
           whole[u] = true;
+          if (rowBucket[u] >= 0) {
+            unpackDue[u] = i;
+            dueUnits.push_back(u);
+          }
         }
         break;
       }
+      case MFSDP_PROGRAM_UNPACK:
+        if (!unitHook) {
+          fail(at(i) + " unpacks gathered buckets in the optimizer step");
+          break;
+        }
+        unpackDue[u] = -1;
+        break;
+      case MFSDP_PROGRAM_PACK:
+        if (!backward) {
+          fail(at(i) + " packs gradients outside the backward hooks");
+          break;
+        }
+        if (!computed[u]) {
+          fail(at(i) + " packs the unit's gradients before its backward compute");
+          break;
+        }
+        packed[u] = true;
+        packedUnits.push_back(u);
+        break;
       case MFSDP_PROGRAM_RELEASE:
         if (!unitHook || backward) {
           fail(at(i) + " releases a forward copy outside the forward hooks");
@@ -318,6 +349,13 @@ private:
                " started it)");
           break;
         }
+        if (rowBucket[u] >= 0 && !packed[u]) {
+          fail(at(i) + " starts the reduction of row-shard buckets (bucket " +
+               std::to_string(rowBucket[u]) +
+               ", ...) that no pack of the unit has packed in this hook");
+          break;
+        }
+        packed[u] = false;
         reducing[u] = i;
         break;
       case MFSDP_PROGRAM_WAIT_REDUCTION:
@@ -340,8 +378,23 @@ private:
         optimizer(i);
         break;
       case MFSDP_PROGRAM_BROADCAST_UPDATES:
-        if (unitHook)
+        if (unitHook) {
           fail(at(i) + " broadcasts updates in a forward or backward hook");
+          break;
+        }
+        // ns_split: each owned matrix goes to the other replicas once it
+        // is stepped, once.
+        for (int32_t k = 0; k < op.num_params && error.empty(); ++k) {
+          const int32_t param = op.params[k];
+          const std::string name =
+              p.params[param].name ? p.params[param].name : std::to_string(param);
+          if (p.params[param].placement != MFSDP_OWNER)
+            fail(at(i) + " broadcasts '" + name + "', which is not an owned matrix");
+          else if (stepped[param] == 0)
+            fail(at(i) + " broadcasts '" + name + "' before any op steps it");
+          else if (broadcast[param]++ > 0)
+            fail(at(i) + " broadcasts '" + name + "' a second time");
+        }
         break;
       case MFSDP_PROGRAM_GATHER:
         if (unitHook) {
@@ -368,6 +421,19 @@ private:
         break;
       }
     }
+    // A gather waited for in this hook is unpacked in it: the compute
+    // reads the copies, not the staging.
+    for (int32_t u : dueUnits)
+      if (error.empty() && unpackDue[u] >= 0) {
+        curOp = unpackDue[u];
+        fail(at(unpackDue[u]) + " waits for the unit's gather, whose row-shard buckets "
+             "(bucket " + std::to_string(rowBucket[u]) +
+             ", ...) land in staging, but no unpack of the unit follows in the hook");
+      }
+    dueUnits.clear();
+    for (int32_t u : packedUnits)
+      packed[u] = false; // a pack serves the start in its own hook
+    packedUnits.clear();
     curOp = -1;
   }
 
@@ -390,6 +456,13 @@ private:
         fail(at(i) + " steps '" + name + "' with optimizer " +
              std::to_string(op.optimizer) + "; the plan steps it with " +
              std::to_string(d.optimizer));
+        return;
+      }
+      if (op.only_rank >= 0 && (d.placement != MFSDP_OWNER || d.owner != op.only_rank)) {
+        fail(at(i) + " steps '" + name + "' on dp_shard rank " +
+             std::to_string(op.only_rank) + " alone, which does not own it" +
+             (d.placement == MFSDP_OWNER ? " (rank " + std::to_string(d.owner) + " does)"
+                                         : " (every rank keeps a part)"));
         return;
       }
       if (!landed[d.unit]) {
@@ -484,6 +557,16 @@ private:
              std::string(p.params[i].name ? p.params[i].name : "?") + "'");
         return;
       }
+    // ns_split: a replica steps each owned matrix; the others receive it.
+    if (p.ns_split && p.dp_replicate > 1)
+      for (int32_t i = 0; i < p.num_params; ++i)
+        if (p.params[i].placement == MFSDP_OWNER &&
+            p.params[i].optimizer == MFSDP_OPT_MUON && broadcast[i] == 0) {
+          fail("under ns_split no op broadcasts the updated '" +
+               std::string(p.params[i].name ? p.params[i].name : "?") +
+               "' to the other replicas");
+          return;
+        }
     const size_t bwd = stepAllocs[1].size();
     if (p.zero >= 3 && allocated[1].size() < bwd)
       fail("the backward hooks allocate " + std::to_string(allocated[1].size()) +
@@ -509,7 +592,12 @@ private:
   std::unordered_map<int32_t, bool> gradsPlaced;
   std::unordered_map<int32_t, int32_t> reducedBy;
   std::vector<int32_t> gathering, reducing; // the op in flight, -1: none
-  std::vector<int32_t> stepped, gatheredAfter;
+  std::vector<int32_t> stepped, broadcast, gatheredAfter;
+  // Per unit: a row-shard bucket of it (-1: none); the wait_gather whose
+  // unpack is due in the current hook (-1: none); packed in it for the
+  // start of its reduction. The units either is set for in this hook.
+  std::vector<int32_t> rowBucket, unpackDue, dueUnits, packedUnits;
+  std::vector<bool> packed;
   // Gathered copies: the step's (group, op index) and the program's groups.
   std::vector<std::pair<int64_t, size_t>> stepAllocs[2], stepFrees;
   std::vector<int64_t> allocated[2], freed;

@@ -102,7 +102,9 @@ BucketResult benchBuckets(int world) {
 /// The forward and backward hooks of `units` units as step::lowerStepProgram
 /// lowers a ZeRO-3 schedule with prefetch 1 (one unit per gather group):
 /// each gather started one unit ahead, released in post_forward, each
-/// reduction waited for in the next post_backward.
+/// reduction waited for in the next post_backward; each wait for a gather
+/// followed by the unit's unpack, each reduction preceded by its pack (the
+/// runtime does nothing for a unit without row-shard buckets).
 void appendPrefetchHooks(int32_t units, std::vector<mfsdp_program_op> &ops,
                          std::vector<mfsdp_program_hook> &hooks) {
   auto unitOp = [&](int32_t kind, int32_t u) {
@@ -118,6 +120,7 @@ void appendPrefetchHooks(int32_t units, std::vector<mfsdp_program_op> &ops,
         if (u + 1 < units)
           unitOp(MFSDP_PROGRAM_START_GATHER, u + 1);
         unitOp(MFSDP_PROGRAM_WAIT_GATHER, u);
+        unitOp(MFSDP_PROGRAM_UNPACK, u);
         break;
       case MFSDP_HOOK_POST_FORWARD:
         unitOp(MFSDP_PROGRAM_RELEASE, u);
@@ -128,11 +131,13 @@ void appendPrefetchHooks(int32_t units, std::vector<mfsdp_program_op> &ops,
         if (u > 0)
           unitOp(MFSDP_PROGRAM_START_GATHER, u - 1);
         unitOp(MFSDP_PROGRAM_WAIT_GATHER, u);
+        unitOp(MFSDP_PROGRAM_UNPACK, u);
         unitOp(MFSDP_PROGRAM_PLACE_GRADS, u);
         break;
       default:
         if (u + 1 < units)
           unitOp(MFSDP_PROGRAM_WAIT_REDUCTION, u + 1);
+        unitOp(MFSDP_PROGRAM_PACK, u);
         unitOp(MFSDP_PROGRAM_START_REDUCTION, u);
         break;
       }

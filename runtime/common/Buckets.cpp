@@ -50,7 +50,8 @@ mfsdp_status mfsdp_step::placeStaging(BucketState &bs, int which,
   return place(at[which], half ? (elements + 1) / 2 : elements, bs.staging, what);
 }
 
-mfsdp_status mfsdp_step::gatherBucket(int32_t b, bool forBackward, CommHandle *handle) {
+mfsdp_status mfsdp_step::gatherBucket(int32_t b, bool forBackward, CommHandle *handle,
+                                      bool defer) {
   BucketState &bs = buckets[b];
   const std::string what = "bucket " + std::to_string(b) + " (unit " +
                            std::to_string(bs.unit) + ")";
@@ -134,13 +135,41 @@ mfsdp_status mfsdp_step::gatherBucket(int32_t b, bool forBackward, CommHandle *h
   mfsdp_status s = comm(rc, ((handle ? "starting the all-gather of "
                                      : "the all-gather of ") + what).c_str());
   if (s || !handle)
-    return finishBucketGather(b, s);
+    return finishBucketGather(b, s, defer);
   return MFSDP_OK;
 }
 
-mfsdp_status mfsdp_step::finishBucketGather(int32_t b, mfsdp_status s) {
+mfsdp_status mfsdp_step::finishBucketGather(int32_t b, mfsdp_status s, bool defer) {
   BucketState &bs = buckets[b];
-  if (!s && bs.rows && bs.kernels.unpack && !bs.bf16) {
+  if (!s && bs.rows && defer) {
+    // The program unpacks it (MFSDP_PROGRAM_UNPACK, next in the hook).
+    if (!bs.unpackDue)
+      ++unpacksDue;
+    bs.unpackDue = true;
+    return MFSDP_OK;
+  }
+  if (!s && bs.rows)
+    return unpackBucket(b);
+  if (bs.rows)
+    releaseStaging(bs);
+  if (s)
+    for (int32_t p : bs.members)
+      releaseFull(params[p]);
+  return s;
+}
+
+mfsdp_status mfsdp_step::unpackBucket(int32_t b) {
+  BucketState &bs = buckets[b];
+  if (bs.unpackDue)
+    --unpacksDue;
+  bs.unpackDue = false;
+  mfsdp_status s = MFSDP_OK;
+  for (int32_t p : bs.members)
+    if (!s && !params[p].full)
+      s = fail(MFSDP_ERROR_ORDER, "unpacking bucket " + std::to_string(b) + ": '" +
+                                      params[p].name +
+                                      "' has no gathered copy (released before the unpack)");
+  if (!s && bs.kernels.unpack && !bs.bf16) {
     // The plan's kernel: one pass with the bucket's constants.
     std::vector<float *> full;
     for (int32_t p : bs.members)
@@ -151,24 +180,82 @@ mfsdp_status mfsdp_step::finishBucketGather(int32_t b, mfsdp_status s) {
   }
   const std::string unpacking = "unpacking bucket " + std::to_string(b);
   const uint16_t *packed = reinterpret_cast<const uint16_t *>(bs.staging);
-  for (size_t j = 0; bs.rows && j < bs.members.size(); ++j) {
+  for (size_t j = 0; j < bs.members.size(); ++j) {
     ParamState &ps = params[bs.members[j]];
-    if (!s && bs.rows && bs.bf16)
+    if (!s && bs.bf16)
       // (The plan's kernels are fp32's.)
       s = device(backend->copy2DBF16(ps.fullBF16(), ps.localSize, packed + bs.rel[j],
                                      bs.chunk, ps.localSize, S),
                  unpacking);
-    else if (!s && bs.rows && !bs.kernels.unpack)
+    else if (!s && !bs.kernels.unpack)
       s = device(backend->copy2D(ps.full, ps.localSize, bs.staging + bs.rel[j],
                                  bs.chunk, ps.localSize, S),
                  unpacking);
   }
-  if (bs.rows)
-    releaseStaging(bs);
+  releaseStaging(bs);
   if (s)
     for (int32_t p : bs.members)
       releaseFull(params[p]);
   return s;
+}
+
+mfsdp_status mfsdp_step::packBucket(int32_t b) {
+  BucketState &bs = buckets[b];
+  if (!bs.rows || bs.packed)
+    return MFSDP_OK;
+  const std::string what = "bucket " + std::to_string(b) + " (unit " +
+                           std::to_string(bs.unit) + ")";
+  if (!reduceBF16())
+    for (int32_t p : bs.members)
+      if (auto s = widenGrad(params[p]))
+        return s;
+  if (auto s = placeStaging(bs, 2, "the reduce staging of " + what))
+    return s;
+  mfsdp_status s = MFSDP_OK;
+  if (!reduceBF16()) {
+    s = packGradients(b, bs);
+  } else {
+    // The members' gradients packed by rank straight into the bf16 staging
+    // buffer (half an fp32 one): an fp32 gradient rounded on the way, a
+    // bf16 one (the trainer's, never widened) copied as it is.
+    uint16_t *packed = reinterpret_cast<uint16_t *>(bs.staging);
+    if (bs.gaps)
+      s = device(backend->zero(bs.staging, (S * bs.chunk + 1) / 2), "zero-fill");
+    const std::string packing = "packing " + what + " in bf16";
+    for (size_t j = 0; !s && j < bs.members.size(); ++j) {
+      ParamState &ps = params[bs.members[j]];
+      if (ps.bf16() && !ps.gradWide)
+        s = device(backend->copy2DBF16(packed + bs.rel[j], bs.chunk, ps.gradBF16(),
+                                       ps.localSize, ps.localSize, S),
+                   packing);
+      else
+        s = device(backend->castToBF16Strided(packed + bs.rel[j], bs.chunk, ps.grad,
+                                              ps.localSize, ps.localSize, S),
+                   packing);
+    }
+  }
+  if (s) {
+    releaseStaging(bs);
+    return s;
+  }
+  bs.packed = true;
+  return MFSDP_OK;
+}
+
+mfsdp_status mfsdp_step::packedForReduction(int32_t b) {
+  BucketState &bs = buckets[b];
+  if (!bs.packed) {
+    // A compiled program packs in an op of its own before the start.
+    if (programmed)
+      return fail(MFSDP_ERROR_PLAN,
+                  "the reduction of bucket " + std::to_string(b) + " (unit " +
+                      std::to_string(bs.unit) +
+                      ") starts before the program packed it (MFSDP_PROGRAM_PACK)");
+    if (auto s = packBucket(b))
+      return s;
+  }
+  bs.packed = false; // the staging is the collective's now
+  return MFSDP_OK;
 }
 
 mfsdp_status mfsdp_step::reduceBucketBF16(int32_t b, CommHandle *handle,
@@ -189,35 +276,12 @@ mfsdp_status mfsdp_step::reduceBucketBF16(int32_t b, CommHandle *handle,
   int64_t total = 0;
   std::vector<int64_t> counts;
   if (bs.rows) {
-    // The members' gradients packed by rank straight into the bf16 staging
-    // buffer (half an fp32 one): an fp32 gradient rounded on the way, a
-    // bf16 one (the trainer's, never widened) copied as it is.
-    if (auto s = placeStaging(bs, 2, "the reduce staging of " + what))
+    // Packed by the program's MFSDP_PROGRAM_PACK, or here (packBucket).
+    if (auto s = packedForReduction(b))
       return s;
     total = S * bs.chunk;
     counts.assign(S, bs.chunk);
-    uint16_t *packed = reinterpret_cast<uint16_t *>(bs.staging);
-    mfsdp_status s = MFSDP_OK;
-    if (bs.gaps)
-      s = device(backend->zero(bs.staging, (total + 1) / 2), "zero-fill");
-    for (size_t j = 0; !s && j < bs.members.size(); ++j) {
-      ParamState &ps = params[bs.members[j]];
-      const std::string packing = "packing " + what + " in bf16";
-      if (ps.bf16() && !ps.gradWide)
-        s = device(backend->copy2DBF16(packed + bs.rel[j], bs.chunk, ps.gradBF16(),
-                                       ps.localSize,
-                                       ps.localSize, S),
-                   packing);
-      else
-        s = device(backend->castToBF16Strided(packed + bs.rel[j], bs.chunk, ps.grad,
-                                              ps.localSize, ps.localSize, S),
-                   packing);
-    }
-    if (s) {
-      releaseStaging(bs);
-      return s;
-    }
-    from = packed;
+    from = reinterpret_cast<const uint16_t *>(bs.staging);
   } else if (bs.bf16) {
     // bf16 gradients: the image, sent as the trainer wrote it.
     total = bs.span;
@@ -262,10 +326,14 @@ mfsdp_status mfsdp_step::reduceBucket(int32_t b, CommHandle *handle) {
   BucketState &bs = buckets[b];
   const std::string what = "bucket " + std::to_string(b) + " (unit " +
                            std::to_string(bs.unit) + ")";
-  for (int32_t p : bs.members) {
-    ParamState &ps = params[p];
-    if (auto s = widenGrad(ps))
+  if (bs.rows) {
+    // Packed by the program's MFSDP_PROGRAM_PACK, or here (packBucket).
+    if (auto s = packedForReduction(b))
       return s;
+  } else {
+    for (int32_t p : bs.members)
+      if (auto s = widenGrad(params[p]))
+        return s;
   }
   ParamState &first = params[bs.members.front()];
   float *shards = nullptr; // this rank's grad_shard span
@@ -273,13 +341,6 @@ mfsdp_status mfsdp_step::reduceBucket(int32_t b, CommHandle *handle) {
   shardSpan(bs, shards, count);
   int rc = 0;
   if (bs.rows) {
-    if (auto s = placeStaging(bs, 2, "the reduce staging of " + what))
-      return s;
-    mfsdp_status s = packGradients(b, bs);
-    if (s) {
-      releaseStaging(bs);
-      return s;
-    }
     rc = handle ? backend->startReduceScatter(Group::Shard, bs.staging, shards, count,
                                               *handle)
                 : backend->reduceScatter(Group::Shard, bs.staging, shards, count);

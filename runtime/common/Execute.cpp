@@ -32,7 +32,7 @@ mfsdp_status mfsdp::rt::runHook(mfsdp_step *step, int32_t hook, int32_t unit) {
     // flight (a hook outside the step's order: an evaluation forward
     // between backward and optimizer step) lands the reduction first: it
     // reads those buffers, and its wait releases them.
-    if (op.kind != MFSDP_PROGRAM_START_REDUCTION &&
+    if (op.kind != MFSDP_PROGRAM_START_REDUCTION && op.kind != MFSDP_PROGRAM_PACK &&
         op.kind != MFSDP_PROGRAM_WAIT_REDUCTION && step->reductionInFlight(u))
       if (auto s = step->completeReduction(u))
         return s;
@@ -42,10 +42,40 @@ mfsdp_status mfsdp::rt::runHook(mfsdp_step *step, int32_t hook, int32_t unit) {
         return s;
       break;
     case MFSDP_PROGRAM_WAIT_GATHER:
-      if (auto s = step->completePrefetch(u))
-        return s;
-      if (auto s = step->gather(u, backward))
-        return s;
+      // Row-shard buckets land in staging for the MFSDP_PROGRAM_UNPACK
+      // that follows.
+      {
+        mfsdp_status s = step->completePrefetch(u, /*defer=*/true);
+        if (!s)
+          s = step->gather(u, backward, /*defer=*/true);
+        if (s) {
+          // What landed is unpacked now: no chunk is left in staging for
+          // an unpack that will not run.
+          const std::string why = step->error;
+          for (int32_t b : step->unitBuckets[u])
+            if (step->buckets[b].unpackDue)
+              step->unpackBucket(b);
+          step->error = why;
+          return s;
+        }
+      }
+      break;
+    case MFSDP_PROGRAM_UNPACK:
+      for (int32_t b : step->unitBuckets[u])
+        if (step->buckets[b].unpackDue) {
+          step->about(b, -1);
+          if (auto s = step->unpackBucket(b))
+            return s;
+        }
+      break;
+    case MFSDP_PROGRAM_PACK:
+      if (step->noSync || step->reductionInFlight(u))
+        break; // nothing is reduced, or it was started already
+      for (int32_t b : step->unitBuckets[u]) {
+        step->about(b, -1);
+        if (auto s = step->packBucket(b))
+          return s;
+      }
       break;
     case MFSDP_PROGRAM_RELEASE:
       step->about(-1, -1);
@@ -88,5 +118,17 @@ mfsdp_status mfsdp::rt::runHook(mfsdp_step *step, int32_t hook, int32_t unit) {
       break; // refused by mfsdp_create (Program.cpp)
     }
   }
+  // mfsdp_create checked that an unpack follows every wait for a unit with
+  // row-shard buckets in its hook; a copy left packed in staging would be
+  // read as the parameter.
+  if (step->unpacksDue > 0)
+    for (size_t b = 0; b < step->buckets.size(); ++b)
+      if (step->buckets[b].unpackDue)
+        return step->fail(MFSDP_ERROR_PLAN,
+                          "bucket " + std::to_string(b) + " (unit " +
+                              std::to_string(step->buckets[b].unit) +
+                              ") was gathered into staging but the program's " +
+                              mfsdp::runtime::hookName(hook) + "(" + std::to_string(unit) +
+                              ") did not unpack it (MFSDP_PROGRAM_UNPACK)");
   return MFSDP_OK;
 }

@@ -143,7 +143,7 @@ mfsdp_status mfsdp_step::startGather(int32_t unit, bool forBackward) {
   return MFSDP_OK;
 }
 
-mfsdp_status mfsdp_step::completePrefetch(int32_t unit) {
+mfsdp_status mfsdp_step::completePrefetch(int32_t unit, bool defer) {
   std::vector<Started> started;
   if (unit < 0) {
     started.swap(prefetchStarted);
@@ -163,7 +163,7 @@ mfsdp_status mfsdp_step::completePrefetch(int32_t unit) {
       s = comm(backend->wait(st.handle),
                ("the prefetched all-gather of bucket " + std::to_string(st.bucket))
                    .c_str());
-      s = finishBucketGather(st.bucket, s);
+      s = finishBucketGather(st.bucket, s, defer);
     } else {
       ParamState &ps = params[st.param];
       s = comm(backend->wait(st.handle),

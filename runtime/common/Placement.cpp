@@ -73,8 +73,36 @@ mfsdp_status mfsdp_step::blockStaging(const ParamState &ps, float *&out,
 void mfsdp_step::release(int32_t unit) {
   if (plan.zero < 3)
     return;
+  // A gather landed in staging and never unpacked goes with the copies.
+  for (int32_t b : unitBuckets[unit])
+    if (buckets[b].unpackDue) {
+      buckets[b].unpackDue = false;
+      --unpacksDue;
+      releaseStaging(buckets[b]);
+    }
   for (int32_t p : unitParams[unit])
     releaseFull(params[p]);
+}
+
+mfsdp_status mfsdp_step::releaseAhead() {
+  if (plan.zero < 3)
+    return MFSDP_OK;
+  for (int32_t u = 0; u < plan.num_units; ++u) {
+    // (An idle unit whose reduction is in flight keeps its backward copy
+    // until the reduction lands: that one is not ahead.)
+    if (state[u] != UnitState::Idle || reductionInFlight(u))
+      continue;
+    bool held = gatherPending(u);
+    for (int32_t p : unitParams[u])
+      held |= params[p].full != nullptr;
+    if (!held)
+      continue;
+    mfsdp_status s = completePrefetch(u);
+    release(u);
+    if (s)
+      return s;
+  }
+  return MFSDP_OK;
 }
 
 int64_t mfsdp_step::arenaBytes() const {

@@ -10,6 +10,7 @@
 
 #include "mfsdp/runtime/ProgramHooks.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -30,11 +31,24 @@ namespace {
 
 /// What is wrong with the ops of a forward or backward hook entry ("" when
 /// nothing); `reduced` counts each unit's MFSDP_PROGRAM_START_REDUCTION.
+/// `rowBucket` has per unit a row-shard bucket of it (-1: none): such a
+/// unit's gathers are unpacked and its gradients packed by ops of their
+/// own, in the hook that waits for the gather or starts the reduction.
 std::string hookOpsProblem(const mfsdp_plan &plan, const mfsdp_program_hook &k,
-                           std::vector<int32_t> &reduced) {
+                           std::vector<int32_t> &reduced,
+                           const std::vector<int32_t> &rowBucket) {
   const mfsdp_program &g = *plan.program;
   const bool backward =
       k.hook == MFSDP_HOOK_PRE_BACKWARD || k.hook == MFSDP_HOOK_POST_BACKWARD;
+  const std::string hook =
+      std::string(hookName(k.hook)) + "(" + std::to_string(k.unit) + ")";
+  std::vector<int32_t> unpackDue, packed; // units
+  auto has = [](const std::vector<int32_t> &v, int32_t u) {
+    return std::find(v.begin(), v.end(), u) != v.end();
+  };
+  auto drop = [](std::vector<int32_t> &v, int32_t u) {
+    v.erase(std::remove(v.begin(), v.end(), u), v.end());
+  };
   for (int32_t i = k.first_op; i < k.first_op + k.num_ops; ++i) {
     const mfsdp_program_op &op = g.ops[i];
     const std::string where = "op " + std::to_string(i) + " (" + programKindName(op.kind) +
@@ -45,9 +59,12 @@ std::string hookOpsProblem(const mfsdp_plan &plan, const mfsdp_program_hook &k,
     case MFSDP_PROGRAM_WAIT_GATHER:
     case MFSDP_PROGRAM_RELEASE:
       break;
+    case MFSDP_PROGRAM_UNPACK:
+      break;
     case MFSDP_PROGRAM_PLACE_GRADS:
     case MFSDP_PROGRAM_START_REDUCTION:
     case MFSDP_PROGRAM_WAIT_REDUCTION:
+    case MFSDP_PROGRAM_PACK:
       if (!backward)
         return where + "a forward hook runs no gradient work";
       break;
@@ -55,16 +72,46 @@ std::string hookOpsProblem(const mfsdp_plan &plan, const mfsdp_program_hook &k,
       return where + "kind " + std::to_string(op.kind) +
              " is not one a forward or backward hook runs; expected start_gather "
              "(4), wait_gather (5), release (6), place_grads (7), start_reduction "
-             "(8) or wait_reduction (0)";
+             "(8), wait_reduction (0), unpack (9) or pack (10)";
     }
     if (op.unit < 0 || op.unit >= plan.num_units)
       return where + "unit out of range; the plan has " + std::to_string(plan.num_units) +
              " units";
     if (op.num_params != 0 || op.only_rank != -1)
       return where + "names parameters or a rank; it works on the unit on every rank";
-    if (op.kind == MFSDP_PROGRAM_START_REDUCTION)
+    const int32_t bucket = rowBucket[op.unit];
+    switch (op.kind) {
+    case MFSDP_PROGRAM_WAIT_GATHER:
+      if (bucket >= 0 && !has(unpackDue, op.unit))
+        unpackDue.push_back(op.unit);
+      break;
+    case MFSDP_PROGRAM_UNPACK:
+      drop(unpackDue, op.unit);
+      break;
+    case MFSDP_PROGRAM_PACK:
+      if (!has(packed, op.unit))
+        packed.push_back(op.unit);
+      break;
+    case MFSDP_PROGRAM_START_REDUCTION:
       ++reduced[op.unit];
+      if (bucket >= 0 && !has(packed, op.unit))
+        return where + "unit " + std::to_string(op.unit) + "'s row-shard buckets (bucket " +
+               std::to_string(bucket) + ", ...) are reduced from packed staging, but no "
+               "pack of the unit comes before this start in " + hook +
+               " (a library built before MFSDP_PROGRAM_PACK: rebuild it)";
+      drop(packed, op.unit);
+      break;
+    default:
+      break;
+    }
   }
+  if (!unpackDue.empty())
+    return "op " + std::to_string(k.first_op + k.num_ops - 1) + " of " + hook +
+           ": the hook waits for the gathers of unit " + std::to_string(unpackDue.front()) +
+           ", whose row-shard buckets (bucket " +
+           std::to_string(rowBucket[unpackDue.front()]) +
+           ", ...) land in staging, but no unpack of the unit follows in the hook (a "
+           "library built before MFSDP_PROGRAM_UNPACK: rebuild it)";
   return "";
 }
 
@@ -85,6 +132,13 @@ std::string mfsdp::rt::programProblem(const mfsdp_plan &plan) {
   const mfsdp_program_hook *opt = nullptr;
   std::vector<int32_t> seen(mfsdp::runtime::hookSlot(plan.num_units, 0), 0);
   std::vector<int32_t> reduced(plan.num_units, 0);
+  std::vector<int32_t> rowBucket(plan.num_units, -1);
+  for (int32_t b = 0; plan.buckets && b < plan.num_buckets; ++b) {
+    const mfsdp_bucket &k = plan.buckets[b];
+    if (k.placement == MFSDP_ROW_SHARD && k.unit >= 0 && k.unit < plan.num_units &&
+        rowBucket[k.unit] < 0)
+      rowBucket[k.unit] = b;
+  }
   bool hooks = false;
   for (int32_t h = 0; h < g.num_hooks; ++h) {
     const mfsdp_program_hook &k = g.hooks[h];
@@ -103,7 +157,7 @@ std::string mfsdp::rt::programProblem(const mfsdp_plan &plan) {
                " out of range; the plan has " + std::to_string(plan.num_units) + " units";
       if (seen[mfsdp::runtime::hookSlot(k.unit, k.hook)]++)
         return prefix + where + "a second entry for unit " + std::to_string(k.unit);
-      const std::string problem = hookOpsProblem(plan, k, reduced);
+      const std::string problem = hookOpsProblem(plan, k, reduced, rowBucket);
       if (!problem.empty())
         return prefix + problem;
       hooks = true;

@@ -299,6 +299,14 @@ mfsdp_status mfsdp_pre_forward(mfsdp_step *step, int32_t unit) {
     // During backward this is activation-checkpoint recomputation (unit
     // already gathered, by pre_backward).
     const bool recomputing = s == UnitState::Backward;
+    // A forward while reductions are in flight is outside the step's order
+    // (an evaluation forward between backward and optimizer step, or a
+    // microbatch after one that reduced): they land first, so the units'
+    // backward copies and transient gradients are gone before its gathers
+    // take the places the memory plan gives a forward.
+    if (!recomputing && !step->reducing.empty())
+      if (auto st = step->completeReduction())
+        return st;
     if (step->programmed && !recomputing) {
       if (auto st = runHook(step, MFSDP_HOOK_PRE_FORWARD, unit))
         return st;
@@ -367,6 +375,12 @@ mfsdp_status mfsdp_end_forward(mfsdp_step *step, int32_t unit) {
     step->release(unit);
     s = UnitState::Idle;
     step->reduced[unit] = step->reducedBeforeForward[unit];
+    // A gather that this forward's pre_forward started ahead for a unit
+    // that has not begun its forward (prefetch) goes too: a forward that
+    // stopped here will not reach it, and its place is another unit's in
+    // the memory plan. (A forward that goes on gathers it again.)
+    if (auto st = step->releaseAhead())
+      return st;
     return step->finish();
   });
 }

@@ -114,6 +114,11 @@ struct BucketState {
   mfsdp_bucket_kernels kernels{nullptr, nullptr}; // the plan's, this backend's
   float *staging = nullptr; // a row-shard gather or reduction in flight
   int64_t stagingAtNow = -1;
+  // A program's row-shard gather landed in staging, left for its
+  // MFSDP_PROGRAM_UNPACK; the gradients packed into the reduce staging by
+  // its MFSDP_PROGRAM_PACK, for the start of the reduction.
+  bool unpackDue = false;
+  bool packed = false;
 };
 
 /// A collective started and not yet waited for: one parameter's or one
@@ -361,7 +366,9 @@ struct mfsdp_step {
   /// Waits for the gathers in flight of `unit` (-1: all), if any (then
   /// bf16 rounding). Every started collective is waited for, even after a
   /// failure.
-  mfsdp_status completePrefetch(int32_t unit = -1);
+  /// With `defer`, row-shard buckets' chunks stay in staging for the
+  /// program's MFSDP_PROGRAM_UNPACK.
+  mfsdp_status completePrefetch(int32_t unit = -1, bool defer = false);
 
   /// A row-shard bucket's staging buffer for a gather (forward or
   /// backward) or a reduction: `which` 0, 1 or 2 (mfsdp_bucket_offsets).
@@ -385,11 +392,30 @@ struct mfsdp_step {
   /// chunk into staging (row shards) or one all-gather-v straight into the
   /// copies (owners). With `handle` it is only started, and
   /// finishBucketGather completes it after the wait.
-  mfsdp_status gatherBucket(int32_t b, bool forBackward, CommHandle *handle);
+  /// With `defer`, a row-shard bucket's chunks stay in staging for the
+  /// program's MFSDP_PROGRAM_UNPACK (finishBucketGather).
+  mfsdp_status gatherBucket(int32_t b, bool forBackward, CommHandle *handle,
+                            bool defer = false);
 
   /// After a bucket's all-gather (status `s`): row shards unpacked from
-  /// staging, bf16 rounding; on failure the copies are released.
-  mfsdp_status finishBucketGather(int32_t b, mfsdp_status s);
+  /// staging (with `defer` left there, unpackDue, for the program's
+  /// MFSDP_PROGRAM_UNPACK); on failure the copies are released.
+  mfsdp_status finishBucketGather(int32_t b, mfsdp_status s, bool defer = false);
+  /// A row-shard bucket's gathered chunks unpacked from staging into the
+  /// members' copies (the plan's kernel, or strided copies; bf16 buckets a
+  /// bf16 copy), the staging freed; on failure the copies are released.
+  mfsdp_status unpackBucket(int32_t b);
+  /// A row-shard bucket's gradients packed by rank into its reduce staging
+  /// (placed here): fp32 (the trainer's bf16 gradients widened first), or
+  /// rounded to bf16 under the reduce dtype bf16. Sets `packed`; the start
+  /// of the reduction sends the staging as it is.
+  mfsdp_status packBucket(int32_t b);
+  /// A row-shard bucket's staging, packed for the start of its reduction:
+  /// by the program's MFSDP_PROGRAM_PACK (a compiled program that did not
+  /// pack it is an error), else packed now.
+  mfsdp_status packedForReduction(int32_t b);
+  /// Row-shard buckets whose gathered chunks wait for an unpack.
+  int32_t unpacksDue = 0;
 
   /// This rank's reduced-gradient span of a bucket: row shards its chunk,
   /// owners the matrices it owns (none: null and 0).
@@ -575,7 +601,7 @@ struct mfsdp_step {
 
   /// Gathers a unit's parameters (for its backward: where the memory plan
   /// puts the backward gather).
-  mfsdp_status gather(int32_t unit, bool forBackward = false);
+  mfsdp_status gather(int32_t unit, bool forBackward = false, bool defer = false);
 
   /// Frees a parameter's gathered copy; a member of a bf16 owner bucket
   /// frees the bucket's whole image, so no member points into a freed
@@ -595,6 +621,9 @@ struct mfsdp_step {
   }
 
   void release(int32_t unit);
+  /// ZeRO-3: the gathers started ahead (prefetch) for units that are idle
+  /// waited for and their copies released (mfsdp_end_forward).
+  mfsdp_status releaseAhead();
 
   /// Places and zeroes a parameter's gradient buffer where the memory plan
   /// puts it; a member of a bf16 owner bucket whose gradients are an image

@@ -16,6 +16,15 @@
 // RUN: cc -std=c11 -Wall -Wextra -Werror -fsyntax-only -I%mfsdp_src/include %t.c
 // ZeRO-3 gathers at the next use: no gathers in the program.
 // RUN: sed 's/zero 2$/zero 3/' %s | mfsdp-opt --mfsdp-build-step="tokens=1" --mfsdp-schedule-overlap="prefetch=1 optimizer-order=landing" --mfsdp-plan-memory | mfsdp-translate --emit-step-c | FileCheck %s --check-prefix=ZERO3
+// A step that accumulates two microbatches runs the first under no-sync:
+// its library keeps the gradients between them (ZeRO-2 otherwise keeps
+// them only during each unit's backward).
+// RUN: mfsdp-opt %s --mfsdp-build-step="tokens=1 microbatches=2" --mfsdp-schedule-overlap="prefetch=0" --mfsdp-plan-memory | mfsdp-translate --emit-step-c | FileCheck %s --check-prefix=MICRO
+// RUN: mfsdp-opt %s --mfsdp-build-step="tokens=1" --mfsdp-schedule-overlap="prefetch=0" --mfsdp-plan-memory | mfsdp-translate --emit-step-c | FileCheck %s --check-prefix=ONE
+// MICRO-LABEL: static const mfsdp_memory_plan mfsdp_the_memory
+// MICRO: .keep_grads = 1,
+// ONE-LABEL: static const mfsdp_memory_plan mfsdp_the_memory
+// ONE: .keep_grads = 0,
 // Without a planned schedule there is no program (the runtime's own order),
 // and the program is part of the plan's hash: another order, another hash.
 // RUN: mfsdp-opt %s --mfsdp-build-step="tokens=1" | mfsdp-translate --emit-step-c | not grep -q mfsdp_program

@@ -279,7 +279,7 @@ int main(int argc, char **argv) {
     const mfsdp_program_op good[2] = {opt(1, MFSDP_OPT_MUON, 1, v, 1),
                                       opt(0, MFSDP_OPT_ADAMW, -1, w, 1)};
     mfsdp_program_op unknown = good[0];
-    unknown.kind = 9;
+    unknown.kind = 42;
     mfsdp_program_op gather{};
     gather.kind = MFSDP_PROGRAM_GATHER;
     gather.unit = 0;
@@ -299,7 +299,7 @@ int main(int argc, char **argv) {
     } badPrograms[] = {
         {{good[0], good[1]}, {MFSDP_HOOK_OPTIMIZER_STEP, -1, 0, 2}, nullptr},
         {{unknown, good[1]}, {MFSDP_HOOK_OPTIMIZER_STEP, -1, 0, 2},
-         "invalid program: op 0 (unknown, unit 1, group 1): kind 9 is not one the "
+         "invalid program: op 0 (unknown, unit 1, group 1): kind 42 is not one the "
          "optimizer step runs"},
         {{good[0], good[1], good[1]}, {MFSDP_HOOK_OPTIMIZER_STEP, -1, 0, 3},
          "op 2 (optimizer, unit 0, group 0): parameter 'w' is stepped twice"},
@@ -766,6 +766,105 @@ int main(int argc, char **argv) {
                std::to_string(w.bucketReductions) + " reductions (expected 2, 1)");
     mfsdp_destroy(s);
     s = nullptr;
+    // With a compiled program the bucket's chunks are unpacked by an op of
+    // their own after each wait for the gather, and its gradients packed by
+    // one before the start of the reduction, in the same hook: a program
+    // without them (a library built before they existed) is refused, and
+    // with them the copies are the parameters.
+    auto unitOp = [](int32_t kind) {
+      mfsdp_program_op op{};
+      op.kind = kind;
+      op.only_rank = -1;
+      return op;
+    };
+    static const int32_t both[2] = {0, 1};
+    mfsdp_program_op step = unitOp(MFSDP_PROGRAM_OPTIMIZER);
+    step.optimizer = MFSDP_OPT_ADAMW;
+    step.num_params = 2;
+    step.params = both;
+    struct Hooked {
+      std::vector<int32_t> kinds[5]; // per mfsdp_hook
+      const char *says;
+    } programs[] = {
+        {{{MFSDP_PROGRAM_START_GATHER, MFSDP_PROGRAM_WAIT_GATHER},
+          {MFSDP_PROGRAM_RELEASE},
+          {MFSDP_PROGRAM_START_GATHER, MFSDP_PROGRAM_WAIT_GATHER, MFSDP_PROGRAM_UNPACK,
+           MFSDP_PROGRAM_PLACE_GRADS},
+          {MFSDP_PROGRAM_PACK, MFSDP_PROGRAM_START_REDUCTION, MFSDP_PROGRAM_WAIT_REDUCTION},
+          {}},
+         "the hook waits for the gathers of unit 0, whose row-shard buckets (bucket 0, "
+         "...) land in staging, but no unpack of the unit follows in the hook"},
+        {{{MFSDP_PROGRAM_START_GATHER, MFSDP_PROGRAM_UNPACK, MFSDP_PROGRAM_WAIT_GATHER},
+          {MFSDP_PROGRAM_RELEASE},
+          {MFSDP_PROGRAM_START_GATHER, MFSDP_PROGRAM_WAIT_GATHER, MFSDP_PROGRAM_UNPACK,
+           MFSDP_PROGRAM_PLACE_GRADS},
+          {MFSDP_PROGRAM_PACK, MFSDP_PROGRAM_START_REDUCTION, MFSDP_PROGRAM_WAIT_REDUCTION},
+          {}},
+         "no unpack of the unit follows in the hook"},
+        {{{MFSDP_PROGRAM_START_GATHER, MFSDP_PROGRAM_WAIT_GATHER, MFSDP_PROGRAM_UNPACK},
+          {MFSDP_PROGRAM_RELEASE},
+          {MFSDP_PROGRAM_START_GATHER, MFSDP_PROGRAM_WAIT_GATHER, MFSDP_PROGRAM_UNPACK,
+           MFSDP_PROGRAM_PLACE_GRADS},
+          {MFSDP_PROGRAM_START_REDUCTION, MFSDP_PROGRAM_WAIT_REDUCTION},
+          {}},
+         "are reduced from packed staging, but no pack of the unit comes before this "
+         "start in post_backward(0)"},
+        {{{MFSDP_PROGRAM_START_GATHER, MFSDP_PROGRAM_WAIT_GATHER, MFSDP_PROGRAM_UNPACK},
+          {MFSDP_PROGRAM_RELEASE},
+          {MFSDP_PROGRAM_START_GATHER, MFSDP_PROGRAM_WAIT_GATHER, MFSDP_PROGRAM_UNPACK,
+           MFSDP_PROGRAM_PLACE_GRADS},
+          {MFSDP_PROGRAM_PACK, MFSDP_PROGRAM_START_REDUCTION, MFSDP_PROGRAM_WAIT_REDUCTION},
+          {}},
+         nullptr},
+    };
+    for (const Hooked &h : programs) {
+      std::vector<mfsdp_program_op> ops{step};
+      std::vector<mfsdp_program_hook> hooks{{MFSDP_HOOK_OPTIMIZER_STEP, -1, 0, 1}};
+      for (int32_t k = MFSDP_HOOK_PRE_FORWARD; k <= MFSDP_HOOK_POST_BACKWARD; ++k) {
+        const int32_t first = static_cast<int32_t>(ops.size());
+        for (int32_t kind : h.kinds[k])
+          ops.push_back(unitOp(kind));
+        hooks.push_back({k, 0, first, static_cast<int32_t>(ops.size()) - first});
+      }
+      mfsdp_program program{static_cast<int32_t>(ops.size()), ops.data(),
+                            static_cast<int32_t>(hooks.size()), hooks.data()};
+      mfsdp_plan programmed = b;
+      programmed.program = &program;
+      programmed.hash = mfsdp_plan_hash(&programmed);
+      if (h.says) {
+        fails(s, mfsdp_create(&programmed, &s), MFSDP_ERROR_PLAN, h.says);
+        mfsdp_destroy(s);
+        s = nullptr;
+        continue;
+      }
+      expect(mfsdp_create(&programmed, &s) == MFSDP_OK,
+             std::string("create with a program that packs and unpacks: ") +
+                 mfsdp_last_error(s));
+      std::vector<float> pv(12), qv(12);
+      for (int i = 0; i < 12; ++i) {
+        pv[i] = 0.5f + static_cast<float>(i);
+        qv[i] = -2.f * static_cast<float>(i) - 0.25f;
+      }
+      expect(mfsdp_load_param(s, 0, pv.data()) == MFSDP_OK &&
+                 mfsdp_load_param(s, 1, qv.data()) == MFSDP_OK &&
+                 mfsdp_pre_forward(s, 0) == MFSDP_OK,
+             std::string("programmed: load and gather the bucket: ") + mfsdp_last_error(s));
+      DLTensor pt{}, qt{};
+      expect(mfsdp_param_view(s, 0, &pt) == MFSDP_OK && mfsdp_param_view(s, 1, &qt) == MFSDP_OK &&
+                 std::memcmp(pt.data, pv.data(), 48) == 0 &&
+                 std::memcmp(qt.data, qv.data(), 48) == 0,
+             "programmed: the unpacked copies are the loaded parameters");
+      expect(mfsdp_post_forward(s, 0) == MFSDP_OK && mfsdp_pre_backward(s, 0) == MFSDP_OK &&
+                 mfsdp_post_backward(s, 0) == MFSDP_OK && mfsdp_optimizer_step(s) == MFSDP_OK,
+             std::string("programmed: a bucketed step: ") + mfsdp_last_error(s));
+      w = mfsdp::rt::workCounters(s);
+      expect(w.bucketGathers == 2 && w.bucketReductions == 1,
+             "programmed bucket collectives: " + std::to_string(w.bucketGathers) +
+                 " gathers, " + std::to_string(w.bucketReductions) +
+                 " reductions (expected 2, 1)");
+      mfsdp_destroy(s);
+      s = nullptr;
+    }
   }
   // An owner bucket of bf16 copies: its copies are one bf16 image of the
   // fp32 layout (docs/runtime.md, "bf16 compute copies"); a memory plan

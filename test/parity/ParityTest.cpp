@@ -1,6 +1,6 @@
 //===- ParityTest.cpp - Sharded training equals single-device training ----===//
 //
-//   mpirun -np N mfsdp-parity MESH POLICY ZERO MICROBATCHES [recompute|restart|bf16|reduce_bf16|dynamic|ns_split|prefetch|buckets|bucket=BYTES|external|hparams|clip|blocks=RxC|replicate=BYTES|dump=FILE]
+//   mpirun -np N mfsdp-parity MESH POLICY ZERO MICROBATCHES [recompute|restart|bf16|reduce_bf16|dynamic|ns_split|prefetch|buckets|bucket=BYTES|external|hparams|clip|eval|blocks=RxC|replicate=BYTES|dump=FILE]
 //   (N processes with the torchrun variables) mfsdp-parity MESH ... torchrun
 //
 // Plans the example model with the layout planner (policy, ZeRO level,
@@ -70,6 +70,11 @@
 // must be the reference's and the same on every rank. With
 // `replicate=BYTES`, the planner replicates tensors smaller than BYTES
 // (the norms and biases: 48 bytes).
+// With `eval`, an evaluation forward runs over every unit between each
+// step's backward and its optimizer step (pre_forward, post_forward,
+// end_forward; the reductions may still be in flight): each parameter's
+// gathered copy must be its master (bf16 copies: rounded), and training
+// must still match the reference.
 // With `torchrun` no MPI call is made: the ranks come from the torchrun
 // variables (test/launch_torchrun.py starts them, or torchrun itself), the
 // driver's own exchanges go over the torchrun control plane, and the
@@ -366,7 +371,7 @@ int main(int argc, char **argv) {
   bool recompute = false, restart = false, bf16 = false, dynamic = false;
   bool reduceBf16 = false;
   bool nsSplit = false, prefetch = false, bucketed = false, external = false;
-  bool hparams = false, clip = false, nsBf16 = false;
+  bool hparams = false, clip = false, nsBf16 = false, eval = false;
   bool withProgram = false;        // order= (or no `protocol`): the plan carries the program
   bool protocol = false;           // protocol: no program, the runtime's own order
   int64_t orderFill = -1;          // its optimizer order (-1: landing)
@@ -393,6 +398,7 @@ int main(int argc, char **argv) {
     external |= std::strcmp(argv[i], "external") == 0;
     hparams |= std::strcmp(argv[i], "hparams") == 0;
     clip |= std::strcmp(argv[i], "clip") == 0;
+    eval |= std::strcmp(argv[i], "eval") == 0;
     nsBf16 |= std::strcmp(argv[i], "ns_bf16") == 0;
     if (std::strncmp(argv[i], "replicate=", 10) == 0)
       replicateUnder = std::atoll(argv[i] + 10);
@@ -869,8 +875,11 @@ int main(int argc, char **argv) {
       for (const step::RuntimeBucket &b : buckets)
         perMicro += (b.unit >= 1) + (b.unit + 1 < plan.num_units);
     }
+    // (`eval`'s forwards gather again and land the reductions early: the
+    // counts of gathers and overlapped work below are the training step's
+    // alone without it.)
     const int64_t wantStarts = stepsRun * micro * perMicro;
-    expect(w.prefetchStarts == wantStarts && w.prefetchWaits == wantStarts,
+    expect(eval || (w.prefetchStarts == wantStarts && w.prefetchWaits == wantStarts),
            "prefetched gathers started / waited for on rank " +
                std::to_string(rank) + " " + when + ": " +
                std::to_string(w.prefetchStarts) + " / " +
@@ -882,19 +891,21 @@ int main(int argc, char **argv) {
     // flag): one asynchronous dp_shard collective per parameter or bucket
     // in the last microbatch's backward (the others run under no-sync),
     // block shards included (packed into their gathered copy) unless that
-    // copy is bf16 (half the bytes of their fp32 gradient: reduced at the
-    // hook); under HSDP the all-reduce over replicas follows at the wait.
-    // All waited for (the last by optimizer_step).
+    // copy is bf16 (half the bytes of their fp32 gradient) or ZeRO-1/2's
+    // (the parameter itself): reduced at the hook; under HSDP the
+    // all-reduce over replicas follows at the wait. All waited for (the
+    // last by optimizer_step).
     int64_t perStep = 0;
     if (hooked || (prefetch && zero >= 3 && !dynamic)) {
       for (int32_t i = 0; i < plan.num_params; ++i)
-        perStep += !inBucket[i] && !(bf16 && descs[i].placement == MFSDP_BLOCK_SHARD);
+        perStep += !inBucket[i] && !((bf16 || zero < 3) &&
+                                     descs[i].placement == MFSDP_BLOCK_SHARD);
       perStep += static_cast<int64_t>(buckets.size());
     }
     const int64_t wantReduces = stepsRun * perStep;
     if (hooked || (prefetch && zero >= 3 && !dynamic))
       expect(perStep > 0, "the plan has reductions to overlap");
-    expect(w.reduceStarts == wantReduces && w.reduceWaits == wantReduces,
+    expect(eval || (w.reduceStarts == wantReduces && w.reduceWaits == wantReduces),
            "overlapped reductions started / waited for on rank " +
                std::to_string(rank) + " " + when + ": " +
                std::to_string(w.reduceStarts) + " / " +
@@ -938,7 +949,7 @@ int main(int argc, char **argv) {
         if (g.hooks[h].hook == MFSDP_HOOK_OPTIMIZER_STEP)
           optimizerEntry = h;
       const int64_t want = stepsRun * run(optimizerEntry, true);
-      expect(w.overlappedKernels == want,
+      expect(eval || w.overlappedKernels == want,
              "optimizer kernels run while other reductions were in flight on rank " +
                  std::to_string(rank) + " " + when + ": " +
                  std::to_string(w.overlappedKernels) + ", expected " +
@@ -953,8 +964,8 @@ int main(int argc, char **argv) {
       expect(nb > 0, "the step program has buckets of two parameters or more");
     const int64_t wantGathers = zero >= 3 ? stepsRun * micro * 2 * nb : stepsRun * nb;
     expect(w.bucketReductions == stepsRun * nb &&
-               (zero >= 3 ? w.bucketGathers == wantGathers
-                          : w.bucketGathers >= wantGathers),
+               (zero >= 3 && !eval ? w.bucketGathers == wantGathers
+                                   : w.bucketGathers >= wantGathers),
            "bucket reductions / gathers on rank " + std::to_string(rank) + " " + when +
                ": " + std::to_string(w.bucketReductions) + " / " +
                std::to_string(w.bucketGathers) + ", expected " +
@@ -1091,9 +1102,69 @@ int main(int argc, char **argv) {
     clipTotals[s] = total;
     return true;
   };
-  if (hparams || nsBf16 || clip)
+  // `eval`: an evaluation forward over every unit between the backward
+  // and the optimizer step (pre_forward, post_forward, end_forward), with
+  // the gradients' reductions still in flight: every parameter's copy in
+  // it is its master (rounded to bf16 for a bf16 copy), and the optimizer
+  // step after it still finds the gradients reduced.
+  auto evalForward = [&](int64_t s, std::string &err) {
+    auto failed = [&](const char *what) {
+      err = std::string("evaluation ") + what + ": " + mfsdp_last_error(step);
+      return false;
+    };
+    // First a forward that stops in unit 1 (an exception there): ended
+    // from where it stopped, the gather its pre_forward started ahead for
+    // unit 2 (prefetch) goes too.
+    if (plan.num_units >= 3 &&
+        (mfsdp_pre_forward(step, 0) != MFSDP_OK || mfsdp_post_forward(step, 0) != MFSDP_OK ||
+         mfsdp_pre_forward(step, 1) != MFSDP_OK || mfsdp_end_forward(step, 1) != MFSDP_OK ||
+         mfsdp_end_forward(step, 0) != MFSDP_OK))
+      return failed("forward stopped in unit 1");
+    // Then a whole one, each copy kept as the trainer read it.
+    std::vector<std::pair<int32_t, std::vector<uint16_t>>> seen; // raw halves
+    for (int32_t u = 0; u < plan.num_units; ++u) {
+      if (mfsdp_pre_forward(step, u) != MFSDP_OK)
+        return failed("pre_forward");
+      for (int32_t i = 0; i < plan.num_params; ++i) {
+        if (descs[i].unit != u)
+          continue;
+        DLTensor t{};
+        if (mfsdp_param_view(step, i, &t) != MFSDP_OK)
+          return failed("view");
+        const int64_t n = descs[i].rows * descs[i].cols * (t.dtype.bits / 16);
+        seen.push_back({i, std::vector<uint16_t>(static_cast<const uint16_t *>(t.data),
+                                                 static_cast<const uint16_t *>(t.data) + n)});
+      }
+      if (mfsdp_post_forward(step, u) != MFSDP_OK)
+        return failed("post_forward");
+    }
+    for (int32_t u = 0; u < plan.num_units; ++u)
+      if (mfsdp_end_forward(step, u) != MFSDP_OK)
+        return failed("end_forward");
+    for (const auto &[i, raw] : seen) {
+      std::vector<float> master(descs[i].rows * descs[i].cols);
+      if (mfsdp_store_param(step, i, master.data()) != MFSDP_OK)
+        return failed("store");
+      bool same = true;
+      for (size_t k = 0; k < master.size() && same; ++k) {
+        uint32_t bits = 0;
+        std::memcpy(&bits, &master[k], 4);
+        if (descs[i].compute_dtype == MFSDP_COMPUTE_BF16)
+          same = raw[k] == ((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+        else
+          same = (raw[2 * k] | (static_cast<uint32_t>(raw[2 * k + 1]) << 16)) == bits;
+      }
+      expect(same, "step " + std::to_string(s) + ": the evaluation forward's copy of '" +
+                       descs[i].name + "' is its master" +
+                       (descs[i].compute_dtype == MFSDP_COMPUTE_BF16 ? " rounded to bf16"
+                                                                     : ""));
+    }
+    return true;
+  };
+  if (hparams || nsBf16 || clip || eval)
     to.beforeStep = [&](int64_t s, std::string &err) {
-      return (!(hparams || nsBf16) || setHparams(s, err)) && (!clip || clipGrads(s, err));
+      return (!eval || evalForward(s, err)) &&
+             (!(hparams || nsBf16) || setHparams(s, err)) && (!clip || clipGrads(s, err));
     };
   std::vector<double> losses;
   std::string error;

@@ -236,9 +236,10 @@ TEST(RuntimeProgram, Errors) {
 
 /// One hook's ops as "kind unit" words (hook entries of lowerStepProgram).
 std::string hookText(const RuntimeProgram &p, int32_t hook, int32_t unit) {
-  static const char *kinds[] = {"wait_reduction", "optimizer",   "broadcast",
-                                "gather",         "start_gather", "wait_gather",
-                                "release",        "place_grads",  "start_reduction"};
+  static const char *kinds[] = {"wait_reduction", "optimizer",    "broadcast",
+                                "gather",         "start_gather",  "wait_gather",
+                                "release",        "place_grads",   "start_reduction",
+                                "unpack",         "pack"};
   for (const mfsdp_program_hook &h : p.hooks) {
     if (h.hook != hook || h.unit != unit)
       continue;
@@ -334,6 +335,46 @@ TEST(RuntimeProgram, HooksPrefetchUnderZero3) {
   EXPECT_EQ(hookText(p, MFSDP_HOOK_PRE_FORWARD, 2), "wait_gather u2");
   EXPECT_EQ(hookText(p, MFSDP_HOOK_PRE_BACKWARD, 1),
             "start_gather u0, wait_gather u1, place_grads u1");
+}
+
+/// `plan` with unit 2's two row shards (u2.w, u2.frozen) in one bucket.
+struct BucketedPlan : Plan {
+  const int32_t members[2] = {3, 4};
+  mfsdp_bucket bucket{2, MFSDP_ROW_SHARD, 2, members};
+  BucketedPlan() {
+    plan.zero = 3;
+    plan.num_buckets = 1;
+    plan.buckets = &bucket;
+  }
+};
+
+// A unit with a row-shard bucket gathers every rank's chunk into staging
+// and reduces from it: each wait for its gathers is followed by its
+// unpack, each start of its reduction preceded by its pack, in the same
+// hook; the other units' hooks are as without buckets.
+TEST(RuntimeProgram, HooksPackAndUnpackBuckets) {
+  BucketedPlan plan;
+  for (int64_t depth : {0, 1}) {
+    Step z = zero3Step();
+    OverlapOptions o;
+    o.prefetch = depth;
+    scheduleOverlap(z, o);
+    const RuntimeProgram p = lowerStepProgram(z, plan.plan);
+    ASSERT_EQ(p.error, "");
+    EXPECT_EQ(hookText(p, MFSDP_HOOK_PRE_FORWARD, 2),
+              depth ? "wait_gather u2, unpack u2" : "start_gather u2, wait_gather u2, unpack u2")
+        << depth;
+    EXPECT_EQ(hookText(p, MFSDP_HOOK_PRE_BACKWARD, 2),
+              "start_gather u2, " + std::string(depth ? "start_gather u1, " : "") +
+                  "wait_gather u2, unpack u2, place_grads u2")
+        << depth;
+    EXPECT_EQ(hookText(p, MFSDP_HOOK_POST_BACKWARD, 2), "pack u2, start_reduction u2") << depth;
+    EXPECT_EQ(hookText(p, MFSDP_HOOK_PRE_BACKWARD, 1),
+              std::string(depth ? "" : "start_gather u1, ") +
+                  (depth ? "start_gather u0, " : "") + "wait_gather u1, place_grads u1")
+        << depth;
+    EXPECT_EQ(hookText(p, MFSDP_HOOK_POST_BACKWARD, 1), "start_reduction u1") << depth;
+  }
 }
 
 // Another schedule, another program: two groups ahead, pre_forward(0)
@@ -546,6 +587,37 @@ TEST(VerifyProgram, LoweredProgramsPass) {
   }
 }
 
+// The bucket's unpack after each wait for its gather, its pack before the
+// start of its reduction: a program without one is caught, naming the op.
+TEST(VerifyProgram, BucketsPackedAndUnpacked) {
+  BucketedPlan plan;
+  for (int64_t depth : {0, 1, 2})
+    EXPECT_EQ(lowered(zero3Step(), plan.plan, depth).check(plan.plan), "") << depth;
+  {
+    Lowered l = lowered(zero3Step(), plan.plan, 1);
+    const int32_t unpack = l.find(MFSDP_HOOK_PRE_BACKWARD, 2, MFSDP_PROGRAM_UNPACK, 2);
+    const int32_t wait = l.find(MFSDP_HOOK_PRE_BACKWARD, 2, MFSDP_PROGRAM_WAIT_GATHER, 2);
+    ASSERT_GE(unpack, 0);
+    l.program.ops[unpack].kind = MFSDP_PROGRAM_PLACE_GRADS;
+    EXPECT_EQ(l.check(plan.plan),
+              "pre_backward of unit 2: op " + std::to_string(wait) +
+                  " (wait_gather of unit 2) waits for the unit's gather, whose row-shard "
+                  "buckets (bucket 0, ...) land in staging, but no unpack of the unit "
+                  "follows in the hook");
+  }
+  {
+    Lowered l = lowered(zero3Step(), plan.plan, 1);
+    const int32_t pack = l.find(MFSDP_HOOK_POST_BACKWARD, 2, MFSDP_PROGRAM_PACK, 2);
+    const int32_t start = l.find(MFSDP_HOOK_POST_BACKWARD, 2, MFSDP_PROGRAM_START_REDUCTION, 2);
+    ASSERT_GE(pack, 0);
+    std::swap(l.program.ops[pack], l.program.ops[start]);
+    EXPECT_EQ(l.check(plan.plan),
+              "post_backward of unit 2: op " + std::to_string(pack) +
+                  " (start_reduction of unit 2) starts the reduction of row-shard buckets "
+                  "(bucket 0, ...) that no pack of the unit has packed in this hook");
+  }
+}
+
 TEST(VerifyProgram, HookEntries) {
   Plan plan;
   plan.plan.zero = 3;
@@ -733,6 +805,44 @@ TEST(VerifyProgram, OptimizerStep) {
     l.program.ops[gather].kind = MFSDP_PROGRAM_BROADCAST_UPDATES;
     EXPECT_EQ(l.check(plan.plan), "the optimizer step does not gather unit 2's updated "
                                   "parameters (ZeRO-2)");
+  }
+  {
+    // An owner's Muon on another rank: the owner would never step it.
+    Lowered l = lowered(threeUnits(), plan.plan, 1);
+    const int32_t muon = l.find(MFSDP_HOOK_OPTIMIZER_STEP, -1, MFSDP_PROGRAM_OPTIMIZER, 1);
+    ASSERT_GE(muon, 0);
+    ASSERT_EQ(l.program.ops[muon].onlyRank, 1);
+    l.program.ops[muon].onlyRank = 0;
+    EXPECT_EQ(l.check(plan.plan), "optimizer_step: op " + std::to_string(muon) +
+                                      " (optimizer of unit 1) steps 'u1.w' on dp_shard rank "
+                                      "0 alone, which does not own it (rank 1 does)");
+  }
+  {
+    // ns_split over two replicas: a replica steps each owned matrix and
+    // the others receive it; a program that broadcasts nothing leaves them
+    // behind, and one that broadcasts before the step sends the old one.
+    Plan split;
+    split.plan.ns_split = 1;
+    split.plan.dp_replicate = 2;
+    split.plan.world = 4;
+    Lowered l = lowered(threeUnits(), split.plan, 1);
+    EXPECT_EQ(l.check(split.plan), "under ns_split no op broadcasts the updated 'u1.w' to "
+                                   "the other replicas");
+    const int32_t wait = l.program.hooks.front().first_op;
+    ASSERT_EQ(l.program.hooks.front().hook, MFSDP_HOOK_OPTIMIZER_STEP);
+    ProgramOp early;
+    early.kind = MFSDP_PROGRAM_BROADCAST_UPDATES;
+    early.unit = 1;
+    early.params = {1};
+    l.program.ops.insert(l.program.ops.begin() + wait, early);
+    for (mfsdp_program_hook &h : l.program.hooks)
+      if (h.hook == MFSDP_HOOK_OPTIMIZER_STEP)
+        ++h.num_ops;
+      else if (h.first_op >= wait)
+        ++h.first_op;
+    EXPECT_EQ(l.check(split.plan), "optimizer_step: op " + std::to_string(wait) +
+                                       " (broadcast_updates of unit 1) broadcasts 'u1.w' "
+                                       "before any op steps it");
   }
 }
 

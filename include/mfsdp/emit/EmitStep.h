@@ -27,7 +27,10 @@ namespace mfsdp {
 struct EmitStepOptions {
   /// Keep gradient buffers between microbatches (no-sync accumulation);
   /// otherwise the memory plan gives each unit's gradients space only
-  /// during its backward and the runtime refuses no-sync.
+  /// during its backward and the runtime refuses no-sync. A module whose
+  /// sched.step accumulates microbatches (mfsdp-build-step{microbatches=N})
+  /// keeps them whatever this says: its program runs the earlier
+  /// microbatches under no-sync.
   bool accumulate = false;
   /// Gather prefetch depth (0 or 1; mfsdp_memory_plan::prefetch): with 1,
   /// under ZeRO-3, the memory plan gives two units' gathered copies room at

@@ -48,6 +48,10 @@ inline const char *programKindName(int32_t kind) {
     return "place_grads";
   case MFSDP_PROGRAM_START_REDUCTION:
     return "start_reduction";
+  case MFSDP_PROGRAM_UNPACK:
+    return "unpack";
+  case MFSDP_PROGRAM_PACK:
+    return "pack";
   default:
     return "unknown";
   }
