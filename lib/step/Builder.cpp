@@ -802,6 +802,12 @@ private:
                              g.rowGrad >= 0 ? g.rowGrad : g.ownedLocal, kept, true);
         hsdp.group = static_cast<int64_t>(gi);
         hsdp.unit = piece.unit;
+        // The parameters whose reduced parts it carries, row shards and
+        // the owner chunk this rank keeps (the schedule orders it after
+        // their shard reductions and no other).
+        hsdp.params = piece.rowNames;
+        hsdp.params.insert(hsdp.params.end(), piece.ownedNames.begin(),
+                           piece.ownedNames.end());
         st.ops.push_back(hsdp);
       }
     }

@@ -24,6 +24,37 @@ bool touches(const Op &op, int64_t buffer) {
          std::find(op.writes.begin(), op.writes.end(), buffer) != op.writes.end();
 }
 
+bool shareBuffer(const std::vector<int64_t> &a, const std::vector<int64_t> &b) {
+  for (int64_t x : a)
+    if (std::find(b.begin(), b.end(), x) != b.end())
+      return true;
+  return false;
+}
+
+/// Whether `a` and `b` depend on each other through a buffer: one reads
+/// what the other writes. (Two collectives writing one buffer write their
+/// own parts of it, as a unit's row and owner gathers do.)
+/// Collectives that name their parameters work on those parameters' parts
+/// of their buffers (a group's buffers hold every unit's): two that share
+/// no parameter do not depend on each other. Two of different
+/// communicators that share one do (a unit's all-reduce over replicas
+/// carries what its shard reductions, rows and owner chunks, produce).
+bool buffersConflict(const Op &a, const Op &b) {
+  if (!a.params.empty() && !b.params.empty()) {
+    bool shared = false;
+    for (const std::string &p : a.params)
+      if (std::find(b.params.begin(), b.params.end(), p) != b.params.end()) {
+        shared = true;
+        break;
+      }
+    if (!shared)
+      return false;
+    if (a.kind == OpKind::Collective && b.kind == OpKind::Collective && a.comm != b.comm)
+      return true;
+  }
+  return shareBuffer(a.writes, b.reads) || shareBuffer(a.reads, b.writes);
+}
+
 bool isGather(const Op &op) {
   return op.kind == OpKind::Collective &&
          (op.coll == CollKind::AllGather || op.coll == CollKind::AllGatherV) &&
@@ -96,9 +127,20 @@ int64_t bucketCollectives(Step &s, double limitBytes) {
               static_cast<int>(op.phase), op.reads, op.writes, op.interNode};
       auto &list = open[key];
       bool merged = false;
+      // Joining a bucket moves the op before the buckets opened after
+      // that one: not past one whose buffers it depends on (a unit's
+      // all-reduce over replicas stays after its shard reduction when a
+      // limit opened a bucket for that one).
+      auto movesPastItsInput = [&](size_t bucket) {
+        for (size_t j = bucket + 1; j < buckets.size(); ++j)
+          if (buffersConflict(op, buckets[j]))
+            return true;
+        return false;
+      };
       if (!list.empty()) {
         Op &b = buckets[list.back()];
-        if (limitBytes <= 0 || b.collBytes + op.collBytes <= limitBytes) {
+        if ((limitBytes <= 0 || b.collBytes + op.collBytes <= limitBytes) &&
+            !movesPastItsInput(list.back())) {
           b.collBytes += op.collBytes;
           b.params.insert(b.params.end(), op.params.begin(), op.params.end());
           if (!op.chunks.empty()) {
@@ -359,6 +401,16 @@ public:
     std::map<int64_t, std::vector<int64_t>> pending;
     std::map<int64_t, std::set<int64_t>> pendingOn;
     std::vector<Op> deferred;
+    // Collectives that use a buffer a collective of another communicator
+    // in flight writes (or write one it uses): each runs right after the
+    // waits for those (`after`), synchronously, as the runtime runs HSDP's
+    // all-reduce over replicas inside the wait for the shard reduction;
+    // in the order they came.
+    struct Blocked {
+      Op op;
+      std::set<int64_t> after;
+    };
+    std::vector<Blocked> blocked;
   };
   State state;
 
@@ -389,6 +441,9 @@ public:
       waitFor(entry.first, out[entry.first].phase);
     state.pending.clear();
     state.pendingOn.clear();
+    for (State::Blocked &b : state.blocked) // (none: each waits for pending ones)
+      put(std::move(b.op));
+    state.blocked.clear();
   }
 
 private:
@@ -400,6 +455,43 @@ private:
     wait.waitFor = idx;
     wait.group = out[idx].group;
     put(std::move(wait));
+    // The collectives held for this one run now, on the compute stream.
+    if (state.blocked.empty())
+      return;
+    std::vector<State::Blocked> still;
+    for (State::Blocked &b : state.blocked) {
+      b.after.erase(idx);
+      if (!b.after.empty()) {
+        still.push_back(std::move(b));
+        continue;
+      }
+      b.op.async = false;
+      put(std::move(b.op));
+    }
+    state.blocked.swap(still);
+  }
+
+  /// The collectives in flight on another communicator that collective
+  /// `op` must wait for, and those a collective held before it waits for
+  /// when it uses a buffer of that one.
+  std::set<int64_t> holdsFor(const Op &op) const {
+    std::set<int64_t> after;
+    for (const auto *list : {&op.reads, &op.writes})
+      for (int64_t buf : *list)
+        if (auto it = state.pendingOn.find(buf); it != state.pendingOn.end())
+          for (int64_t idx : it->second)
+            if (out[idx].comm != op.comm && buffersConflict(op, out[idx]))
+              after.insert(idx);
+    // Through a parameter in another buffer (an owner chunk's reduction,
+    // a row shard's all-reduce over replicas): of the few in flight.
+    if (!op.params.empty())
+      for (const auto &[idx, bufs] : state.pending)
+        if (out[idx].comm != op.comm && buffersConflict(op, out[idx]))
+          after.insert(idx);
+    for (const State::Blocked &b : state.blocked)
+      if (buffersConflict(op, b.op))
+        after.insert(b.after.begin(), b.after.end());
+    return after;
   }
 
   void flushFor(const Op &op) {
@@ -432,6 +524,10 @@ private:
     if (op.kind != OpKind::Collective)
       flushFor(op);
     if (op.kind == OpKind::Collective) {
+      if (std::set<int64_t> after = holdsFor(op); !after.empty()) {
+        state.blocked.push_back({std::move(op), std::move(after)});
+        return;
+      }
       op.async = true;
       // Each buffer once: an in-place gather reads and writes the same one,
       // and the wait removes the collective from each buffer's set once.
@@ -946,6 +1042,32 @@ std::vector<ScheduleIssue> verifySchedule(const Step &s, double capBytes) {
         inflight.erase(op.waitFor);
       continue;
     }
+    // A collective against those of other communicators still in flight
+    // (their streams do not order them): neither reads what the other
+    // writes.
+    if (op.kind == OpKind::Collective)
+      for (auto &[c, bufs] : inflight) {
+        const Op &other = s.ops[c];
+        if (other.comm == op.comm || !buffersConflict(op, other))
+          continue;
+        // What they share: a buffer one writes and the other uses, else a
+        // parameter they both carry.
+        std::string what;
+        for (const auto &[mine, theirs] : {std::make_pair(&op.writes, &other.reads),
+                                           std::make_pair(&op.writes, &other.writes),
+                                           std::make_pair(&op.reads, &other.writes)})
+          for (int64_t b : *mine)
+            if (what.empty() && std::find(theirs->begin(), theirs->end(), b) != theirs->end())
+              what = name(b);
+        for (const std::string &p : op.params)
+          if (what.empty() &&
+              std::find(other.params.begin(), other.params.end(), p) != other.params.end())
+            what = "parameter '" + p + "'";
+        issues.push_back({idx, fmt::format("'{}' (communicator {}) uses {} while '{}' "
+                                           "(communicator {}) is in flight on it: another "
+                                           "stream, not ordered before its wait",
+                                           op.name, op.comm, what, other.name, other.comm)});
+      }
     // Against every collective still in flight.
     if (op.kind != OpKind::Collective)
       for (auto &[c, bufs] : inflight) {

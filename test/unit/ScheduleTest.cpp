@@ -170,6 +170,112 @@ TEST(Schedule, OverlapPrefetchesAndWaitsBeforeUse) {
   EXPECT_GT(freeGrads1, indexOf(s, "backward 0"));
 }
 
+// HSDP: a unit's all-reduce over replicas (communicator 1) reads and
+// writes what its reduce-scatter (communicator 0) writes. Another stream
+// does not order it after the reduce-scatter, so the schedule runs it
+// right after the reduce-scatter's wait, synchronously, as the runtime
+// does inside that wait; the reduce-scatter still overlaps the next
+// unit's backward.
+TEST(Schedule, ReplicaAllReduceRunsAfterItsShardReduction) {
+  Step s;
+  s.world = 2;
+  s.buffers = {buffer("grads 1", 16), buffer("shard 1", 8, true), buffer("grads 0", 16),
+               buffer("shard 0", 8, true)};
+  auto reduce = [](int64_t from, int64_t to, int64_t group) {
+    Op rs = collective(CollKind::ReduceScatter, from, to, 16, group, Phase::Backward);
+    rs.name = "reduce_scatter " + std::to_string(group);
+    return rs;
+  };
+  auto overReplicas = [](int64_t shard, int64_t group) {
+    Op ar = collective(CollKind::AllReduce, shard, shard, 8, group, Phase::Backward);
+    ar.name = "all_reduce " + std::to_string(group) + " over replicas";
+    ar.meshAxes = {"dp_replicate"};
+    ar.comm = 1;
+    return ar;
+  };
+  s.ops = {alloc(0), compute("backward 1", 1, {}, {0}, Phase::Backward), reduce(0, 1, 1),
+           overReplicas(1, 1), alloc(2), compute("backward 0", 0, {}, {2}, Phase::Backward),
+           reduce(2, 3, 0), overReplicas(3, 0)};
+  scheduleOverlap(s, OverlapOptions{});
+  EXPECT_TRUE(verifySchedule(s, 0).empty());
+  for (int group : {0, 1}) {
+    const std::string g = std::to_string(group);
+    const size_t rs = indexOf(s, "reduce_scatter " + g);
+    const size_t wait = indexOf(s, "wait reduce_scatter " + g);
+    const size_t ar = indexOf(s, "all_reduce " + g + " over replicas");
+    ASSERT_LT(ar, s.ops.size());
+    EXPECT_LT(rs, wait);
+    EXPECT_EQ(ar, wait + 1) << "group " << group;
+    EXPECT_FALSE(s.ops[ar].async) << "group " << group;
+  }
+  // Unit 1's reduction still overlaps unit 0's backward.
+  EXPECT_GT(indexOf(s, "wait reduce_scatter 1"), indexOf(s, "backward 0"));
+
+  // Started while the reduce-scatter is in flight, it is a race the
+  // verifier names.
+  Step race;
+  race.world = 2;
+  race.buffers = {buffer("grads", 16), buffer("shard", 8, true)};
+  Op rs = reduce(0, 1, 0);
+  rs.async = true;
+  Op ar = overReplicas(1, 0);
+  ar.async = true;
+  Op waitRs, waitAr;
+  waitRs.kind = waitAr.kind = OpKind::Wait;
+  waitRs.waitFor = 2;
+  waitAr.waitFor = 3;
+  race.ops = {alloc(0), compute("backward", 0, {}, {0}, Phase::Backward), rs, ar, waitRs,
+              waitAr};
+  const std::vector<ScheduleIssue> issues = verifySchedule(race, 0);
+  ASSERT_EQ(issues.size(), 1u);
+  EXPECT_EQ(issues[0].op, 3);
+  EXPECT_EQ(issues[0].message,
+            "'all_reduce 0 over replicas' (communicator 1) uses 'shard' while "
+            "'reduce_scatter 0' (communicator 0) is in flight on it: another stream, not "
+            "ordered before its wait");
+}
+
+// A gather group's units reduce one after the other: a limit that opens a
+// new bucket for the second unit's reduce-scatter keeps its all-reduce
+// over replicas out of the first unit's (which would move it before the
+// reduce-scatter whose result it carries).
+TEST(Schedule, BucketingKeepsAnAllReduceAfterItsReduceScatter) {
+  Step s;
+  s.world = 2;
+  s.buffers = {buffer("grads", 32), buffer("shards", 16, true)};
+  auto rs = [](const char *p) {
+    Op op = collective(CollKind::ReduceScatter, 0, 1, 16, 0, Phase::Backward);
+    op.name = std::string("reduce_scatter ") + p;
+    op.params = {p};
+    return op;
+  };
+  auto ar = [](const char *p) {
+    Op op = collective(CollKind::AllReduce, 1, 1, 4, 0, Phase::Backward);
+    op.name = std::string("all_reduce ") + p;
+    op.params = {p};
+    op.meshAxes = {"dp_replicate"};
+    op.comm = 1;
+    return op;
+  };
+  s.ops = {alloc(0), compute("backward", 0, {}, {0}, Phase::Backward), rs("a"), ar("a"),
+           rs("b"), ar("b")};
+  Step unlimited = s;
+  // 20 bytes: the reduce-scatters (16 each) in two buckets, the
+  // all-reduces (4 each) would fit in one.
+  EXPECT_EQ(bucketCollectives(s, 20), 0);
+  ASSERT_EQ(s.ops.size(), 6u);
+  EXPECT_EQ(s.ops[2].name, "reduce_scatter a");
+  EXPECT_EQ(s.ops[3].name, "all_reduce a");
+  EXPECT_EQ(s.ops[4].name, "reduce_scatter b");
+  EXPECT_EQ(s.ops[5].name, "all_reduce b");
+  // Without a limit both pairs merge, each bucket after the one it needs.
+  EXPECT_EQ(bucketCollectives(unlimited, 0), 2);
+  ASSERT_EQ(unlimited.ops.size(), 4u);
+  EXPECT_EQ(unlimited.ops[2].coll, CollKind::ReduceScatter);
+  EXPECT_EQ(unlimited.ops[3].coll, CollKind::AllReduce);
+  EXPECT_EQ(unlimited.ops[3].params, (std::vector<std::string>{"a", "b"}));
+}
+
 TEST(Schedule, PrefetchRespectsTheInflightCap) {
   Step s = twoGroups();
   OverlapOptions o;
