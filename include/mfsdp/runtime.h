@@ -724,7 +724,9 @@ mfsdp_status mfsdp_set_step_count(mfsdp_step *step, int64_t count);
  * or damaged file MFSDP_ERROR_IO naming it. It sets the step count and,
  * when `user` is not NULL, copies the user dictionary (JSON, NUL
  * terminated) into it (MFSDP_ERROR_INVALID if it needs more than
- * `user_size` bytes). Either every rank loads or every rank fails. */
+ * `user_size` bytes, checked before anything is loaded). Either every
+ * rank loads or every rank fails, and a load that fails leaves the state
+ * as it was. */
 mfsdp_status mfsdp_save(mfsdp_step *step, const char *dir, const char *user);
 /* Starts training from Hugging Face weights (collective): `dir` holds
  * model.safetensors or the shards model.safetensors.index.json names; every

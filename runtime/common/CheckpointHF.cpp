@@ -112,10 +112,10 @@ bool legacySource(const std::string &name, const mfsdp_param_desc &desc,
     auto it = tensors.find(c);
     if (it == tensors.end())
       continue;
-    int64_t numel = 1;
-    for (int64_t d : it->second.shape)
-      numel *= d;
-    if (numel != desc.rows * desc.cols)
+    // The expert's matrix as the plan's [rows, cols], not another shape
+    // of as many elements (its transpose).
+    const std::vector<int64_t> &shape = it->second.shape;
+    if (shape.size() != 2 || shape[0] != desc.rows || shape[1] != desc.cols)
       continue;
     src.t = &it->second;
     src.rowBase = 0;
@@ -226,12 +226,21 @@ mfsdp_status mfsdp::rt::loadHF(mfsdp_step *step, const char *dir) {
           ht.file = static_cast<int>(fds.size()) - 1;
           ht.dtype = t.at("dtype").get<std::string>();
           ht.shape = t.at("shape").get<std::vector<int64_t>>();
-          ht.begin = dataStart + t.at("data_offsets").at(0).get<int64_t>();
-          ht.end = dataStart + t.at("data_offsets").at(1).get<int64_t>();
-          if (ht.end > sb.st_size || ht.begin > ht.end)
+          // Offsets in the data section, which follows the header: a
+          // negative one would read the header as weights.
+          const int64_t b = t.at("data_offsets").at(0).get<int64_t>();
+          const int64_t e = t.at("data_offsets").at(1).get<int64_t>();
+          const int64_t data = static_cast<int64_t>(sb.st_size) - dataStart;
+          if (b < 0 || e < b)
+            throw std::runtime_error(path + ": '" + key + "' has data_offsets [" +
+                                     std::to_string(b) + ", " + std::to_string(e) +
+                                     "]; expected 0 <= begin <= end");
+          if (e > data)
             throw std::runtime_error(path + ": '" + key + "' lies past the end of the "
                                      "file (" + std::to_string(sb.st_size) +
                                      " bytes): the file is truncated");
+          ht.begin = dataStart + b;
+          ht.end = dataStart + e;
           tensors[key] = ht;
         }
       }
@@ -264,18 +273,36 @@ mfsdp_status mfsdp::rt::loadHF(mfsdp_step *step, const char *dir) {
     for (int64_t d : t.shape)
       numel *= d;
     const int64_t esize = t.dtype == "F32" ? 4 : (t.dtype == "BF16" || t.dtype == "F16") ? 2 : 0;
-    const int64_t want = src.rowBase == 0 && src.t->shape.size() != 3
-                             ? ps.desc.rows * ps.desc.cols
-                             : numel;
+    // A tensor of the parameter's own name has its shape: the first dim
+    // the plan's rows, the others together its columns (a 1-D tensor one
+    // column). A fused expert tensor was matched by its shape
+    // (fusedSource) and holds more than the parameter.
+    bool fits = true;
+    if (src.fusedName.empty()) {
+      int64_t rest = 1;
+      for (size_t k = 1; k < t.shape.size(); ++k)
+        rest *= t.shape[k];
+      fits = t.shape.empty() ? ps.desc.rows == 1 && ps.desc.cols == 1
+                             : t.shape[0] == ps.desc.rows && rest == ps.desc.cols;
+    }
+    auto shapeText = [](const std::vector<int64_t> &shape) {
+      std::string out;
+      for (int64_t d : shape)
+        out += (out.empty() ? "" : ", ") + std::to_string(d);
+      return "[" + out + "]";
+    };
     if (!esize)
       local = step->fail(MFSDP_ERROR_IO, "mfsdp_load_hf: '" + name + "' is " + t.dtype +
                                              "; expected F32, BF16 or F16");
-    else if (numel != want || t.end - t.begin != numel * esize)
+    else if (!fits || t.end - t.begin != numel * esize)
       local = step->fail(MFSDP_ERROR_IO,
                          "mfsdp_load_hf: '" + name + "' has " + std::to_string(numel) +
-                             " elements in " + files[t.file] + "; the plan's is " +
+                             " elements (shape " + shapeText(t.shape) + ", " +
+                             std::to_string(t.end - t.begin) + " bytes of " + t.dtype +
+                             ") in " + files[t.file] + "; the plan's is " +
                              std::to_string(ps.desc.rows) + "x" +
-                             std::to_string(ps.desc.cols));
+                             std::to_string(ps.desc.cols) +
+                             " (its first dim the rows, the others the columns)");
   }
   if (!local && !missing.empty())
     local = step->fail(MFSDP_ERROR_IO, "mfsdp_load_hf: " + base +

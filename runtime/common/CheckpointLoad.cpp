@@ -323,6 +323,18 @@ mfsdp_status mfsdp::rt::loadCheckpoint(mfsdp_step *step, const char *dir, char *
                              " elements this rank keeps (a file is missing or "
                              "pieces overlap)");
   }
+  // The user dictionary must fit before anything is loaded: a load that
+  // fails leaves the state as it was.
+  std::string userText;
+  if (!local && user) {
+    userText = index.value("user", json::object()).dump();
+    if (static_cast<int64_t>(userText.size()) + 1 > userSize)
+      local = step->fail(MFSDP_ERROR_INVALID,
+                         "mfsdp_load: the user dictionary takes " +
+                             std::to_string(userText.size() + 1) +
+                             " bytes; the buffer has " + std::to_string(userSize) +
+                             " (nothing was loaded)");
+  }
   if (auto s = agree(step, local, "checking the checkpoint")) {
     unmapAll();
     closeAll();
@@ -374,16 +386,8 @@ mfsdp_status mfsdp::rt::loadCheckpoint(mfsdp_step *step, const char *dir, char *
   closeAll();
   if (!local)
     local = followMasters(step);
-  if (!local && user) {
-    const std::string u = index.value("user", json::object()).dump();
-    if (static_cast<int64_t>(u.size()) + 1 > userSize)
-      local = step->fail(MFSDP_ERROR_INVALID,
-                         "mfsdp_load: the user dictionary takes " +
-                             std::to_string(u.size() + 1) + " bytes; the buffer has " +
-                             std::to_string(userSize));
-    else
-      std::memcpy(user, u.c_str(), u.size() + 1);
-  }
+  if (!local && user)
+    std::memcpy(user, userText.c_str(), userText.size() + 1);
   if (auto s = agree(step, local, "loading the checkpoint"))
     return s;
   step->steps = index.value("step_count", int64_t(0));

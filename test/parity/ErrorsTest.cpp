@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -1025,6 +1026,46 @@ int main(int argc, char **argv) {
     }
     s = nullptr;
     ::unsetenv("MFSDP_CHECK_CALLS");
+  }
+
+  // A load whose user dictionary does not fit the caller's buffer is
+  // refused before anything is loaded: the parameters and the step count
+  // stay as they were; with room, the checkpoint's come back.
+  {
+    long id = rank == 0 ? static_cast<long>(::getpid()) : 0;
+    MPI_Bcast(&id, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+    const std::string dir = std::string(::getenv("TMPDIR") ? ::getenv("TMPDIR") : "/tmp") +
+                            "/mfsdp-runtime-errors-ckpt-" + std::to_string(id);
+    expect(mfsdp_create(&plan, &s) == MFSDP_OK, "create (checkpoint)");
+    std::vector<float> saved(12), changed(12), now(12);
+    for (int i = 0; i < 12; ++i) {
+      saved[i] = 0.25f * static_cast<float>(i) - 1.f;
+      changed[i] = 7.f + static_cast<float>(i);
+    }
+    const std::string user = "{\"note\": \"" + std::string(5000, 'x') + "\"}";
+    expect(mfsdp_load_param(s, 0, saved.data()) == MFSDP_OK &&
+               mfsdp_save(s, dir.c_str(), user.c_str()) == MFSDP_OK,
+           std::string("save with a 5 KB user dictionary: ") + mfsdp_last_error(s));
+    expect(mfsdp_load_param(s, 0, changed.data()) == MFSDP_OK, "load w anew");
+    char small[4096];
+    fails(s, mfsdp_load(s, dir.c_str(), small, sizeof(small)), MFSDP_ERROR_INVALID,
+          "bytes; the buffer has 4096 (nothing was loaded)");
+    int64_t count = -1;
+    expect(mfsdp_store_param(s, 0, now.data()) == MFSDP_OK && now == changed &&
+               mfsdp_step_count(s, &count) == MFSDP_OK && count == 0,
+           "a refused load leaves the parameters and the step count as they were");
+    std::vector<char> room(user.size() + 64);
+    expect(mfsdp_load(s, dir.c_str(), room.data(), static_cast<int64_t>(room.size())) ==
+                   MFSDP_OK &&
+               std::strstr(room.data(), "xxxxx") &&
+               mfsdp_store_param(s, 0, now.data()) == MFSDP_OK && now == saved,
+           std::string("a load with room brings the checkpoint back: ") +
+               mfsdp_last_error(s));
+    mfsdp_destroy(s);
+    s = nullptr;
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0)
+      std::system(("rm -rf '" + dir + "'").c_str());
   }
 
   int counts[2] = {passed, failed}, totals[2] = {0, 0};

@@ -17,7 +17,8 @@ Run under mpirun -np 2 with a tiny transformers Llama:
            the matrices the plan holds;
   errors   saving over an existing directory, loading a missing one, a
            damaged one (which leaves the state as it was); HF
-           files with a tensor missing, another shape, truncated.
+           files with a tensor missing, another shape, a matrix transposed,
+           truncated, data offsets before the data.
 Prints "checkpoint ok" when every check passed on this rank.
 """
 
@@ -227,9 +228,13 @@ if RANK == 0:
     # Broken copies: a tensor missing, a shape changed, a file truncated.
     from safetensors.torch import load_file, save_file
     tensors = load_file(os.path.join(src, "model.safetensors"))
+    gate = "model.layers.0.mlp.gate_proj.weight"  # [48, 32]
     for name, edit in (("missing", lambda t: t.pop("model.norm.weight")),
                        ("shape", lambda t: t.__setitem__(
-                           "model.norm.weight", torch.zeros(31)))):
+                           "model.norm.weight", torch.zeros(31))),
+                       # As many elements, the other way round.
+                       ("transposed", lambda t: t.__setitem__(
+                           gate, t[gate].t().contiguous()))):
         d = os.path.join(root, name)
         os.makedirs(d)
         t = dict(tensors)
@@ -241,6 +246,19 @@ if RANK == 0:
         data = f.read()
     with open(os.path.join(d, "model.safetensors"), "wb") as f:
         f.write(data[:len(data) - 100])
+    # data_offsets that start before the data section: the header's own
+    # bytes would be read as weights.
+    import json
+    import struct
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    header["model.norm.weight"]["data_offsets"] = [-64, 64]
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    d = os.path.join(root, "offsets")
+    os.makedirs(d)
+    with open(os.path.join(d, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + data[8 + n:])
 model, opt = mt.fully_shard(llama(), mesh=f"dp_shard={WORLD}", policy="adamw",
                             work_dir=work + "-d")
 # Every rank waits for rank 0's files: a collective after they are written.
@@ -260,7 +278,10 @@ if RANK == 0:
           "load_hf widens bf16 files exactly")
 for name, words in (("missing", "lacks the plan's parameters model.norm.weight"),
                     ("shape", "'model.norm.weight' has 31 elements"),
-                    ("truncated", "the file is truncated")):
+                    ("transposed", "'model.layers.0.mlp.gate_proj.weight' has 1536 "
+                                   "elements (shape [32, 48]"),
+                    ("truncated", "the file is truncated"),
+                    ("offsets", "'model.norm.weight' has data_offsets [-64, 64]")):
     try:
         model.load_hf(os.path.join(root, name))
         check(False, f"load_hf of a {name} file is an error")
