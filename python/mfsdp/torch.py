@@ -274,6 +274,16 @@ class _State:
             elif u.state == "bwd":
                 raise Error(f"forward started while unit {u.index} is still in its backward "
                             "(a backward that stopped part way?)")
+        # The plan was compiled for each parameter's requires_grad at
+        # fully_shard: a change since would be ignored (a frozen parameter
+        # still stepped, an unfrozen one never), so it is an error.
+        for p in self.params:
+            if p.param.requires_grad != p.requires_grad:
+                raise Error(f"{p.name if p.fused is None else p.fused.name!r}: "
+                            f"requires_grad changed to {p.param.requires_grad} after "
+                            "fully_shard, which planned it "
+                            f"{'trainable' if p.requires_grad else 'frozen'}; set "
+                            "requires_grad before fully_shard")
         for t in self.ties:
             t.copy, t.grad = None, None
         self.ptrs.clear()
@@ -577,6 +587,19 @@ class MFSDPModule:
     def clip_grad_norm_(self, max_norm, norm_type=2.0):
         return clip_grad_norm_(self, max_norm, norm_type)
 
+    # torch's own state dicts would hold the model's meta placeholders (the
+    # values live in the runtime) and load nothing into them: refused,
+    # naming what does the job.
+    def state_dict(self, *args, **kwargs):
+        raise Error("state_dict() of a fully_shard model would hold no values (its "
+                    "parameters live in the runtime): use model.full_state_dict() "
+                    "(every tensor whole, collective) or model.save_checkpoint(dir)")
+
+    def load_state_dict(self, state_dict, *args, **kwargs):
+        raise Error("load_state_dict() of a fully_shard model would load nothing (its "
+                    "parameters live in the runtime): use "
+                    "model.load_full_state_dict(state) or model.load_checkpoint(dir)")
+
     def full_state_dict(self):
         """Every parameter whole, on every rank (collective): {name: tensor}."""
         st = self.mfsdp_state
@@ -739,6 +762,17 @@ class MFSDPOptimizer(torch.optim.Optimizer):
         if self._external_opt is not None:
             self._external_opt.step()
         return loss
+
+    # torch.optim's state dict would hold no state (the runtime keeps it):
+    # refused, as the model's are.
+    def state_dict(self):
+        raise Error("optimizer.state_dict() would hold no optimizer state (the runtime "
+                    "keeps it): model.save_checkpoint(dir) saves it with the parameters "
+                    "and the step count")
+
+    def load_state_dict(self, state_dict):
+        raise Error("optimizer.load_state_dict() would load no optimizer state (the "
+                    "runtime keeps it): use model.load_checkpoint(dir)")
 
     def zero_grad(self, set_to_none=True):
         self._mfsdp.step.zero_grad()

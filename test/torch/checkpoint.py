@@ -98,6 +98,30 @@ def train(model, opt, steps, first=0):
 model, opt = mt.fully_shard(llama(), mesh=f"dp_shard={WORLD}", policy="adamw",
                             work_dir=work + "-a")
 whole = train(model, opt, 6)
+# torch's own state dicts would hold the meta placeholders and load nothing:
+# refused, naming what does it; so is a requires_grad changed after
+# fully_shard (the plan would go on stepping the parameter), at the next
+# forward, and the forward after it is set back runs.
+for what, call in (("model.state_dict", lambda: model.state_dict()),
+                   ("model.load_state_dict", lambda: model.load_state_dict({})),
+                   ("optimizer.state_dict", lambda: opt.state_dict()),
+                   ("optimizer.load_state_dict", lambda: opt.load_state_dict({}))):
+    try:
+        call()
+        check(False, f"{what}() is refused")
+    except mfsdp.Error as e:
+        check("full_state_dict" in str(e) or "checkpoint" in str(e),
+              f"{what}() is refused, naming what does it ({str(e)[:90]})")
+norm = model.model.norm.weight
+norm.requires_grad_(False)
+try:
+    model(input_ids=batch(0), labels=batch(0))
+    check(False, "a forward after requires_grad changed is refused")
+except mfsdp.Error as e:
+    check("'model.norm.weight': requires_grad changed to False after fully_shard" in str(e),
+          f"a forward after requires_grad changed is refused ({str(e)[:100]})")
+norm.requires_grad_(True)
+check(len(train(model, opt, 1, first=6)) == 1, "set back, the next step runs")
 model.mfsdp_state.step.close()
 
 model, opt = mt.fully_shard(llama(), mesh=f"dp_shard={WORLD}", policy="adamw",
