@@ -1171,6 +1171,19 @@ def _load_values(state, init_fn):
 
 def _init_on_gathered(state, init_fn):
     uninit = []
+    # Buffers are not sharded: each rank materialises them whole, first, so
+    # that the init below writes into them: a unit's module's buffers (a
+    # scaled embedding's scale, a norm's running statistics) are set by the
+    # same call as its parameters, others (rotary frequencies) after.
+    buffered = {}
+    for m in state.model.modules():
+        meta_bufs = [k for k, b in m._buffers.items() if b is not None and b.device.type == "meta"]
+        if not meta_bufs:
+            continue
+        for k in meta_bufs:
+            m._buffers[k] = torch.zeros_like(m._buffers[k], device="cpu")
+        state.buffer_modules.append(m)
+        buffered[m] = meta_bufs
     for unit in state.units:
         state.step.pre_forward(unit.index)
         views = state._views(unit)
@@ -1184,6 +1197,7 @@ def _init_on_gathered(state, init_fn):
                         m.reset_parameters()
                     else:
                         uninit += [p.name for p in unit.params if p.module is m]
+                        uninit += [f"{type(m).__name__} buffer {k}" for k in buffered.get(m, ())]
             # Loads and stores use the runtime's staging buffer, which the unit's
             # gathered copy may share: copies first, loads once it is freed. A
             # fused tensor was initialised in its assembled copy.
@@ -1199,17 +1213,10 @@ def _init_on_gathered(state, init_fn):
             state.step.end_forward(unit.index)
         for p, v in zip(unit.params, values):
             state.step.load_param(p.index, v.reshape(-1))
-    # Buffers are not sharded: each rank materialises them whole (rotary
-    # frequencies, ...), initialised by the same function.
-    for m in state.model.modules():
-        meta_bufs = [k for k, b in m._buffers.items() if b is not None and b.device.type == "meta"]
-        if not meta_bufs:
-            continue
-        for k in meta_bufs:
-            m._buffers[k] = torch.empty_like(m._buffers[k], device="cpu")
-        state.buffer_modules.append(m)
-        in_unit = any(m in u.modules for u in state.units)
-        if in_unit:
+    # The modules outside every unit that hold buffers, initialised by the
+    # same function.
+    for m, meta_bufs in buffered.items():
+        if any(m in u.modules for u in state.units):
             continue
         with torch.no_grad():
             if init_fn is not None:

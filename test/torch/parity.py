@@ -31,7 +31,7 @@ import torch.optim._muon as torch_muon  # noqa: E402
 import mfsdp.torch as mt  # noqa: E402
 from mfsdp import _C  # noqa: E402
 
-MODELS = ("llama", "llama-tied", "qwen3", "qwen3-moe", "mixtral")
+MODELS = ("llama", "llama-tied", "qwen3", "qwen3-moe", "mixtral", "gemma3")
 
 
 def build_model(kind, layers):
@@ -44,6 +44,11 @@ def build_model(kind, layers):
     if kind == "qwen3":
         cfg = tf.Qwen3Config(**common, head_dim=8, tie_word_embeddings=False)
         return tf.Qwen3ForCausalLM(cfg)
+    # Gemma 3 (text): its scaled embedding holds a buffer, embed_scale, set by
+    # _init_weights on the embedding's own module (inside unit 0).
+    if kind == "gemma3":
+        cfg = tf.Gemma3TextConfig(**common, head_dim=8, tie_word_embeddings=False)
+        return tf.Gemma3ForCausalLM(cfg)
     # MoE: every expert routed (top-k = all), so that a router's near-tie cannot
     # flip a token to another expert on an fp32 rounding difference; the experts,
     # their fused tensors and the routing weights are trained all the same.
@@ -188,7 +193,8 @@ def main():
             for m in unit.modules:
                 ref._init_weights(ref_modules[names[id(m)]])
         for m in st.buffer_modules:
-            ref._init_weights(ref_modules[names[id(m)]])
+            if not any(m in u.modules for u in st.units):  # (those the units did)
+                ref._init_weights(ref_modules[names[id(m)]])
 
     # The reference optimizers: the plan's choice of optimizer per parameter, the
     # same groups.
