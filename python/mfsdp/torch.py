@@ -622,17 +622,31 @@ class MFSDPModule:
             out[name] = q.detach().clone()
         return out
 
-    def save_checkpoint(self, directory, user=None):
+    def _external_not_in(self, what, external_saved):
+        st = self.mfsdp_state
+        if st.external and not external_saved:
+            raise Error(f"{what}: the checkpoint holds what the runtime keeps, not the "
+                        "parameters left to the outer stack (" +
+                        ", ".join(n for n, _ in st.external) +
+                        ") nor their optimizer state: save and load those with the outer "
+                        "stack, and pass external_saved=True to say so")
+
+    def save_checkpoint(self, directory, user=None, external_saved=False):
         """A sharded checkpoint on disk (collective: every rank calls it): each rank
         writes what it keeps (parameters, optimizer state) into `directory`, which
         must not exist, with the step count and `user` (a JSON-serialisable dict,
-        e.g. the data position); atomic (docs/runtime.md, "Checkpoints on disk")."""
+        e.g. the data position); atomic (docs/runtime.md, "Checkpoints on disk").
+        A model with parameters left to an outer stack (external=) needs
+        external_saved=True: those are the outer stack's to save."""
+        self._external_not_in("save_checkpoint", external_saved)
         text = "" if user is None else json.dumps(user)
         self.mfsdp_state.step.save(os.fspath(directory), text)
 
-    def load_checkpoint(self, directory):
+    def load_checkpoint(self, directory, external_saved=False):
         """Loads a checkpoint saved by any mesh, policy or ZeRO level (collective):
-        parameters, optimizer state and step count. Returns its user dict (or None)."""
+        parameters, optimizer state and step count. Returns its user dict (or None).
+        With external= parameters, external_saved=True as for save_checkpoint."""
+        self._external_not_in("load_checkpoint", external_saved)
         text = self.mfsdp_state.step.load(os.fspath(directory))
         return json.loads(text) if text else None
 
@@ -677,10 +691,11 @@ class MFSDPModule:
         self.mfsdp_state.step.load_hf(os.fspath(directory))
 
     def load_full_state_dict(self, state):
-        """Loads whole parameters (every rank passes the same)."""
+        """Loads whole parameters (every rank passes the same), those left to an
+        outer stack (external=) included, as full_state_dict gives them."""
         st = self.mfsdp_state
-        missing = sorted({p.name if p.fused is None else p.fused.name for p in st.params} -
-                         set(state))
+        missing = sorted(({p.name if p.fused is None else p.fused.name for p in st.params} |
+                          {name for name, _ in st.external}) - set(state))
         if missing:
             raise Error("load_full_state_dict: missing " + ", ".join(missing))
         for p in st.params:
@@ -692,6 +707,13 @@ class MFSDPModule:
                 raise Error(f"load_full_state_dict: {p.name!r} has {t.numel()} elements, "
                             f"expected {p.numel}")
             st.step.load_param(p.index, t)
+        for name, q in st.external:
+            t = state[name].detach()
+            if tuple(t.shape) != tuple(q.shape):
+                raise Error(f"load_full_state_dict: {name!r} has shape {tuple(t.shape)}, "
+                            f"expected {tuple(q.shape)}")
+            with torch.no_grad():
+                q.copy_(t)
 
 
 def clip_grad_norm_(model, max_norm, norm_type=2.0):

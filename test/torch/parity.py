@@ -326,6 +326,27 @@ def main():
                     mismatch=True)
 
     state = model.full_state_dict()
+    if args.external:
+        # The outer stack's parameter goes through full_state_dict and back,
+        # and a checkpoint, which does not hold it, is refused until the
+        # caller says it saves it itself.
+        q = dict(st.external)[args.external]
+        kept = q.detach().clone()
+        with torch.no_grad():
+            q.zero_()
+        model.load_full_state_dict(state)
+        if not torch.equal(q.detach(), kept):
+            _finish(args, rank, "load_full_state_dict did not restore the external "
+                    f"{args.external}", mismatch=True)
+        try:
+            model.save_checkpoint(os.path.join(work, "ck"))
+            _finish(args, rank, "save_checkpoint with an external parameter was not refused",
+                    mismatch=True)
+        except mt.Error as e:
+            if args.external not in str(e) or "external_saved=True" not in str(e):
+                _finish(args, rank, f"save_checkpoint's refusal does not name it: {e}",
+                        mismatch=True)
+        model.save_checkpoint(os.path.join(work, "ck"), external_saved=True)
     worst, where = 0.0, None
     for n, p in ref.named_parameters():
         ref_t = p.detach()
