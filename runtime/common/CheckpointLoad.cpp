@@ -56,13 +56,18 @@ uint64_t parseHex(const std::string &s, bool &ok) {
 
 mfsdp_status mfsdp::rt::loadCheckpoint(mfsdp_step *step, const char *dir, char *user,
                                         int64_t userSize) {
-  if (!step || !dir || !*dir || (user && userSize < 1))
-    return step ? step->fail(MFSDP_ERROR_INVALID,
-                             "mfsdp_load: expected a directory name, and a user "
-                             "buffer of at least 1 byte or NULL")
-                : MFSDP_ERROR_INVALID;
-  mfsdp_status local = usableForCheckpoint(step, "mfsdp_load");
-  const std::string base = dir;
+  if (!step)
+    return MFSDP_ERROR_INVALID;
+  // A rank's bad arguments are its error, told to the others below (the
+  // load is collective: they wait for this rank's answer, not a timeout).
+  mfsdp_status local = !dir || !*dir || (user && userSize < 1)
+                           ? step->fail(MFSDP_ERROR_INVALID,
+                                        "mfsdp_load: expected a directory name, and a user "
+                                        "buffer of at least 1 byte or NULL")
+                           : MFSDP_OK;
+  if (!local)
+    local = usableForCheckpoint(step, "mfsdp_load");
+  const std::string base = dir ? dir : "";
   const std::string indexPath = base + "/" + kIndex;
   std::string text, error;
   json index;
@@ -126,6 +131,15 @@ mfsdp_status mfsdp::rt::loadCheckpoint(mfsdp_step *step, const char *dir, char *
         differences.push_back("'" + ps.name + "' is " + std::to_string(ps.desc.rows) +
                               "x" + std::to_string(ps.desc.cols) +
                               " here but " + p.at("shape").dump() + " in the checkpoint");
+      // Another optimizer's state is not this one's, even where the names
+      // agree (SGD's momentum buffer is not AdamW's or Muon's moving
+      // average): a parameter stepped by another optimizer is refused. (One
+      // frozen here takes the weights alone.)
+      const std::string savedWith = p.value("optimizer", std::string("?"));
+      if (ps.desc.optimizer != MFSDP_OPT_NONE && savedWith != optimizerName(ps.desc.optimizer))
+        differences.push_back("'" + ps.name + "' is stepped by " +
+                              optimizerName(ps.desc.optimizer) +
+                              " here but was saved with " + savedWith);
       const std::vector<std::string> kinds = p.at("kinds").get<std::vector<std::string>>();
       for (int k : kindsOf(ps.desc.optimizer))
         if (std::find(kinds.begin(), kinds.end(), kKindNames[k]) == kinds.end())

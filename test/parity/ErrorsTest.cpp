@@ -1063,6 +1063,29 @@ int main(int argc, char **argv) {
                mfsdp_last_error(s));
     mfsdp_destroy(s);
     s = nullptr;
+    // The same model with w stepped by SGD: its momentum buffer is not
+    // AdamW's exp_avg, though the state has that name; refused, naming it.
+    mfsdp_param_desc sgdParams[2] = {params[0], params[1]};
+    sgdParams[0].optimizer = MFSDP_OPT_SGD;
+    mfsdp_plan sgdPlan = plan;
+    sgdPlan.params = sgdParams;
+    sgdPlan.sgd_lr = 0.1f;
+    sgdPlan.sgd_momentum = 0.9f;
+    sgdPlan.hash = mfsdp_plan_hash(&sgdPlan);
+    expect(mfsdp_create(&sgdPlan, &s) == MFSDP_OK, "create (SGD)");
+    fails(s, mfsdp_load(s, dir.c_str(), nullptr, 0), MFSDP_ERROR_PLAN,
+          "'w' is stepped by SGD here but was saved with AdamW");
+    // One rank's bad argument: every rank hears of it at once (the others
+    // would otherwise wait for it until the collective timeout).
+    if (world >= 2) {
+      std::vector<char> buf(user.size() + 64);
+      fails(s, mfsdp_load(s, dir.c_str(), buf.data(), rank == 1 ? 0 : 100000),
+            MFSDP_ERROR_INVALID,
+            rank == 1 ? "expected a directory name, and a user buffer of at least 1 byte"
+                      : "another rank could not read the checkpoint");
+    }
+    mfsdp_destroy(s);
+    s = nullptr;
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0)
       std::system(("rm -rf '" + dir + "'").c_str());
