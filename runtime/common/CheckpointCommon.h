@@ -21,6 +21,9 @@ namespace mfsdp::rt::ckpt {
 
 inline constexpr const char *kFormat = "mfsdp-checkpoint";
 inline constexpr int kFormatVersion = 1;
+/// The __metadata__ key of a rank file that holds its save's id (the
+/// index's "id"); files written before it existed have none.
+inline constexpr const char *kCheckpointIdKey = "mfsdp_checkpoint_id";
 inline constexpr const char *kIndex = "index.json";
 
 enum Kind { Master = 0, ExpAvg = 1, ExpAvgSq = 2, NumKinds };

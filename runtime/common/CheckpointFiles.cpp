@@ -140,7 +140,10 @@ mfsdp_status mfsdp::rt::saveCheckpoint(mfsdp_step *step, const char *dir,
                         static_cast<size_t>(ps.localCount) * sizeof(float));
     }
   }
-  std::string headerText = header.empty() ? std::string("{}") : header.dump();
+  // The save's id: a rank file of another checkpoint (copied in by hand)
+  // is told apart from this one's by it, whatever its checksums say.
+  header["__metadata__"][kCheckpointIdKey] = id;
+  std::string headerText = header.dump();
   // The data starts 8-byte aligned (the format allows padding with spaces).
   while ((8 + headerText.size()) % 8 != 0)
     headerText.push_back(' ');

@@ -195,8 +195,19 @@ mfsdp_status mfsdp::rt::loadCheckpoint(mfsdp_step *step, const char *dir, char *
       int64_t dataStart = 0;
       const json h = json::parse(readSafetensorsHeader(fd, path, sb.st_size, dataStart));
       if (!h.contains("__metadata__"))
-        continue; // a rank that wrote nothing
-      for (const auto &[key, value] : h.at("__metadata__").items()) {
+        continue; // a rank that wrote nothing (before the save id existed)
+      const json &metadata = h.at("__metadata__");
+      if (auto it = metadata.find(kCheckpointIdKey); it != metadata.end()) {
+        const std::string fileId = it->get<std::string>();
+        const std::string indexId = index.value("id", std::string());
+        if (fileId != indexId)
+          throw std::runtime_error(path + " was written by another save (id " + fileId +
+                                   ") than this checkpoint's index (id " + indexId +
+                                   "): a file of another checkpoint");
+      }
+      for (const auto &[key, value] : metadata.items()) {
+        if (key == kCheckpointIdKey)
+          continue;
         const json meta = json::parse(value.get<std::string>());
         const json &t = h.at(key);
         if (t.at("dtype") != "F32")

@@ -1084,6 +1084,30 @@ int main(int argc, char **argv) {
             rank == 1 ? "expected a directory name, and a user buffer of at least 1 byte"
                       : "another rank could not read the checkpoint");
     }
+    // Another save of the same plan, and its rank 1 file copied into the
+    // first checkpoint: as many bytes, its own checksums right, but written
+    // by another save: refused, naming the file.
+    if (world >= 2) {
+      const std::string other = dir + "-other";
+      mfsdp_destroy(s);
+      s = nullptr;
+      expect(mfsdp_create(&plan, &s) == MFSDP_OK &&
+                 mfsdp_load_param(s, 0, changed.data()) == MFSDP_OK &&
+                 mfsdp_save(s, other.c_str(), "{}") == MFSDP_OK,
+             std::string("a second save: ") + mfsdp_last_error(s));
+      MPI_Barrier(MPI_COMM_WORLD);
+      if (rank == 0)
+        std::system(("cp '" + other + "/rank-00001.safetensors' '" + dir + "/'").c_str());
+      MPI_Barrier(MPI_COMM_WORLD);
+      mfsdp_destroy(s);
+      s = nullptr;
+      expect(mfsdp_create(&plan, &s) == MFSDP_OK, "create (a mixed checkpoint)");
+      fails(s, mfsdp_load(s, dir.c_str(), nullptr, 0), MFSDP_ERROR_IO,
+            rank == 1 ? "rank-00001.safetensors was written by another save"
+                      : "mfsdp_load");
+      if (rank == 0)
+        std::system(("rm -rf '" + other + "'").c_str());
+    }
     mfsdp_destroy(s);
     s = nullptr;
     MPI_Barrier(MPI_COMM_WORLD);
