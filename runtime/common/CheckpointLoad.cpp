@@ -317,11 +317,16 @@ mfsdp_status mfsdp::rt::loadCheckpoint(mfsdp_step *step, const char *dir, char *
   // written into the runtime until every rank has checked all it reads,
   // so a damaged or incomplete checkpoint leaves every rank's state as it
   // was.
+  // Coverage element by element: pieces that overlap (two write the same
+  // element) are refused, and so, by the count, is a gap.
+  std::vector<uint8_t> mask;
   for (const Need &need : needs) {
     if (local)
       break;
     const ParamState &ps = *need.ps;
     int64_t covered = 0;
+    mask.assign(static_cast<size_t>(ps.localCount), 0);
+    bool overlap = false;
     for (const Piece *piece : need.pieces) {
       const char *data = maps[piece->file].first + piece->begin;
       if (checksum(data, static_cast<size_t>(piece->bytes)) != piece->sum) {
@@ -336,8 +341,26 @@ mfsdp_status mfsdp::rt::loadCheckpoint(mfsdp_step *step, const char *dir, char *
       for (const Rect &r : need.rects) {
         const int64_t r0 = std::max(r.r0, piece->rect.r0), r1 = std::min(r.r1, piece->rect.r1);
         const int64_t c0 = std::max(r.c0, piece->rect.c0), c1 = std::min(r.c1, piece->rect.c1);
-        if (r0 < r1 && c0 < c1)
-          covered += (r1 - r0) * (c1 - c0);
+        if (r0 >= r1 || c0 >= c1)
+          continue;
+        const int64_t w = r.c1 - r.c0;
+        for (int64_t row = r0; row < r1 && !overlap; ++row) {
+          uint8_t *at = mask.data() + r.at + (row - r.r0) * w + (c0 - r.c0);
+          for (int64_t c = 0; c < c1 - c0; ++c) {
+            overlap |= at[c] != 0;
+            at[c] = 1;
+          }
+        }
+        covered += (r1 - r0) * (c1 - c0);
+      }
+      if (overlap) {
+        local = step->fail(MFSDP_ERROR_IO,
+                           "mfsdp_load: the checkpoint's pieces of '" + ps.name + "' (" +
+                               kKindNames[need.kind] + ") overlap (rows " +
+                               std::to_string(piece->rect.r0) + ".." +
+                               std::to_string(piece->rect.r1) + " in " +
+                               fileName(piece->file) + " again): the files' headers are damaged");
+        break;
       }
     }
     if (!local && covered != ps.localCount)

@@ -26,9 +26,11 @@ mpirun with --save / --load (mfsdp_save / mfsdp_load):
               loads, and the new directory is either absent or complete
               (it loads and resumes exactly).
 """
+import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 
@@ -72,6 +74,7 @@ def main():
     h4 = library("h4", "dp_replicate=2,dp_shard=2", "mixed_muon_adamw")
     z1 = library("z1", "dp_shard=4", "mixed_muon_adamw", zero=1)
     a2 = library("a2", "dp_shard=2", "adamw")
+    s1 = library("s1", "dp_shard=1", "mixed_muon_adamw")
 
     # resume: exactly the uninterrupted run.
     rc, whole, out = train(2, s2, 6)
@@ -140,6 +143,35 @@ def main():
     check(rc != 0 and "does not match its checksum" in out
           and "rank-00001.safetensors" in out,
           "a damaged file is an error naming the piece and the file")
+
+    # overlap: rank 1's piece of a row-shard tensor relabelled as rank 0's
+    # rows (same size, its checksum still right): one rank loading both has
+    # as many elements as it needs, half of them twice and half never; the
+    # old check (a sum of areas) took it, leaving those rows stale.
+    rc, rest, out = train(1, s1, 1, ["--load", path("ck2")])
+    check(rc == 0 and len(rest) == 1, "a 2-rank checkpoint loads on 1 rank")
+    shutil.copytree(path("ck2"), path("ck2-overlap"))
+    f = path("ck2-overlap/rank-00001.safetensors")
+    data = open(f, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    moved = None
+    for key, text in header["__metadata__"].items():
+        if not text.startswith("{"):
+            continue
+        meta = json.loads(text)
+        r0, r1 = meta["rows"]
+        if r0 > 0 and r1 - r0 == r0:
+            meta["rows"] = [0, r0]
+            header["__metadata__"][key] = json.dumps(meta, separators=(",", ":"))
+            moved = meta["param"]
+            break
+    text = json.dumps(header, separators=(",", ":")).encode()
+    check(moved is not None and len(text) <= n, "a piece to relabel (%s)" % moved)
+    open(f, "wb").write(data[:8] + text + b" " * (n - len(text)) + data[8 + n:])
+    rc, _, out = train(1, s1, 1, ["--load", path("ck2-overlap")])
+    check(rc != 0 and "overlap" in out and str(moved) in out,
+          "pieces that overlap are refused, naming the tensor")
 
     # disagree: the ranks given different checkpoints.
     rc, _, out = train(2, s2, 1, ["--save", path("ck2-other"), "--load", path("ck2")])
