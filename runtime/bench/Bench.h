@@ -207,6 +207,16 @@ inline void forwardAll(mfsdp_step *step, int32_t units) {
   }
 }
 
+/// Every unit's backward hooks, the last unit first; `between(u)` runs
+/// between each unit's pre_backward and post_backward (the trainer's work).
+template <typename F> void backwardAll(mfsdp_step *step, int32_t units, F &&between) {
+  for (int32_t u = units; u-- > 0;) {
+    checkOk(step, mfsdp_pre_backward(step, u), "pre_backward");
+    between(u);
+    checkOk(step, mfsdp_post_backward(step, u), "post_backward");
+  }
+}
+
 struct BucketResult {
   double bucketedS = 0, perParamS = 0;
   std::vector<double> bucketedReps, perParamReps;

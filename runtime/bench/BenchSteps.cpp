@@ -68,10 +68,7 @@ BucketResult benchBuckets(int world) {
     reps = timeReps([&](int) {
       check(mfsdp_zero_grad(step), "zero_grad");
       forwardAll(step, kUnits);
-      for (int32_t u = kUnits; u-- > 0;) {
-        check(mfsdp_pre_backward(step, u), "pre_backward");
-        check(mfsdp_post_backward(step, u), "post_backward");
-      }
+      backwardAll(step, kUnits, [](int32_t) {});
     });
     if (bucketed) {
       mfsdp::rt::WorkCounters w = mfsdp::rt::workCounters(step);
@@ -185,8 +182,7 @@ ProgramResult benchProgram(int world) {
     reps = timeReps([&](int) {
       check(mfsdp_zero_grad(step), "zero_grad");
       forwardAll(step, kUnits);
-      for (int32_t u = kUnits; u-- > 0;) {
-        check(mfsdp_pre_backward(step, u), "pre_backward");
+      backwardAll(step, kUnits, [&](int32_t u) {
         for (const std::vector<int32_t> *members : {&rows[u], &owned[u]})
           for (int32_t p : *members) {
             DLTensor g;
@@ -194,8 +190,7 @@ ProgramResult benchProgram(int world) {
             fill(static_cast<float *>(g.data), descs[p].rows * descs[p].cols,
                  13 + static_cast<unsigned>(p), 0.01f);
           }
-        check(mfsdp_post_backward(step, u), "post_backward");
-      }
+      });
       check(mfsdp_optimizer_step(step), "optimizer_step");
     });
     mfsdp_destroy(step);

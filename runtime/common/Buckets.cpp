@@ -143,13 +143,15 @@ mfsdp_status mfsdp_step::finishBucketGather(int32_t b, mfsdp_status s, bool defe
   BucketState &bs = buckets[b];
   if (!s && bs.rows && defer) {
     // The program unpacks it (MFSDP_PROGRAM_UNPACK, next in the hook).
-    if (!bs.unpackDue)
-      ++unpacksDue;
-    bs.unpackDue = true;
+    setUnpackDue(bs, true);
     return MFSDP_OK;
   }
   if (!s && bs.rows)
     return unpackBucket(b);
+  return endBucketGather(bs, s);
+}
+
+mfsdp_status mfsdp_step::endBucketGather(BucketState &bs, mfsdp_status s) {
   if (bs.rows)
     releaseStaging(bs);
   if (s)
@@ -160,9 +162,7 @@ mfsdp_status mfsdp_step::finishBucketGather(int32_t b, mfsdp_status s, bool defe
 
 mfsdp_status mfsdp_step::unpackBucket(int32_t b) {
   BucketState &bs = buckets[b];
-  if (bs.unpackDue)
-    --unpacksDue;
-  bs.unpackDue = false;
+  setUnpackDue(bs, false);
   mfsdp_status s = MFSDP_OK;
   for (int32_t p : bs.members)
     if (!s && !params[p].full)
@@ -192,11 +192,7 @@ mfsdp_status mfsdp_step::unpackBucket(int32_t b) {
                                  bs.chunk, ps.localSize, S),
                  unpacking);
   }
-  releaseStaging(bs);
-  if (s)
-    for (int32_t p : bs.members)
-      releaseFull(params[p]);
-  return s;
+  return endBucketGather(bs, s);
 }
 
 mfsdp_status mfsdp_step::packBucket(int32_t b) {

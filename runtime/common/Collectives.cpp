@@ -255,14 +255,12 @@ mfsdp_status mfsdp_step::reduceParamBF16(int32_t p, bool async) {
     }
     break;
   case MFSDP_BLOCK_SHARD: {
-    // Started: packed by rank into the unit's fp32 gathered copy when
-    // there is one and it is ZeRO-3's backward copy (nothing reads it once
-    // the backward is over; the memory plan keeps it until the wait), as
-    // the fp32 reduction does; else (ZeRO-1/2's copy is the parameter)
-    // into the staging buffer, and reduced from there at once.
+    // Started: packed by rank into the unit's gathered copy where that may
+    // hold it (packsBlocksInCopy), as the fp32 reduction does; else into
+    // the staging buffer, and reduced from there at once.
     if (auto s = widenGrad(ps))
       return s;
-    if (async && ps.full && plan.zero >= 3 && !ps.bf16()) {
+    if (async && packsBlocksInCopy(ps)) {
       send = ps.full;
     } else {
       if (auto s = blockStaging(ps, staging, "reducing"))
@@ -407,15 +405,10 @@ mfsdp_status mfsdp_step::reduce(int32_t unit, bool async) {
     if (auto s = widenGrad(ps))
       return s;
     // A block shard's gradient is packed by rank into the unit's gathered
-    // copy, which nothing reads once the unit's backward is over and
-    // which the memory plan keeps until the reduction's wait (the shared
-    // staging buffer is not: the next unit's gather may use it). Under
-    // ZeRO-3 only: under ZeRO-1/2 that copy is the parameter, kept all
-    // step (an evaluation forward before the optimizer step reads it), so
-    // the reduction goes through the staging buffer at once.
-    // (A bf16 copy has half the bytes an fp32 gradient needs.)
-    const bool packInCopy = ps.desc.placement == MFSDP_BLOCK_SHARD && ps.full &&
-                            plan.zero >= 3 && !ps.bf16();
+    // copy where that may hold it (packsBlocksInCopy; the shared staging
+    // buffer may not: the next unit's gather may use it); else it goes
+    // through the staging buffer at once.
+    const bool packInCopy = packsBlocksInCopy(ps);
     // Every placement sends the whole (padded) gradient once.
     work.reduceBytes +=
         4 * (ps.desc.placement == MFSDP_ROW_SHARD ? S * ps.localSize : n);

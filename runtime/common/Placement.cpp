@@ -76,8 +76,7 @@ void mfsdp_step::release(int32_t unit) {
   // A gather landed in staging and never unpacked goes with the copies.
   for (int32_t b : unitBuckets[unit])
     if (buckets[b].unpackDue) {
-      buckets[b].unpackDue = false;
-      --unpacksDue;
+      setUnpackDue(buckets[b], false);
       releaseStaging(buckets[b]);
     }
   for (int32_t p : unitParams[unit])

@@ -414,8 +414,27 @@ struct mfsdp_step {
   /// by the program's MFSDP_PROGRAM_PACK (a compiled program that did not
   /// pack it is an error), else packed now.
   mfsdp_status packedForReduction(int32_t b);
+  /// Whether a started reduction of block shard `ps` packs its gradient
+  /// into its gathered copy: only ZeRO-3's backward copy, which nothing
+  /// reads once the backward is over (the memory plan keeps it until the
+  /// wait); ZeRO-1/2's copy is the parameter itself, kept all step, and a
+  /// bf16 copy has half the bytes an fp32 gradient needs.
+  bool packsBlocksInCopy(const ParamState &ps) const {
+    return ps.desc.placement == MFSDP_BLOCK_SHARD && ps.full && plan.zero >= 3 &&
+           !ps.bf16();
+  }
   /// Row-shard buckets whose gathered chunks wait for an unpack.
   int32_t unpacksDue = 0;
+  /// Marks a bucket's gathered chunks as waiting for their unpack, or not
+  /// (keeping unpacksDue their count).
+  void setUnpackDue(BucketState &bs, bool due) {
+    if (bs.unpackDue != due)
+      unpacksDue += due ? 1 : -1;
+    bs.unpackDue = due;
+  }
+  /// The end of a bucket's gather, unpacked or failed: its staging freed
+  /// (row shards), and on failure the members' copies.
+  mfsdp_status endBucketGather(BucketState &bs, mfsdp_status s);
 
   /// This rank's reduced-gradient span of a bucket: row shards its chunk,
   /// owners the matrices it owns (none: null and 0).
