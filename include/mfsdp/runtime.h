@@ -65,7 +65,7 @@ extern "C" {
 /* The version of this header (and of the library built with it):
  * MFSDP_VERSION_CODE = major * 10000 + minor * 100 + patch. */
 #define MFSDP_VERSION_MAJOR 0
-#define MFSDP_VERSION_MINOR 13
+#define MFSDP_VERSION_MINOR 14
 #define MFSDP_VERSION_PATCH 0
 #define MFSDP_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
 #define MFSDP_VERSION_CODE \
@@ -576,6 +576,36 @@ mfsdp_status mfsdp_zero_grad(mfsdp_step *step);
  * every rank sets the same). */
 mfsdp_status mfsdp_set_no_sync(mfsdp_step *step, int32_t no_sync);
 
+/* Parameters that got no gradient. By default (MFSDP_UNUSED_STEP) the
+ * optimizer step updates every parameter an optimizer steps with what its
+ * gradient buffer holds: zeros where no backward wrote (AdamW still decays
+ * it, and its moments move). torch.optim skips a parameter whose .grad is
+ * None instead; MFSDP_UNUSED_SKIP is that rule:
+ * mfsdp_mark_no_grad(step, param) says that this rank's backward of the
+ * parameter's unit produced no gradient for it, and the optimizer step
+ * leaves alone every parameter that no rank's backward gave a gradient
+ * since the last optimizer step or zero_grad (any microbatch, any rank:
+ * the global batch's rule). A skipped parameter, its optimizer state and
+ * its step count (AdamW's bias correction, SGD's first momentum) stay as
+ * they are; each parameter counts its own steps, as torch.optim's state
+ * does (mfsdp_param_step_count; checkpoints keep them). Costs one
+ * all-reduce of one double per parameter at each optimizer step, queued
+ * behind the reductions still in flight.
+ * mfsdp_set_unused_grads is collective (between steps): ranks that ask for
+ * different rules fail with MFSDP_ERROR_INVALID, every one of them. */
+typedef enum mfsdp_unused_grads {
+  MFSDP_UNUSED_STEP = 0, /* every parameter stepped (zeros if unused) */
+  MFSDP_UNUSED_SKIP = 1, /* torch.optim's: unused everywhere, skipped */
+} mfsdp_unused_grads;
+mfsdp_status mfsdp_set_unused_grads(mfsdp_step *step, int32_t rule);
+/* Local; under MFSDP_UNUSED_SKIP, while the parameter's unit is in its
+ * backward (after pre_backward, before post_backward); else
+ * MFSDP_ERROR_ORDER. */
+mfsdp_status mfsdp_mark_no_grad(mfsdp_step *step, int32_t param);
+/* The optimizer steps that updated `param` (local): the step count, less
+ * the steps that skipped it. */
+mfsdp_status mfsdp_param_step_count(mfsdp_step *step, int32_t param, int64_t *count);
+
 /* The precision of Muon's Newton-Schulz products; the same choice gives the
  * same numbers (up to the order of the fp32 sums) on every backend. */
 typedef enum mfsdp_ns_precision {
@@ -692,7 +722,8 @@ mfsdp_status mfsdp_load_state(mfsdp_step *step, int32_t param, int32_t which,
                               const float *full);
 mfsdp_status mfsdp_store_state(mfsdp_step *step, int32_t param, int32_t which,
                                float *full);
-/* The optimizer step count (AdamW's bias correction); local. */
+/* The optimizer step count (AdamW's bias correction); local. Setting it
+ * sets every parameter's (mfsdp_param_step_count) to it too. */
 mfsdp_status mfsdp_step_count(mfsdp_step *step, int64_t *count);
 mfsdp_status mfsdp_set_step_count(mfsdp_step *step, int64_t count);
 

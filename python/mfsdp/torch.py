@@ -86,6 +86,9 @@ class _UnitParams(torch.autograd.Function):
     @staticmethod
     def forward(ctx, state, unit, dummy, *views):
         ctx.state, ctx.unit, ctx.generation = state, unit, state.generation
+        # A parameter no use reached gets None, not zeros: torch.optim skips it
+        # (mark_no_grad), where a zero gradient would still decay it.
+        ctx.set_materialize_grads(False)
         outs = tuple(v.view_as(v) for v in views)
         ctx.mark_non_differentiable(*[o for o, p in zip(outs, unit.params) if not p.requires_grad])
         return outs
@@ -426,13 +429,19 @@ class _State:
             self._pre_backward(unit)
         if unit.state != "bwd":
             raise Error(f"unit {unit.index}: gradients arrived while it is {unit.state}")
+        got = set()
         for p, g in zip(unit.params, grads):
             if g is not None:
                 self.step.grad_view(p.index).view(p.shape).add_(g)
+                got.add(p.index)
         for t in self.ties:
             if t.primary.unit is unit and t.grad is not None:
                 self.step.grad_view(t.primary.index).view(t.primary.shape).add_(t.grad)
+                got.add(t.primary.index)
                 t.grad = None
+        for p in unit.params:
+            if p.index not in got and p.requires_grad:
+                self.step.mark_no_grad(p.index)
         self.step.post_backward(unit.index)
         self._unshadow(unit)
         unit.views = None
@@ -1000,6 +1009,9 @@ def fully_shard(model, mesh="dp_shard=2", policy="adamw", zero=3, *, library=Non
                     "\n  ".join(problems))
     step = _rt.open_step(lib, backend=backend, launch=launch,
                          collective_timeout_s=collective_timeout_s)
+    # torch.optim's rule: a parameter whose .grad is None (no rank's backward
+    # reached it) is not stepped, not decayed, its state left alone.
+    step.set_unused_grads(True)
     state = _install(model, step, lib, external)
     _load_values(state, init_fn)
     cls = model.__class__

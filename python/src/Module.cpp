@@ -399,6 +399,25 @@ NB_MODULE(_C, m) {
            [](Step &s) { s.run("mfsdp_zero_grad", [](mfsdp_step *p) { return mfsdp_zero_grad(p); }); })
       .def("set_no_sync",
            [](Step &s, bool on) { s.check(mfsdp_set_no_sync(s.live(), on ? 1 : 0), "mfsdp_set_no_sync"); })
+      .def("set_unused_grads",
+           [](Step &s, bool skip) {
+             const int32_t rule = skip ? MFSDP_UNUSED_SKIP : MFSDP_UNUSED_STEP;
+             s.run("mfsdp_set_unused_grads",
+                   [&](mfsdp_step *p) { return mfsdp_set_unused_grads(p, rule); });
+           },
+           nb::arg("skip"),
+           "skip=True: the optimizer step skips the parameters no rank gave a gradient "
+           "(mark_no_grad), as torch.optim skips a .grad that is None (collective).")
+      .def("mark_no_grad",
+           [](Step &s, int32_t i) { s.check(mfsdp_mark_no_grad(s.live(), i), "mfsdp_mark_no_grad"); },
+           "This rank's backward gave parameter i no gradient (before its unit's post_backward).")
+      .def("param_step_count",
+           [](Step &s, int32_t i) {
+             int64_t c = 0;
+             s.check(mfsdp_param_step_count(s.live(), i, &c), "mfsdp_param_step_count");
+             return c;
+           },
+           "The optimizer steps that updated parameter i.")
       .def("param_view",
            [](nb::handle self, int32_t i) { return nb::cast<Step &>(self).view(i, false, self); },
            "The gathered parameter (a torch tensor over the runtime's buffer).")

@@ -216,6 +216,9 @@ mfsdp_status mfsdp::rt::saveCheckpoint(mfsdp_step *step, const char *dir,
                         {"placement", placementName(ps.desc.placement)},
                         {"optimizer", optimizerName(ps.desc.optimizer)},
                         {"kinds", kinds}});
+      // Skipped steps (MFSDP_UNUSED_SKIP): its own count.
+      if (ps.steps != step->steps)
+        params.back()["step_count"] = ps.steps;
     }
     index["params"] = params;
     json files = json::array();

@@ -372,5 +372,7 @@ mfsdp_status mfsdp::rt::loadHF(mfsdp_step *step, const char *dir) {
   if (auto s = agree(step, local, "loading the HF weights"))
     return s;
   step->steps = 0;
+  for (ParamState &ps : step->params)
+    ps.steps = 0;
   return step->finish();
 }

@@ -114,7 +114,13 @@ mfsdp_status mfsdp::rt::loadCheckpoint(mfsdp_step *step, const char *dir, char *
   // its optimizer keeps; nothing the plan lacks.
   std::map<std::string, const json *> saved;
   std::vector<std::string> differences;
+  // Each parameter's own step count (MFSDP_UNUSED_SKIP), where it was
+  // saved as differing from the runtime's.
+  int64_t stepCount = 0;
+  std::vector<int64_t> paramSteps;
   try {
+    stepCount = index.value("step_count", int64_t(0));
+    paramSteps.assign(step->params.size(), stepCount);
     for (const json &p : index.at("params"))
       saved[p.at("name").get<std::string>()] = &p;
     std::map<std::string, bool> seen;
@@ -126,6 +132,14 @@ mfsdp_status mfsdp::rt::loadCheckpoint(mfsdp_step *step, const char *dir, char *
       }
       seen[ps.name] = true;
       const json &p = *it->second;
+      if (p.contains("step_count")) {
+        const int64_t own = p.at("step_count").get<int64_t>();
+        if (own < 0 || own > stepCount)
+          differences.push_back("'" + ps.name + "' has step_count " + std::to_string(own) +
+                                "; expected 0 to the checkpoint's " +
+                                std::to_string(stepCount));
+        paramSteps[&ps - step->params.data()] = own;
+      }
       const std::vector<int64_t> shape = p.at("shape").get<std::vector<int64_t>>();
       if (shape != std::vector<int64_t>{ps.desc.rows, ps.desc.cols})
         differences.push_back("'" + ps.name + "' is " + std::to_string(ps.desc.rows) +
@@ -438,6 +452,8 @@ mfsdp_status mfsdp::rt::loadCheckpoint(mfsdp_step *step, const char *dir, char *
     std::memcpy(user, userText.c_str(), userText.size() + 1);
   if (auto s = agree(step, local, "loading the checkpoint"))
     return s;
-  step->steps = index.value("step_count", int64_t(0));
+  step->steps = stepCount;
+  for (size_t i = 0; i < step->params.size(); ++i)
+    step->params[i].steps = paramSteps[i];
   return step->finish();
 }

@@ -63,6 +63,60 @@ mfsdp_status mfsdp_step::checkReduced(const char *call, bool inFlight) {
   return MFSDP_OK;
 }
 
+mfsdp_status mfsdp_step::setUnusedGrads(int32_t rule) {
+  const bool valid = rule == MFSDP_UNUSED_STEP || rule == MFSDP_UNUSED_SKIP;
+  // Every rank's rule summed with a count of the ranks: a rank that asks
+  // for another rule, or for none that exists (counted as 2), shows.
+  double votes[2] = {valid ? double(rule) : 2.0, 1.0};
+  if (auto s = comm(backend->allReduceDoubles(Group::Shard, votes, 2),
+                    "the all-reduce of the unused-gradient rule over dp_shard"))
+    return s;
+  if (R > 1)
+    if (auto s = comm(backend->allReduceDoubles(Group::Replicate, votes, 2),
+                      "the all-reduce of the unused-gradient rule over dp_replicate"))
+      return s;
+  if (!valid)
+    return fail(MFSDP_ERROR_INVALID,
+                "set_unused_grads: rule " + std::to_string(rule) +
+                    " is not MFSDP_UNUSED_STEP (0) or MFSDP_UNUSED_SKIP (1)");
+  if (votes[0] != 0 && votes[0] != votes[1])
+    return fail(MFSDP_ERROR_INVALID,
+                "set_unused_grads: the ranks ask for different rules (" +
+                    std::to_string(int64_t(votes[0])) + " of the sum of " +
+                    std::to_string(int64_t(votes[1])) +
+                    " ranks' rules, each 0 or 1); every rank must pass the same");
+  skipUnused = rule == MFSDP_UNUSED_SKIP;
+  return MFSDP_OK;
+}
+
+mfsdp_status mfsdp_step::chooseStepped() {
+  std::vector<double> seen;
+  if (skipUnused) {
+    // How many ranks gave each parameter a gradient: over dp_shard, then
+    // the replicas (every rank's backward is a part of the global batch).
+    seen.resize(params.size());
+    for (size_t i = 0; i < params.size(); ++i)
+      seen[i] = params[i].gradSeen ? 1.0 : 0.0;
+    const int64_t n = static_cast<int64_t>(seen.size());
+    if (auto s = comm(backend->allReduceDoubles(Group::Shard, seen.data(), n),
+                      "the all-reduce of which parameters got gradients over dp_shard"))
+      return s;
+    if (R > 1)
+      if (auto s = comm(backend->allReduceDoubles(Group::Replicate, seen.data(), n),
+                        "the all-reduce of which parameters got gradients over "
+                        "dp_replicate"))
+        return s;
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    ParamState &ps = params[i];
+    ps.skipped = skipUnused && seen[i] == 0;
+    ps.gradSeen = false;
+    if (!ps.skipped && ps.desc.optimizer != MFSDP_OPT_NONE)
+      ++ps.steps;
+  }
+  return MFSDP_OK;
+}
+
 namespace {
 
 /// Whether this rank steps `ps` now: it keeps some of it, an optimizer
@@ -71,7 +125,7 @@ namespace {
 /// MFSDP_ERROR_ORDER.
 mfsdp_status stepsNow(mfsdp_step *step, const ParamState &ps, bool &now) {
   now = false;
-  if (!ps.ownsAny || ps.desc.optimizer == MFSDP_OPT_NONE)
+  if (!ps.ownsAny || ps.desc.optimizer == MFSDP_OPT_NONE || ps.skipped)
     return MFSDP_OK;
   if (!ps.gradReduced)
     return step->fail(MFSDP_ERROR_ORDER,
@@ -95,11 +149,11 @@ mfsdp_status stepParam(mfsdp_step *step, ParamState &ps) {
   switch (ps.desc.optimizer) {
   case MFSDP_OPT_ADAMW:
     rc = b.adamwStep(ps.master, ps.gradShard, ps.m, ps.v, n, adamwHyper(ps.hparams),
-                     step->steps);
+                     ps.steps);
     ++step->work.perParamOptimizerCalls;
     break;
   case MFSDP_OPT_SGD:
-    rc = b.sgdStep(ps.master, ps.gradShard, ps.m, n, sgdHyper(ps.hparams), step->steps);
+    rc = b.sgdStep(ps.master, ps.gradShard, ps.m, n, sgdHyper(ps.hparams), ps.steps);
     ++step->work.perParamOptimizerCalls;
     break;
   case MFSDP_OPT_MUON:
@@ -151,12 +205,12 @@ mfsdp_status stepParams(mfsdp_step *step, const int32_t *params, int32_t n) {
     switch (ps.desc.optimizer) {
     case MFSDP_OPT_ADAMW:
       adamw.push_back({ps.master, ps.gradShard, ps.m, ps.v, ps.localCount,
-                       adamwHyper(ps.hparams), step->steps});
+                       adamwHyper(ps.hparams), ps.steps});
       adamwIds.push_back(params[k]);
       break;
     case MFSDP_OPT_SGD:
       sgd.push_back({ps.master, ps.gradShard, ps.m, ps.localCount, sgdHyper(ps.hparams),
-                     step->steps});
+                     ps.steps});
       sgdIds.push_back(params[k]);
       break;
     default:
@@ -294,6 +348,8 @@ mfsdp_status mfsdp::rt::optimizerStep(mfsdp_step *step) {
       return st;
     step->stepped = true;
     ++step->steps;
+    if (auto st = step->chooseStepped())
+      return st;
     return runProgram(step, *hook);
   }
   if (auto st = step->enter())
@@ -304,6 +360,8 @@ mfsdp_status mfsdp::rt::optimizerStep(mfsdp_step *step) {
   // fails below: a second step would move what was stepped again.
   step->stepped = true;
   ++step->steps;
+  if (auto st = step->chooseStepped())
+    return st;
   const mfsdp_plan &p = step->plan;
   // The whole table as one group: one fused call per optimizer.
   std::vector<int32_t> all(step->params.size());

@@ -430,6 +430,7 @@ mfsdp_status mfsdp_post_backward(mfsdp_step *step, int32_t unit) {
       return step->fail(MFSDP_ERROR_ORDER, "post_backward of unit " +
                                                std::to_string(unit) +
                                                " without its pre_backward");
+    step->noteGradients(unit);
     if (step->programmed) {
       if (auto st = runHook(step, MFSDP_HOOK_POST_BACKWARD, unit))
         return st;
@@ -495,6 +496,7 @@ mfsdp_status mfsdp_zero_grad(mfsdp_step *step) {
         ps.gradWide = false; // zero in bf16 too
       }
       ps.gradReduced = false;
+      ps.gradSeen = false; // torch's zero_grad: every .grad None again
     }
     std::fill(step->reduced.begin(), step->reduced.end(), false);
     return step->finish();
@@ -706,6 +708,53 @@ mfsdp_status mfsdp_set_step_count(mfsdp_step *step, int64_t count) {
       return step->fail(MFSDP_ERROR_INVALID,
                         "step count " + std::to_string(count) + " is negative");
     step->steps = count;
+    for (ParamState &ps : step->params)
+      ps.steps = count;
+    return MFSDP_OK;
+  });
+}
+
+mfsdp_status mfsdp_set_unused_grads(mfsdp_step *step, int32_t rule) {
+  return barrier(step, "mfsdp_set_unused_grads", [&]() -> mfsdp_status {
+    CHECK_CALL(step, "set_unused_grads", -1);
+    if (!step)
+      return MFSDP_ERROR_INVALID;
+    if (auto st = step->enter())
+      return st;
+    return step->setUnusedGrads(rule);
+  });
+}
+
+mfsdp_status mfsdp_mark_no_grad(mfsdp_step *step, int32_t param) {
+  return barrier(step, "mfsdp_mark_no_grad", [&]() -> mfsdp_status {
+    if (!step)
+      return MFSDP_ERROR_INVALID;
+    if (auto st = step->checkParam(param))
+      return st;
+    ParamState &ps = step->params[param];
+    if (!step->skipUnused)
+      return step->fail(MFSDP_ERROR_ORDER,
+                        "mark_no_grad of parameter '" + ps.name +
+                            "' while the optimizer steps unused parameters "
+                            "(mfsdp_set_unused_grads(MFSDP_UNUSED_SKIP) first)");
+    if (step->state[ps.desc.unit] != UnitState::Backward)
+      return step->fail(MFSDP_ERROR_ORDER,
+                        "mark_no_grad of parameter '" + ps.name + "' while unit " +
+                            std::to_string(ps.desc.unit) +
+                            " is not in its backward (expected between its "
+                            "pre_backward and post_backward)");
+    ps.noGradNow = true;
+    return MFSDP_OK;
+  });
+}
+
+mfsdp_status mfsdp_param_step_count(mfsdp_step *step, int32_t param, int64_t *count) {
+  return barrier(step, "mfsdp_param_step_count", [&]() -> mfsdp_status {
+    if (!step || !count)
+      return MFSDP_ERROR_INVALID;
+    if (auto st = step->checkParam(param))
+      return st;
+    *count = step->params[param].steps;
     return MFSDP_OK;
   });
 }

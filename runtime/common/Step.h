@@ -63,6 +63,18 @@ struct ParamState {
   int32_t nsReplica = -1;     // ns_split: the replica that steps it (-1: all)
   int32_t bucket = -1;        // the plan's bucket it is in (-1: none)
   mfsdp_hparams hparams{};    // its optimizer's, from the next step on
+  /// Optimizer steps that updated it (AdamW's bias correction, SGD's first
+  /// momentum): the runtime's step count, less the steps that skipped it
+  /// (mfsdp_set_unused_grads: MFSDP_UNUSED_SKIP).
+  int64_t steps = 0;
+  /// MFSDP_UNUSED_SKIP: this rank's backward of its unit produced no
+  /// gradient for it (mfsdp_mark_no_grad, until the unit's post_backward);
+  /// some backward since the last optimizer step or zero_grad did.
+  bool noGradNow = false;
+  bool gradSeen = false;
+  /// The optimizer step running skips it: no rank's backward gave it a
+  /// gradient (torch.optim's rule for a .grad that is None).
+  bool skipped = false;
   int64_t elements() const { return desc.rows * desc.cols; }
   /// The compute copy is bf16 (MFSDP_COMPUTE_BF16): `full` holds fullSize
   /// 16-bit elements, gathered as such (half the bytes of fp32).
@@ -225,6 +237,9 @@ struct mfsdp_step {
   const mfsdp_memory_plan *memory = nullptr; // the static plan, if any
   int64_t S = 1, R = 1, shardRank = 0;
   int64_t steps = 0;
+  /// mfsdp_set_unused_grads: parameters no rank gave a gradient are skipped
+  /// by the optimizer step (torch.optim's rule), not stepped with zeros.
+  bool skipUnused = false;
   int64_t replicaRank = 0; // this rank's dp_replicate replica
   WorkCounters work;       // for tests (Counters.h)
   bool fusedOptimizer = true; // Counters.h: setFusedOptimizer
@@ -341,6 +356,21 @@ struct mfsdp_step {
   /// With `inFlight`, the unit whose reduction is still in flight counts as
   /// reduced (a program's optimizer step waits for it where it says).
   mfsdp_status checkReduced(const char *call, bool inFlight = false);
+  /// post_backward of `unit`: which of its parameters this rank's backward
+  /// gave a gradient (every one unless marked, mfsdp_mark_no_grad).
+  void noteGradients(int32_t unit) {
+    for (int32_t p : unitParams[unit]) {
+      ParamState &ps = params[p];
+      ps.gradSeen = ps.gradSeen || !ps.noGradNow;
+      ps.noGradNow = false;
+    }
+  }
+  /// mfsdp_set_unused_grads: the rule, checked to be every rank's.
+  mfsdp_status setUnusedGrads(int32_t rule);
+  /// The start of an optimizer step: which parameters it skips (no rank
+  /// gave one a gradient, under MFSDP_UNUSED_SKIP), and each stepped
+  /// parameter's count advanced.
+  mfsdp_status chooseStepped();
 
   /// Whether clipping counts and scales `ps`'s reduced gradient on this
   /// rank: it keeps some of it and an optimizer steps it.

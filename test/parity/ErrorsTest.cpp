@@ -1115,6 +1115,91 @@ int main(int argc, char **argv) {
       std::system(("rm -rf '" + dir + "'").c_str());
   }
 
+  // Parameters without a gradient (MFSDP_UNUSED_SKIP, torch.optim's rule
+  // for a .grad that is None): the rule must be every rank's, a mark needs
+  // the rule and the unit in its backward. A parameter no rank gave a
+  // gradient is not stepped (weights, weight decay 0.1 or not, and step
+  // count as they were); one that rank 0 alone gave a gradient is stepped
+  // on every rank; each keeps its own count, and a checkpoint keeps them.
+  {
+    long id = rank == 0 ? static_cast<long>(::getpid()) : 0;
+    MPI_Bcast(&id, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+    const std::string dir = std::string(::getenv("TMPDIR") ? ::getenv("TMPDIR") : "/tmp") +
+                            "/mfsdp-runtime-errors-unused-" + std::to_string(id);
+    expect(mfsdp_create(&plan, &s) == MFSDP_OK, "create (unused gradients)");
+    fails(s, mfsdp_mark_no_grad(s, 0), MFSDP_ERROR_ORDER,
+          "mfsdp_set_unused_grads(MFSDP_UNUSED_SKIP) first");
+    if (world >= 2)
+      fails(s,
+            mfsdp_set_unused_grads(s, rank == 0 ? MFSDP_UNUSED_SKIP : MFSDP_UNUSED_STEP),
+            MFSDP_ERROR_INVALID, "the ranks ask for different rules");
+    fails(s, mfsdp_set_unused_grads(s, 5), MFSDP_ERROR_INVALID,
+          "rule 5 is not MFSDP_UNUSED_STEP (0) or MFSDP_UNUSED_SKIP (1)");
+    expect(mfsdp_set_unused_grads(s, MFSDP_UNUSED_SKIP) == MFSDP_OK,
+           std::string("set_unused_grads: ") + mfsdp_last_error(s));
+    fails(s, mfsdp_mark_no_grad(s, 0), MFSDP_ERROR_ORDER,
+          "while unit 0 is not in its backward (expected between its pre_backward");
+    fails(s, mfsdp_mark_no_grad(s, 7), MFSDP_ERROR_INVALID, "parameter 7 is out of range");
+    mfsdp_hparams h;
+    expect(mfsdp_get_hparams(s, 0, &h) == MFSDP_OK, "hparams of w");
+    h.weight_decay = 0.1f;
+    expect(mfsdp_set_hparams(s, 0, &h) == MFSDP_OK, "w decays");
+    std::vector<float> w0(12), w1(12), w2(12);
+    for (int i = 0; i < 12; ++i)
+      w0[i] = 1.f + 0.5f * static_cast<float>(i);
+    expect(mfsdp_load_param(s, 0, w0.data()) == MFSDP_OK, "load w");
+    // One step: gradients of ones, w marked on the ranks in `marks`.
+    auto oneStep = [&](bool markW) {
+      DLTensor g;
+      bool ok = mfsdp_pre_forward(s, 0) == MFSDP_OK && mfsdp_post_forward(s, 0) == MFSDP_OK &&
+                mfsdp_pre_forward(s, 1) == MFSDP_OK && mfsdp_post_forward(s, 1) == MFSDP_OK &&
+                mfsdp_pre_backward(s, 1) == MFSDP_OK && mfsdp_grad_view(s, 1, &g) == MFSDP_OK;
+      if (ok)
+        std::fill_n(static_cast<float *>(g.data), 9, 1.f);
+      ok = ok && mfsdp_post_backward(s, 1) == MFSDP_OK && mfsdp_pre_backward(s, 0) == MFSDP_OK;
+      if (ok && markW)
+        ok = mfsdp_mark_no_grad(s, 0) == MFSDP_OK;
+      return ok && mfsdp_post_backward(s, 0) == MFSDP_OK &&
+             mfsdp_optimizer_step(s) == MFSDP_OK && mfsdp_zero_grad(s) == MFSDP_OK;
+    };
+    int64_t cw = -1, cv = -1, c = -1;
+    expect(oneStep(true) && mfsdp_store_param(s, 0, w1.data()) == MFSDP_OK,
+           std::string("a step that no rank gives w a gradient: ") + mfsdp_last_error(s));
+    expect(w1 == w0, "w, without a gradient on any rank, is not stepped (not decayed)");
+    expect(mfsdp_param_step_count(s, 0, &cw) == MFSDP_OK && cw == 0 &&
+               mfsdp_param_step_count(s, 1, &cv) == MFSDP_OK && cv == 1 &&
+               mfsdp_step_count(s, &c) == MFSDP_OK && c == 1,
+           "step counts after a step that skipped w: w " + std::to_string(cw) + ", v " +
+               std::to_string(cv) + ", the runtime " + std::to_string(c));
+    expect(oneStep(rank != 0) && mfsdp_store_param(s, 0, w2.data()) == MFSDP_OK,
+           std::string("a step that rank 0 alone gives w a gradient: ") +
+               mfsdp_last_error(s));
+    expect(w2 != w0 && mfsdp_param_step_count(s, 0, &cw) == MFSDP_OK && cw == 1,
+           "w, with a gradient from rank 0, is stepped on every rank (count " +
+               std::to_string(cw) + ")");
+    expect(mfsdp_save(s, dir.c_str(), "{}") == MFSDP_OK,
+           std::string("save (own step counts): ") + mfsdp_last_error(s));
+    mfsdp_destroy(s);
+    s = nullptr;
+    expect(mfsdp_create(&plan, &s) == MFSDP_OK && mfsdp_load(s, dir.c_str(), nullptr, 0) ==
+                                                      MFSDP_OK,
+           "load (own step counts)");
+    cw = cv = c = -1;
+    expect(mfsdp_param_step_count(s, 0, &cw) == MFSDP_OK && cw == 1 &&
+               mfsdp_param_step_count(s, 1, &cv) == MFSDP_OK && cv == 2 &&
+               mfsdp_step_count(s, &c) == MFSDP_OK && c == 2,
+           "a checkpoint keeps each parameter's step count: w " + std::to_string(cw) +
+               ", v " + std::to_string(cv) + ", the runtime " + std::to_string(c));
+    expect(mfsdp_set_step_count(s, 5) == MFSDP_OK &&
+               mfsdp_param_step_count(s, 0, &cw) == MFSDP_OK && cw == 5,
+           "set_step_count sets every parameter's");
+    mfsdp_destroy(s);
+    s = nullptr;
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0)
+      std::system(("rm -rf '" + dir + "'").c_str());
+  }
+
   int counts[2] = {passed, failed}, totals[2] = {0, 0};
   MPI_Reduce(counts, totals, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
   if (rank == 0)

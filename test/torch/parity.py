@@ -99,6 +99,11 @@ def main():
                          "does the same: each rank's gradient rounded to bf16, the ranks' "
                          "summed in bf16 in rank order (each partial sum rounded), widened "
                          "and averaged (FSDP2's reduce_dtype=bf16)")
+    ap.add_argument("--unused", action="store_true",
+                    help="layer 0's MLP gets an extra projection that some steps use on no "
+                         "rank, some on rank 0's first slice only, some on every slice: "
+                         "torch.optim skips a parameter whose .grad is None (no decay, no "
+                         "moment update, its own step count), and so must mfsdp")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batch", type=int, default=2, help="sequences per rank per microbatch")
     ap.add_argument("--seq", type=int, default=12)
@@ -122,6 +127,11 @@ def main():
         mt._State._tie_grad = lambda self, tie, grad: None
 
     ref = build_model(args.model, args.layers)
+    if args.unused:
+        if args.bf16 or args.reduce_bf16 or args.meta_init:
+            raise SystemExit("--unused runs in fp32 without --meta-init")
+        ref.model.layers[0].mlp.extra = torch.nn.Linear(ref.config.hidden_size,
+                                                        ref.config.hidden_size, bias=False)
     if args.meta_init:
         with torch.device("meta"):
             model = build_model(args.model, args.layers)
@@ -136,6 +146,10 @@ def main():
     else:
         model.train()
         ref.train()
+    use_extra = [False]
+    if args.unused:
+        for m in (model, ref):
+            _with_extra(m.model.layers[0].mlp, use_extra)
 
     # torch.optim's default learning rates. fp32 training is chaotic: two runs that
     # differ by 1e-7 relative in their weights end 20 AdamW steps up to 7e-5 apart
@@ -278,6 +292,7 @@ def main():
         losses = []
         for a in range(args.accum):
             ids = data[a, rank]
+            use_extra[0] = _uses_extra(step, a, rank)
             ctx = model.no_sync() if a + 1 < args.accum else _null()
             with ctx:
                 out = model(input_ids=ids, labels=ids)
@@ -301,6 +316,7 @@ def main():
         for a in range(0 if rounded else args.accum):
             for r in range(world):
                 ids = data[a, r]
+                use_extra[0] = _uses_extra(step, a, r)
                 o = ref(input_ids=ids, labels=ids)
                 (o.loss / (args.accum * world)).backward()
                 ref_slices[a][r] = o.loss.item()
@@ -360,6 +376,24 @@ def main():
     bad = worst > args.tol or worst_loss > args.tol
     _finish(args, rank, f"worst {worst:.3e} at {where}, loss {worst_loss:.3e} > {args.tol}",
             mismatch=bad)
+
+
+def _uses_extra(step, microbatch, rank):
+    """--unused: whether this slice's forward uses the extra projection: never on
+    steps 0, 3, 6, ...; on rank 0's first microbatch alone on steps 1, 4, ...; on
+    every slice on steps 2, 5, ..."""
+    return step % 3 == 2 or (step % 3 == 1 and microbatch == 0 and rank == 0)
+
+
+def _with_extra(mlp, use):
+    """The MLP's output plus its extra projection of the input, while use[0]."""
+    forward = mlp.forward
+
+    def with_extra(x):
+        out = forward(x)
+        return out + mlp.extra(x) if use[0] else out
+
+    mlp.forward = with_extra
 
 
 def _bf16_reference(ref, data, world, accum, slices, compute16=True, reduce16=False):
