@@ -11,6 +11,7 @@
 #include <deque>
 #include <memory>
 #include <map>
+#include <unordered_map>
 #include <numeric>
 #include <set>
 #include <tuple>
@@ -619,37 +620,87 @@ struct Lifetime {
   bool live = false;
 };
 
-std::vector<Lifetime> lifetimes(const Step &s) {
+/// Each buffer's spans of life: from an Alloc to its Free (or the end of
+/// the step), extended to the wait of any collective in flight on it. A
+/// buffer allocated again after its Free (the simulator's rule: an Alloc
+/// of a live buffer is ignored) has a span for each allocation; they are
+/// rare, so the first span is kept per buffer and the later ones beside.
+struct Lifetimes {
+  std::vector<Lifetime> first;
+  std::unordered_map<size_t, std::vector<Lifetime>> more;
+
+  /// Calls f(span) for every span of buffer b, the first first.
+  template <typename F> void each(size_t b, F f) const {
+    f(first[b]);
+    if (more.empty())
+      return;
+    if (auto it = more.find(b); it != more.end())
+      for (const Lifetime &l : it->second)
+        f(l);
+  }
+  bool whole(size_t b, int64_t last) const {
+    return first[b].begin == 0 && first[b].end >= last;
+  }
+};
+
+Lifetimes lifetimes(const Step &s) {
   const int64_t last = static_cast<int64_t>(s.ops.size());
-  std::vector<Lifetime> life(s.buffers.size());
-  for (size_t b = 0; b < s.buffers.size(); ++b)
+  const size_t n = s.buffers.size();
+  Lifetimes life;
+  life.first.resize(n);
+  for (size_t b = 0; b < n; ++b)
     if (s.buffers[b].persistent)
-      life[b] = {0, last, true};
+      life.first[b] = {0, last, true};
+  // The span open now per buffer: 0 none, 1 its first, k + 2 the k-th of
+  // its later ones.
+  std::vector<int32_t> open(n, 0);
+  auto span = [&](size_t b, int32_t id) -> Lifetime & {
+    return id == 1 ? life.first[b] : life.more[b][static_cast<size_t>(id - 2)];
+  };
+  // The spans a collective in flight uses, until its wait.
+  std::unordered_map<int64_t, std::vector<std::pair<size_t, int32_t>>> inFlight;
   for (size_t i = 0; i < s.ops.size(); ++i) {
     const Op &op = s.ops[i];
+    const int64_t at = static_cast<int64_t>(i);
+    auto valid = [&](int64_t b) { return b >= 0 && b < static_cast<int64_t>(n); };
     if (op.kind == OpKind::Alloc && !op.writes.empty()) {
-      int64_t b = op.writes.front();
-      if (b >= 0 && b < static_cast<int64_t>(life.size()) && !s.buffers[b].persistent)
-        life[b] = {static_cast<int64_t>(i), last, true};
+      const int64_t b = op.writes.front();
+      if (valid(b) && !s.buffers[b].persistent && open[b] == 0) {
+        if (!life.first[b].live) {
+          life.first[b] = {at, last, true};
+          open[b] = 1;
+        } else {
+          std::vector<Lifetime> &later = life.more[b];
+          later.push_back({at, last, true});
+          open[b] = static_cast<int32_t>(later.size()) + 1;
+        }
+      }
     }
     if (op.kind == OpKind::Free && !op.writes.empty()) {
-      int64_t b = op.writes.front();
-      if (b >= 0 && b < static_cast<int64_t>(life.size()) && life[b].live)
-        life[b].end = static_cast<int64_t>(i);
+      const int64_t b = op.writes.front();
+      if (valid(b) && open[b] != 0) {
+        span(b, open[b]).end = at;
+        open[b] = 0;
+      }
     }
-  }
-  // A collective in flight keeps its buffers until its wait.
-  for (size_t i = 0; i < s.ops.size(); ++i) {
-    const Op &op = s.ops[i];
-    if (op.kind != OpKind::Wait || op.waitFor < 0)
-      continue;
-    const Op &c = s.ops[op.waitFor];
-    for (int64_t b : c.reads)
-      if (b >= 0 && b < static_cast<int64_t>(life.size()))
-        life[b].end = std::max(life[b].end, static_cast<int64_t>(i));
-    for (int64_t b : c.writes)
-      if (b >= 0 && b < static_cast<int64_t>(life.size()))
-        life[b].end = std::max(life[b].end, static_cast<int64_t>(i));
+    if (op.kind == OpKind::Collective) {
+      std::vector<std::pair<size_t, int32_t>> used;
+      for (const auto *list : {&op.reads, &op.writes})
+        for (int64_t b : *list)
+          if (valid(b) && (open[b] != 0 || s.buffers[b].persistent))
+            used.push_back({static_cast<size_t>(b), s.buffers[b].persistent ? 1 : open[b]});
+      if (!used.empty())
+        inFlight[at] = std::move(used);
+    }
+    // A collective in flight keeps its buffers until its wait.
+    if (op.kind == OpKind::Wait && op.waitFor >= 0)
+      if (auto it = inFlight.find(op.waitFor); it != inFlight.end()) {
+        for (auto [b, id] : it->second) {
+          Lifetime &l = span(b, id);
+          l.end = std::max(l.end, at);
+        }
+        inFlight.erase(it);
+      }
   }
   return life;
 }
@@ -853,7 +904,7 @@ private:
 } // namespace
 
 MemoryPlan planMemory(Step &s, int64_t alignment) {
-  std::vector<Lifetime> life = lifetimes(s);
+  const Lifetimes life = lifetimes(s);
   const int64_t last = static_cast<int64_t>(s.ops.size());
   std::vector<int64_t> sizes(s.buffers.size());
   for (size_t b = 0; b < s.buffers.size(); ++b) {
@@ -862,12 +913,12 @@ MemoryPlan planMemory(Step &s, int64_t alignment) {
   }
   std::vector<size_t> order;
   for (size_t b = 0; b < s.buffers.size(); ++b)
-    if (life[b].live)
+    if (life.first[b].live)
       order.push_back(b);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     if (sizes[a] != sizes[b])
       return sizes[a] > sizes[b];
-    return life[a].begin < life[b].begin;
+    return life.first[a].begin < life.first[b].begin;
   });
 
   // Greedy by size, first fit: each buffer goes at the lowest offset that
@@ -877,7 +928,7 @@ MemoryPlan planMemory(Step &s, int64_t alignment) {
   // buffer and with the partial ones its lifetime meets; so the offsets
   // taken are kept per kind of buffer and rank, and only partial lifetimes
   // are searched.
-  auto whole = [&](size_t b) { return life[b].begin == 0 && life[b].end >= last; };
+  auto whole = [&](size_t b) { return life.whole(b, last); };
   OffsetSet all, shared, wholeAll, wholeShared;
   std::map<int64_t, OffsetSet> owned, wholeOwned;
   // Partial lifetimes: of every buffer (met by a buffer all ranks have), of
@@ -905,13 +956,15 @@ MemoryPlan planMemory(Step &s, int64_t alignment) {
         }
       } else if (rank < 0) {
         sets.push_back(&wholeAll);
-        partialAll.meeting(life[b].begin, life[b].end, sets);
+        life.each(b, [&](const Lifetime &l) { partialAll.meeting(l.begin, l.end, sets); });
       } else {
         sets.push_back(&wholeShared);
         sets.push_back(find(wholeOwned, rank));
-        partialShared.meeting(life[b].begin, life[b].end, sets);
-        if (auto it = partialOwned.find(rank); it != partialOwned.end())
-          it->second.meeting(life[b].begin, life[b].end, sets);
+        life.each(b, [&](const Lifetime &l) {
+          partialShared.meeting(l.begin, l.end, sets);
+          if (auto it = partialOwned.find(rank); it != partialOwned.end())
+            it->second.meeting(l.begin, l.end, sets);
+        });
       }
       offset = firstFit(sets, size);
     }
@@ -923,12 +976,14 @@ MemoryPlan planMemory(Step &s, int64_t alignment) {
       wholeAll.insert(offset, hi);
       (rank < 0 ? wholeShared : wholeOwned[rank]).insert(offset, hi);
     } else {
-      partialAll.insert(life[b].begin, life[b].end, offset, hi);
-      if (rank < 0)
-        partialShared.insert(life[b].begin, life[b].end, offset, hi);
-      else
-        partialOwned.try_emplace(rank, last)
-            .first->second.insert(life[b].begin, life[b].end, offset, hi);
+      life.each(b, [&](const Lifetime &l) {
+        partialAll.insert(l.begin, l.end, offset, hi);
+        if (rank < 0)
+          partialShared.insert(l.begin, l.end, offset, hi);
+        else
+          partialOwned.try_emplace(rank, last)
+              .first->second.insert(l.begin, l.end, offset, hi);
+      });
     }
   }
 
@@ -949,8 +1004,10 @@ MemoryPlan planMemory(Step &s, int64_t alignment) {
       continue;
     }
     commonArena = std::max(commonArena, s.buffers[b].offset + sizes[b]);
-    common[life[b].begin] += sizes[b];
-    common[life[b].end + 1] -= sizes[b];
+    life.each(b, [&](const Lifetime &l) {
+      common[l.begin] += sizes[b];
+      common[l.end + 1] -= sizes[b];
+    });
   }
   for (int64_t i = 1; i <= last; ++i)
     common[i] += common[i - 1];
@@ -979,8 +1036,10 @@ MemoryPlan planMemory(Step &s, int64_t alignment) {
     std::map<int64_t, int64_t> delta;
     for (size_t b : it->second) {
       arena = std::max(arena, s.buffers[b].offset + sizes[b]);
-      delta[life[b].begin] += sizes[b];
-      delta[life[b].end + 1] -= sizes[b];
+      life.each(b, [&](const Lifetime &l) {
+        delta[l.begin] += sizes[b];
+        delta[l.end + 1] -= sizes[b];
+      });
     }
     plan.arenaBytes[r] = static_cast<double>(arena);
     int64_t own = 0, from = 0;

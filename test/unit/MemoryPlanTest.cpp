@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <random>
 
 using namespace mfsdp::step;
@@ -24,55 +25,72 @@ namespace {
 
 struct Life {
   int64_t begin = 0, end = 0;
-  bool live = false;
 };
 
-std::vector<Life> referenceLifetimes(const Step &s) {
+/// Each buffer's spans: Alloc to Free (an Alloc after the Free opens
+/// another), each extended to the wait of a collective in flight on it.
+std::vector<std::vector<Life>> referenceLifetimes(const Step &s) {
   const int64_t last = static_cast<int64_t>(s.ops.size());
-  std::vector<Life> life(s.buffers.size());
+  std::vector<std::vector<Life>> life(s.buffers.size());
+  std::vector<bool> open(s.buffers.size(), false);
   for (size_t b = 0; b < s.buffers.size(); ++b)
     if (s.buffers[b].persistent)
-      life[b] = {0, last, true};
+      life[b].push_back({0, last});
+  // Collective op -> (buffer, span index) it uses.
+  std::map<int64_t, std::vector<std::pair<int64_t, size_t>>> uses;
   for (size_t i = 0; i < s.ops.size(); ++i) {
     const Op &op = s.ops[i];
-    if (op.kind == OpKind::Alloc && !s.buffers[op.writes[0]].persistent)
-      life[op.writes[0]] = {static_cast<int64_t>(i), last, true};
-    if (op.kind == OpKind::Free && life[op.writes[0]].live)
-      life[op.writes[0]].end = static_cast<int64_t>(i);
-  }
-  for (size_t i = 0; i < s.ops.size(); ++i) {
-    const Op &op = s.ops[i];
-    if (op.kind != OpKind::Wait)
-      continue;
-    const Op &c = s.ops[op.waitFor];
-    for (const auto &list : {c.reads, c.writes})
-      for (int64_t b : list)
-        life[b].end = std::max(life[b].end, static_cast<int64_t>(i));
+    const int64_t at = static_cast<int64_t>(i);
+    if (op.kind == OpKind::Alloc && !s.buffers[op.writes[0]].persistent &&
+        !open[op.writes[0]]) {
+      life[op.writes[0]].push_back({at, last});
+      open[op.writes[0]] = true;
+    }
+    if (op.kind == OpKind::Free && open[op.writes[0]]) {
+      life[op.writes[0]].back().end = at;
+      open[op.writes[0]] = false;
+    }
+    if (op.kind == OpKind::Collective)
+      for (const auto &list : {op.reads, op.writes})
+        for (int64_t b : list)
+          if (open[b] || s.buffers[b].persistent)
+            uses[at].push_back({b, life[b].size() - 1});
+    if (op.kind == OpKind::Wait)
+      for (auto [b, k] : uses[op.waitFor])
+        life[b][k].end = std::max(life[b][k].end, at);
   }
   return life;
 }
 
+bool meet(const std::vector<Life> &a, const std::vector<Life> &b) {
+  for (const Life &x : a)
+    for (const Life &y : b)
+      if (x.begin <= y.end && y.begin <= x.end)
+        return true;
+  return false;
+}
+
 /// The quadratic planner, kept as the specification.
 MemoryPlan referencePlan(Step &s, int64_t alignment) {
-  std::vector<Life> life = referenceLifetimes(s);
+  std::vector<std::vector<Life>> life = referenceLifetimes(s);
   auto size = [&](size_t b) {
     double bytes = std::ceil(std::max(0.0, s.buffers[b].bytes));
     return (static_cast<int64_t>(bytes) + alignment - 1) / alignment * alignment;
   };
   std::vector<size_t> order;
   for (size_t b = 0; b < s.buffers.size(); ++b)
-    if (life[b].live)
+    if (!life[b].empty())
       order.push_back(b);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     if (size(a) != size(b))
       return size(a) > size(b);
-    return life[a].begin < life[b].begin;
+    return life[a].front().begin < life[b].front().begin;
   });
   std::vector<size_t> placed;
   for (size_t b : order) {
     std::vector<std::pair<int64_t, int64_t>> taken;
     for (size_t p : placed) {
-      bool time = life[p].begin <= life[b].end && life[b].begin <= life[p].end;
+      bool time = meet(life[p], life[b]);
       bool ranks = s.buffers[p].onlyRank < 0 || s.buffers[b].onlyRank < 0 ||
                    s.buffers[p].onlyRank == s.buffers[b].onlyRank;
       if (time && ranks)
@@ -104,9 +122,10 @@ MemoryPlan referencePlan(Step &s, int64_t alignment) {
     for (size_t i = 0; i <= s.ops.size(); ++i) {
       double live = 0;
       for (size_t b : placed)
-        if (onRank(s.buffers[b], r) && life[b].begin <= static_cast<int64_t>(i) &&
-            static_cast<int64_t>(i) <= life[b].end)
-          live += static_cast<double>(size(b));
+        for (const Life &l : life[b])
+          if (onRank(s.buffers[b], r) && l.begin <= static_cast<int64_t>(i) &&
+              static_cast<int64_t>(i) <= l.end)
+            live += static_cast<double>(size(b));
       if (live > plan.peakBytes[r]) {
         plan.peakBytes[r] = live;
         plan.peakOp[r] = static_cast<int64_t>(std::min(i, s.ops.size() - 1));
@@ -137,7 +156,7 @@ Step randomStep(std::mt19937 &rng, int64_t world, int nbuf) {
     buf.onlyRank = pick(3) == 0 ? pick(world + 1) : -1;
     s.buffers.push_back(buf);
   }
-  std::vector<int64_t> liveTemps;
+  std::vector<int64_t> liveTemps, freedTemps;
   std::vector<std::pair<int64_t, std::vector<int64_t>>> inflight;
   for (int b = 0; b < nbuf; ++b) {
     Op a;
@@ -169,8 +188,19 @@ Step randomStep(std::mt19937 &rng, int64_t world, int nbuf) {
       Op f;
       f.kind = OpKind::Free;
       f.writes = {liveTemps[k]};
+      freedTemps.push_back(liveTemps[k]);
       liveTemps.erase(liveTemps.begin() + k);
       s.ops.push_back(f);
+    }
+    // Now and then a freed temporary allocated again: another span.
+    if (pick(4) == 0 && !freedTemps.empty()) {
+      int64_t k = pick(static_cast<int64_t>(freedTemps.size()));
+      Op a;
+      a.kind = OpKind::Alloc;
+      a.writes = {freedTemps[k]};
+      liveTemps.push_back(freedTemps[k]);
+      freedTemps.erase(freedTemps.begin() + k);
+      s.ops.push_back(a);
     }
     if (pick(3) == 0) {
       Op c;
@@ -209,6 +239,39 @@ TEST(MemoryPlan, MatchesTheQuadraticPlannerOnRandomSteps) {
     SCOPED_TRACE("trial " + std::to_string(trial));
     expectSamePlan(s, trial % 2 ? 1 : 64);
   }
+}
+
+// A buffer allocated twice is live in both spans: before, only the last
+// allocation was kept, and a buffer live in the first span alone was
+// placed over it.
+TEST(MemoryPlan, ABufferAllocatedAgainKeepsBothSpans) {
+  Step s;
+  s.world = 1;
+  s.buffers = {Buffer{}, Buffer{}};
+  s.buffers[0].name = "a";
+  s.buffers[1].name = "b";
+  s.buffers[0].bytes = s.buffers[1].bytes = 256;
+  auto op = [&](OpKind k, int64_t b) {
+    Op o;
+    o.kind = k;
+    if (k == OpKind::Compute)
+      o.reads = {0, 1};
+    else
+      o.writes = {b};
+    s.ops.push_back(o);
+  };
+  op(OpKind::Alloc, 0);  // 0: a's first span
+  op(OpKind::Alloc, 1);  // 1
+  op(OpKind::Compute, -1); // 2: a and b both live
+  op(OpKind::Free, 0);   // 3
+  op(OpKind::Free, 1);   // 4
+  op(OpKind::Alloc, 0);  // 5: a's second span
+  op(OpKind::Free, 0);   // 6
+  MemoryPlan plan = planMemory(s, 256);
+  EXPECT_NE(s.buffers[0].offset, s.buffers[1].offset);
+  EXPECT_EQ(plan.peakBytes, std::vector<double>{512});
+  EXPECT_EQ(plan.arenaBytes, std::vector<double>{512});
+  expectSamePlan(s, 256);
 }
 
 TEST(MemoryPlan, EmptyStep) {
