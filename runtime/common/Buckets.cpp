@@ -306,8 +306,18 @@ mfsdp_status mfsdp_step::reduceBucketBF16(int32_t b, CommHandle *handle,
     return MFSDP_OK; // staging released and r finished by completeReduction
   if (bs.rows)
     releaseStaging(bs);
-  if (!s)
-    s = finishBF16(r, what);
+  // After a failure too, as completeReduction does: the trainer's buffer
+  // is widened back, and every rank issues the same all-reduce over
+  // replicas (no replica waits for one that never comes); the first
+  // failure is the one reported.
+  {
+    const std::string failed = s ? error : std::string();
+    const mfsdp_status f = finishBF16(r, what);
+    if (!s)
+      s = f;
+    else
+      error = failed;
+  }
   const float scale = 1.f / static_cast<float>(S * R);
   for (size_t j = 0; !s && j < bs.members.size(); ++j) {
     ParamState &ps = params[bs.members[j]];

@@ -188,8 +188,13 @@ mfsdp_status mfsdp::rt::saveCheckpoint(mfsdp_step *step, const char *dir,
                                  {"pieces", pieces}})
                                .dump();
   std::vector<std::vector<uint8_t>> all;
-  if (!step->control->allGather(std::vector<uint8_t>(mine.begin(), mine.end()), all, error))
+  if (!step->control->allGather(std::vector<uint8_t>(mine.begin(), mine.end()), all, error)) {
+    if (step->control->rank() == 0) {
+      std::error_code ec;
+      std::filesystem::remove_all(tmp, ec); // nothing half-written left
+    }
     return step->fail(MFSDP_ERROR_COMM, error + " while the ranks listed their files");
+  }
   if (step->control->rank() == 0) {
     json index;
     index["format"] = kFormat;

@@ -244,8 +244,12 @@ mfsdp_status mfsdp::rt::exportHF(mfsdp_step *step, const char *dir, int32_t dtyp
       ParamState &ps = step->params[static_cast<size_t>(param)];
       whole.resize(static_cast<size_t>(ps.elements()));
       if (mfsdp_status s = step->storeWhole(ps, ps.master, whole.data())) {
-        closeAll();
-        return s; // a collective failed: every rank sees it
+        closeAll(); // a collective failed: every rank sees it
+        if (root) {
+          std::error_code ec;
+          std::filesystem::remove_all(tmp, ec); // nothing half-written left
+        }
+        return s;
       }
       if (!root || local)
         continue;

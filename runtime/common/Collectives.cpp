@@ -331,8 +331,18 @@ mfsdp_status mfsdp_step::reduceParamBF16(int32_t p, bool async) {
     return MFSDP_OK;
   }
   backend->release(staging);
-  if (!s)
-    s = finishBF16(r, what);
+  // After a failure too, as completeReduction does: the trainer's buffer
+  // is widened back, and every rank issues the same all-reduce over
+  // replicas (no replica waits for one that never comes); the first
+  // failure is the one reported.
+  {
+    const std::string failed = s ? error : std::string();
+    const mfsdp_status f = finishBF16(r, what);
+    if (!s)
+      s = f;
+    else
+      error = failed;
+  }
   if (!s)
     s = device(backend->scale(ps.gradShard, ps.localCount,
                               1.f / static_cast<float>(S * R)),
