@@ -562,6 +562,16 @@ mfsdp_status mfsdp_post_backward(mfsdp_step *step, int32_t unit);
  * ZeRO-3 and its gradients left as they were (an optimizer step after an
  * evaluation forward still finds them reduced). Not collective. */
 mfsdp_status mfsdp_end_forward(mfsdp_step *step, int32_t unit);
+/* Ends a backward of `unit` that stopped (an exception) after its
+ * pre_backward and before its post_backward: the collectives in flight
+ * complete, its gathered copy is freed and (unless the plan keeps them) its
+ * gradient buffers; its gradients are not reduced, so an optimizer step
+ * needs a new backward (zero_grad first: units whose post_backward ran in
+ * the stopped backward hold reduced gradients, and another backward before
+ * zero_grad is refused). Not collective: every rank whose backward stopped
+ * calls it (a rank whose backward went on waits for the others in its
+ * reductions until the watchdog ends them). */
+mfsdp_status mfsdp_end_backward(mfsdp_step *step, int32_t unit);
 
 /* One optimizer step on every rank's shards and owned matrices, after the
  * post_backward of every unit, with each parameter's hyperparameters

@@ -187,9 +187,19 @@ def _piece(t, where):
     return t[e] if rows is None else t[e, rows]
 
 
+class _Lease:
+    """The owner of one forward view of a ZeRO-3 parameter: every tensor over the
+    view keeps it (and the runtime) alive, so a lease still alive once the unit is
+    freed means that a tensor over memory the runtime reuses escaped."""
+    __slots__ = ("step", "__weakref__")
+
+    def __init__(self, step):
+        self.step = step
+
+
 class _Unit:
     __slots__ = ("index", "params", "modules", "state", "views", "shadows", "recomputing",
-                 "fused")
+                 "fused", "leases")
 
     def __init__(self, index):
         self.index = index
@@ -200,6 +210,7 @@ class _Unit:
         self.views = None
         self.shadows = None
         self.recomputing = False
+        self.leases = None  # ZeRO-3 forward: a weak reference to each view's _Lease
 
 
 class _Tie:
@@ -238,8 +249,33 @@ class _State:
 
     # -------------------------------------------------------------- views
 
-    def _views(self, unit):
-        return [self.step.param_view(p.index).view(p.shape) for p in unit.params]
+    def _views(self, unit, leases=None):
+        if leases is None:
+            return [self.step.param_view(p.index).view(p.shape) for p in unit.params]
+        return [self.step.param_view(p.index, lease).view(p.shape)
+                for p, lease in zip(unit.params, leases)]
+
+    def _check_released(self, unit):
+        """ZeRO-3, after post_forward freed the unit's forward copy: no tensor over it
+        may be left, since the runtime reuses its memory for other units (reading it
+        later would read their weights: a silent wrong answer). Tensors autograd saves
+        are re-pointed (_pack), so what is left escaped."""
+        leases, unit.leases = unit.leases, None
+        if not leases or all(w() is None for w in leases):
+            return
+        import gc
+        gc.collect()  # a reference cycle that holds one is not an escape
+        kept = [p.name for p, w in zip(unit.params, leases) if w() is not None]
+        if kept:
+            raise Error(f"unit {unit.index}: a tensor over the gathered copy of "
+                        f"{', '.join(repr(n) for n in kept[:4])}"
+                        f"{', ...' if len(kept) > 4 else ''} is still referenced after "
+                        "the unit was freed (post_forward). Under ZeRO-3 that memory holds "
+                        "other units' weights next, so reading the tensor would read them. "
+                        "Something kept the parameter or a view of it past its unit's "
+                        "forward: a module attribute or a list, a custom autograd Function "
+                        "that stores it on ctx instead of ctx.save_for_backward, an output "
+                        "that is a view of it. Keep a .detach().clone() instead")
 
     def _shadow(self, unit, tensors):
         unit.shadows = tensors
@@ -269,14 +305,23 @@ class _State:
         # evaluation, a graph dropped) are ended first.
         if _in_backward():
             return
+        # A backward that stopped (an exception) left units in their backward and
+        # its end-of-backward callback unrun: they are ended without reducing
+        # (mfsdp_end_backward). Units whose post_backward ran hold reduced
+        # gradients: the runtime refuses another backward until zero_grad.
+        self.backward_queued = False
+        for u in self.units:
+            if u.state == "bwd":
+                self.step.end_backward(u.index)
+                self._unshadow(u)
+                u.views = None
+                u.recomputing = False
+                u.state = "idle"
         for u in self.units:
             if u.state in ("fwd", "fwd_done"):
                 self.step.end_forward(u.index)
                 self._unshadow(u)
                 u.state = "idle"
-            elif u.state == "bwd":
-                raise Error(f"forward started while unit {u.index} is still in its backward "
-                            "(a backward that stopped part way?)")
         # The plan was compiled for each parameter's requires_grad at
         # fully_shard: a change since would be ignored (a frozen parameter
         # still stepped, an unfrozen one never), so it is an error.
@@ -326,7 +371,14 @@ class _State:
                 self._post_forward(other)
         self.step.pre_forward(unit.index)
         unit.state = "fwd"
-        views = self._views(unit)
+        if self.info["zero"] >= 3:
+            import weakref
+            leases = [_Lease(self.step) for _ in unit.params]
+            unit.leases = [weakref.ref(lease) for lease in leases]
+            views = self._views(unit, leases)
+            del leases
+        else:
+            views = self._views(unit)
         if self.info["zero"] >= 3:
             # ZeRO-3 frees this copy at post_forward: what autograd saves of it is
             # re-pointed at the backward gather (_pack / _unpack). ZeRO-1/2 keep
@@ -362,6 +414,7 @@ class _State:
             del self.ptrs[k]
         self._unshadow(unit)
         unit.state = "fwd_done"
+        self._check_released(unit)
 
     def _alias_pre(self, tie, module):
         p = tie.primary
@@ -859,9 +912,16 @@ def _groups(state, options, param_groups):
         for p in state.params:
             if p.index in taken or p.optimizer == _C.OPT_NONE:
                 continue
+            # A matrix of a fused tensor answers to its own name, the fused
+            # tensor's name and the model's fused parameter itself.
             names = [p.name] + [a for (_, _, a) in p.aliases]
+            tensors = [p.param]
+            if p.fused is not None:
+                names.append(p.fused.name)
+                tensors.append(p.fused.param)
             if any((isinstance(s, str) and any(_glob(s, n) for n in names)) or
-                   (isinstance(s, torch.Tensor) and s is p.param) for s in sel):
+                   (isinstance(s, torch.Tensor) and any(s is t for t in tensors))
+                   for s in sel):
                 chosen.append(p)
         if not chosen:
             raise Error(f"param_groups[{i}]: selects no trainable parameter ({sel!r})")

@@ -393,6 +393,8 @@ NB_MODULE(_C, m) {
            [](Step &s, int32_t u) { s.run("mfsdp_post_backward", [&](mfsdp_step *p) { return mfsdp_post_backward(p, u); }); })
       .def("end_forward",
            [](Step &s, int32_t u) { s.run("mfsdp_end_forward", [&](mfsdp_step *p) { return mfsdp_end_forward(p, u); }); })
+      .def("end_backward",
+           [](Step &s, int32_t u) { s.run("mfsdp_end_backward", [&](mfsdp_step *p) { return mfsdp_end_backward(p, u); }); })
       .def("optimizer_step",
            [](Step &s) { s.run("mfsdp_optimizer_step", [](mfsdp_step *p) { return mfsdp_optimizer_step(p); }); })
       .def("zero_grad",
@@ -419,8 +421,15 @@ NB_MODULE(_C, m) {
            },
            "The optimizer steps that updated parameter i.")
       .def("param_view",
-           [](nb::handle self, int32_t i) { return nb::cast<Step &>(self).view(i, false, self); },
-           "The gathered parameter (a torch tensor over the runtime's buffer).")
+           [](nb::handle self, int32_t i, nb::handle owner) {
+             // The tensor keeps `owner` alive (default: this runtime); an owner
+             // that keeps the runtime shows, by its lifetime, whether any
+             // tensor over this view is still alive.
+             return nb::cast<Step &>(self).view(i, false, owner.is_none() ? self : owner);
+           },
+           nb::arg("i"), nb::arg("owner") = nb::none(),
+           "The gathered parameter (a torch tensor over the runtime's buffer), kept "
+           "alive with `owner` (which must keep this runtime alive), or with the runtime.")
       .def("grad_view",
            [](nb::handle self, int32_t i) { return nb::cast<Step &>(self).view(i, true, self); },
            "The gradient buffer the trainer adds into.")

@@ -385,6 +385,36 @@ mfsdp_status mfsdp_end_forward(mfsdp_step *step, int32_t unit) {
   });
 }
 
+mfsdp_status mfsdp_end_backward(mfsdp_step *step, int32_t unit) {
+  return barrier(step, "mfsdp_end_backward", [&]() -> mfsdp_status {
+    Trace::Span hook = traced(step, "end_backward", unit);
+    if (!step)
+      return MFSDP_ERROR_INVALID;
+    if (unit < 0 || unit >= step->plan.num_units)
+      return step->fail(MFSDP_ERROR_INVALID, "unit " + std::to_string(unit) +
+                                                 " is out of range [0, " +
+                                                 std::to_string(step->plan.num_units) + ")");
+    // Whatever is in flight lands first (a program's reductions and
+    // prefetched gathers too): nothing is left running over what is freed.
+    if (auto st = step->enter())
+      return st;
+    UnitState &s = step->state[unit];
+    if (s != UnitState::Backward)
+      return step->fail(MFSDP_ERROR_ORDER,
+                        "end_backward of unit " + std::to_string(unit) +
+                            ": expected a backward of it in progress (after its "
+                            "pre_backward, before its post_backward)");
+    step->release(unit);
+    step->releaseGrads(unit);
+    for (int32_t p : step->unitParams[unit])
+      step->params[p].noGradNow = false;
+    s = UnitState::Idle;
+    if (auto st = step->releaseAhead())
+      return st;
+    return step->finish();
+  });
+}
+
 mfsdp_status mfsdp_pre_backward(mfsdp_step *step, int32_t unit) {
   return barrier(step, "mfsdp_pre_backward", [&]() -> mfsdp_status {
     CHECK_CALL(step, "pre_backward", unit);

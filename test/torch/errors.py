@@ -173,6 +173,46 @@ expect("backward of a forward that a later forward replaced", backward_after_new
        "backward of an earlier forward")
 
 
+# ZeRO-3 reuses a freed unit's memory for the next units: a tensor over a
+# parameter's gathered copy that outlives its unit's forward would read other
+# weights later. Autograd's saved tensors are re-pointed; anything else that
+# keeps one is refused when the unit is freed.
+def kept_in_a_list():
+    m, _ = mt.fully_shard(llama(), library=lib)
+    kept = []
+    m.model.layers[0].mlp.register_forward_hook(
+        lambda mod, args, out: kept.append(mod.down_proj.weight.t()))
+    m(input_ids=ids, labels=ids)
+
+
+expect("a view of a ZeRO-3 parameter kept past its unit's forward", kept_in_a_list,
+       "a tensor over the gathered copy of 'model.layers.0.mlp.down_proj.weight'",
+       "still referenced after the unit was freed", ".detach().clone()")
+
+
+class _LinearOnCtx(torch.autograd.Function):
+    # Stores the weight on ctx (not ctx.save_for_backward): backward would read it.
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.x, ctx.w = x, w
+        return x @ w.t()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g @ ctx.w, g.transpose(-1, -2) @ ctx.x
+
+
+def weight_on_ctx():
+    m, _ = mt.fully_shard(llama(), library=lib)
+    proj = m.model.layers[1].self_attn.o_proj
+    proj.forward = lambda x: _LinearOnCtx.apply(x, proj.weight)
+    m(input_ids=ids, labels=ids).loss.backward()
+
+
+expect("a custom autograd Function that keeps a ZeRO-3 weight on ctx", weight_on_ctx,
+       "'model.layers.1.self_attn.o_proj.weight'", "custom autograd Function")
+
+
 class NoInit(nn.Module):
     def __init__(self):
         super().__init__()
@@ -235,6 +275,51 @@ try:
               "together, the kept one open", flush=True)
 except Exception as e:  # noqa: BLE001
     failures.append(f"dropped models: {type(e).__name__}: {e}")
+
+# A backward that raises part way (a hook's error, an out-of-memory caught by
+# the trainer): the next forward ends its units, zero_grad clears what was
+# reduced, and the next step equals a step of a model that never failed.
+def backward_that_raises():
+    m, o = mt.fully_shard(llama(), library=lib)
+    ref, ro = mt.fully_shard(llama(), library=lib)
+    boom = [True]
+
+    def raise_once(grad):
+        if boom[0]:
+            boom[0] = False
+            raise RuntimeError("boom in backward")
+        return grad
+
+    def arm(mod, args, out):
+        if boom[0]:
+            out.register_hook(raise_once)
+
+    m.model.layers[0].mlp.register_forward_hook(arm)
+    try:
+        m(input_ids=ids, labels=ids).loss.backward()
+        return "the backward did not raise"
+    except RuntimeError as e:
+        if "boom in backward" not in str(e):
+            raise
+    o.zero_grad()
+    for model, opt in ((m, o), (ref, ro)):
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    got, want = m.full_state_dict(), ref.full_state_dict()
+    differ = [n for n in want if not torch.equal(got[n], want[n])]
+    return f"after the failed backward, {differ[:3]} differ from a clean run" if differ else None
+
+
+try:
+    problem = backward_that_raises()
+    if problem:
+        failures.append(f"a backward that raised: {problem}")
+    elif RANK == 0:
+        print("ok: a backward that raised part way: the next step equals a clean run's",
+              flush=True)
+except Exception as e:  # noqa: BLE001
+    failures.append(f"a backward that raised: {type(e).__name__}: {e}")
 
 for f in failures:
     print(f"rank {RANK}: FAIL: {f}", flush=True)

@@ -108,21 +108,42 @@ def main():
     ap.add_argument("--batch", type=int, default=2, help="sequences per rank per microbatch")
     ap.add_argument("--seq", type=int, default=12)
     ap.add_argument("--tol", type=float, default=1e-5)
-    ap.add_argument("--break", dest="broken", choices=("saved", "ties", "rounding"),
+    ap.add_argument("--break", dest="broken",
+                    choices=("saved", "saved-kept", "ties", "rounding"),
                     default=None,
                     help="remove a part of the package's autograd handling (or, with --bf16, "
                          "the reference's bf16 roundings): the run must then differ from the "
-                         "reference (the test fails if it still matches)")
+                         "reference (the test fails if it still matches); saved-kept removes "
+                         "the saved-tensor handling but keeps the check that no tensor over a "
+                         "freed ZeRO-3 unit is left: the run must then be refused")
     args = ap.parse_args()
+    if args.broken == "saved-kept":
+        try:
+            _train(args)
+        except mt.Error as e:
+            from mfsdp import runtime as rt
+            if "is still referenced after the unit was freed" in str(e):
+                print(f"rank {rt.ranks()[0]}: with the saved-tensor handling removed the run "
+                      f"is refused, as it must be: {str(e)[:120]}", flush=True)
+                sys.exit(0)
+            raise
+        print("FAIL: with the saved-tensor handling removed the run was not refused",
+              flush=True)
+        sys.exit(1)
+    _train(args)
 
+
+def _train(args):
     from mfsdp import runtime as rt
     rank, world = rt.ranks()
     mesh = args.mesh or f"dp_shard={world}"
     torch.manual_seed(0)
     torch.set_num_threads(1)
 
-    if args.broken == "saved":
+    if args.broken in ("saved", "saved-kept"):
         mt._State._pack = lambda self, t: t
+    if args.broken == "saved":
+        mt._State._check_released = lambda self, unit: setattr(unit, "leases", None)
     elif args.broken == "ties":
         mt._State._tie_grad = lambda self, tie, grad: None
 
@@ -162,7 +183,9 @@ def main():
     adamw_opts = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.1}
     groups = None
     if args.groups:
-        groups = [{"params": ["*norm*", "*.bias", "*embed_tokens*"], "weight_decay": 0.0}]
+        # (The fused experts by their tensor's name: the package plans them as matrices.)
+        groups = [{"params": ["*norm*", "*.bias", "*embed_tokens*", "*experts.gate_up_proj"],
+                   "weight_decay": 0.0}]
     kw = dict(mesh=mesh, policy=args.policy, zero=args.zero, prefetch=args.prefetch,
               accumulate=args.accum > 1, bucket_mb=args.bucket_mb, adamw=adamw_opts,
               muon=muon_opts, param_groups=groups)
