@@ -3,6 +3,7 @@
 #include "dialects/plan/PlanKernels.h"
 #include "dialects/plan/PlannerBridge.h"
 #include "dialects/sched/StepBridge.h"
+#include "passes/ScheduleStages.h"
 
 #include "mfsdp/step/Builder.h"
 
@@ -14,6 +15,81 @@ namespace mfsdp {
 using namespace mlir;
 using namespace mfsdp;
 using namespace mfsdp::plan;
+
+FailureOr<step::Step> mfsdp::buildStage(GraphOp graph, const BuildStepOptions &o) {
+  if (!graph.getMesh())
+    return graph.emitError("has no mesh; run mfsdp-assign-layouts before "
+                           "mfsdp-build-step");
+  if (o.microbatches < 1 || o.microbatches > MFSDP_MAX_MICROBATCHES)
+    return emitOptionError(graph.getContext(), "mfsdp-build-step", "microbatches")
+           << "expected 1 to " << MFSDP_MAX_MICROBATCHES << ", got "
+           << o.microbatches;
+  if (o.tokens < 0 || o.tokens > MFSDP_MAX_TOKENS)
+    return emitOptionError(graph.getContext(), "mfsdp-build-step", "tokens")
+           << "expected 1 to " << MFSDP_MAX_TOKENS
+           << " (0: the graph's seq_len), got " << o.tokens;
+  // fsdp2-dtensor replays torch.optim.Muon's addmm form of Newton-Schulz
+  // (torch 2.9; use_addmm=True later), fsdp2-dtensor-mm the mm form
+  // (use_addmm=False, the default of later releases).
+  bool dtensorMm = o.baseline == StepBaseline::FSDP2DTensorMm;
+  bool dtensor = o.baseline == StepBaseline::FSDP2DTensor || dtensorMm;
+  bool fsdp2 = o.baseline == StepBaseline::FSDP2 || dtensor;
+  int64_t tok = o.tokens > 0 ? static_cast<int64_t>(o.tokens)
+                           : static_cast<int64_t>(graph.getSeqLen());
+  if (tok <= 0)
+    return graph.emitError("the graph has no seq_len; give tokens=N");
+
+  BridgedGraph b = readGraph(graph);
+  for (auto [i, pp] : llvm::enumerate(b.problem.params))
+    if (!pp.tied && pp.placement == planner::PlacementKind::None)
+      return b.params[i].emitOpError(
+          "has no placement; run mfsdp-assign-layouts before "
+          "mfsdp-build-step");
+  planner::Options opts;
+  opts.hw = *planner::findHardwareProfile("a100");
+  optionsFromGraph(graph, opts);
+  if (o.nsSteps < 0 || o.nsSteps > MFSDP_MAX_NS_STEPS)
+    return emitOptionError(graph.getContext(), "mfsdp-build-step", "ns-steps")
+           << "expected 1 to " << MFSDP_MAX_NS_STEPS << " (0: the graph's), got "
+           << o.nsSteps;
+  if (o.nsSteps > 0)
+    opts.nsSteps = o.nsSteps;
+  if (dtensor && opts.replicate > 1)
+    return graph.emitError("baseline=")
+           << enumName(o.baseline)
+           << " models DTensor on a 1-D dp_shard mesh; dp_replicate > 1 is "
+              "not supported";
+  planner::Decisions d;
+  PolicyOp policy = graph.getPolicy();
+  d.nsSplit = policy && policy.getNsSplit();
+
+  std::vector<step::UnitCost> costs;
+  for (UnitOp u : b.units) {
+    CostAttr c = u.getCost();
+    costs.push_back({c.getFwdFlops(), c.getBwdFlops(), c.getActBytes(),
+                     c.getRecompute(), plan::unitKernels(c)});
+  }
+  step::BuildOptions bo;
+  bo.tokens = tok;
+  bo.microbatches = o.microbatches;
+  bo.reduceElemBytes = o.reduceDtype == ReduceDTypeOption::BF16  ? 2
+                       : o.reduceDtype == ReduceDTypeOption::F32 ? 4
+                                                               : 0;
+  if (fsdp2) {
+    bo.gatheredMuon = true;
+    bo.dtensorMuon = dtensor;
+    bo.dtensorForm =
+        dtensorMm ? step::DTensorForm::Mm : step::DTensorForm::Addmm;
+    for (const planner::Param &p : b.problem.params)
+      if (p.placement == planner::PlacementKind::RowShard && p.rank() == 2 &&
+          (p.role == planner::Role::HiddenMatrix ||
+           p.role == planner::Role::Expert))
+        bo.gatheredMuonParams.push_back(p.name);
+  }
+  // The step shares the module's symbol table with its graph.
+  return step::buildStep(b.problem, opts, d, costs, bo,
+                         graph.getSymName().str() + ".step");
+}
 
 namespace {
 
@@ -28,83 +104,20 @@ struct BuildStepPass : public mfsdp::impl::BuildStepBase<BuildStepPass> {
   }
 
   LogicalResult build(GraphOp graph) {
-    if (!graph.getMesh())
-      return graph.emitError("has no mesh; run mfsdp-assign-layouts before "
-                             "mfsdp-build-step");
-    if (microbatches < 1 || microbatches > MFSDP_MAX_MICROBATCHES)
-      return emitOptionError(graph.getContext(), getArgument(), "microbatches")
-             << "expected 1 to " << MFSDP_MAX_MICROBATCHES << ", got "
-             << microbatches.getValue();
-    if (tokens < 0 || tokens > MFSDP_MAX_TOKENS)
-      return emitOptionError(graph.getContext(), getArgument(), "tokens")
-             << "expected 1 to " << MFSDP_MAX_TOKENS
-             << " (0: the graph's seq_len), got " << tokens.getValue();
-    // fsdp2-dtensor replays torch.optim.Muon's addmm form of Newton-Schulz
-    // (torch 2.9; use_addmm=True later), fsdp2-dtensor-mm the mm form
-    // (use_addmm=False, the default of later releases).
-    bool dtensorMm = baseline == StepBaseline::FSDP2DTensorMm;
-    bool dtensor = baseline == StepBaseline::FSDP2DTensor || dtensorMm;
-    bool fsdp2 = baseline == StepBaseline::FSDP2 || dtensor;
-    int64_t tok = tokens > 0 ? static_cast<int64_t>(tokens)
-                             : static_cast<int64_t>(graph.getSeqLen());
-    if (tok <= 0)
-      return graph.emitError("the graph has no seq_len; give tokens=N");
-
-    BridgedGraph b = readGraph(graph);
-    for (auto [i, pp] : llvm::enumerate(b.problem.params))
-      if (!pp.tied && pp.placement == planner::PlacementKind::None)
-        return b.params[i].emitOpError(
-            "has no placement; run mfsdp-assign-layouts before "
-            "mfsdp-build-step");
-    planner::Options opts;
-    opts.hw = *planner::findHardwareProfile("a100");
-    optionsFromGraph(graph, opts);
-    if (nsSteps < 0 || nsSteps > MFSDP_MAX_NS_STEPS)
-      return emitOptionError(graph.getContext(), getArgument(), "ns-steps")
-             << "expected 1 to " << MFSDP_MAX_NS_STEPS << " (0: the graph's), got "
-             << nsSteps.getValue();
-    if (nsSteps > 0)
-      opts.nsSteps = nsSteps;
-    if (dtensor && opts.replicate > 1)
-      return graph.emitError("baseline=")
-             << enumName(baseline.getValue())
-             << " models DTensor on a 1-D dp_shard mesh; dp_replicate > 1 is "
-                "not supported";
-    planner::Decisions d;
-    PolicyOp policy = graph.getPolicy();
-    d.nsSplit = policy && policy.getNsSplit();
-
-    std::vector<step::UnitCost> costs;
-    for (UnitOp u : b.units) {
-      CostAttr c = u.getCost();
-      costs.push_back({c.getFwdFlops(), c.getBwdFlops(), c.getActBytes(),
-                       c.getRecompute(), plan::unitKernels(c)});
-    }
-    step::BuildOptions bo;
-    bo.tokens = tok;
-    bo.microbatches = microbatches;
-    bo.reduceElemBytes = reduceDtype == ReduceDTypeOption::BF16  ? 2
-                         : reduceDtype == ReduceDTypeOption::F32 ? 4
-                                                                 : 0;
-    if (fsdp2) {
-      bo.gatheredMuon = true;
-      bo.dtensorMuon = dtensor;
-      bo.dtensorForm =
-          dtensorMm ? step::DTensorForm::Mm : step::DTensorForm::Addmm;
-      for (const planner::Param &p : b.problem.params)
-        if (p.placement == planner::PlacementKind::RowShard && p.rank() == 2 &&
-            (p.role == planner::Role::HiddenMatrix ||
-             p.role == planner::Role::Expert))
-          bo.gatheredMuonParams.push_back(p.name);
-    }
-    // The step shares the module's symbol table with its graph.
-    step::Step s = step::buildStep(b.problem, opts, d, costs, bo,
-                                   graph.getSymName().str() + ".step");
+    BuildStepOptions o;
+    o.tokens = tokens;
+    o.microbatches = microbatches;
+    o.baseline = baseline;
+    o.nsSteps = nsSteps;
+    o.reduceDtype = reduceDtype;
+    FailureOr<step::Step> s = buildStage(graph, o);
+    if (failed(s))
+      return failure();
     OpBuilder builder(graph.getContext());
     builder.setInsertionPointAfter(graph);
     // Each op of the step is released as it is written.
     FailureOr<sched::StepOp> written =
-        writeStep(builder, graph.getLoc(), std::move(s));
+        writeStep(builder, graph.getLoc(), std::move(*s));
     if (failed(written))
       return failure();
     // The step names its graph's mesh, against which its symbol uses

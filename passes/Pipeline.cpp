@@ -30,25 +30,24 @@ void mfsdp::buildDefaultPipeline(OpPassManager &pm, const PipelineOptions &o) {
   // (in parallel when the module holds several); building a step adds an op
   // beside its graph, so that pass runs on the module.
   pm.addNestedPass<plan::GraphOp>(createAssignLayouts(layouts));
-  BuildStepOptions step;
+  // The step is built and scheduled (bucketed, overlapped, memory-planned
+  // and verified) before it is written, once: the same result as
+  // mfsdp-build-step and mfsdp-schedule-step in a row (which runs the four
+  // schedule passes as one), without writing the step and reading it back.
+  BuildAndScheduleStepOptions step;
   step.tokens = o.tokens;
   step.microbatches = o.microbatches;
   step.baseline = o.baseline;
   step.reduceDtype = o.reduceDtype;
   step.nsSteps = o.nsSteps;
-  pm.addPass(createBuildStep(step));
-  // The four schedule passes run as one, on the step read once (the
-  // same result as mfsdp-bucket-collectives, mfsdp-schedule-overlap,
-  // mfsdp-plan-memory and mfsdp-verify-schedule in a row).
-  ScheduleStepOptions schedule;
-  schedule.bucketMB = o.bucketMB;
-  schedule.prefetch = o.prefetch;
-  schedule.maxInflightMB = o.maxInflightMB;
-  schedule.gatherComm = o.gatherComm;
-  schedule.optimizerOrder = o.optimizerOrder;
-  schedule.hardware = o.hardware;
-  schedule.memoryCapMB = o.memoryCapMB;
-  pm.addNestedPass<sched::StepOp>(createScheduleStep(schedule));
+  step.bucketMB = o.bucketMB;
+  step.prefetch = o.prefetch;
+  step.maxInflightMB = o.maxInflightMB;
+  step.gatherComm = o.gatherComm;
+  step.optimizerOrder = o.optimizerOrder;
+  step.hardware = o.hardware;
+  step.memoryCapMB = o.memoryCapMB;
+  pm.addPass(createBuildAndScheduleStep(step));
 }
 
 void mfsdp::registerDefaultPipeline() {

@@ -5,13 +5,16 @@
 // mfsdp-plan-memory, mfsdp-verify-schedule) read the step, run their stage
 // and write it back; mfsdp-schedule-step, which the default pipeline runs,
 // reads the step once, runs the four stages on it and writes it once, with
-// the same result as the four passes in a row.
+// the same result as the four passes in a row; and
+// mfsdp-build-and-schedule-step, the default pipeline's, builds the step
+// and schedules it before it is ever written.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MFSDP_PASSES_SCHEDULESTAGES_H
 #define MFSDP_PASSES_SCHEDULESTAGES_H
 
 #include "passes/Passes.h"
+#include "dialects/plan/PlanOps.h"
 
 #include "mfsdp/step/Schedule.h"
 #include "mfsdp/step/Step.h"
@@ -21,6 +24,20 @@
 #include <vector>
 
 namespace mfsdp {
+
+/// The step of one planned graph as mfsdp-build-step builds it (before it
+/// is written); fails with a diagnostic on `graph` or its options.
+mlir::FailureOr<step::Step> buildStage(plan::GraphOp graph,
+                                       const BuildStepOptions &options);
+
+/// mfsdp-schedule-step's four stages on `s`, whose sched.step `op` has an
+/// empty body: bucket, overlap, plan memory, verify, then `s` written into
+/// `op` (each op released as it is written; an op whose origin indexes
+/// `locations` gets that location, the others `op`'s) with its memory plan
+/// and the verifier's findings. Fails with the stages' diagnostics.
+mlir::LogicalResult scheduleStages(sched::StepOp op, step::Step &&s,
+                                   const ScheduleStepOptions &options,
+                                   llvm::ArrayRef<mlir::Location> locations);
 
 /// Buckets the collectives of `s`; fails with a diagnostic on `op` when
 /// the options are invalid.

@@ -13,21 +13,37 @@ namespace mfsdp {
 using namespace mlir;
 using namespace mfsdp;
 
+LogicalResult mfsdp::scheduleStages(sched::StepOp op, step::Step &&s,
+                                    const ScheduleStepOptions &options,
+                                    ArrayRef<Location> locations) {
+  BucketCollectivesOptions bucket;
+  bucket.bucketMB = options.bucketMB;
+  ScheduleOverlapOptions overlap;
+  overlap.prefetch = options.prefetch;
+  overlap.maxInflightMB = options.maxInflightMB;
+  overlap.gatherComm = options.gatherComm;
+  overlap.optimizerOrder = options.optimizerOrder;
+  overlap.hardware = options.hardware;
+  VerifyScheduleOptions verify;
+  verify.memoryCapMB = options.memoryCapMB;
+  if (failed(bucketStage(op, s, bucket)) || failed(overlapStage(op, s, overlap)))
+    return failure();
+  step::MemoryPlan plan = step::planMemory(s);
+  // Checked before it is written, so that each op is released as it is
+  // written; the findings are reported on the written ops.
+  VerifyFindings findings = checkStage(op, s, verify);
+  // Ops a stage made keep the step's location, and a wait its
+  // collective's, as when each pass writes and the next one reads.
+  if (failed(rewriteStep(op, std::move(s), locations)))
+    return failure();
+  setMemoryPlan(op, plan);
+  return reportStage(op, findings);
+}
+
 namespace {
 struct ScheduleStepPass : public mfsdp::impl::ScheduleStepBase<ScheduleStepPass> {
   using Base::Base;
   void runOnOperation() override {
-    BucketCollectivesOptions bucket;
-    bucket.bucketMB = bucketMB;
-    ScheduleOverlapOptions overlap;
-    overlap.prefetch = prefetch;
-    overlap.maxInflightMB = maxInflightMB;
-    overlap.gatherComm = gatherComm;
-    overlap.optimizerOrder = optimizerOrder;
-    overlap.hardware = hardware;
-    VerifyScheduleOptions verify;
-    verify.memoryCapMB = memoryCapMB;
-
     sched::StepOp op = getOperation();
     step::Step s;
     SmallVector<Location> locations;
@@ -36,19 +52,15 @@ struct ScheduleStepPass : public mfsdp::impl::ScheduleStepBase<ScheduleStepPass>
     // The body is written anew from `s`: drop the old one now rather than
     // hold both through the stages (on large steps the IR is the larger).
     op.getBody().front().clear();
-    if (failed(bucketStage(op, s, bucket)) ||
-        failed(overlapStage(op, s, overlap)))
-      return signalPassFailure();
-    step::MemoryPlan plan = step::planMemory(s);
-    // Checked before it is written, so that each op is released as it is
-    // written; the findings are reported on the written ops.
-    VerifyFindings findings = checkStage(op, s, verify);
-    // Ops a stage made keep the step's location, and a wait its
-    // collective's, as when each pass writes and the next one reads.
-    if (failed(rewriteStep(op, std::move(s), locations)))
-      return signalPassFailure();
-    setMemoryPlan(op, plan);
-    if (failed(reportStage(op, findings)))
+    ScheduleStepOptions options;
+    options.bucketMB = bucketMB;
+    options.prefetch = prefetch;
+    options.maxInflightMB = maxInflightMB;
+    options.gatherComm = gatherComm;
+    options.optimizerOrder = optimizerOrder;
+    options.hardware = hardware;
+    options.memoryCapMB = memoryCapMB;
+    if (failed(scheduleStages(op, std::move(s), options, locations)))
       return signalPassFailure();
   }
 };

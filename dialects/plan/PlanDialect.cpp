@@ -5,6 +5,8 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -39,8 +41,22 @@ std::string mfsdp::plan::formatF64(double value) {
     std::snprintf(buf, sizeof(buf), "%.0f", value);
     return buf;
   }
-  // The shortest %g precision that reads back to the same double.
-  for (int prec = 1; prec <= 17; ++prec) {
+  // The shortest %g precision that reads back to the same double. No
+  // precision below the digits of the shortest round-trip form
+  // (std::to_chars) can, so the search starts there (usually ending there).
+  int first = 1;
+  {
+    char shortest[64];
+    auto r = std::to_chars(shortest, shortest + sizeof(shortest), value,
+                           std::chars_format::scientific);
+    if (r.ec == std::errc()) {
+      int digits = 0;
+      for (const char *c = shortest; c < r.ptr && *c != 'e'; ++c)
+        digits += *c >= '0' && *c <= '9';
+      first = std::clamp(digits, 1, 17);
+    }
+  }
+  for (int prec = first; prec <= 17; ++prec) {
     std::snprintf(buf, sizeof(buf), "%.*g", prec, value);
     if (std::strtod(buf, nullptr) == value)
       break;

@@ -47,6 +47,17 @@ static std::vector<std::string> symbols(ArrayAttr a) {
   return out;
 }
 
+/// The kernels of each unit of `graph` that has any (none without a graph),
+/// which readStep puts on the unit's compute ops.
+static llvm::StringMap<std::vector<UnitKernel>> unitKernelsOf(plan::GraphOp graph) {
+  llvm::StringMap<std::vector<UnitKernel>> kernelsOf;
+  if (graph)
+    for (plan::UnitOp u : graph.getBody().front().getOps<plan::UnitOp>())
+      if (std::vector<UnitKernel> k = plan::unitKernels(u.getCost()); !k.empty())
+        kernelsOf[u.getSymName()] = std::move(k);
+  return kernelsOf;
+}
+
 LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
                               SmallVectorImpl<Location> *locations) {
   s = step::Step();
@@ -66,11 +77,7 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
     if (Operation *scope = op->getParentOp())
       graph = dyn_cast_or_null<plan::GraphOp>(
           SymbolTable::lookupSymbolIn(scope, meshRef.getRootReference()));
-  llvm::StringMap<std::vector<UnitKernel>> kernelsOf;
-  if (graph)
-    for (plan::UnitOp u : graph.getBody().front().getOps<plan::UnitOp>())
-      if (std::vector<UnitKernel> k = plan::unitKernels(u.getCost()); !k.empty())
-        kernelsOf[u.getSymName()] = std::move(k);
+  llvm::StringMap<std::vector<UnitKernel>> kernelsOf = unitKernelsOf(graph);
   // Sized once: on large steps the op array is hundreds of MB, and growing
   // it holds the old and the new array at once.
   {
@@ -479,4 +486,111 @@ LogicalResult mfsdp::rewriteStep(StepOp op, const step::Step &s,
 LogicalResult mfsdp::rewriteStep(StepOp op, step::Step &&s,
                                  ArrayRef<Location> locations) {
   return rewrite(op, s, locations, &s);
+}
+
+LogicalResult mfsdp::asWritten(step::Step &s, plan::GraphOp graph, Location loc) {
+  // What writeStep would refuse, it refuses alike.
+  if (failed(checkWritable(s, {}, loc)))
+    return failure();
+  // What readStep takes from each op, field by field, as writeStep writes
+  // it: buffers in the order of their allocs, an alloc, free or wait in the
+  // phase of the op before it, byte counts as the integers written, the
+  // unit's kernels from the graph.
+  llvm::StringMap<std::vector<UnitKernel>> kernelsOf = unitKernelsOf(graph);
+  std::vector<int64_t> renumber(s.buffers.size(), -1);
+  std::vector<step::Buffer> buffers;
+  buffers.reserve(s.buffers.size());
+  auto ids = [&](const std::vector<int64_t> &in) {
+    std::vector<int64_t> out;
+    out.reserve(in.size());
+    for (int64_t id : in)
+      out.push_back(id >= 0 && id < static_cast<int64_t>(renumber.size()) ? renumber[id]
+                                                                         : -1);
+    return out;
+  };
+  auto nonNegative = [](int64_t v) { return v >= 0 ? v : -1; };
+  step::Phase phase = step::Phase::Forward;
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    step::Op &in = s.ops[i];
+    step::Op o;
+    o.kind = in.kind;
+    o.phase = phase;
+    o.origin = static_cast<int64_t>(i);
+    switch (in.kind) {
+    case step::OpKind::Alloc: {
+      const step::Buffer &from = s.buffers[in.writes.front()];
+      step::Buffer b;
+      b.name = from.name;
+      b.bytes = static_cast<double>(static_cast<int64_t>(from.bytes));
+      b.persistent = from.persistent;
+      b.onlyRank = nonNegative(from.onlyRank);
+      b.offset = nonNegative(from.offset);
+      renumber[in.writes.front()] = static_cast<int64_t>(buffers.size());
+      buffers.push_back(b);
+      o.name = "alloc " + b.name;
+      o.onlyRank = b.onlyRank;
+      o.writes = {renumber[in.writes.front()]};
+      break;
+    }
+    case step::OpKind::Free:
+      o.writes = ids(in.writes);
+      o.name = "free " + buffers[o.writes.front()].name;
+      break;
+    case step::OpKind::Wait:
+      o.waitFor = in.waitFor;
+      o.name = "wait";
+      break;
+    case step::OpKind::Collective:
+      o.phase = phase = in.phase;
+      o.coll = in.coll;
+      o.name = std::move(in.name);
+      o.meshAxes = std::move(in.meshAxes);
+      o.ranks = in.ranks;
+      o.interNode = in.interNode;
+      o.collBytes = static_cast<double>(static_cast<int64_t>(in.collBytes));
+      for (double chunk : in.chunks)
+        o.chunks.push_back(static_cast<double>(static_cast<int64_t>(chunk)));
+      o.comm = in.comm;
+      o.async = in.async;
+      o.params = std::move(in.params);
+      o.group = nonNegative(in.group);
+      o.reads = ids(in.reads);
+      o.writes = ids(in.writes);
+      break;
+    case step::OpKind::Compute: {
+      o.phase = phase = in.phase;
+      o.compute = std::move(in.compute);
+      o.name = std::move(in.name);
+      o.flops = in.flops;
+      o.bytes = static_cast<double>(trafficBytes(in.bytes));
+      o.group = nonNegative(in.group);
+      if (!in.unitName.empty()) {
+        o.unitName = std::move(in.unitName);
+        auto k = kernelsOf.find(o.unitName);
+        if (k != kernelsOf.end() && o.compute != "copy") {
+          o.kernels = k->second;
+          o.kernelTokens = static_cast<double>(s.tokens);
+        }
+      }
+      o.reads = ids(in.reads);
+      o.writes = ids(in.writes);
+      break;
+    }
+    case step::OpKind::Optimizer:
+      o.phase = phase = in.phase;
+      o.optimizer = std::move(in.optimizer);
+      o.name = std::move(in.name);
+      o.flops = in.flops;
+      o.bytes = static_cast<double>(trafficBytes(in.bytes));
+      o.onlyRank = nonNegative(in.onlyRank);
+      o.group = nonNegative(in.group);
+      o.params = std::move(in.params);
+      o.reads = ids(in.reads);
+      o.writes = ids(in.writes);
+      break;
+    }
+    in = std::move(o);
+  }
+  s.buffers = std::move(buffers);
+  return success();
 }

@@ -10,6 +10,7 @@
 #ifndef MFSDP_DIALECTS_SCHED_STEPBRIDGE_H
 #define MFSDP_DIALECTS_SCHED_STEPBRIDGE_H
 
+#include "dialects/plan/PlanOps.h"
 #include "dialects/sched/SchedOps.h"
 #include "mfsdp/step/Step.h"
 
@@ -51,6 +52,15 @@ mlir::LogicalResult rewriteStep(sched::StepOp op, const step::Step &s,
 /// IR are the two largest things alive. On failure `s` is unchanged.
 mlir::LogicalResult rewriteStep(sched::StepOp op, step::Step &&s,
                                 llvm::ArrayRef<mlir::Location> locations);
+
+/// Makes `s` what writing it (writeStep) and reading it back (readStep)
+/// would give, without the IR: what a pass that schedules a step it built
+/// itself runs on, so that its result is that of the passes in a row. The
+/// kernels of compute ops come from `graph` (the graph the step is built
+/// for), as readStep finds them through the step's mesh. Fails as
+/// writeStep does (with its diagnostic, at `loc`), leaving `s` unchanged,
+/// when `s` cannot be written.
+mlir::LogicalResult asWritten(step::Step &s, plan::GraphOp graph, mlir::Location loc);
 
 } // namespace mfsdp
 

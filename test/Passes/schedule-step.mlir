@@ -8,7 +8,7 @@
 // RUN: mfsdp-opt %t.built.mlir --mfsdp-bucket-collectives=bucket-mb=1 --mfsdp-schedule-overlap="prefetch=2 gather-comm=separate optimizer-order=landing" --mfsdp-plan-memory --mfsdp-verify-schedule -o %t.four2.mlir
 // RUN: mfsdp-opt %t.built.mlir --mfsdp-schedule-step="bucket-mb=1 prefetch=2 gather-comm=separate optimizer-order=landing" -o %t.one2.mlir
 // RUN: diff %t.four2.mlir %t.one2.mlir
-// The pipeline is assign-layouts, build-step and this pass.
+// The pipeline gives what assign-layouts, build-step and the four passes give.
 // RUN: mfsdp-opt %S/Inputs/four-blocks.mlir --mfsdp-pipeline -o %t.pipeline.mlir
 // RUN: mfsdp-opt %S/Inputs/four-blocks.mlir --mfsdp-assign-layouts --mfsdp-build-step --mfsdp-bucket-collectives --mfsdp-schedule-overlap --mfsdp-plan-memory --mfsdp-verify-schedule -o %t.passes.mlir
 // RUN: diff %t.pipeline.mlir %t.passes.mlir

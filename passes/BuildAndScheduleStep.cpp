@@ -1,0 +1,77 @@
+//===- BuildAndScheduleStep.cpp - mfsdp-build-and-schedule-step -----------===//
+//
+// mfsdp-build-step and mfsdp-schedule-step with the step kept in memory
+// between them: each graph's step is built (buildStage), a sched.step with
+// an empty body put after the graph, and the schedule stages run on the
+// step before it is written into that body once (scheduleStages).
+//
+//===----------------------------------------------------------------------===//
+#include "passes/Passes.h"
+#include "passes/ScheduleStages.h"
+#include "dialects/plan/PlanOps.h"
+#include "dialects/sched/StepBridge.h"
+
+namespace mfsdp {
+#define GEN_PASS_DEF_BUILDANDSCHEDULESTEP
+#include "passes/Passes.h.inc"
+} // namespace mfsdp
+
+using namespace mlir;
+using namespace mfsdp;
+
+namespace {
+
+struct BuildAndScheduleStepPass
+    : public mfsdp::impl::BuildAndScheduleStepBase<BuildAndScheduleStepPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    SmallVector<plan::GraphOp> graphs(getOperation().getOps<plan::GraphOp>());
+    for (plan::GraphOp g : graphs)
+      if (failed(run(g)))
+        return signalPassFailure();
+  }
+
+  LogicalResult run(plan::GraphOp graph) {
+    BuildStepOptions build;
+    build.tokens = tokens;
+    build.microbatches = microbatches;
+    build.baseline = baseline;
+    build.nsSteps = nsSteps;
+    build.reduceDtype = reduceDtype;
+    FailureOr<step::Step> s = buildStage(graph, build);
+    // The stages see the step as mfsdp-schedule-step reads it from what
+    // mfsdp-build-step writes (an alloc's phase, whole byte counts, buffers
+    // in alloc order): the same schedule as the two passes in a row.
+    if (failed(s) || failed(asWritten(*s, graph, graph.getLoc())))
+      return failure();
+    // The step op first, empty (the stages report on it), named and bound
+    // to the graph's mesh as mfsdp-build-step writes it.
+    step::Step header;
+    header.name = s->name;
+    header.world = s->world;
+    header.tokens = s->tokens;
+    header.microbatches = s->microbatches;
+    OpBuilder builder(graph.getContext());
+    builder.setInsertionPointAfter(graph);
+    FailureOr<sched::StepOp> op = writeStep(builder, graph.getLoc(), header);
+    if (failed(op))
+      return failure();
+    op->setMeshAttr(SymbolRefAttr::get(
+        graph.getSymNameAttr(),
+        {FlatSymbolRefAttr::get(graph.getMesh().getSymNameAttr())}));
+    ScheduleStepOptions schedule;
+    schedule.bucketMB = bucketMB;
+    schedule.prefetch = prefetch;
+    schedule.maxInflightMB = maxInflightMB;
+    schedule.gatherComm = gatherComm;
+    schedule.optimizerOrder = optimizerOrder;
+    schedule.hardware = hardware;
+    schedule.memoryCapMB = memoryCapMB;
+    // Every op gets the step's location, as when mfsdp-build-step writes
+    // them all at the graph's and mfsdp-schedule-step keeps them.
+    return scheduleStages(*op, std::move(*s), schedule, {});
+  }
+};
+
+} // namespace
