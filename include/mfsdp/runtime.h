@@ -567,8 +567,9 @@ mfsdp_status mfsdp_end_forward(mfsdp_step *step, int32_t unit);
  * complete, its gathered copy is freed and (unless the plan keeps them) its
  * gradient buffers; its gradients are not reduced, so an optimizer step
  * needs a new backward (zero_grad first: units whose post_backward ran in
- * the stopped backward hold reduced gradients, and another backward before
- * zero_grad is refused). Not collective: every rank whose backward stopped
+ * the stopped backward hold its gradients; a plan that frees gradients
+ * refuses another backward before zero_grad, one that keeps them adds to
+ * them). Not collective: every rank whose backward stopped
  * calls it (a rank whose backward went on waits for the others in its
  * reductions until the watchdog ends them). */
 mfsdp_status mfsdp_end_backward(mfsdp_step *step, int32_t unit);

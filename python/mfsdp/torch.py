@@ -246,6 +246,9 @@ class _State:
         self.grad_forward = False
         self.generation = 0  # forwards so far: a backward belongs to the last one
         self.buffer_modules = []  # modules whose buffers a meta-device init filled
+        # Parameters whose torch .grad would not be None: a gradient since the
+        # last zero_grad(set_to_none=True) (optimizer.step() keeps .grad).
+        self.grad_kept = set()
 
     # -------------------------------------------------------------- views
 
@@ -492,8 +495,11 @@ class _State:
                 self.step.grad_view(t.primary.index).view(t.primary.shape).add_(t.grad)
                 got.add(t.primary.index)
                 t.grad = None
+        # torch keeps a zero .grad through zero_grad(set_to_none=False): a
+        # parameter with one is stepped, used or not.
+        self.grad_kept.update(got)
         for p in unit.params:
-            if p.index not in got and p.requires_grad:
+            if p.index not in got and p.requires_grad and p.index not in self.grad_kept:
                 self.step.mark_no_grad(p.index)
         self.step.post_backward(unit.index)
         self._unshadow(unit)
@@ -860,6 +866,8 @@ class MFSDPOptimizer(torch.optim.Optimizer):
 
     def zero_grad(self, set_to_none=True):
         self._mfsdp.step.zero_grad()
+        if set_to_none:  # every .grad None: unused parameters are skipped again
+            self._mfsdp.grad_kept.clear()
         if self._external_opt is not None:
             self._external_opt.zero_grad(set_to_none)
 

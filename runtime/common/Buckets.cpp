@@ -306,11 +306,13 @@ mfsdp_status mfsdp_step::reduceBucketBF16(int32_t b, CommHandle *handle,
     return MFSDP_OK; // staging released and r finished by completeReduction
   if (bs.rows)
     releaseStaging(bs);
-  // After a failure too, as completeReduction does: the trainer's buffer
-  // is widened back, and every rank issues the same all-reduce over
-  // replicas (no replica waits for one that never comes); the first
-  // failure is the one reported.
-  {
+  // After a synchronous failure too, as completeReduction does: the
+  // trainer's buffer is widened back, and every rank issues the same
+  // all-reduce over replicas, in the same place (no replica waits for one
+  // that never comes); the first failure is the one reported. (A start
+  // that failed, with others in flight, is not finished here: its
+  // all-reduce would come before theirs on this rank only.)
+  if (!s || !handle) {
     const std::string failed = s ? error : std::string();
     const mfsdp_status f = finishBF16(r, what);
     if (!s)

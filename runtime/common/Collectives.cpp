@@ -331,11 +331,13 @@ mfsdp_status mfsdp_step::reduceParamBF16(int32_t p, bool async) {
     return MFSDP_OK;
   }
   backend->release(staging);
-  // After a failure too, as completeReduction does: the trainer's buffer
-  // is widened back, and every rank issues the same all-reduce over
-  // replicas (no replica waits for one that never comes); the first
-  // failure is the one reported.
-  {
+  // After a synchronous failure too, as completeReduction does: the
+  // trainer's buffer is widened back, and every rank issues the same
+  // all-reduce over replicas, in the same place (no replica waits for one
+  // that never comes); the first failure is the one reported. (A start
+  // that failed, with others in flight, is not finished here: its
+  // all-reduce would come before theirs on this rank only.)
+  if (!s || !async) {
     const std::string failed = s ? error : std::string();
     const mfsdp_status f = finishBF16(r, what);
     if (!s)

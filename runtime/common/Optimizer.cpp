@@ -65,26 +65,28 @@ mfsdp_status mfsdp_step::checkReduced(const char *call, bool inFlight) {
 
 mfsdp_status mfsdp_step::setUnusedGrads(int32_t rule) {
   const bool valid = rule == MFSDP_UNUSED_STEP || rule == MFSDP_UNUSED_SKIP;
-  // Every rank's rule summed with a count of the ranks: a rank that asks
-  // for another rule, or for none that exists (counted as 2), shows.
-  double votes[2] = {valid ? double(rule) : 2.0, 1.0};
-  if (auto s = comm(backend->allReduceDoubles(Group::Shard, votes, 2),
+  // How many ranks ask for each rule, and for none that exists: every rank
+  // sees the same counts, so every rank fails (or none) alike.
+  double votes[3] = {rule == MFSDP_UNUSED_STEP ? 1.0 : 0.0,
+                     rule == MFSDP_UNUSED_SKIP ? 1.0 : 0.0, valid ? 0.0 : 1.0};
+  if (auto s = comm(backend->allReduceDoubles(Group::Shard, votes, 3),
                     "the all-reduce of the unused-gradient rule over dp_shard"))
     return s;
   if (R > 1)
-    if (auto s = comm(backend->allReduceDoubles(Group::Replicate, votes, 2),
+    if (auto s = comm(backend->allReduceDoubles(Group::Replicate, votes, 3),
                       "the all-reduce of the unused-gradient rule over dp_replicate"))
       return s;
   if (!valid)
     return fail(MFSDP_ERROR_INVALID,
                 "set_unused_grads: rule " + std::to_string(rule) +
                     " is not MFSDP_UNUSED_STEP (0) or MFSDP_UNUSED_SKIP (1)");
-  if (votes[0] != 0 && votes[0] != votes[1])
+  if (votes[2] > 0 || (votes[0] > 0 && votes[1] > 0))
     return fail(MFSDP_ERROR_INVALID,
                 "set_unused_grads: the ranks ask for different rules (" +
-                    std::to_string(int64_t(votes[0])) + " of the sum of " +
-                    std::to_string(int64_t(votes[1])) +
-                    " ranks' rules, each 0 or 1); every rank must pass the same");
+                    std::to_string(int64_t(votes[0])) + " MFSDP_UNUSED_STEP, " +
+                    std::to_string(int64_t(votes[1])) + " MFSDP_UNUSED_SKIP, " +
+                    std::to_string(int64_t(votes[2])) +
+                    " neither); every rank must pass the same");
   skipUnused = rule == MFSDP_UNUSED_SKIP;
   return MFSDP_OK;
 }

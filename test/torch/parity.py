@@ -104,6 +104,9 @@ def main():
                          "rank, some on rank 0's first slice only, some on every slice: "
                          "torch.optim skips a parameter whose .grad is None (no decay, no "
                          "moment update, its own step count), and so must mfsdp")
+    ap.add_argument("--zero-grad-keep", action="store_true",
+                    help="zero_grad(set_to_none=False) on both sides: a parameter that had "
+                         "a gradient keeps a zero one, and is stepped when unused (torch's rule)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batch", type=int, default=2, help="sequences per rank per microbatch")
     ap.add_argument("--seq", type=int, default=12)
@@ -328,7 +331,7 @@ def _train(args):
         if args.clip > 0:
             total = float(model.clip_grad_norm_(args.clip))
         opt.step()
-        opt.zero_grad()
+        opt.zero_grad(set_to_none=not args.zero_grad_keep)
         # torch alone: every rank's slice, in rank order.
         ref_loss = 0.0
         ref_slices = [[0.0] * world for _ in range(args.accum)]
@@ -349,7 +352,7 @@ def _train(args):
             ref_total = float(torch.nn.utils.clip_grad_norm_(ref_params_list, args.clip))
         for o in ref_opts:
             o.step()
-            o.zero_grad()
+            o.zero_grad(set_to_none=not args.zero_grad_keep)
         for s in scheds:
             s.step()
         # This rank's loss against torch's on the same slices.
