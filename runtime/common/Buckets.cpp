@@ -312,14 +312,8 @@ mfsdp_status mfsdp_step::reduceBucketBF16(int32_t b, CommHandle *handle,
   // that never comes); the first failure is the one reported. (A start
   // that failed, with others in flight, is not finished here: its
   // all-reduce would come before theirs on this rank only.)
-  if (!s || !handle) {
-    const std::string failed = s ? error : std::string();
-    const mfsdp_status f = finishBF16(r, what);
-    if (!s)
-      s = f;
-    else
-      error = failed;
-  }
+  if (!s || !handle)
+    s = finishBF16After(s, r, what);
   const float scale = 1.f / static_cast<float>(S * R);
   for (size_t j = 0; !s && j < bs.members.size(); ++j) {
     ParamState &ps = params[bs.members[j]];

@@ -337,14 +337,8 @@ mfsdp_status mfsdp_step::reduceParamBF16(int32_t p, bool async) {
   // that never comes); the first failure is the one reported. (A start
   // that failed, with others in flight, is not finished here: its
   // all-reduce would come before theirs on this rank only.)
-  if (!s || !async) {
-    const std::string failed = s ? error : std::string();
-    const mfsdp_status f = finishBF16(r, what);
-    if (!s)
-      s = f;
-    else
-      error = failed;
-  }
+  if (!s || !async)
+    s = finishBF16After(s, r, what);
   if (!s)
     s = device(backend->scale(ps.gradShard, ps.localCount,
                               1.f / static_cast<float>(S * R)),

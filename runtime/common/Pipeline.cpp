@@ -53,12 +53,7 @@ mfsdp_status mfsdp_step::completeReduction(int32_t unit) {
     if (st.bf16.on) {
       // The reduce dtype bf16: the trainer's buffer widened back, the
       // replicas' all-reduce in bf16, the kept span widened to fp32.
-      const std::string waitError = s ? error : std::string();
-      const mfsdp_status r = finishBF16(st.bf16, what);
-      if (!s)
-        s = r;
-      else
-        error = waitError;
+      s = finishBF16After(s, st.bf16, what);
     } else if (R > 1) {
       float *span = nullptr;
       int64_t count = 0;

@@ -626,6 +626,18 @@ struct mfsdp_step {
   /// widened back, HSDP's all-reduce over replicas in bf16 (every rank
   /// calls it, after a failure too), the kept span widened to fp32.
   mfsdp_status finishBF16(const BF16Reduction &r, const std::string &what);
+  /// finishBF16 after the dp_shard collective ended with `s`, run whatever
+  /// `s` (every rank issues the same sequence): the first failure is the
+  /// one returned, with its message.
+  mfsdp_status finishBF16After(mfsdp_status s, const BF16Reduction &r,
+                               const std::string &what) {
+    const std::string first = s ? error : std::string();
+    const mfsdp_status f = finishBF16(r, what);
+    if (!s)
+      return f;
+    error = first;
+    return s;
+  }
 
   /// Block shards: every rank's packed blocks (`local`) concatenated in
   /// packed order (BlockGrid) into `packed` (ps.fullSize floats).
