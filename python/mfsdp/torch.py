@@ -19,11 +19,13 @@ matrices. docs/torch.md describes the protocol; docs/runtime.md the runtime unde
 import atexit
 import contextlib
 import fnmatch
+import gc
 import json
 import math
 import os
 import shutil
 import tempfile
+import weakref
 
 import torch
 from torch import nn
@@ -266,7 +268,6 @@ class _State:
         leases, unit.leases = unit.leases, None
         if not leases or all(w() is None for w in leases):
             return
-        import gc
         gc.collect()  # a reference cycle that holds one is not an escape
         kept = [p.name for p, w in zip(unit.params, leases) if w() is not None]
         if kept:
@@ -375,19 +376,19 @@ class _State:
         self.step.pre_forward(unit.index)
         unit.state = "fwd"
         if self.info["zero"] >= 3:
-            import weakref
+            # ZeRO-3 frees this copy at post_forward: each view is owned by a
+            # lease that shows whether a tensor over it outlives the unit
+            # (_check_released); what autograd saves of it is re-pointed at the
+            # backward gather (_pack / _unpack). ZeRO-1/2 keep one copy all step,
+            # so saved views stay valid.
             leases = [_Lease(self.step) for _ in unit.params]
             unit.leases = [weakref.ref(lease) for lease in leases]
             views = self._views(unit, leases)
             del leases
-        else:
-            views = self._views(unit)
-        if self.info["zero"] >= 3:
-            # ZeRO-3 frees this copy at post_forward: what autograd saves of it is
-            # re-pointed at the backward gather (_pack / _unpack). ZeRO-1/2 keep
-            # one copy all step, so saved views stay valid.
             for p, v in zip(unit.params, views):
                 self.ptrs[v.untyped_storage().data_ptr()] = p
+        else:
+            views = self._views(unit)
         self._shadow(unit, self._through_autograd(unit, views))
 
     def _through_autograd(self, unit, views):

@@ -268,10 +268,8 @@ const char *mfsdp_last_error(mfsdp_step *step) {
   do {                                                                          \
     if (!(step))                                                                \
       return MFSDP_ERROR_INVALID;                                               \
-    if ((unit) < 0 || (unit) >= (step)->plan.num_units)                         \
-      return (step)->fail(MFSDP_ERROR_INVALID,                                  \
-                          "unit " + std::to_string(unit) + " is out of range [0, " + \
-                              std::to_string((step)->plan.num_units) + ")");    \
+    if (auto bad = (step)->checkUnit(unit))                                     \
+      return bad;                                                               \
     if (auto entered = (step)->enter((keep) || (step)->programmed,              \
                                      (step)->programmed))                      \
       return entered;                                                           \
@@ -390,10 +388,8 @@ mfsdp_status mfsdp_end_backward(mfsdp_step *step, int32_t unit) {
     Trace::Span hook = traced(step, "end_backward", unit);
     if (!step)
       return MFSDP_ERROR_INVALID;
-    if (unit < 0 || unit >= step->plan.num_units)
-      return step->fail(MFSDP_ERROR_INVALID, "unit " + std::to_string(unit) +
-                                                 " is out of range [0, " +
-                                                 std::to_string(step->plan.num_units) + ")");
+    if (auto st = step->checkUnit(unit))
+      return st;
     // Whatever is in flight lands first (a program's reductions and
     // prefetched gathers too): nothing is left running over what is freed.
     if (auto st = step->enter())

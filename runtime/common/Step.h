@@ -512,6 +512,14 @@ struct mfsdp_step {
                   "parameter " + std::to_string(param) + " is out of range");
     return MFSDP_OK;
   }
+  /// MFSDP_ERROR_INVALID with a message unless `unit` indexes the plan.
+  mfsdp_status checkUnit(int32_t unit) {
+    if (unit < 0 || unit >= plan.num_units)
+      return fail(MFSDP_ERROR_INVALID, "unit " + std::to_string(unit) +
+                                           " is out of range [0, " +
+                                           std::to_string(plan.num_units) + ")");
+    return MFSDP_OK;
+  }
   /// ns_split (runtime.h): the replica that steps each owned Muon matrix,
   /// the i-th of each owner's (by unit, then table order) on replica
   /// i % R. False when the plan's flag is neither 0 nor 1.
