@@ -201,7 +201,7 @@ class _Lease:
 
 class _Unit:
     __slots__ = ("index", "params", "modules", "state", "views", "shadows", "recomputing",
-                 "fused", "leases")
+                 "fused", "leases", "encloses")
 
     def __init__(self, index):
         self.index = index
@@ -213,15 +213,25 @@ class _Unit:
         self.shadows = None
         self.recomputing = False
         self.leases = None  # ZeRO-3 forward: a weak reference to each view's _Lease
+        # One of its modules holds parameters of its own and encloses other units'
+        # modules (a root module's parameters around the blocks): its forward copy is
+        # freed when the first enclosed unit starts, while that module still runs.
+        self.encloses = False
 
 
 class _Tie:
-    __slots__ = ("primary", "module", "attr", "name", "copy", "grad")
+    """A tied alias read outside its primary's unit (module.attr is the primary's
+    parameter). A late read is the same for a module's own parameter read after its
+    unit was freed within that module's forward (an enclosing module, _Unit.encloses):
+    both read a copy of the gathered weight taken before the unit was freed, and the
+    copy's gradient is added to the primary's before its unit is reduced."""
+    __slots__ = ("primary", "module", "attr", "name", "copy", "grad", "value")
 
     def __init__(self, primary, module, attr, name):
         self.primary, self.module, self.attr, self.name = primary, module, attr, name
         self.copy = None
         self.grad = None
+        self.value = None  # a late read: what module.attr holds until the module ends
 
 
 def _glob(pattern, name):
@@ -240,6 +250,10 @@ class _State:
         self.params = []
         self.units = [_Unit(u) for u in range(self.info["num_units"])]
         self.ties = []
+        # Parameters of enclosing modules (_Unit.encloses), each read from a copy
+        # once its unit is freed while the module still runs.
+        self.late = []
+        self.running = set()  # id() of the enclosing modules whose forward runs
         self.external = []  # [(name, Parameter)] the plan leaves to an outer stack
         self.handles = []
         self.ptrs = {}  # storage data_ptr of a gathered forward view -> _Param
@@ -336,8 +350,11 @@ class _State:
                             "fully_shard, which planned it "
                             f"{'trainable' if p.requires_grad else 'frozen'}; set "
                             "requires_grad before fully_shard")
-        for t in self.ties:
-            t.copy, t.grad = None, None
+        for t in self.ties + self.late:
+            if t.value is not None and t.module.__dict__.get(t.attr) is t.value:
+                del t.module.__dict__[t.attr]  # a forward that stopped (an exception)
+            t.copy, t.grad, t.value = None, None, None
+        self.running.clear()
         self.ptrs.clear()
         self.generation += 1
         self.grad_forward = torch.is_grad_enabled()
@@ -413,12 +430,40 @@ class _State:
         for t in self.ties:
             if t.primary.unit is unit and t.copy is None:
                 t.copy = self.step.param_view(t.primary.index).view(t.primary.shape).clone()
+        late = [t for t in self.late if t.primary.unit is unit and id(t.module) in self.running]
+        for t in late:
+            t.copy = self.step.param_view(t.primary.index).view(t.primary.shape).clone()
         self.step.post_forward(unit.index)
         for k in [k for k, v in self.ptrs.items() if v.unit is unit]:
             del self.ptrs[k]
         self._unshadow(unit)
         unit.state = "fwd_done"
+        # The enclosing modules still running read their parameters from the copies
+        # until they end (_enclosing_post).
+        # (In the forward's grad mode, not this hook's: a reentrant checkpoint runs the
+        # enclosed unit that frees this one under no_grad.)
+        for t in late:
+            t.value = t.copy
+            if self.grad_forward and t.primary.requires_grad:
+                with torch.enable_grad():
+                    t.value = _TieCopy.apply(self, t, torch.empty(0, requires_grad=True),
+                                             t.copy)
+            t.module.__dict__[t.attr] = t.value
         self._check_released(unit)
+
+    def _enclosing_pre(self, module, args):
+        if not _in_backward():
+            self.running.add(id(module))
+
+    def _enclosing_post(self, module, args, output):
+        if _in_backward():
+            return
+        self.running.discard(id(module))
+        for t in self.late:
+            if t.module is module and t.value is not None:
+                if module.__dict__.get(t.attr) is t.value:
+                    del module.__dict__[t.attr]
+                t.value = None
 
     def _alias_pre(self, tie, module):
         p = tie.primary
@@ -440,6 +485,13 @@ class _State:
         module.__dict__.pop(tie.attr, None)
 
     def _tie_grad(self, tie, grad):
+        unit = tie.primary.unit
+        if unit.state not in ("fwd_done", "bwd"):
+            # Its unit was reduced already: the gradient would be lost.
+            raise Error(f"the gradient of {tie.name!r} (a read of {tie.primary.name!r} "
+                        f"outside its unit, unit {unit.index}) arrived after that unit's "
+                        f"backward ended ({unit.state}): a read outside the unit must come "
+                        "after the unit in the forward, so that its gradient comes before")
         tie.grad = grad.clone() if tie.grad is None else tie.grad.add_(grad)
 
     # -------------------------------------------------------------- backward
@@ -491,7 +543,7 @@ class _State:
             if g is not None:
                 self.step.grad_view(p.index).view(p.shape).add_(g)
                 got.add(p.index)
-        for t in self.ties:
+        for t in self.ties + self.late:
             if t.primary.unit is unit and t.grad is not None:
                 self.step.grad_view(t.primary.index).view(t.primary.shape).add_(t.grad)
                 got.add(t.primary.index)
@@ -535,6 +587,11 @@ class _State:
             return saved
         p = self.params[saved.index]
         unit = p.unit
+        if unit.encloses and unit.state == "fwd_done" and _in_backward():
+            # No output of an enclosing unit comes before the blocks it encloses, so
+            # no output hook starts its backward: its first saved tensor does, after
+            # the enclosed units' backward (the order of the step).
+            self._pre_backward(unit)
         if unit.state != "bwd" or unit.views is None:
             raise Error(f"a tensor autograd saved from parameter {p.name!r} is read while unit "
                         f"{unit.index} is {unit.state}, not in its backward (pre_backward)")
@@ -1212,6 +1269,37 @@ def _install(model, step, lib, external):
             lambda mod, args, t=tie: state._alias_pre(t, mod)))
         state.handles.append(tie.module.register_forward_hook(
             lambda mod, args, out, t=tie: state._alias_post(t, mod, out)))
+    # A module that holds parameters of its own and encloses other units' modules
+    # (the root of a model with a parameter of its own, as CLIP's logit_scale) runs
+    # its unit's forward around theirs: its unit is freed when the first of them
+    # starts, and what the module reads after is a copy (_post_forward).
+    unit_at = {names[id(m)]: u for u in state.units for m in u.modules}
+    enclosed = {}  # an enclosing module's name -> a module of another unit inside it
+    for n, u in unit_at.items():
+        parts = n.split(".") if n else []
+        for k in range(len(parts)):
+            v = unit_at.get(".".join(parts[:k]))
+            if v is not None and v is not u:
+                enclosed.setdefault(".".join(parts[:k]), n)
+    for unit in state.units:
+        for m in unit.modules:
+            inner = enclosed.get(names[id(m)])
+            if inner is None:
+                continue
+            unit.encloses = True
+            for p in unit.params:
+                if p.fused is not None and p.fused.module is m:
+                    raise Error(f"parameter {p.fused.name!r}: a fused tensor of a module "
+                                f"that encloses other units ({inner!r}) is not supported; "
+                                "make that module a unit of its own")
+                if p.module is m:
+                    state.late.append(_Tie(p, m, p.attr, p.name))
+                for (am, a, alias) in p.aliases:
+                    if am is m:
+                        state.late.append(_Tie(p, m, a, alias))
+            state.handles.append(m.register_forward_pre_hook(state._enclosing_pre))
+            state.handles.append(m.register_forward_hook(state._enclosing_post,
+                                                         always_call=True))
     # Closed once the model is gone, where every rank is at the same point
     # (closing is collective; the garbage collector's timing is not).
     _rt.release_when_collected(model, step)

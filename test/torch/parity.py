@@ -104,6 +104,11 @@ def main():
                          "rank, some on rank 0's first slice only, some on every slice: "
                          "torch.optim skips a parameter whose .grad is None (no decay, no "
                          "moment update, its own step count), and so must mfsdp")
+    ap.add_argument("--root-param", action="store_true",
+                    help="the root module holds a parameter of its own, read before the "
+                         "decoder layers (scaling the embeddings) and after them (scaling "
+                         "the logits), as CLIP's logit_scale is: its unit encloses the "
+                         "layers' units")
     ap.add_argument("--zero-grad-keep", action="store_true",
                     help="zero_grad(set_to_none=False) on both sides: a parameter that had "
                          "a gradient keeps a zero one, and is stepped when unused (torch's rule)")
@@ -156,6 +161,10 @@ def _train(args):
             raise SystemExit("--unused runs in fp32 without --meta-init")
         ref.model.layers[0].mlp.extra = torch.nn.Linear(ref.config.hidden_size,
                                                         ref.config.hidden_size, bias=False)
+    if args.root_param:
+        if args.meta_init:
+            raise SystemExit("--root-param runs without --meta-init")
+        ref.root_scale = torch.nn.Parameter(torch.tensor([1.25, 0.8]))
     if args.meta_init:
         with torch.device("meta"):
             model = build_model(args.model, args.layers)
@@ -170,6 +179,9 @@ def _train(args):
     else:
         model.train()
         ref.train()
+    if args.root_param:
+        for m in (model, ref):
+            _with_root_scale(m)
     use_extra = [False]
     if args.unused:
         for m in (model, ref):
@@ -409,6 +421,26 @@ def _uses_extra(step, microbatch, rank):
     steps 0, 3, 6, ...; on rank 0's first microbatch alone on steps 1, 4, ...; on
     every slice on steps 2, 5, ..."""
     return step % 3 == 2 or (step % 3 == 1 and microbatch == 0 and rank == 0)
+
+
+def _with_root_scale(m):
+    """The model's forward with its own parameter root_scale read before the decoder
+    layers (the embeddings times root_scale[0]) and after them (the logits times
+    root_scale[1]); the loss is the model's own on those logits. A subclass, so
+    that copies of the model (the exporter's) run it too."""
+    base = type(m)
+
+    class RootScaled(base):
+        def forward(self, input_ids=None, labels=None, **kw):
+            emb = self.model.embed_tokens(input_ids) * self.root_scale[0]
+            out = base.forward(self, inputs_embeds=emb, **kw)
+            out.logits = out.logits * self.root_scale[1]
+            if labels is not None:
+                out.loss = self.loss_function(out.logits, labels,
+                                              vocab_size=self.config.vocab_size)
+            return out
+
+    m.__class__ = RootScaled
 
 
 def _with_extra(mlp, use):
