@@ -109,11 +109,12 @@ class _TieCopy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, state, tie, dummy, value):
-        ctx.state, ctx.tie = state, tie
+        ctx.state, ctx.tie, ctx.generation = state, tie, state.generation
         return value.view_as(value)
 
     @staticmethod
     def backward(ctx, grad):
+        ctx.state._check_generation(ctx.generation)  # else it would join this forward's
         ctx.state._tie_grad(ctx.tie, grad)
         return None, None, None, None
 
@@ -284,6 +285,17 @@ class _State:
             return
         gc.collect()  # a reference cycle that holds one is not an escape
         kept = [p.name for p, w in zip(unit.params, leases) if w() is not None]
+        if kept and unit.encloses:
+            raise Error(f"unit {unit.index}: a tensor over the gathered copy of "
+                        f"{', '.join(repr(n) for n in kept[:4])}"
+                        f"{', ...' if len(kept) > 4 else ''} is still referenced after "
+                        "the unit was freed (post_forward). Its module encloses other "
+                        "units and runs around them; under ZeRO-3 a tensor made from its "
+                        "parameters before the first enclosed unit starts (an argument "
+                        "passed to it, say) would read other units' weights. Read the "
+                        "parameter where it is used (the module's own parameters read "
+                        "after the enclosed units get copies with their gradients), or "
+                        "use zero=2, which keeps one copy all step")
         if kept:
             raise Error(f"unit {unit.index}: a tensor over the gathered copy of "
                         f"{', '.join(repr(n) for n in kept[:4])}"
@@ -364,12 +376,16 @@ class _State:
     def _root_post(self, module, args, output):
         if _in_backward():
             return
-        for u in self.units:
-            if u.state == "fwd":
-                self._post_forward(u)
-        if self.hooks_ctx is not None:
-            ctx, self.hooks_ctx = self.hooks_ctx, None
-            ctx.__exit__(None, None, None)
+        try:
+            for u in self.units:
+                if u.state == "fwd":
+                    self._post_forward(u)
+        finally:
+            # (Also when a post_forward refuses: the saved-tensor hooks are this
+            # forward's only.)
+            if self.hooks_ctx is not None:
+                ctx, self.hooks_ctx = self.hooks_ctx, None
+                ctx.__exit__(None, None, None)
         if not self.grad_forward:
             # No backward can follow: every unit is idle again.
             for u in self.units:
@@ -548,6 +564,8 @@ class _State:
                 self.step.grad_view(t.primary.index).view(t.primary.shape).add_(t.grad)
                 got.add(t.primary.index)
                 t.grad = None
+            if t.primary.unit is unit:
+                t.copy = None  # (what autograd saved of it is its own reference)
         # torch keeps a zero .grad through zero_grad(set_to_none=False): a
         # parameter with one is stepped, used or not.
         self.grad_kept.update(got)

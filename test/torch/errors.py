@@ -245,6 +245,43 @@ expect("a meta-device model with a parameter nothing initialises", meta_uninitia
        "nothing initialised", "blocks.0.scale")
 
 
+class Gated(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x, gate):
+        return self.fc(x) * gate
+
+
+class PassesItsOwn(nn.Module):
+    """A root with a parameter of its own that it hands to the enclosed blocks:
+    under ZeRO-3 the tensor made from it before the first block starts would
+    outlive its unit."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate = nn.Parameter(torch.ones(8))
+        self.blocks = nn.ModuleList([Gated() for _ in range(2)])
+
+    def forward(self, x):
+        g = self.gate.view(1, 8)  # a view: it lies in the gathered copy
+        for b in self.blocks:
+            x = b(x, g)
+        return x.sum()
+
+
+def own_parameter_passed_in():
+    m, _ = mt.fully_shard(PassesItsOwn(), mesh=f"dp_shard={WORLD}", units=["blocks.*"],
+                          example_inputs=(torch.zeros(2, 8),),
+                          work_dir=os.path.join(work, "passes-its-own"))
+    m(torch.ones(2, 8)).backward()
+
+
+expect("a root's own parameter passed to the units it encloses (ZeRO-3)",
+       own_parameter_passed_in, "encloses other units", "'gate'", "zero=2")
+
+
 # Models dropped while the ranks' garbage collectors run at different
 # moments: closing a runtime is collective, so a close from rank 0's
 # collector while rank 1 already creates the next runtime would leave the
