@@ -6,10 +6,12 @@
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 using namespace mlir;
 using namespace mfsdp::plan;
@@ -31,16 +33,44 @@ void PlanDialect::initialize() {
       >();
 }
 
+namespace {
+/// The shortest form of a non-integral double (formatF64), searched for.
+std::string shortestF64(double value);
+} // namespace
+
 std::string mfsdp::plan::formatF64(double value) {
   if (std::isnan(value))
     return "nan";
   if (std::isinf(value))
     return value > 0 ? "inf" : "-inf";
-  char buf[64];
   if (value == std::floor(value) && std::fabs(value) < 1e15) {
+    char buf[64];
     std::snprintf(buf, sizeof(buf), "%.0f", value);
     return buf;
   }
+  // A graph prints the same few values over and over (every parameter's
+  // optimizer hyperparameters): the last forms, per thread, by the value's
+  // bits (a direct-mapped cache; the form does not depend on anything else).
+  struct Entry {
+    uint64_t bits = 0;
+    bool used = false;
+    std::string text;
+  };
+  thread_local std::array<Entry, 64> cache;
+  uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(bits));
+  Entry &e = cache[((bits ^ (bits >> 32)) * 0x9E3779B97F4A7C15ull) >> 58];
+  if (!e.used || e.bits != bits) {
+    e.text = shortestF64(value);
+    e.bits = bits;
+    e.used = true;
+  }
+  return e.text;
+}
+
+namespace {
+std::string shortestF64(double value) {
+  char buf[64];
   // The shortest %g precision that reads back to the same double. No
   // precision below the digits of the shortest round-trip form
   // (std::to_chars) can, so the search starts there (usually ending there).
@@ -68,6 +98,7 @@ std::string mfsdp::plan::formatF64(double value) {
     out.insert(e, ".0");
   return out;
 }
+} // namespace
 
 FailureOr<F64> mfsdp::plan::parseF64(AsmParser &parser) {
   // printF64 writes integral values without a dot ("4096"); MLIR's float

@@ -358,7 +358,8 @@ LogicalResult GraphOp::verifyRegions() {
   Block &body = getBody().front();
   MeshOp mesh;
   PolicyOp policy;
-  llvm::StringMap<ParamOp> params;
+  // Keyed by the uniqued name attributes: a pointer hash, not a string's.
+  llvm::DenseMap<StringAttr, ParamOp> params;
   SmallVector<ParamOp> paramList; // op order, for deterministic diagnostics
   SmallVector<UnitOp> units;
   for (Operation &op : body) {
@@ -373,7 +374,7 @@ LogicalResult GraphOp::verifyRegions() {
                << getSymName() << "; a graph has at most one";
       policy = p;
     } else if (auto p = dyn_cast<ParamOp>(op)) {
-      params[p.getSymName()] = p;
+      params[p.getSymNameAttr()] = p;
       paramList.push_back(p);
     } else if (auto u = dyn_cast<UnitOp>(op)) {
       units.push_back(u);
@@ -388,7 +389,7 @@ LogicalResult GraphOp::verifyRegions() {
     FlatSymbolRefAttr tied = p.getTiedToAttr();
     if (!tied)
       continue;
-    auto it = params.find(tied.getValue());
+    auto it = params.find(tied.getAttr());
     if (it == params.end())
       return p.emitOpError("is tied to unknown parameter ") << tied;
     ParamOp target = it->second;
@@ -406,7 +407,7 @@ LogicalResult GraphOp::verifyRegions() {
 
   // Units: indices 0..N-1, each untied parameter in exactly one unit.
   llvm::DenseMap<int64_t, UnitOp> byIndex;
-  llvm::StringMap<UnitOp> unitOf;
+  llvm::DenseMap<StringAttr, UnitOp> unitOf;
   const int64_t numUnits = static_cast<int64_t>(units.size());
   for (UnitOp u : units) {
     // Checked before it is a map key: the largest int64 is the map's empty
@@ -422,18 +423,18 @@ LogicalResult GraphOp::verifyRegions() {
              << unitIndex(u) << " is already used by unit @"
              << it->second.getSymName();
     for (Attribute a : u.getParams()) {
-      StringRef name = cast<FlatSymbolRefAttr>(a).getValue();
+      StringAttr name = cast<FlatSymbolRefAttr>(a).getAttr();
       auto pit = params.find(name);
       if (pit == params.end())
-        return u.emitOpError("refers to unknown parameter @") << name;
+        return u.emitOpError("refers to unknown parameter @") << name.getValue();
       if (pit->second.getTiedTo())
         return u.emitOpError("lists @")
-               << name << ", which is tied to " << pit->second.getTiedToAttr()
+               << name.getValue() << ", which is tied to " << pit->second.getTiedToAttr()
                << " and has no storage of its own";
       auto [uit, fresh] = unitOf.try_emplace(name, u);
       if (!fresh)
         return u.emitOpError("lists parameter @")
-               << name << ", which is already in unit @"
+               << name.getValue() << ", which is already in unit @"
                << uit->second.getSymName();
     }
   }
@@ -463,7 +464,7 @@ LogicalResult GraphOp::verifyRegions() {
   }
 
   for (ParamOp p : paramList) {
-    if (!p.getTiedTo() && !unitOf.count(p.getSymName()))
+    if (!p.getTiedTo() && !unitOf.count(p.getSymNameAttr()))
       return p.emitOpError("is in no unit; every parameter that is not tied "
                            "belongs to exactly one unit");
     if (failed(verifyPlacement(p, mesh)))
