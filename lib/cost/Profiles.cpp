@@ -60,6 +60,10 @@ std::string validateProfile(const SimProfile &p) {
                          "{} after {}",
                          p.name, r.headDim, p.attention[i - 1].headDim);
   }
+  if (!(std::isfinite(p.allocatorReserve) && p.allocatorReserve >= 1))
+    return fmt::format("profile '{}': allocatorReserve must be at least 1 (reserved "
+                       "bytes per allocated byte), got {}",
+                       p.name, p.allocatorReserve);
   if (p.gpusPerNode < 1)
     return fmt::format("profile '{}': gpusPerNode must be at least 1, got {}",
                        p.name, p.gpusPerNode);

@@ -534,6 +534,7 @@ SimResult simulate(const Step &s, const SimProfile &p, const SimOptions &options
     if (options.timings)
       r.timings[rank] = reps[k] == rank ? std::move(timings[k]) : r.timings[reps[k]];
     r.peakBytes = std::max(r.peakBytes, memory[k].peak);
+    r.peakReservedBytes = r.peakBytes * p.allocatorReserve;
     if (r.slowestRank < 0 || last[k] > r.stepSeconds) {
       r.slowestRank = rank;
       r.stepSeconds = last[k];
@@ -881,11 +882,15 @@ std::string renderText(const Step &s, const SimResult &r, const SimProfile &p) {
     // First rank on ties, both ways.
     auto hi = std::max_element(r.rankPeakBytes.begin(), r.rankPeakBytes.end());
     auto lo = std::min_element(r.rankPeakBytes.begin(), r.rankPeakBytes.end());
-    out += fmt::format("  peak memory per rank (allocated: the live buffers' bytes; a "
-                       "caching allocator reserves more): {:.3f} GiB (rank {}), lowest "
-                       "{:.3f} GiB (rank {})\n",
+    out += fmt::format("  peak memory per rank (allocated: the live buffers' bytes): "
+                       "{:.3f} GiB (rank {}), lowest {:.3f} GiB (rank {})\n",
                        *hi / GiB, hi - r.rankPeakBytes.begin(), *lo / GiB,
                        lo - r.rankPeakBytes.begin());
+    if (p.allocatorReserve > 1)
+      out += fmt::format("  peak reserved through PyTorch's caching allocator (every "
+                         "buffer through it, as under FSDP2; the allocated peak x {:.3f}, "
+                         "the profile's allocatorReserve): {:.3f} GiB\n",
+                         p.allocatorReserve, r.peakReservedBytes / GiB);
   }
   if (!r.issues.empty()) {
     out += fmt::format("  {} issue(s):\n", r.issues.size());

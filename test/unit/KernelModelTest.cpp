@@ -175,6 +175,13 @@ TEST(KernelModel, ProfileOverrides) {
   EXPECT_NE(error.find("'fast' is not a finite number"), std::string::npos) << error;
   EXPECT_FALSE(planner::applyProfileOverrides(p, "gemmEfficiency", error));
   EXPECT_NE(error.find("expected key=value"), std::string::npos) << error;
+  // The caching allocator's reserve: settable, and below 1 refused.
+  p = h100();
+  ASSERT_TRUE(planner::applyProfileOverrides(p, "allocatorReserve=1.2", error)) << error;
+  EXPECT_EQ(p.allocatorReserve, 1.2);
+  EXPECT_EQ(validateProfile(p), "");
+  p.allocatorReserve = 0.9;
+  EXPECT_NE(validateProfile(p).find("allocatorReserve must be at least 1"), std::string::npos);
 }
 
 TEST(KernelModel, ValidateKernel) {

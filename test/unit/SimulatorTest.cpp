@@ -851,6 +851,16 @@ TEST(Output, TextLabelsEveryTimePredicted) {
   EXPECT_NE(text.find("2000.000 ms"), std::string::npos) << text;
   EXPECT_NE(text.find("100.0% of compute"), std::string::npos) << text;
   EXPECT_NE(text.find("peak memory"), std::string::npos) << text;
+  // No allocator reserve in the profile: no reserved line; with one, the
+  // reserved peak is the allocated peak times it.
+  EXPECT_EQ(text.find("peak reserved"), std::string::npos) << text;
+  SimProfile reserving = P();
+  reserving.allocatorReserve = 1.25;
+  SimResult rr = simulate(s, reserving);
+  ASSERT_TRUE(rr.ok) << rr.error;
+  ASSERT_GT(rr.peakBytes, 0);
+  EXPECT_DOUBLE_EQ(rr.peakReservedBytes, 1.25 * rr.peakBytes);
+  EXPECT_NE(renderText(s, rr, reserving).find("peak reserved"), std::string::npos);
 }
 
 TEST(Output, PhaseAgainstItsFloor) {

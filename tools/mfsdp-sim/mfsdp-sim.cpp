@@ -125,13 +125,14 @@ std::string summary(const Outcome &o, const mfsdp::cost::SimProfile &p) {
   return fmt::format(
       "{:<18} total {:8.1f} ms | fwd {:7.1f} bwd {:7.1f} opt {:7.1f} ms | "
       "exposed comm fwd+bwd {:6.2f} ms ({:5.2f}% of compute) | opt / floor "
-      "{:5.3f} at peak, {:5.3f} at sustained rates | peak memory {:6.2f} GiB",
+      "{:5.3f} at peak, {:5.3f} at sustained rates | peak memory {:6.2f} GiB "
+      "(reserved {:6.2f})",
       o.label, r.stepSeconds * 1e3, r.forward.span() * 1e3,
       r.backward.span() * 1e3, r.optimizer.span() * 1e3, exposed * 1e3,
       fbCompute > 0 ? 100 * exposed / fbCompute : 0.0,
       optFloor > 0 ? r.optimizer.span() / optFloor : 0.0,
       optSustained > 0 ? r.optimizer.span() / optSustained : 0.0,
-      r.peakBytes / (1024.0 * 1024 * 1024));
+      r.peakBytes / (1024.0 * 1024 * 1024), r.peakReservedBytes / (1024.0 * 1024 * 1024));
   (void)fb;
 }
 

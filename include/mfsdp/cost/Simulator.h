@@ -92,6 +92,9 @@ struct SimResult {
   std::vector<double> rankStepSeconds; // per rank: last op's end
   std::vector<double> rankComputeBusy; // per rank
   double peakBytes = 0;                // max over ranks
+  /// peakBytes as PyTorch's caching allocator would hold it reserved
+  /// (times the profile's allocatorReserve).
+  double peakReservedBytes = 0;
   std::vector<double> rankPeakBytes;   // per rank
   /// [rank][op]. Compute, Optimizer, Alloc, Free: the op on that rank's
   /// compute stream. Wait: from reaching it to being released. Collective:

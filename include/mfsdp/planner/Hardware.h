@@ -57,6 +57,11 @@ struct HardwareProfile {
   double intraHopSeconds = 0; // latency of one ring step inside a node
   double interHopSeconds = 0; // latency of one ring step between nodes
   double collBaseSeconds = 0; // fixed cost of any collective (launch, setup)
+  /// PyTorch's CUDA caching allocator: the bytes it holds reserved at the
+  /// peak per byte allocated then (its block rounding and fragmentation);
+  /// 1: not modelled. The simulator reports the allocated peak and, beside
+  /// it, the reserved peak as the allocated one times this.
+  double allocatorReserve = 1;
   /// The per-op model's attention rates by head dim, ascending (interpolated
   /// linearly between, held at the ends); empty: attention at
   /// gemmFlops * gemmEfficiency.
@@ -81,7 +86,8 @@ std::string unknownHardwareMessage(std::string_view name);
 /// model, e.g. mfsdp-sim --profile-set): the keys are the numeric fields'
 /// names (gemmFlops, gemmEfficiency, trainerEfficiency, smallGemmFlops,
 /// hbmBytes, hbmEfficiency, launchSeconds, dispatchSeconds, intraBusBytes,
-/// interBusBytes, intraHopSeconds, interHopSeconds, collBaseSeconds),
+/// interBusBytes, intraHopSeconds, interHopSeconds, collBaseSeconds,
+/// allocatorReserve),
 /// attentionScale (multiplies every attention rate), computeScale (every
 /// attention rate and the GEMM, trainer and HBM efficiencies, held at most
 /// 1) and commScale (the NCCL bus bandwidths). False with
