@@ -32,7 +32,9 @@ mfsdp_status mfsdp_step::scatterWhole(const ParamState &ps, const float *full,
 }
 
 mfsdp_status mfsdp_step::storeWhole(const ParamState &ps, const float *local, float *full,
-                                    int32_t fromReplica) {
+                                    int32_t fromReplica, bool *collectivesDone) {
+  if (collectivesDone)
+    *collectivesDone = false;
   float *whole = nullptr;
   if (auto s = place(memory ? memory->staging : -1, ps.fullSize, whole,
                      "the staging buffer for storing '" + ps.name + "'"))
@@ -42,6 +44,8 @@ mfsdp_status mfsdp_step::storeWhole(const ParamState &ps, const float *local, fl
     // staging buffer is the only whole-tensor buffer a store takes).
     mfsdp_status s = gatherPacked(ps, local, whole);
     std::vector<float> packed(static_cast<size_t>(ps.fullSize));
+    if (!s && collectivesDone)
+      *collectivesDone = true;
     if (!s)
       s = device(backend->copyToHost(packed.data(), whole, ps.fullSize),
                  "copy to the host");
@@ -56,6 +60,8 @@ mfsdp_status mfsdp_step::storeWhole(const ParamState &ps, const float *local, fl
   if (!s && fromReplica >= 0)
     s = comm(backend->broadcast(Group::Replicate, whole, ps.elements(), fromReplica),
              "broadcast over replicas");
+  if (!s && collectivesDone)
+    *collectivesDone = true;
   if (!s)
     s = device(backend->copyToHost(full, whole, ps.elements()), "copy to the host");
   backend->release(whole);

@@ -367,9 +367,11 @@ mfsdp_status mfsdp::rt::loadHF(mfsdp_step *step, const char *dir) {
     std::vector<float>().swap(host);
   }
   closeAll();
-  if (!local)
-    local = followMasters(step);
+  // Every rank's buffers first, then the gathers (as mfsdp_load).
   if (auto s = agree(step, local, "loading the HF weights"))
+    return s;
+  local = followMasters(step);
+  if (auto s = agree(step, local, "gathering the loaded HF weights"))
     return s;
   step->steps = 0;
   for (ParamState &ps : step->params)

@@ -243,7 +243,17 @@ mfsdp_status mfsdp::rt::exportHF(mfsdp_step *step, const char *dir, int32_t dtyp
     for (const auto &[param, firstRow] : t.parts) {
       ParamState &ps = step->params[static_cast<size_t>(param)];
       whole.resize(static_cast<size_t>(ps.elements()));
-      if (mfsdp_status s = step->storeWhole(ps, ps.master, whole.data())) {
+      bool collectivesDone = false;
+      if (mfsdp_status s = step->storeWhole(ps, ps.master, whole.data(), -1,
+                                            &collectivesDone)) {
+        if (collectivesDone) {
+          // This rank's own failure (its copy to the host), after the
+          // collectives: it goes on with the others' gathers and says so
+          // when they agree at the end.
+          if (!local)
+            local = s;
+          continue;
+        }
         closeAll(); // a collective failed: every rank sees it
         if (root) {
           std::error_code ec;
@@ -266,7 +276,17 @@ mfsdp_status mfsdp::rt::exportHF(mfsdp_step *step, const char *dir, int32_t dtyp
                                                ": " + errnoText());
     }
   }
-  if (root && !local) {
+  // Every rank's part done (its gathers and, on rank 0, the writes) before
+  // rank 0 commits the directory: a failure anywhere leaves none.
+  if (auto s = agree(step, local, "exporting the HF weights")) {
+    closeAll();
+    if (root) {
+      std::error_code ec;
+      std::filesystem::remove_all(tmp, ec);
+    }
+    return s;
+  }
+  if (root) {
     for (int f = 0; f < files && !local; ++f)
       if (::fsync(fds[f]) != 0)
         local = step->fail(MFSDP_ERROR_IO, "mfsdp_export_hf: cannot fsync " + tmp + "/" +
@@ -299,7 +319,7 @@ mfsdp_status mfsdp::rt::exportHF(mfsdp_step *step, const char *dir, int32_t dtyp
     std::error_code ec;
     std::filesystem::remove_all(tmp, ec);
   }
-  if (auto s = agree(step, local, "exporting the HF weights"))
+  if (auto s = agree(step, local, "completing the HF export"))
     return s;
   return step->finish();
 }

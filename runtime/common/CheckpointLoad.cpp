@@ -446,11 +446,15 @@ mfsdp_status mfsdp::rt::loadCheckpoint(mfsdp_step *step, const char *dir, char *
   }
   unmapAll();
   closeAll();
-  if (!local)
-    local = followMasters(step);
+  // Every rank's buffers are loaded before the gathered copies follow the
+  // masters (collectives under ZeRO-1/2): a rank whose copy failed would
+  // skip them and leave the others waiting in them.
+  if (auto s = agree(step, local, "loading the checkpoint"))
+    return s;
+  local = followMasters(step);
   if (!local && user)
     std::memcpy(user, userText.c_str(), userText.size() + 1);
-  if (auto s = agree(step, local, "loading the checkpoint"))
+  if (auto s = agree(step, local, "gathering the loaded parameters"))
     return s;
   step->steps = stepCount;
   for (size_t i = 0; i < step->params.size(); ++i)

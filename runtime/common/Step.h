@@ -664,9 +664,11 @@ struct mfsdp_step {
   /// memory, ps.elements() floats) on every rank. With `fromReplica` >= 0
   /// only that dp_replicate replica's `local` is read (ns_split momentum,
   /// which only the replica that steps the matrix keeps) and broadcast to
-  /// the other replicas.
+  /// the other replicas. `collectivesDone` (if given) says whether the
+  /// failure, if any, came after every collective of the call: the rank
+  /// can then go on to the next call's collectives with the others.
   mfsdp_status storeWhole(const ParamState &ps, const float *local, float *full,
-                          int32_t fromReplica = -1);
+                          int32_t fromReplica = -1, bool *collectivesDone = nullptr);
 
   /// Gathers a unit's parameters (for its backward: where the memory plan
   /// puts the backward gather).

@@ -6,6 +6,11 @@
 // returns. Under AddressSanitizer the parts of the block that are not
 // handed out are poisoned, so an access past a buffer is still caught.
 //
+// A test hook: MFSDP_TEST_FAIL_COPY=RANK:to|from:N (read when the backend
+// is made) fails the N-th copy to (from) the host on dp_shard rank RANK,
+// as a device would, so that tests can check that one rank's failure in
+// the middle of a collective operation reaches every rank.
+//
 //===----------------------------------------------------------------------===//
 #include "mfsdp/runtime/Arena.h"
 #include "mfsdp/runtime/Backend.h"
@@ -15,6 +20,7 @@
 
 #include <sanitizer/asan_interface.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -27,7 +33,17 @@ namespace {
 class HostBackend final : public Backend {
 public:
   HostBackend(std::unique_ptr<HostComm> shard, std::unique_ptr<HostComm> replicate)
-      : shard_(std::move(shard)), replicate_(std::move(replicate)) {}
+      : shard_(std::move(shard)), replicate_(std::move(replicate)) {
+    if (const char *spec = std::getenv("MFSDP_TEST_FAIL_COPY")) {
+      int rank = -1, n = 0;
+      char dir[8] = {0};
+      if (std::sscanf(spec, "%d:%4[a-z]:%d", &rank, dir, &n) == 3 &&
+          rank == shard_->rank() && n > 0) {
+        failTo_ = std::strcmp(dir, "to") == 0 ? n : 0;
+        failFrom_ = std::strcmp(dir, "from") == 0 ? n : 0;
+      }
+    }
+  }
   ~HostBackend() override {
     pending_.clear(); // waits for any started collective writing the arena
     // A collective that timed out may still write the arena if its peers
@@ -98,9 +114,13 @@ public:
   }
 
   int copyFromHost(float *dst, const float *src, int64_t count) override {
+    if (failFrom_ > 0 && --failFrom_ == 0)
+      return fail("a copy from the host failed (injected: MFSDP_TEST_FAIL_COPY)");
     return copy(dst, src, count);
   }
   int copyToHost(float *dst, const float *src, int64_t count) override {
+    if (failTo_ > 0 && --failTo_ == 0)
+      return fail("a copy to the host failed (injected: MFSDP_TEST_FAIL_COPY)");
     return copy(dst, src, count);
   }
   int copy(float *dst, const float *src, int64_t count) override {
@@ -332,6 +352,8 @@ private:
   }
 
   std::unique_ptr<HostComm> shard_, replicate_;
+  // MFSDP_TEST_FAIL_COPY: copies left before the failing one (0: none).
+  int failTo_ = 0, failFrom_ = 0;
   // Declared after the communicators: destroyed (waited for) first.
   std::map<CommHandle, HostRequestPtr> pending_;
   CommHandle nextHandle_ = 1;

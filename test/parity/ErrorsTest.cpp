@@ -17,8 +17,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
-#include <unistd.h>
 #include <string>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <vector>
 
 // An allocator that fails on request: the runtime's C++ allocations go
@@ -1063,6 +1064,56 @@ int main(int argc, char **argv) {
                mfsdp_last_error(s));
     mfsdp_destroy(s);
     s = nullptr;
+    // One rank's copy fails late in a load, under ZeRO-2, whose gathered
+    // copies follow the loaded masters by collectives, and in an HF export,
+    // which gathers every tensor: every rank stops with that rank's error,
+    // none waits in a gather the failing rank skipped (MFSDP_TEST_FAIL_COPY,
+    // the host backend's test hook: rank 1's first copy from or to the host
+    // after create's).
+    if (world >= 2) {
+      mfsdp_plan z2 = plan;
+      z2.zero = 2;
+      z2.hash = mfsdp_plan_hash(&z2);
+      ::setenv("MFSDP_TEST_FAIL_COPY", "1:from:3", 1);
+      expect(mfsdp_create(&z2, &s) == MFSDP_OK,
+             std::string("create (ZeRO-2, a copy that will fail): ") + mfsdp_last_error(s));
+      ::unsetenv("MFSDP_TEST_FAIL_COPY");
+      fails(s, mfsdp_load(s, dir.c_str(), nullptr, 0), MFSDP_ERROR_BACKEND,
+            rank == 1 ? "a copy from the host failed (injected"
+                      : "rank 1 failed loading the checkpoint");
+      mfsdp_destroy(s);
+      s = nullptr;
+      ::setenv("MFSDP_TEST_FAIL_COPY", "1:to:1", 1);
+      expect(mfsdp_create(&z2, &s) == MFSDP_OK,
+             std::string("create (ZeRO-2, a copy that will fail): ") + mfsdp_last_error(s));
+      ::unsetenv("MFSDP_TEST_FAIL_COPY");
+      const std::string hf = dir + "-hf";
+      fails(s, mfsdp_export_hf(s, hf.c_str(), MFSDP_COMPUTE_F32, 0), MFSDP_ERROR_BACKEND,
+            rank == 1 ? "a copy to the host failed (injected"
+                      : "rank 1 failed exporting the HF weights");
+      struct stat st {};
+      expect(::stat(hf.c_str(), &st) != 0, "a failed export leaves no directory");
+      mfsdp_destroy(s);
+      s = nullptr;
+      // An export that works, then an HF load whose copy fails on rank 1.
+      expect(mfsdp_create(&z2, &s) == MFSDP_OK &&
+                 mfsdp_export_hf(s, hf.c_str(), MFSDP_COMPUTE_F32, 0) == MFSDP_OK,
+             std::string("an HF export: ") + mfsdp_last_error(s));
+      mfsdp_destroy(s);
+      s = nullptr;
+      ::setenv("MFSDP_TEST_FAIL_COPY", "1:from:3", 1);
+      expect(mfsdp_create(&z2, &s) == MFSDP_OK,
+             std::string("create (ZeRO-2, a copy that will fail): ") + mfsdp_last_error(s));
+      ::unsetenv("MFSDP_TEST_FAIL_COPY");
+      fails(s, mfsdp_load_hf(s, hf.c_str()), MFSDP_ERROR_BACKEND,
+            rank == 1 ? "a copy from the host failed (injected"
+                      : "rank 1 failed loading the HF weights");
+      mfsdp_destroy(s);
+      s = nullptr;
+      MPI_Barrier(MPI_COMM_WORLD);
+      if (rank == 0)
+        std::system(("rm -rf '" + hf + "'").c_str());
+    }
     // The same model with w stepped by SGD: its momentum buffer is not
     // AdamW's exp_avg, though the state has that name; refused, naming it.
     mfsdp_param_desc sgdParams[2] = {params[0], params[1]};
