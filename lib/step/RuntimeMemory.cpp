@@ -398,6 +398,37 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
   op(OpKind::Free, staging);
 
   MemoryPlan placed = planMemory(s, alignment);
+  // What the library will run with, checked before it is written: no two
+  // buffers live at once share a byte (verifyPlacement, independent of the
+  // placement), and every parameter's part of a shared (bucket) buffer
+  // lies inside it.
+  if (std::vector<ScheduleIssue> issues = verifyPlacement(s, 1); !issues.empty()) {
+    out.error = "the memory plan is unsound: " + issues.front().message;
+    return out;
+  }
+  for (int32_t i = 0; i < plan.num_params; ++i)
+    for (int k = 0; k < NumKinds; ++k) {
+      if (index[i][k] < 0)
+        continue;
+      const Buffer &buf = s.buffers[index[i][k]];
+      // Its elements' bytes: a bf16 copy (and a gradient reduced in bf16)
+      // 2 an element, wherever it lies (an owner bucket's bf16 image).
+      const bool bf16 = plan.params[i].compute_dtype == MFSDP_COMPUTE_BF16;
+      const int64_t bytes =
+          k == Full || k == FullBackward
+              ? sizes[i].full * (bf16 ? 2 : 4)
+          : k == Grad
+              ? sizes[i].grad *
+                    (runtime::halfGradient(plan.params[i], plan.reduce_dtype) ? 2 : 4)
+              : kindFloats(i, k) * 4;
+      if (within[i][k] < 0 || within[i][k] + bytes > static_cast<int64_t>(buf.bytes)) {
+        out.error = fmt::format("the memory plan is unsound: parameter {}'s {} ({} bytes at "
+                                "{}) does not lie inside buffer '{}' ({} bytes)",
+                                i, kKindNames[k], bytes, within[i][k], buf.name,
+                                static_cast<int64_t>(buf.bytes));
+        return out;
+      }
+    }
   out.params.resize(plan.num_params);
   for (int32_t i = 0; i < plan.num_params; ++i) {
     for (int k = 0; k < NumKinds; ++k)

@@ -1065,6 +1065,71 @@ MemoryPlan planMemory(Step &s, int64_t alignment) {
 // Verification
 //===----------------------------------------------------------------------===//
 
+std::vector<ScheduleIssue> verifyPlacement(const Step &s, size_t maxIssues) {
+  std::vector<ScheduleIssue> issues;
+  const int64_t nbuf = static_cast<int64_t>(s.buffers.size());
+  auto placed = [&](int64_t b) {
+    return b >= 0 && b < nbuf && s.buffers[b].offset >= 0 && s.buffers[b].bytes > 0;
+  };
+  auto end = [&](int64_t b) {
+    return s.buffers[b].offset + static_cast<int64_t>(std::ceil(s.buffers[b].bytes));
+  };
+  // The live placed buffers by the rank that holds them (-1: every rank),
+  // each map by start offset; within one map the intervals are disjoint
+  // (a buffer that would overlap is reported and not entered).
+  std::map<int64_t, std::map<int64_t, int64_t>> live;
+  auto conflictIn = [&](const std::map<int64_t, int64_t> &m, int64_t lo,
+                        int64_t hi) -> int64_t {
+    auto it = m.lower_bound(lo);
+    if (it != m.end() && it->first < hi)
+      return it->second;
+    if (it != m.begin() && end(std::prev(it)->second) > lo)
+      return std::prev(it)->second;
+    return -1;
+  };
+  auto enter = [&](int64_t b, int64_t op) {
+    if (!placed(b) || issues.size() >= maxIssues)
+      return;
+    const Buffer &buf = s.buffers[b];
+    const int64_t lo = buf.offset, hi = end(b);
+    int64_t other = -1;
+    for (auto &[rank, m] : live)
+      if (other < 0 && (buf.onlyRank < 0 || rank < 0 || rank == buf.onlyRank))
+        other = conflictIn(m, lo, hi);
+    if (other >= 0) {
+      const Buffer &o = s.buffers[other];
+      const int64_t on = buf.onlyRank >= 0 ? buf.onlyRank : o.onlyRank;
+      issues.push_back(
+          {op, fmt::format("buffer '{}' at bytes [{}, {}) of the arena overlaps '{}' at "
+                           "[{}, {}) while both are live{}",
+                           buf.name, lo, hi, o.name, o.offset, end(other),
+                           on >= 0 ? fmt::format(" on rank {}", on) : std::string())});
+      return;
+    }
+    live[buf.onlyRank][lo] = b;
+  };
+  for (int64_t b = 0; b < nbuf; ++b)
+    if (s.buffers[b].persistent)
+      enter(b, -1);
+  for (size_t i = 0; i < s.ops.size() && issues.size() < maxIssues; ++i) {
+    const Op &op = s.ops[i];
+    if ((op.kind != OpKind::Alloc && op.kind != OpKind::Free) || op.writes.empty())
+      continue;
+    const int64_t b = op.writes.front();
+    if (!placed(b) || s.buffers[b].persistent)
+      continue;
+    auto m = live.find(s.buffers[b].onlyRank);
+    auto at = m == live.end() ? std::map<int64_t, int64_t>::iterator()
+                              : m->second.find(s.buffers[b].offset);
+    const bool isLive = m != live.end() && at != m->second.end() && at->second == b;
+    if (op.kind == OpKind::Alloc && !isLive)
+      enter(b, static_cast<int64_t>(i));
+    else if (op.kind == OpKind::Free && isLive)
+      m->second.erase(at);
+  }
+  return issues;
+}
+
 std::vector<ScheduleIssue> verifySchedule(const Step &s, double capBytes) {
   std::vector<ScheduleIssue> issues;
   const int64_t nbuf = static_cast<int64_t>(s.buffers.size());
@@ -1152,6 +1217,9 @@ std::vector<ScheduleIssue> verifySchedule(const Step &s, double capBytes) {
   }
   for (auto &[c, bufs] : inflight)
     issues.push_back({c, fmt::format("'{}' is never waited for", s.ops[c].name)});
+  // Where the memory plan placed the buffers: no two live at once share bytes.
+  for (ScheduleIssue &issue : verifyPlacement(s))
+    issues.push_back(std::move(issue));
   if (capBytes > 0) {
     Step copy = s;
     MemoryPlan plan = planMemory(copy);

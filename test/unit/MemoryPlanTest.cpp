@@ -18,6 +18,7 @@
 #include <cmath>
 #include <map>
 #include <random>
+#include <tuple>
 
 using namespace mfsdp::step;
 
@@ -226,6 +227,9 @@ void expectSamePlan(Step s, int64_t alignment) {
   ASSERT_EQ(got.arenaBytes, want.arenaBytes);
   ASSERT_EQ(got.peakBytes, want.peakBytes);
   ASSERT_EQ(got.peakOp, want.peakOp);
+  // And the placement checks out on its own.
+  std::vector<ScheduleIssue> issues = verifyPlacement(s);
+  ASSERT_TRUE(issues.empty()) << issues.front().message;
 }
 
 } // namespace
@@ -280,4 +284,79 @@ TEST(MemoryPlan, EmptyStep) {
   MemoryPlan plan = planMemory(s, 256);
   EXPECT_EQ(plan.arenaBytes, std::vector<double>(3, 0.0));
   EXPECT_EQ(plan.peakOp, std::vector<int64_t>(3, -1));
+}
+
+// verifyPlacement: two buffers live at once that share bytes are found,
+// whatever placed them; disjoint lifetimes, other ranks' buffers and the
+// same buffer's later span are not overlaps.
+TEST(MemoryPlan, VerifyPlacementFindsOverlaps) {
+  auto step = [](std::vector<std::tuple<double, int64_t, bool, int64_t>> bufs) {
+    Step s;
+    s.world = 2;
+    for (size_t i = 0; i < bufs.size(); ++i) {
+      Buffer b;
+      b.name = "b" + std::to_string(i);
+      std::tie(b.bytes, b.offset, b.persistent, b.onlyRank) = bufs[i];
+      s.buffers.push_back(b);
+    }
+    return s;
+  };
+  auto op = [](Step &s, OpKind k, int64_t b) {
+    Op o;
+    o.kind = k;
+    o.writes = {b};
+    s.ops.push_back(o);
+  };
+  // Live at once, [0, 300) and [256, 512): one issue, at the second alloc.
+  Step s = step({{300, 0, false, -1}, {256, 256, false, -1}});
+  op(s, OpKind::Alloc, 0);
+  op(s, OpKind::Alloc, 1);
+  std::vector<ScheduleIssue> issues = verifyPlacement(s);
+  ASSERT_EQ(issues.size(), 1u);
+  EXPECT_EQ(issues[0].op, 1);
+  EXPECT_NE(issues[0].message.find("buffer 'b1' at bytes [256, 512) of the arena overlaps "
+                                   "'b0' at [0, 300) while both are live"),
+            std::string::npos)
+      << issues[0].message;
+  // The first freed before the second: no overlap; nor when it is freed and
+  // allocated again after the second's free.
+  s.ops.clear();
+  op(s, OpKind::Alloc, 0);
+  op(s, OpKind::Free, 0);
+  op(s, OpKind::Alloc, 1);
+  op(s, OpKind::Free, 1);
+  op(s, OpKind::Alloc, 0);
+  EXPECT_TRUE(verifyPlacement(s).empty());
+  // ... but its second span while the second is live is one.
+  s.ops.clear();
+  op(s, OpKind::Alloc, 0);
+  op(s, OpKind::Free, 0);
+  op(s, OpKind::Alloc, 1);
+  op(s, OpKind::Alloc, 0);
+  issues = verifyPlacement(s);
+  ASSERT_EQ(issues.size(), 1u);
+  EXPECT_EQ(issues[0].op, 3);
+  // Each on a rank of its own: the same bytes on two ranks are no overlap;
+  // one on rank 1 against one on every rank is, on rank 1.
+  s = step({{256, 0, false, 0}, {256, 0, false, 1}, {256, 0, false, -1}});
+  op(s, OpKind::Alloc, 0);
+  op(s, OpKind::Alloc, 1);
+  EXPECT_TRUE(verifyPlacement(s).empty());
+  op(s, OpKind::Alloc, 2);
+  issues = verifyPlacement(s);
+  ASSERT_EQ(issues.size(), 1u);
+  EXPECT_NE(issues[0].message.find("on rank 0"), std::string::npos) << issues[0].message;
+  // Persistent buffers are live all step: two that overlap are found before
+  // any op; a transient one over a persistent one at its alloc.
+  s = step({{512, 0, true, -1}, {256, 256, true, -1}, {256, 0, false, -1}});
+  op(s, OpKind::Alloc, 2);
+  issues = verifyPlacement(s);
+  ASSERT_EQ(issues.size(), 2u);
+  EXPECT_EQ(issues[0].op, -1);
+  EXPECT_EQ(issues[1].op, 0);
+  // Unplaced buffers (offset -1) are not checked.
+  s = step({{256, -1, false, -1}, {256, -1, false, -1}});
+  op(s, OpKind::Alloc, 0);
+  op(s, OpKind::Alloc, 1);
+  EXPECT_TRUE(verifyPlacement(s).empty());
 }

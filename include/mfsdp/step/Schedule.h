@@ -81,10 +81,18 @@ struct ScheduleIssue {
   std::string message;
 };
 
+/// The placement of the buffers that have an offset (planMemory's, or the
+/// step library's): no two that are live at once on a rank share a byte of
+/// the arena (persistent buffers all step; others from each Alloc to its
+/// Free, or to the end). At most `maxIssues` issues, each at the Alloc that
+/// makes the overlap (-1: persistent buffers).
+std::vector<ScheduleIssue> verifyPlacement(const Step &s, size_t maxIssues = 16);
+
 /// Everything that would make the step wrong: a buffer used before the
 /// wait of the collective that fills it, or freed or overwritten while a
 /// collective still uses it; a buffer used after it is freed; a collective
-/// that only some ranks issue (a deadlock); a rank's arena over `capBytes`
+/// that only some ranks issue (a deadlock); buffers live at once at
+/// overlapping offsets (verifyPlacement); a rank's arena over `capBytes`
 /// (0: no cap). Empty when the schedule is sound.
 std::vector<ScheduleIssue> verifySchedule(const Step &s, double capBytes);
 
