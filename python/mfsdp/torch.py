@@ -251,6 +251,7 @@ class _State:
         self.params = []
         self.units = [_Unit(u) for u in range(self.info["num_units"])]
         self.ties = []
+        self.device = torch.device("cpu")  # the runtime's (fully_shard sets it)
         # Parameters of enclosing modules (_Unit.encloses), each read from a copy
         # once its unit is freed while the module still runs.
         self.late = []
@@ -711,6 +712,15 @@ class MFSDPModule:
     def mfsdp_state(self):
         return self.__dict__["_mfsdp_state"]
 
+    @property
+    def device(self):
+        """Where the model computes: the runtime's device (cpu on the host backend,
+        the rank's GPU on the CUDA backend), as a model under FSDP2 reports it, so
+        that `batch.to(model.device)` works. (transformers' `device` reads the first
+        parameter's, which here is a placeholder on the meta device: the values
+        live in the runtime.)"""
+        return self.mfsdp_state.device
+
     @contextlib.contextmanager
     def no_sync(self):
         """Gradient accumulation: backwards inside keep their gradients locally;
@@ -1157,6 +1167,8 @@ def fully_shard(model, mesh="dp_shard=2", policy="adamw", zero=3, *, library=Non
     # reached it) is not stepped, not decayed, its state left alone.
     step.set_unused_grads(True)
     state = _install(model, step, lib, external)
+    state.device = (torch.device("cpu") if backend == "host"
+                    else torch.device("cuda", torch.cuda.current_device()))
     _load_values(state, init_fn)
     cls = model.__class__
     model.__class__ = type(f"MFSDP{cls.__name__}", (MFSDPModule, cls), {})

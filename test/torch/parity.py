@@ -329,7 +329,8 @@ def _train(args):
         # mfsdp: this rank's slice of each microbatch.
         losses = []
         for a in range(args.accum):
-            ids = data[a, rank]
+            # (As a training loop moves its batch: to the model's device.)
+            ids = data[a, rank].to(model.device)
             use_extra[0] = _uses_extra(step, a, rank)
             ctx = model.no_sync() if a + 1 < args.accum else _null()
             with ctx:
