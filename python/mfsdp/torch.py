@@ -119,6 +119,43 @@ class _TieCopy(torch.autograd.Function):
         return None, None, None, None
 
 
+class _RuntimeGrad(torch.Tensor):
+    """The .grad of a model parameter (a placeholder on the meta device) once the
+    runtime holds a gradient for it: the gradient itself lives in the runtime,
+    sharded and reduced there. Reading its metadata works; computing with it (torch's
+    clip_grad_norm_, a gradient norm for logging) raises mfsdp.Error, where a None
+    .grad would have let torch.nn.utils.clip_grad_norm_ clip nothing and report 0."""
+
+    @staticmethod
+    def of(param, name):
+        t = torch.Tensor._make_subclass(
+            _RuntimeGrad, torch.empty(param.shape, dtype=param.dtype, device="meta"))
+        t._mfsdp_name = name
+        return t
+
+    def __repr__(self, *args, **kwargs):
+        return f"<gradient of {self._mfsdp_name!r}, held by the mfsdp runtime>"
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") == "__get__" or func in _RuntimeGrad._METADATA:
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **(kwargs or {}))
+        name = next((a._mfsdp_name for a in torch.utils._pytree.tree_leaves((args, kwargs))
+                     if isinstance(a, _RuntimeGrad)), "a parameter")
+        raise Error(f"{name!r}.grad: the gradient is held by the mfsdp runtime (sharded and "
+                    f"reduced there), not by torch, so {getattr(func, '__name__', func)} "
+                    "cannot read it. For clipping use model.clip_grad_norm_(max_norm) (or "
+                    "mfsdp.torch.clip_grad_norm_(model, max_norm)), not "
+                    "torch.nn.utils.clip_grad_norm_, which would clip nothing; "
+                    "model.full_state_dict() gives the parameters")
+
+
+_RuntimeGrad._METADATA = {torch.Tensor.size, torch.Tensor.dim, torch.Tensor.numel,
+                          torch.Tensor.element_size, torch.Tensor.is_floating_point,
+                          torch.Tensor.is_complex, torch.Tensor.__len__}
+
+
 class _SavedParam:
     """A saved tensor that lies in a unit's gathered parameter: re-pointed, in
     backward, at the same place of the backward gather."""
@@ -570,6 +607,7 @@ class _State:
         # torch keeps a zero .grad through zero_grad(set_to_none=False): a
         # parameter with one is stepped, used or not.
         self.grad_kept.update(got)
+        self._mark_grads(got)
         for p in unit.params:
             if p.index not in got and p.requires_grad and p.index not in self.grad_kept:
                 self.step.mark_no_grad(p.index)
@@ -578,6 +616,18 @@ class _State:
         unit.views = None
         unit.recomputing = False
         unit.state = "idle"
+
+    def _mark_grads(self, indices):
+        """Placeholders whose runtime gradient exists get a .grad that says so."""
+        for i in indices:
+            p = self.params[i]
+            q = _source(p)
+            if q.grad is None and q.requires_grad:
+                q.grad = _RuntimeGrad.of(q, p.name if p.fused is None else p.fused.name)
+
+    def _clear_grads(self):
+        for p in self.params:
+            _source(p).grad = None
 
     def _end_backward(self):
         # Units whose gradients never arrived (parameters unused this step) are
@@ -954,6 +1004,7 @@ class MFSDPOptimizer(torch.optim.Optimizer):
         self._mfsdp.step.zero_grad()
         if set_to_none:  # every .grad None: unused parameters are skipped again
             self._mfsdp.grad_kept.clear()
+            self._mfsdp._clear_grads()
         if self._external_opt is not None:
             self._external_opt.zero_grad(set_to_none)
 

@@ -278,6 +278,27 @@ def own_parameter_passed_in():
     m(torch.ones(2, 8)).backward()
 
 
+def torch_clip_on_placeholders():
+    # torch's own clip over the model's parameters: their gradients live in the
+    # runtime; it must not clip nothing and report a norm of 0.
+    m, o = mt.fully_shard(llama(), library=lib)
+    m(input_ids=ids, labels=ids).loss.backward()
+    p = m.model.embed_tokens.weight
+    if p.grad is None or tuple(p.grad.shape) != tuple(p.shape):
+        raise AssertionError(f"after backward, .grad is {p.grad!r}")
+    o.step()
+    o.zero_grad()
+    if p.grad is not None:
+        raise AssertionError("zero_grad() left a .grad")
+    m(input_ids=ids, labels=ids).loss.backward()
+    torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+
+
+expect("torch.nn.utils.clip_grad_norm_ over the model's parameters",
+       torch_clip_on_placeholders, ".grad: the gradient is held by the mfsdp runtime",
+       "model.clip_grad_norm_(max_norm)")
+
+
 expect("a root's own parameter passed to the units it encloses (ZeRO-3)",
        own_parameter_passed_in, "encloses other units", "'gate'", "zero=2")
 
