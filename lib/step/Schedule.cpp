@@ -1093,9 +1093,16 @@ std::vector<ScheduleIssue> verifyPlacement(const Step &s, size_t maxIssues) {
     const Buffer &buf = s.buffers[b];
     const int64_t lo = buf.offset, hi = end(b);
     int64_t other = -1;
-    for (auto &[rank, m] : live)
-      if (other < 0 && (buf.onlyRank < 0 || rank < 0 || rank == buf.onlyRank))
-        other = conflictIn(m, lo, hi);
+    if (buf.onlyRank >= 0) {
+      // Its rank's buffers and those on every rank: two lookups.
+      for (int64_t rank : {int64_t{-1}, buf.onlyRank})
+        if (auto m = live.find(rank); other < 0 && m != live.end())
+          other = conflictIn(m->second, lo, hi);
+    } else {
+      for (auto &[rank, m] : live)
+        if (other < 0)
+          other = conflictIn(m, lo, hi);
+    }
     if (other >= 0) {
       const Buffer &o = s.buffers[other];
       const int64_t on = buf.onlyRank >= 0 ? buf.onlyRank : o.onlyRank;
@@ -1124,8 +1131,11 @@ std::vector<ScheduleIssue> verifyPlacement(const Step &s, size_t maxIssues) {
     const bool isLive = m != live.end() && at != m->second.end() && at->second == b;
     if (op.kind == OpKind::Alloc && !isLive)
       enter(b, static_cast<int64_t>(i));
-    else if (op.kind == OpKind::Free && isLive)
+    else if (op.kind == OpKind::Free && isLive) {
       m->second.erase(at);
+      if (m->second.empty())
+        live.erase(m);
+    }
   }
   return issues;
 }

@@ -33,8 +33,9 @@ mfsdp_status mfsdp_step::scatterWhole(const ParamState &ps, const float *full,
 
 mfsdp_status mfsdp_step::storeWhole(const ParamState &ps, const float *local, float *full,
                                     int32_t fromReplica, bool *collectivesDone) {
+  // A replicated parameter is whole on every rank: no collective at all.
   if (collectivesDone)
-    *collectivesDone = false;
+    *collectivesDone = ps.desc.placement == MFSDP_REPLICATE && fromReplica < 0;
   float *whole = nullptr;
   if (auto s = place(memory ? memory->staging : -1, ps.fullSize, whole,
                      "the staging buffer for storing '" + ps.name + "'"))

@@ -368,11 +368,19 @@ mfsdp_status mfsdp::rt::loadHF(mfsdp_step *step, const char *dir) {
   }
   closeAll();
   // Every rank's buffers first, then the gathers (as mfsdp_load).
-  if (auto s = agree(step, local, "loading the HF weights"))
+  // From here a failure leaves the buffers partly loaded: the runtime stops
+  // on every rank (as mfsdp_load).
+  if (auto s = agree(step, local, "loading the HF weights")) {
+    step->stoppedBy = "an HF load failed while it wrote the parameters (" + step->error +
+                      "), which are partly loaded";
     return s;
+  }
   local = followMasters(step);
-  if (auto s = agree(step, local, "gathering the loaded HF weights"))
+  if (auto s = agree(step, local, "gathering the loaded HF weights")) {
+    step->stoppedBy = "an HF load failed while it gathered the loaded parameters (" +
+                      step->error + ")";
     return s;
+  }
   step->steps = 0;
   for (ParamState &ps : step->params)
     ps.steps = 0;

@@ -449,13 +449,22 @@ mfsdp_status mfsdp::rt::loadCheckpoint(mfsdp_step *step, const char *dir, char *
   // Every rank's buffers are loaded before the gathered copies follow the
   // masters (collectives under ZeRO-1/2): a rank whose copy failed would
   // skip them and leave the others waiting in them.
-  if (auto s = agree(step, local, "loading the checkpoint"))
+  // A failure from here on leaves the buffers partly loaded (or, under
+  // ZeRO-1/2, the gathered copies behind the masters): the runtime stops
+  // on every rank rather than train on them.
+  if (auto s = agree(step, local, "loading the checkpoint")) {
+    step->stoppedBy = "a load failed while it wrote the parameters (" + step->error +
+                      "), which are partly loaded";
     return s;
+  }
   local = followMasters(step);
-  if (!local && user)
-    std::memcpy(user, userText.c_str(), userText.size() + 1);
-  if (auto s = agree(step, local, "gathering the loaded parameters"))
+  if (auto s = agree(step, local, "gathering the loaded parameters")) {
+    step->stoppedBy = "a load failed while it gathered the loaded parameters (" +
+                      step->error + ")";
     return s;
+  }
+  if (user)
+    std::memcpy(user, userText.c_str(), userText.size() + 1);
   step->steps = stepCount;
   for (size_t i = 0; i < step->params.size(); ++i)
     step->params[i].steps = paramSteps[i];

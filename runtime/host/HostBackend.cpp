@@ -37,8 +37,12 @@ public:
     if (const char *spec = std::getenv("MFSDP_TEST_FAIL_COPY")) {
       int rank = -1, n = 0;
       char dir[8] = {0};
-      if (std::sscanf(spec, "%d:%4[a-z]:%d", &rank, dir, &n) == 3 &&
-          rank == shard_->rank() && n > 0) {
+      char rest = 0;
+      if (std::sscanf(spec, "%d:%4[a-z]:%d%c", &rank, dir, &n, &rest) != 3 || n < 1 ||
+          (std::strcmp(dir, "to") != 0 && std::strcmp(dir, "from") != 0))
+        std::fprintf(stderr, "mfsdp: MFSDP_TEST_FAIL_COPY='%s' ignored (expected "
+                             "RANK:to|from:N, N >= 1)\n", spec);
+      else if (rank == shard_->rank()) {
         failTo_ = std::strcmp(dir, "to") == 0 ? n : 0;
         failFrom_ = std::strcmp(dir, "from") == 0 ? n : 0;
       }

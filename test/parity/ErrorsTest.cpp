@@ -1081,6 +1081,9 @@ int main(int argc, char **argv) {
       fails(s, mfsdp_load(s, dir.c_str(), nullptr, 0), MFSDP_ERROR_BACKEND,
             rank == 1 ? "a copy from the host failed (injected"
                       : "rank 1 failed loading the checkpoint");
+      // Partly loaded: the runtime stopped, on every rank.
+      fails(s, mfsdp_load(s, dir.c_str(), nullptr, 0), MFSDP_ERROR_ORDER,
+            "this runtime stopped: a load failed while it wrote the parameters");
       mfsdp_destroy(s);
       s = nullptr;
       ::setenv("MFSDP_TEST_FAIL_COPY", "1:to:1", 1);
@@ -1108,6 +1111,8 @@ int main(int argc, char **argv) {
       fails(s, mfsdp_load_hf(s, hf.c_str()), MFSDP_ERROR_BACKEND,
             rank == 1 ? "a copy from the host failed (injected"
                       : "rank 1 failed loading the HF weights");
+      fails(s, mfsdp_pre_forward(s, 0), MFSDP_ERROR_ORDER,
+            "this runtime stopped: an HF load failed while it wrote the parameters");
       mfsdp_destroy(s);
       s = nullptr;
       MPI_Barrier(MPI_COMM_WORLD);

@@ -84,8 +84,10 @@ struct ScheduleIssue {
 /// The placement of the buffers that have an offset (planMemory's, or the
 /// step library's): no two that are live at once on a rank share a byte of
 /// the arena (persistent buffers all step; others from each Alloc to its
-/// Free, or to the end). At most `maxIssues` issues, each at the Alloc that
-/// makes the overlap (-1: persistent buffers).
+/// Free, or to the end: a Free while a collective still reads the buffer is
+/// verifySchedule's own finding). At most `maxIssues` issues, each at the
+/// Alloc that makes the overlap (-1: persistent buffers); an overlap on
+/// several ranks is named on one.
 std::vector<ScheduleIssue> verifyPlacement(const Step &s, size_t maxIssues = 16);
 
 /// Everything that would make the step wrong: a buffer used before the
