@@ -325,6 +325,20 @@ std::string readSafetensorsHeader(int fd, const std::string &path, int64_t fileB
   return head;
 }
 
+mfsdp_status commitLoaded(mfsdp_step *step, mfsdp_status local, const std::string &what) {
+  if (auto s = agree(step, local, "writing the loaded parameters")) {
+    step->stoppedBy = what + " failed while it wrote the parameters (" + step->error +
+                      "), which are partly loaded";
+    return s;
+  }
+  if (auto s = agree(step, followMasters(step), "gathering the loaded parameters")) {
+    step->stoppedBy = what + " failed while it gathered the loaded parameters (" +
+                      step->error + ")";
+    return s;
+  }
+  return MFSDP_OK;
+}
+
 mfsdp_status followMasters(mfsdp_step *step) {
   for (ParamState &ps : step->params)
     step->releaseFull(ps);

@@ -74,6 +74,13 @@ mfsdp_status usableForCheckpoint(mfsdp_step *step, const char *call);
 /// After masters were loaded: the gathered compute copies are dropped and,
 /// under ZeRO-1/2 (copies kept all step), gathered again from them.
 mfsdp_status followMasters(mfsdp_step *step);
+/// The end of a load's writing (`what`: "a load", "an HF load"), `local`
+/// this rank's status: the ranks agree that every buffer was written
+/// before the gathered copies follow the masters (collectives under
+/// ZeRO-1/2, which a failed rank would skip), then agree again. A failure
+/// in either leaves the parameters partly loaded: the runtime stops on
+/// every rank rather than train on them.
+mfsdp_status commitLoaded(mfsdp_step *step, mfsdp_status local, const std::string &what);
 /// A matrix of a fused expert tensor as a plan names it: `name` =
 /// PREFIX ".experts." KIND "." E ["." TAIL], E at most 9 decimal digits
 /// (`experts.gate_up_proj.3.gate`, `experts.down_proj.3`). True with the

@@ -367,20 +367,8 @@ mfsdp_status mfsdp::rt::loadHF(mfsdp_step *step, const char *dir) {
     std::vector<float>().swap(host);
   }
   closeAll();
-  // Every rank's buffers first, then the gathers (as mfsdp_load).
-  // From here a failure leaves the buffers partly loaded: the runtime stops
-  // on every rank (as mfsdp_load).
-  if (auto s = agree(step, local, "loading the HF weights")) {
-    step->stoppedBy = "an HF load failed while it wrote the parameters (" + step->error +
-                      "), which are partly loaded";
+  if (auto s = commitLoaded(step, local, "an HF load"))
     return s;
-  }
-  local = followMasters(step);
-  if (auto s = agree(step, local, "gathering the loaded HF weights")) {
-    step->stoppedBy = "an HF load failed while it gathered the loaded parameters (" +
-                      step->error + ")";
-    return s;
-  }
   step->steps = 0;
   for (ParamState &ps : step->params)
     ps.steps = 0;

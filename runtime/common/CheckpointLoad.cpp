@@ -446,23 +446,8 @@ mfsdp_status mfsdp::rt::loadCheckpoint(mfsdp_step *step, const char *dir, char *
   }
   unmapAll();
   closeAll();
-  // Every rank's buffers are loaded before the gathered copies follow the
-  // masters (collectives under ZeRO-1/2): a rank whose copy failed would
-  // skip them and leave the others waiting in them.
-  // A failure from here on leaves the buffers partly loaded (or, under
-  // ZeRO-1/2, the gathered copies behind the masters): the runtime stops
-  // on every rank rather than train on them.
-  if (auto s = agree(step, local, "loading the checkpoint")) {
-    step->stoppedBy = "a load failed while it wrote the parameters (" + step->error +
-                      "), which are partly loaded";
+  if (auto s = commitLoaded(step, local, "a load"))
     return s;
-  }
-  local = followMasters(step);
-  if (auto s = agree(step, local, "gathering the loaded parameters")) {
-    step->stoppedBy = "a load failed while it gathered the loaded parameters (" +
-                      step->error + ")";
-    return s;
-  }
   if (user)
     std::memcpy(user, userText.c_str(), userText.size() + 1);
   step->steps = stepCount;

@@ -1080,7 +1080,7 @@ int main(int argc, char **argv) {
       ::unsetenv("MFSDP_TEST_FAIL_COPY");
       fails(s, mfsdp_load(s, dir.c_str(), nullptr, 0), MFSDP_ERROR_BACKEND,
             rank == 1 ? "a copy from the host failed (injected"
-                      : "rank 1 failed loading the checkpoint");
+                      : "rank 1 failed writing the loaded parameters");
       // Partly loaded: the runtime stopped, on every rank.
       fails(s, mfsdp_load(s, dir.c_str(), nullptr, 0), MFSDP_ERROR_ORDER,
             "this runtime stopped: a load failed while it wrote the parameters");
@@ -1110,7 +1110,7 @@ int main(int argc, char **argv) {
       ::unsetenv("MFSDP_TEST_FAIL_COPY");
       fails(s, mfsdp_load_hf(s, hf.c_str()), MFSDP_ERROR_BACKEND,
             rank == 1 ? "a copy from the host failed (injected"
-                      : "rank 1 failed loading the HF weights");
+                      : "rank 1 failed writing the loaded parameters");
       fails(s, mfsdp_pre_forward(s, 0), MFSDP_ERROR_ORDER,
             "this runtime stopped: an HF load failed while it wrote the parameters");
       mfsdp_destroy(s);
