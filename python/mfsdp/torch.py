@@ -136,9 +136,19 @@ class _RuntimeGrad(torch.Tensor):
     def __repr__(self, *args, **kwargs):
         return f"<gradient of {self._mfsdp_name!r}, held by the mfsdp runtime>"
 
+    def __format__(self, spec):
+        return format(repr(self), spec)
+
+    def __dir__(self):
+        return object.__dir__(self)
+
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
-        if getattr(func, "__name__", "") == "__get__" or func in _RuntimeGrad._METADATA:
+        # Metadata only: a property that hands out the values (.data, .T, .real)
+        # would let p.grad.data.mul_(c) do nothing on the meta device.
+        prop = getattr(getattr(func, "__self__", None), "__name__", None)
+        if (getattr(func, "__name__", "") == "__get__" and prop in _RuntimeGrad._PROPERTIES) \
+                or func in _RuntimeGrad._METADATA:
             with torch._C.DisableTorchFunctionSubclass():
                 return func(*args, **(kwargs or {}))
         name = next((a._mfsdp_name for a in torch.utils._pytree.tree_leaves((args, kwargs))
@@ -152,8 +162,15 @@ class _RuntimeGrad(torch.Tensor):
 
 
 _RuntimeGrad._METADATA = {torch.Tensor.size, torch.Tensor.dim, torch.Tensor.numel,
-                          torch.Tensor.element_size, torch.Tensor.is_floating_point,
-                          torch.Tensor.is_complex, torch.Tensor.__len__}
+                          torch.Tensor.nelement, torch.Tensor.element_size,
+                          torch.Tensor.is_floating_point, torch.Tensor.is_complex,
+                          torch.Tensor.__len__, torch.Tensor.stride,
+                          torch.Tensor.is_contiguous, torch.Tensor.get_device,
+                          torch.Tensor.type}
+_RuntimeGrad._PROPERTIES = {"shape", "dtype", "device", "requires_grad", "is_leaf", "grad_fn",
+                            "ndim", "layout", "is_meta", "is_sparse", "is_cuda", "is_cpu",
+                            "grad", "names", "_base", "is_quantized", "is_nested",
+                            "itemsize", "nbytes"}
 
 
 class _SavedParam:
@@ -791,6 +808,22 @@ class MFSDPModule:
     def clip_grad_norm_(self, max_norm, norm_type=2.0):
         return clip_grad_norm_(self, max_norm, norm_type)
 
+    def zero_grad(self, set_to_none=True):
+        """The runtime's gradients zeroed, as optimizer.zero_grad() does (torch's
+        Module.zero_grad would clear only the placeholders' .grad, and the next
+        backward would add to the runtime's gradients)."""
+        st = self.mfsdp_state
+        st.step.zero_grad()
+        if set_to_none:
+            st.grad_kept.clear()
+            st._clear_grads()
+        for _, q in st.external:
+            if q.grad is not None:
+                if set_to_none:
+                    q.grad = None
+                else:
+                    q.grad.zero_()
+
     # torch's own state dicts would hold the model's meta placeholders (the
     # values live in the runtime) and load nothing into them: refused,
     # naming what does the job.
@@ -1218,7 +1251,7 @@ def fully_shard(model, mesh="dp_shard=2", policy="adamw", zero=3, *, library=Non
     # reached it) is not stepped, not decayed, its state left alone.
     step.set_unused_grads(True)
     state = _install(model, step, lib, external)
-    state.device = (torch.device("cpu") if backend == "host"
+    state.device = (torch.device("cpu") if _rt._BACKENDS.get(backend) == _C.BACKEND_HOST
                     else torch.device("cuda", torch.cuda.current_device()))
     _load_values(state, init_fn)
     cls = model.__class__

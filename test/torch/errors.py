@@ -369,6 +369,31 @@ def backward_that_raises():
     return f"after the failed backward, {differ[:3]} differ from a clean run" if differ else None
 
 
+def module_zero_grad():
+    """torch's Module.zero_grad on the model (HF Trainer calls it) zeroes the
+    runtime's gradients too: the next backward's norm is the first's, not twice."""
+    m, o = mt.fully_shard(llama(), library=lib)
+    m(input_ids=ids, labels=ids).loss.backward()
+    first = float(m.clip_grad_norm_(1e9))
+    m.zero_grad()
+    if m.model.embed_tokens.weight.grad is not None:
+        return "model.zero_grad() left a .grad"
+    m(input_ids=ids, labels=ids).loss.backward()
+    again = float(m.clip_grad_norm_(1e9))
+    if abs(again - first) > 1e-6 * first:
+        return f"after model.zero_grad() the gradient norm is {again}, the first {first}"
+    return None
+
+
+try:
+    problem = module_zero_grad()
+    if problem:
+        failures.append(f"model.zero_grad(): {problem}")
+    elif RANK == 0:
+        print("ok: model.zero_grad() zeroes the runtime's gradients", flush=True)
+except Exception as e:  # noqa: BLE001
+    failures.append(f"model.zero_grad(): {type(e).__name__}: {e}")
+
 try:
     problem = backward_that_raises()
     if problem:
