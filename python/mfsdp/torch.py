@@ -642,9 +642,14 @@ class _State:
             if q.grad is None and q.requires_grad:
                 q.grad = _RuntimeGrad.of(q, p.name if p.fused is None else p.fused.name)
 
-    def _clear_grads(self):
-        for p in self.params:
-            _source(p).grad = None
+    def zero_grad(self, set_to_none):
+        """The runtime's gradients zeroed (model.zero_grad, optimizer.zero_grad);
+        with set_to_none every .grad None: unused parameters are skipped again."""
+        self.step.zero_grad()
+        if set_to_none:
+            self.grad_kept.clear()
+            for p in self.params:
+                _source(p).grad = None
 
     def _end_backward(self):
         # Units whose gradients never arrived (parameters unused this step) are
@@ -813,10 +818,7 @@ class MFSDPModule:
         Module.zero_grad would clear only the placeholders' .grad, and the next
         backward would add to the runtime's gradients)."""
         st = self.mfsdp_state
-        st.step.zero_grad()
-        if set_to_none:
-            st.grad_kept.clear()
-            st._clear_grads()
+        st.zero_grad(set_to_none)
         for _, q in st.external:
             if q.grad is not None:
                 if set_to_none:
@@ -1034,10 +1036,7 @@ class MFSDPOptimizer(torch.optim.Optimizer):
                     "runtime keeps it): use model.load_checkpoint(dir)")
 
     def zero_grad(self, set_to_none=True):
-        self._mfsdp.step.zero_grad()
-        if set_to_none:  # every .grad None: unused parameters are skipped again
-            self._mfsdp.grad_kept.clear()
-            self._mfsdp._clear_grads()
+        self._mfsdp.zero_grad(set_to_none)
         if self._external_opt is not None:
             self._external_opt.zero_grad(set_to_none)
 
