@@ -715,7 +715,11 @@ mfsdp_status mfsdp_param_view(mfsdp_step *step, int32_t param, DLTensor *out);
 mfsdp_status mfsdp_grad_view(mfsdp_step *step, int32_t param, DLTensor *out);
 
 /* Whole-parameter load and store (every rank calls; `full` holds rows*cols
- * floats on every rank). */
+ * floats on every rank). The ranks agree before any collective: one rank's
+ * bad argument (a NULL `full`) or failed staging fails the call on every
+ * rank, and a load whose copy failed on any rank stops the runtime on every
+ * rank (the tensor is partly loaded). The same holds for the state calls
+ * below. */
 mfsdp_status mfsdp_load_param(mfsdp_step *step, int32_t param, const float *full);
 mfsdp_status mfsdp_store_param(mfsdp_step *step, int32_t param, float *full);
 

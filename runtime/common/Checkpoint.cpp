@@ -5,6 +5,7 @@
 // gathered out through the memory plan's staging buffer.
 //
 //===----------------------------------------------------------------------===//
+#include "CheckpointCommon.h"
 #include "Step.h"
 
 #include <string>
@@ -32,14 +33,28 @@ mfsdp_status mfsdp_step::scatterWhole(const ParamState &ps, const float *full,
 }
 
 mfsdp_status mfsdp_step::storeWhole(const ParamState &ps, const float *local, float *full,
-                                    int32_t fromReplica, bool *collectivesDone) {
+                                    int32_t fromReplica, bool *collectivesDone,
+                                    const mfsdp_status *mine) {
   // A replicated parameter is whole on every rank: no collective at all.
   if (collectivesDone)
     *collectivesDone = ps.desc.placement == MFSDP_REPLICATE && fromReplica < 0;
   float *whole = nullptr;
-  if (auto s = place(memory ? memory->staging : -1, ps.fullSize, whole,
-                     "the staging buffer for storing '" + ps.name + "'"))
-    return s;
+  mfsdp_status placed = mine ? *mine : MFSDP_OK;
+  if (!placed)
+    placed = place(memory ? memory->staging : -1, ps.fullSize, whole,
+                   "the staging buffer for storing '" + ps.name + "'");
+  if (mine) {
+    // What failed on one rank before the collectives (its arguments, its
+    // staging buffer) fails the call on every rank: none waits alone in a
+    // gather the failing rank skips.
+    const std::string what = "storing '" + ps.name + "'";
+    placed = mfsdp::rt::ckpt::agree(this, placed, what.c_str());
+  }
+  if (placed) {
+    if (whole)
+      backend->release(whole);
+    return placed;
+  }
   if (ps.desc.placement == MFSDP_BLOCK_SHARD) {
     // The packed blocks of every rank, put in place on the host (the
     // staging buffer is the only whole-tensor buffer a store takes).
@@ -69,15 +84,39 @@ mfsdp_status mfsdp_step::storeWhole(const ParamState &ps, const float *local, fl
   return s;
 }
 
+/// The ranks agree on `mine` (this rank's arguments) before a
+/// per-parameter call writes or gathers anything.
+static mfsdp_status agreeArguments(mfsdp_step *step, const void *full, const std::string &what) {
+  const mfsdp_status mine =
+      full ? MFSDP_OK
+           : step->fail(MFSDP_ERROR_INVALID, what + ": the whole tensor's pointer is NULL");
+  return ckpt::agree(step, mine, ("the arguments of " + what).c_str());
+}
+
+/// The end of a per-parameter load: the ranks agree that this rank wrote
+/// its part (`local`); a failure anywhere leaves the tensor partly loaded,
+/// and the runtime stops on every rank rather than train on it.
+static mfsdp_status commitParam(mfsdp_step *step, mfsdp_status local, const std::string &what) {
+  if (auto s = ckpt::agree(step, local, ("writing " + what).c_str())) {
+    step->stoppedBy = what + " failed while it wrote the tensor (" + step->error +
+                      "), which is partly loaded";
+    return s;
+  }
+  return MFSDP_OK;
+}
+
 mfsdp_status mfsdp::rt::loadParam(mfsdp_step *step, int32_t param, const float *full) {
-  if (!step || !full)
+  if (!step)
     return MFSDP_ERROR_INVALID;
   if (auto st = step->enter())
     return st;
   if (auto st = step->checkParam(param))
     return st;
   ParamState &ps = step->params[param];
-  if (auto st = step->scatterWhole(ps, full, ps.master))
+  const std::string what = "mfsdp_load_param of '" + ps.name + "'";
+  if (auto st = agreeArguments(step, full, what))
+    return st;
+  if (auto st = commitParam(step, step->scatterWhole(ps, full, ps.master), what))
     return st;
   step->releaseFull(ps);
   if (step->plan.zero < 3)
@@ -87,14 +126,19 @@ mfsdp_status mfsdp::rt::loadParam(mfsdp_step *step, int32_t param, const float *
 }
 
 mfsdp_status mfsdp::rt::storeParam(mfsdp_step *step, int32_t param, float *full) {
-  if (!step || !full)
+  if (!step)
     return MFSDP_ERROR_INVALID;
   if (auto st = step->enter())
     return st;
   if (auto st = step->checkParam(param))
     return st;
+  const ParamState &ps = step->params[param];
+  const mfsdp_status mine =
+      full ? MFSDP_OK
+           : step->fail(MFSDP_ERROR_INVALID, "mfsdp_store_param of '" + ps.name +
+                                                 "': the whole tensor's pointer is NULL");
   // The fp32 masters, whole (not the compute copy, which may be bf16).
-  return step->storeWhole(step->params[param], step->params[param].master, full);
+  return step->storeWhole(ps, ps.master, full, -1, nullptr, &mine);
 }
 
 static mfsdp_status stateOf(mfsdp_step *step, int32_t param, int32_t which,
@@ -121,19 +165,22 @@ static mfsdp_status stateOf(mfsdp_step *step, int32_t param, int32_t which,
 
 mfsdp_status mfsdp::rt::loadState(mfsdp_step *step, int32_t param, int32_t which,
                                    const float *full) {
-  if (!step || !full)
+  if (!step)
     return MFSDP_ERROR_INVALID;
   if (auto st = step->enter())
     return st;
   float *state = nullptr;
   if (auto s = stateOf(step, param, which, state))
     return s;
-  return step->scatterWhole(step->params[param], full, state);
+  const std::string what = "mfsdp_load_state of '" + step->params[param].name + "'";
+  if (auto st = agreeArguments(step, full, what))
+    return st;
+  return commitParam(step, step->scatterWhole(step->params[param], full, state), what);
 }
 
 mfsdp_status mfsdp::rt::storeState(mfsdp_step *step, int32_t param, int32_t which,
                                     float *full) {
-  if (!step || !full)
+  if (!step)
     return MFSDP_ERROR_INVALID;
   if (auto st = step->enter())
     return st;
@@ -143,5 +190,9 @@ mfsdp_status mfsdp::rt::storeState(mfsdp_step *step, int32_t param, int32_t whic
   // Under ns_split the momentum is current only on the replica that steps
   // the matrix (the others keep the buffer but never update it).
   const ParamState &ps = step->params[param];
-  return step->storeWhole(ps, state, full, ps.nsReplica);
+  const mfsdp_status mine =
+      full ? MFSDP_OK
+           : step->fail(MFSDP_ERROR_INVALID, "mfsdp_store_state of '" + ps.name +
+                                                 "': the whole tensor's pointer is NULL");
+  return step->storeWhole(ps, state, full, ps.nsReplica, nullptr, &mine);
 }

@@ -1115,6 +1115,60 @@ int main(int argc, char **argv) {
             "this runtime stopped: an HF load failed while it wrote the parameters");
       mfsdp_destroy(s);
       s = nullptr;
+      // The per-parameter calls (a state dict's loop) the same way: one
+      // rank's bad argument or failed copy fails the call on every rank
+      // before any collective, where the others would wait for it until
+      // the collective timeout. A NULL tensor on rank 1 only: refused
+      // everywhere, nothing written, the runtime still usable.
+      ::setenv("MFSDP_TEST_FAIL_COPY", "1:from:1", 1);
+      expect(mfsdp_create(&z2, &s) == MFSDP_OK,
+             std::string("create (ZeRO-2, a copy that will fail): ") + mfsdp_last_error(s));
+      ::unsetenv("MFSDP_TEST_FAIL_COPY");
+      {
+        std::vector<float> whole(12, 0.5f), out(12, -1.0f), before(12, -1.0f);
+        expect(mfsdp_store_param(s, 0, before.data()) == MFSDP_OK,
+               std::string("store_param before: ") + mfsdp_last_error(s));
+        fails(s, mfsdp_store_param(s, 0, rank == 1 ? nullptr : out.data()),
+              MFSDP_ERROR_INVALID,
+              rank == 1 ? "mfsdp_store_param of 'w': the whole tensor's pointer is NULL"
+                        : "rank 1 failed storing 'w': mfsdp_store_param of 'w'");
+        fails(s, mfsdp_store_state(s, 0, MFSDP_STATE_EXP_AVG, rank == 1 ? nullptr : out.data()),
+              MFSDP_ERROR_INVALID,
+              rank == 1 ? "mfsdp_store_state of 'w': the whole tensor's pointer is NULL"
+                        : "rank 1 failed storing 'w'");
+        fails(s, mfsdp_load_param(s, 0, rank == 1 ? nullptr : whole.data()),
+              MFSDP_ERROR_INVALID,
+              rank == 1 ? "mfsdp_load_param of 'w': the whole tensor's pointer is NULL"
+                        : "rank 1 failed the arguments of mfsdp_load_param of 'w'");
+        expect(mfsdp_store_param(s, 0, out.data()) == MFSDP_OK && out == before,
+               std::string("a refused load_param wrote nothing: ") + mfsdp_last_error(s));
+        // Rank 1's copy from the host fails in load_param: every rank
+        // stops (the tensor is partly loaded), none waits in the ZeRO-2
+        // gather that follows.
+        fails(s, mfsdp_load_param(s, 0, whole.data()), MFSDP_ERROR_BACKEND,
+              rank == 1 ? "a copy from the host failed (injected"
+                        : "rank 1 failed writing mfsdp_load_param of 'w'");
+        fails(s, mfsdp_store_param(s, 0, out.data()), MFSDP_ERROR_ORDER,
+              "this runtime stopped: mfsdp_load_param of 'w' failed while it wrote the "
+              "tensor");
+      }
+      mfsdp_destroy(s);
+      s = nullptr;
+      ::setenv("MFSDP_TEST_FAIL_COPY", "1:from:1", 1);
+      expect(mfsdp_create(&z2, &s) == MFSDP_OK,
+             std::string("create (ZeRO-2, a copy that will fail): ") + mfsdp_last_error(s));
+      ::unsetenv("MFSDP_TEST_FAIL_COPY");
+      {
+        // load_state has no collective: without the agreement rank 0 would
+        // return success with rank 1's part of the state unwritten.
+        std::vector<float> whole(12, 0.25f);
+        fails(s, mfsdp_load_state(s, 0, MFSDP_STATE_EXP_AVG, whole.data()),
+              MFSDP_ERROR_BACKEND,
+              rank == 1 ? "a copy from the host failed (injected"
+                        : "rank 1 failed writing mfsdp_load_state of 'w'");
+      }
+      mfsdp_destroy(s);
+      s = nullptr;
       MPI_Barrier(MPI_COMM_WORLD);
       if (rank == 0)
         std::system(("rm -rf '" + hf + "'").c_str());
