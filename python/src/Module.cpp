@@ -238,18 +238,38 @@ struct Step {
     return nb::cast(arr, nb::rv_policy::reference);
   }
 
-  /// A whole tensor of parameter i, as load and store read and write it.
-  const float *whole(int32_t i, const HostArray &a) const {
+  /// A whole tensor of parameter i, as load and store read and write it;
+  /// null, with `why` saying what is wrong with it, when it does not fit.
+  /// The call then goes to the runtime with the null tensor, so that every
+  /// rank fails it together (a raise here alone would leave the other
+  /// ranks waiting for this one in the runtime).
+  const float *whole(int32_t i, const HostArray &a, std::string &why) const {
     const mfsdp_plan &plan = *nb::cast<const Library &>(library).plan;
     if (i < 0 || i >= plan.num_params)
       raise("parameter " + std::to_string(i) + " is out of range [0, " +
             std::to_string(plan.num_params) + ")");
     const mfsdp_param_desc &d = plan.params[i];
-    if (static_cast<int64_t>(a.size()) != d.rows * d.cols)
-      raise(std::string("parameter '") + d.name + "': expected " +
+    if (static_cast<int64_t>(a.size()) != d.rows * d.cols) {
+      why = std::string("parameter '") + d.name + "': expected " +
             std::to_string(d.rows * d.cols) + " floats (" + std::to_string(d.rows) + " x " +
-            std::to_string(d.cols) + "), got " + std::to_string(a.size()));
+            std::to_string(d.cols) + "), got " + std::to_string(a.size());
+      return nullptr;
+    }
     return a.data();
+  }
+
+  /// A whole-tensor call (`f`, with the tensor `whole` gave): this rank's
+  /// own reason raised first when it had one.
+  template <typename F> void runWhole(const char *call, const std::string &why, F &&f) {
+    mfsdp_step *s = live();
+    mfsdp_status st;
+    {
+      nb::gil_scoped_release release;
+      st = f(s);
+    }
+    if (!why.empty())
+      raise(std::string(call) + ": " + why);
+    check(st, call);
   }
 
   int64_t stepCount() {
@@ -435,23 +455,27 @@ NB_MODULE(_C, m) {
            "The gradient buffer the trainer adds into.")
       .def("load_param",
            [](Step &s, int32_t i, HostArray a) {
-             const float *d = s.whole(i, a);
-             s.run("mfsdp_load_param", [&](mfsdp_step *p) { return mfsdp_load_param(p, i, d); });
+             std::string why;
+             const float *d = s.whole(i, a, why);
+             s.runWhole("mfsdp_load_param", why, [&](mfsdp_step *p) { return mfsdp_load_param(p, i, d); });
            })
       .def("store_param",
            [](Step &s, int32_t i, HostArray a) {
-             float *d = const_cast<float *>(s.whole(i, a));
-             s.run("mfsdp_store_param", [&](mfsdp_step *p) { return mfsdp_store_param(p, i, d); });
+             std::string why;
+             float *d = const_cast<float *>(s.whole(i, a, why));
+             s.runWhole("mfsdp_store_param", why, [&](mfsdp_step *p) { return mfsdp_store_param(p, i, d); });
            })
       .def("load_state",
            [](Step &s, int32_t i, int32_t which, HostArray a) {
-             const float *d = s.whole(i, a);
-             s.run("mfsdp_load_state", [&](mfsdp_step *p) { return mfsdp_load_state(p, i, which, d); });
+             std::string why;
+             const float *d = s.whole(i, a, why);
+             s.runWhole("mfsdp_load_state", why, [&](mfsdp_step *p) { return mfsdp_load_state(p, i, which, d); });
            })
       .def("store_state",
            [](Step &s, int32_t i, int32_t which, HostArray a) {
-             float *d = const_cast<float *>(s.whole(i, a));
-             s.run("mfsdp_store_state", [&](mfsdp_step *p) { return mfsdp_store_state(p, i, which, d); });
+             std::string why;
+             float *d = const_cast<float *>(s.whole(i, a, why));
+             s.runWhole("mfsdp_store_state", why, [&](mfsdp_step *p) { return mfsdp_store_state(p, i, which, d); });
            })
       .def("save",
            [](Step &s, const std::string &dir, const std::string &user) {

@@ -84,22 +84,38 @@ mfsdp_status mfsdp_step::storeWhole(const ParamState &ps, const float *local, fl
   return s;
 }
 
-/// The ranks agree on `mine` (this rank's arguments) before a
-/// per-parameter call writes or gathers anything.
-static mfsdp_status agreeArguments(mfsdp_step *step, const void *full, const std::string &what) {
-  const mfsdp_status mine =
-      full ? MFSDP_OK
-           : step->fail(MFSDP_ERROR_INVALID, what + ": the whole tensor's pointer is NULL");
-  return ckpt::agree(step, mine, ("the arguments of " + what).c_str());
+/// Whether a per-parameter call can start: a runtime that is not usable
+/// (not created, or stopped: both agreed by every rank) refuses it on
+/// every rank alike; what entering finds beyond that (a device error, a
+/// prefetched gather's or a reduction's failure) is this rank's alone and
+/// goes into `mine`, to be agreed before any collective.
+static mfsdp_status ready(mfsdp_step *step, mfsdp_status &mine) {
+  if (auto s = step->usable())
+    return s;
+  mine = step->enter();
+  return MFSDP_OK;
 }
 
-/// The end of a per-parameter load: the ranks agree that this rank wrote
-/// its part (`local`); a failure anywhere leaves the tensor partly loaded,
-/// and the runtime stops on every rank rather than train on it.
-static mfsdp_status commitParam(mfsdp_step *step, mfsdp_status local, const std::string &what) {
-  if (auto s = ckpt::agree(step, local, ("writing " + what).c_str())) {
-    step->stoppedBy = what + " failed while it wrote the tensor (" + step->error +
-                      "), which is partly loaded";
+/// The ranks agree on `mine` (this rank's start, and its tensor's
+/// pointer) before a per-parameter call writes or gathers anything.
+static mfsdp_status agreeStart(mfsdp_step *step, mfsdp_status mine, const void *full,
+                               const std::string &what) {
+  if (!mine && !full)
+    mine = step->fail(MFSDP_ERROR_INVALID, what + ": the whole tensor's pointer is NULL");
+  return ckpt::agree(step, mine, ("starting " + what).c_str());
+}
+
+/// After a per-parameter load wrote this rank's part (`local`) or
+/// gathered the loaded tensor (`gathering`): the ranks agree; a failure
+/// anywhere leaves the tensor partly loaded, and the runtime stops on
+/// every rank rather than train on it.
+static mfsdp_status commitParam(mfsdp_step *step, mfsdp_status local, const std::string &what,
+                                bool gathering = false) {
+  const std::string doing = gathering ? "gathering the loaded tensor of " : "writing ";
+  if (auto s = ckpt::agree(step, local, (doing + what).c_str())) {
+    step->stoppedBy = what + (gathering ? " failed while it gathered the loaded tensor ("
+                                        : " failed while it wrote the tensor (") +
+                      step->error + "), which is partly loaded";
     return s;
   }
   return MFSDP_OK;
@@ -108,19 +124,21 @@ static mfsdp_status commitParam(mfsdp_step *step, mfsdp_status local, const std:
 mfsdp_status mfsdp::rt::loadParam(mfsdp_step *step, int32_t param, const float *full) {
   if (!step)
     return MFSDP_ERROR_INVALID;
-  if (auto st = step->enter())
+  mfsdp_status mine = MFSDP_OK;
+  if (auto st = ready(step, mine))
     return st;
   if (auto st = step->checkParam(param))
     return st;
   ParamState &ps = step->params[param];
   const std::string what = "mfsdp_load_param of '" + ps.name + "'";
-  if (auto st = agreeArguments(step, full, what))
+  if (auto st = agreeStart(step, mine, full, what))
     return st;
   if (auto st = commitParam(step, step->scatterWhole(ps, full, ps.master), what))
     return st;
   step->releaseFull(ps);
+  // ZeRO-1/2 keep the gathered copy: it follows the loaded master.
   if (step->plan.zero < 3)
-    if (auto st = step->gather(ps.desc.unit))
+    if (auto st = commitParam(step, step->gather(ps.desc.unit), what, true))
       return st;
   return step->finish();
 }
@@ -128,15 +146,15 @@ mfsdp_status mfsdp::rt::loadParam(mfsdp_step *step, int32_t param, const float *
 mfsdp_status mfsdp::rt::storeParam(mfsdp_step *step, int32_t param, float *full) {
   if (!step)
     return MFSDP_ERROR_INVALID;
-  if (auto st = step->enter())
+  mfsdp_status mine = MFSDP_OK;
+  if (auto st = ready(step, mine))
     return st;
   if (auto st = step->checkParam(param))
     return st;
   const ParamState &ps = step->params[param];
-  const mfsdp_status mine =
-      full ? MFSDP_OK
-           : step->fail(MFSDP_ERROR_INVALID, "mfsdp_store_param of '" + ps.name +
-                                                 "': the whole tensor's pointer is NULL");
+  if (!mine && !full)
+    mine = step->fail(MFSDP_ERROR_INVALID, "mfsdp_store_param of '" + ps.name +
+                                               "': the whole tensor's pointer is NULL");
   // The fp32 masters, whole (not the compute copy, which may be bf16).
   return step->storeWhole(ps, ps.master, full, -1, nullptr, &mine);
 }
@@ -167,13 +185,14 @@ mfsdp_status mfsdp::rt::loadState(mfsdp_step *step, int32_t param, int32_t which
                                    const float *full) {
   if (!step)
     return MFSDP_ERROR_INVALID;
-  if (auto st = step->enter())
+  mfsdp_status mine = MFSDP_OK;
+  if (auto st = ready(step, mine))
     return st;
   float *state = nullptr;
   if (auto s = stateOf(step, param, which, state))
     return s;
   const std::string what = "mfsdp_load_state of '" + step->params[param].name + "'";
-  if (auto st = agreeArguments(step, full, what))
+  if (auto st = agreeStart(step, mine, full, what))
     return st;
   return commitParam(step, step->scatterWhole(step->params[param], full, state), what);
 }
@@ -182,7 +201,8 @@ mfsdp_status mfsdp::rt::storeState(mfsdp_step *step, int32_t param, int32_t whic
                                     float *full) {
   if (!step)
     return MFSDP_ERROR_INVALID;
-  if (auto st = step->enter())
+  mfsdp_status mine = MFSDP_OK;
+  if (auto st = ready(step, mine))
     return st;
   float *state = nullptr;
   if (auto s = stateOf(step, param, which, state))
@@ -190,9 +210,8 @@ mfsdp_status mfsdp::rt::storeState(mfsdp_step *step, int32_t param, int32_t whic
   // Under ns_split the momentum is current only on the replica that steps
   // the matrix (the others keep the buffer but never update it).
   const ParamState &ps = step->params[param];
-  const mfsdp_status mine =
-      full ? MFSDP_OK
-           : step->fail(MFSDP_ERROR_INVALID, "mfsdp_store_state of '" + ps.name +
-                                                 "': the whole tensor's pointer is NULL");
+  if (!mine && !full)
+    mine = step->fail(MFSDP_ERROR_INVALID, "mfsdp_store_state of '" + ps.name +
+                                               "': the whole tensor's pointer is NULL");
   return step->storeWhole(ps, state, full, ps.nsReplica, nullptr, &mine);
 }

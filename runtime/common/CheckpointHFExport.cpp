@@ -244,8 +244,11 @@ mfsdp_status mfsdp::rt::exportHF(mfsdp_step *step, const char *dir, int32_t dtyp
       ParamState &ps = step->params[static_cast<size_t>(param)];
       whole.resize(static_cast<size_t>(ps.elements()));
       bool collectivesDone = false;
+      // Agreed before the gathers: a staging buffer one rank cannot place
+      // fails this tensor on every rank (none waits in its gather).
+      const mfsdp_status none = MFSDP_OK;
       if (mfsdp_status s = step->storeWhole(ps, ps.master, whole.data(), -1,
-                                            &collectivesDone)) {
+                                            &collectivesDone, &none)) {
         if (collectivesDone) {
           // This rank's own failure (its copy to the host), after the
           // collectives: it goes on with the others' gathers and says so

@@ -640,6 +640,7 @@ mfsdp_status mfsdp_store_param(mfsdp_step *step, int32_t param, float *full) {
 mfsdp_status mfsdp_load_state(mfsdp_step *step, int32_t param, int32_t which,
                               const float *full) {
   return barrier(step, "mfsdp_load_state", [&]() -> mfsdp_status {
+    CHECK_CALL(step, "load_state", param);
     Trace::Span hook = traced(step, "load_state");
     return loadState(step, param, which, full);
   });

@@ -1139,7 +1139,7 @@ int main(int argc, char **argv) {
         fails(s, mfsdp_load_param(s, 0, rank == 1 ? nullptr : whole.data()),
               MFSDP_ERROR_INVALID,
               rank == 1 ? "mfsdp_load_param of 'w': the whole tensor's pointer is NULL"
-                        : "rank 1 failed the arguments of mfsdp_load_param of 'w'");
+                        : "rank 1 failed starting mfsdp_load_param of 'w'");
         expect(mfsdp_store_param(s, 0, out.data()) == MFSDP_OK && out == before,
                std::string("a refused load_param wrote nothing: ") + mfsdp_last_error(s));
         // Rank 1's copy from the host fails in load_param: every rank

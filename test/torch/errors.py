@@ -152,6 +152,18 @@ expect("post_backward without pre_backward (the runtime's own check)", runtime_o
        "mfsdp_post_backward failed (order)", "post_backward of unit 0 without its pre_backward")
 
 
+def lone_bad_tensor():
+    # One rank's whole tensor has the wrong size: every rank fails the call
+    # (before, that rank alone raised and the other waited in the gather).
+    m, _ = mt.fully_shard(llama(), library=lib)
+    n = m.mfsdp_state.params[0].numel
+    m.mfsdp_state.step.store_param(0, torch.empty(n if RANK == 0 else n + 1))
+
+
+expect("store_param with a tensor of the wrong size on rank 1 only", lone_bad_tensor,
+       "mfsdp_store_param", *(["floats", "got"] if RANK == 1 else ["rank 1 failed storing"]))
+
+
 def no_sync_without_accumulate():
     m, _ = mt.fully_shard(llama(), library=lib)
     with m.no_sync():
