@@ -385,11 +385,12 @@ class _State:
 
     # -------------------------------------------------------------- forward
 
-    def _root_pre(self, module, args):
+    def _root_pre(self, module, args, kwargs):
         # A new forward: units left from a forward that had no backward (an
         # evaluation, a graph dropped) are ended first.
         if _in_backward():
             return
+        self._check_inputs(args, kwargs)
         # A backward that stopped (an exception) left units in their backward and
         # its end-of-backward callback unrun: they are ended without reducing
         # (mfsdp_end_backward). Units whose post_backward ran hold reduced
@@ -427,6 +428,25 @@ class _State:
         self.grad_forward = torch.is_grad_enabled()
         self.hooks_ctx = saved_tensors_hooks(self._pack, self._unpack)
         self.hooks_ctx.__enter__()
+
+    def _check_inputs(self, args, kwargs):
+        """Inputs on the meta device (moved to next(model.parameters()).device,
+        which is the placeholders' meta) fail with what to use instead, rather
+        than deep inside the model."""
+        if self.device.type == "meta":
+            return
+        items = [(f"argument {i}", a) for i, a in enumerate(args)]
+        items += [(f"argument {k!r}", v) for k, v in kwargs.items()]
+        for where, value in items:
+            inner = value if isinstance(value, (list, tuple)) else \
+                list(value.values()) if isinstance(value, dict) else [value]
+            for v in inner:
+                if isinstance(v, torch.Tensor) and v.device.type == "meta":
+                    raise Error(f"the forward's {where} is on the meta device: after "
+                                "fully_shard the model's parameters are meta placeholders "
+                                "(the runtime holds their values), so "
+                                "next(model.parameters()).device is meta; move inputs to "
+                                f"model.device ({self.device})")
 
     def _root_post(self, module, args, output):
         if _in_backward():
@@ -1356,7 +1376,7 @@ def _install(model, step, lib, external):
         else:
             state.ties.append(_Tie(prim, mod, attr, alias))
     # Hooks: the root brackets a forward; each unit's modules gather it.
-    state.handles.append(model.register_forward_pre_hook(state._root_pre))
+    state.handles.append(model.register_forward_pre_hook(state._root_pre, with_kwargs=True))
     state.handles.append(model.register_forward_hook(state._root_post, always_call=True))
     names = {id(m): n for n, m in model.named_modules()}
     owner = {id(m): u for u in state.units for m in u.modules}

@@ -164,6 +164,16 @@ expect("store_param with a tensor of the wrong size on rank 1 only", lone_bad_te
        "mfsdp_store_param", *(["floats", "got"] if RANK == 1 else ["rank 1 failed storing"]))
 
 
+def inputs_on_meta():
+    # The FSDP idiom of moving inputs to the parameters' device: ours are meta.
+    m, _ = mt.fully_shard(llama(), library=lib)
+    m(input_ids=ids.to(next(m.parameters()).device))
+
+
+expect("inputs moved to next(model.parameters()).device (meta)", inputs_on_meta,
+       "argument 'input_ids' is on the meta device", "model.device")
+
+
 def no_sync_without_accumulate():
     m, _ = mt.fully_shard(llama(), library=lib)
     with m.no_sync():
