@@ -358,6 +358,10 @@ struct GroupInfo {
     double rowBytes = 0;               // row shards, padded
     double ownedBytes = 0;
     std::vector<double> chunks;        // owned bytes per rank
+    // The same in BuildOptions::reduceElemBytes an element (when set): what
+    // the unit's reductions move, whole bytes whatever mix of dtypes.
+    double reduceRowBytes = 0, reduceOwnedBytes = 0;
+    std::vector<double> reduceChunks;
     std::vector<std::string> rowNames, ownedNames;
   };
   std::vector<Piece> pieces;           // one per unit, forward order
@@ -492,14 +496,42 @@ private:
           piece.chunks[std::clamp<int64_t>(p->ownerRank, 0, S - 1)] += bytes;
           piece.ownedNames.push_back(p->name);
         }
+      auto padding = [&](const std::vector<const Param *> &rows) {
+        return pr.units[u].layout == planner::RowLayout::Flat
+                   ? planner::flatPadding(rows, S)
+                   : planner::perParamPadding(rows, S);
+      };
       if (!rowsPerUnit[u].empty()) {
-        double pad = pr.units[u].layout == planner::RowLayout::Flat
-                         ? planner::flatPadding(rowsPerUnit[u], S)
-                         : planner::perParamPadding(rowsPerUnit[u], S);
+        double pad = padding(rowsPerUnit[u]);
         g.rowPad += pad;
         piece.rowBytes += pad;
         if (pr.units[u].layout == planner::RowLayout::PerParam)
           perParamUnits.insert(static_cast<int64_t>(u));
+      }
+      if (b.reduceElemBytes > 0) {
+        // The elements, and the padding laid out again in the reduce dtype
+        // (the runtime pads elements, whatever their dtype).
+        const double R = static_cast<double>(b.reduceElemBytes);
+        std::vector<Param> asReduced;
+        for (const Param *p : g.rows)
+          if (p->unit == static_cast<int64_t>(u))
+            piece.reduceRowBytes += static_cast<double>(p->numElements()) * R;
+        for (const Param *p : rowsPerUnit[u]) {
+          asReduced.push_back(*p);
+          asReduced.back().elemBytes = b.reduceElemBytes;
+        }
+        std::vector<const Param *> reducedRows;
+        for (const Param &p : asReduced)
+          reducedRows.push_back(&p);
+        if (!reducedRows.empty())
+          piece.reduceRowBytes += padding(reducedRows);
+        piece.reduceChunks.assign(S, 0.0);
+        for (const Param *p : g.owned)
+          if (p->unit == static_cast<int64_t>(u)) {
+            const double bytes = static_cast<double>(p->numElements()) * R;
+            piece.reduceOwnedBytes += bytes;
+            piece.reduceChunks[std::clamp<int64_t>(p->ownerRank, 0, S - 1)] += bytes;
+          }
       }
       g.pieces.push_back(std::move(piece));
     }
@@ -567,8 +599,8 @@ private:
                                 2 * g.replicatedBytes + states, true);
       }
       if (st.microbatches > 1)
-        g.accum = alloc(fmt::format("grad accumulation g{}", gi),
-                        g.rowBytes + g.rowPad + g.ownedBytes, true);
+        // Read by the last microbatch's reductions: as wide as they read.
+        g.accum = alloc(fmt::format("grad accumulation g{}", gi), unreducedBytes(g), true);
     }
   }
 
@@ -576,32 +608,20 @@ private:
     return g.rowBytes + g.rowPad + g.ownedBytes;
   }
 
-  /// The widest a reduction of `params` sends per byte of their own dtype:
-  /// the largest reduceScale over the group's units, at least 1.
-  double widestReduce(const std::vector<const Param *> &params) const {
-    if (b.reduceElemBytes <= 0)
-      return 1.0;
-    // Per unit: its elements and bytes (one pass, not one per parameter).
-    std::map<int64_t, std::pair<double, double>> perUnit;
-    for (const Param *p : params) {
-      std::pair<double, double> &e = perUnit[p->unit];
-      e.first += static_cast<double>(p->numElements());
-      e.second += static_cast<double>(p->numElements()) * p->elemBytes;
-    }
-    double widest = 1.0;
-    for (const auto &[unit, e] : perUnit)
-      if (e.second > 0)
-        widest = std::max(widest, static_cast<double>(b.reduceElemBytes) * e.first / e.second);
-    return widest;
-  }
-
   /// A group's unreduced gradients as its reductions read them: in the
   /// reduce dtype where that is wider than the parameters' own (a bf16
   /// gradient widened into an fp32 reduction buffer, as FSDP2 does under
   /// reduce_dtype=fp32).
   double unreducedBytes(const GroupInfo &g) const {
-    return (g.rowBytes + g.rowPad) * widestReduce(g.rows) +
-           g.ownedBytes * widestReduce(g.owned);
+    if (b.reduceElemBytes <= 0)
+      return g.rowBytes + g.rowPad + g.ownedBytes;
+    // Per unit, the wider of its gradients in their own dtypes and in the
+    // reduce dtype (exact whatever mix of dtypes the unit holds).
+    double total = 0;
+    for (const GroupInfo::Piece &piece : g.pieces)
+      total += std::max(piece.rowBytes, piece.reduceRowBytes) +
+               std::max(piece.ownedBytes, piece.reduceOwnedBytes);
+    return total;
   }
 
   /// One all-gather of rows and one all-gather-v of owner matrices per
@@ -767,12 +787,11 @@ private:
     for (auto it = g.pieces.rbegin(); it != g.pieces.rend(); ++it) {
       GroupInfo::Piece piece = *it;
       // The reduce dtype's bytes in place of the parameters' own.
-      const double rowScale = reduceScale(g.rows, piece.unit);
-      const double ownedScale = reduceScale(g.owned, piece.unit);
-      piece.rowBytes *= rowScale;
-      piece.ownedBytes *= ownedScale;
-      for (double &c : piece.chunks)
-        c *= ownedScale;
+      if (b.reduceElemBytes > 0) {
+        piece.rowBytes = piece.reduceRowBytes;
+        piece.ownedBytes = piece.reduceOwnedBytes;
+        piece.chunks = piece.reduceChunks;
+      }
       const std::string &unit = pr.units[piece.unit].name;
       if (piece.rowBytes > 0) {
         Op op = collective(CollKind::ReduceScatter, fmt::format("reduce_scatter {}", unit),
@@ -815,7 +834,7 @@ private:
       Op op = collective(CollKind::AllReduce,
                          fmt::format("all_reduce replicated g{}", gi),
                          g.replicatedBuf, g.replicatedBuf,
-                         g.replicatedBytes * reduceScale(g.replicated, -1));
+                         std::round(g.replicatedBytes * reduceScale(g.replicated, -1)));
       op.group = static_cast<int64_t>(gi);
       st.ops.push_back(op);
     }
