@@ -125,7 +125,7 @@ void evaluate(ModuleOp module, const std::string &options,
 
 AutotuneResult autotune(ModuleOp module, const std::string &pipeline,
                         const cost::SimProfile &profile, double capBytes,
-                        std::vector<int64_t> buckets) {
+                        std::vector<double> buckets) {
   AutotuneResult result;
   result.capBytes = capBytes > 0 ? capBytes : profile.hbmCapacityBytes;
   auto base = PipelineOptions::createFromString(pipeline);
@@ -164,7 +164,7 @@ AutotuneResult autotune(ModuleOp module, const std::string &pipeline,
     return result;
   }
 
-  auto run = [&](const std::string &mesh, int64_t bucketMB, int64_t prefetch) {
+  auto run = [&](const std::string &mesh, double bucketMB, int64_t prefetch) {
     for (const AutotuneCandidate &c : result.tried)
       if (c.mesh == mesh && c.bucketMB == bucketMB && c.prefetch == prefetch)
         return;
@@ -186,7 +186,8 @@ AutotuneResult autotune(ModuleOp module, const std::string &pipeline,
     return best;
   };
 
-  const int64_t bucket0 = base->bucketMB, prefetch0 = base->prefetch;
+  const double bucket0 = base->bucketMB;
+  const int64_t prefetch0 = base->prefetch;
   // The defaults first, then every split of the data-parallel ranks.
   run(meshSpec, bucket0, prefetch0);
   for (int64_t replicas = 1; replicas <= world; ++replicas)
@@ -201,7 +202,7 @@ AutotuneResult autotune(ModuleOp module, const std::string &pipeline,
     buckets.push_back(bucket0);
   if (!llvm::is_contained(depths, prefetch0))
     depths.push_back(prefetch0);
-  for (int64_t b : buckets)
+  for (double b : buckets)
     for (int64_t d : depths)
       run(mesh, b, d);
   result.best = bestOf(0);

@@ -28,7 +28,7 @@ namespace mfsdp {
 
 struct AutotuneCandidate {
   std::string mesh;        // the mesh option tried ("dp_replicate=2,dp_shard=4")
-  int64_t bucketMB = 0;    // bucket-mb (0: no limit)
+  double bucketMB = 0;     // bucket-mb (0: no limit)
   int64_t prefetch = 1;    // prefetch
   bool ok = false;         // planned and simulated
   std::string error;       // why not (first diagnostic), when !ok
@@ -56,7 +56,7 @@ struct AutotuneResult {
 /// `bucketsMB` are the bucket sizes tried (besides the pipeline's own).
 AutotuneResult autotune(mlir::ModuleOp module, const std::string &pipeline,
                         const cost::SimProfile &profile, double capBytes = 0,
-                        std::vector<int64_t> bucketsMB = {0, 25, 100, 400});
+                        std::vector<double> bucketsMB = {0, 25, 100, 400});
 
 /// The search as a table: every candidate with its predicted step, steady
 /// step and peak, the winner marked, and the predicted gain of the winner

@@ -10,15 +10,28 @@ namespace mfsdp {
 #include "passes/Passes.h.inc"
 } // namespace mfsdp
 
+#include <algorithm>
+#include <cmath>
+
 using namespace mlir;
 using namespace mfsdp;
 
 LogicalResult mfsdp::bucketStage(sched::StepOp op, step::Step &s,
                                  const BucketCollectivesOptions &options) {
-  if (options.bucketMB < 0)
+  if (!(options.bucketMB >= 0))
     return emitOptionError(op.getContext(), "mfsdp-bucket-collectives", "bucket-mb")
            << "expected 0 or more, got " << options.bucketMB;
-  step::bucketCollectives(s, static_cast<double>(options.bucketMB) * 1024 * 1024);
+  // At most 2^62 bytes: the limit is written as an integer byte count.
+  if (!(options.bucketMB <= 4398046511104.0))
+    return emitOptionError(op.getContext(), "mfsdp-bucket-collectives", "bucket-mb")
+           << "expected at most 2^42 MiB, got " << options.bucketMB;
+  const int64_t limit = options.bucketMB > 0
+                            ? std::max<int64_t>(1, std::llround(options.bucketMB * 1024 * 1024))
+                            : 0;
+  step::bucketCollectives(s, static_cast<double>(limit));
+  // The limit the step library's runtime buckets keep to (and
+  // mfsdp-verify-schedule's lowering of the step).
+  op.setBucketBytesAttr(mlir::Builder(op.getContext()).getI64IntegerAttr(limit));
   return success();
 }
 

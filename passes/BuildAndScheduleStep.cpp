@@ -60,6 +60,7 @@ struct BuildAndScheduleStepPass
     op->setMeshAttr(SymbolRefAttr::get(
         graph.getSymNameAttr(),
         {FlatSymbolRefAttr::get(graph.getMesh().getSymNameAttr())}));
+    recordReduceDtype(*op, build.reduceDtype);
     ScheduleStepOptions schedule;
     schedule.bucketMB = bucketMB;
     schedule.prefetch = prefetch;

@@ -91,6 +91,13 @@ FailureOr<step::Step> mfsdp::buildStage(GraphOp graph, const BuildStepOptions &o
                          graph.getSymName().str() + ".step");
 }
 
+void mfsdp::recordReduceDtype(sched::StepOp op, ReduceDTypeOption dtype) {
+  if (dtype == ReduceDTypeOption::F32 || dtype == ReduceDTypeOption::BF16)
+    op.setReduceDtypeAttr(sched::ReduceDTypeAttr::get(
+        op.getContext(), dtype == ReduceDTypeOption::BF16 ? sched::ReduceDType::bf16
+                                                          : sched::ReduceDType::f32));
+}
+
 namespace {
 
 struct BuildStepPass : public mfsdp::impl::BuildStepBase<BuildStepPass> {
@@ -125,6 +132,7 @@ struct BuildStepPass : public mfsdp::impl::BuildStepBase<BuildStepPass> {
     written->setMeshAttr(SymbolRefAttr::get(
         graph.getSymNameAttr(),
         {FlatSymbolRefAttr::get(graph.getMesh().getSymNameAttr())}));
+    recordReduceDtype(*written, o.reduceDtype);
     return success();
   }
 };

@@ -196,8 +196,8 @@ def BucketCollectives : Pass<"mfsdp-bucket-collectives", "::mfsdp::sched::StepOp
     matrices contiguous so the gathered buffer needs no unpack copy.
   }];
   let options = [
-    Option<"bucketMB", "bucket-mb", "int64_t", /*default=*/"0",
-           "Largest bucket in MiB (0: no limit)">,
+    Option<"bucketMB", "bucket-mb", "double", /*default=*/"0",
+           "Largest bucket in MiB, fractions allowed (0: no limit)">,
   ];
   let dependentDialects = ["::mfsdp::sched::SchedDialect"];
 }
@@ -310,8 +310,8 @@ def ScheduleStep : Pass<"mfsdp-schedule-step", "::mfsdp::sched::StepOp"> {
     ```
   }];
   let options = [
-    Option<"bucketMB", "bucket-mb", "int64_t", /*default=*/"0",
-           "Largest bucket in MiB (0: no limit)">,
+    Option<"bucketMB", "bucket-mb", "double", /*default=*/"0",
+           "Largest bucket in MiB, fractions allowed (0: no limit)">,
     Option<"prefetch", "prefetch", "int64_t", /*default=*/"1",
            "Gather this many groups ahead (0: no prefetch)">,
     Option<"maxInflightMB", "max-inflight-mb", "int64_t", /*default=*/"0",
@@ -370,8 +370,8 @@ def BuildAndScheduleStep
            /*default=*/"::mfsdp::ReduceDTypeOption::Param",
            "The dtype the step's gradient reductions count (as mfsdp-build-step)",
            "::mfsdp::clValues<::mfsdp::ReduceDTypeOption>()">,
-    Option<"bucketMB", "bucket-mb", "int64_t", /*default=*/"0",
-           "Largest bucket in MiB (0: no limit)">,
+    Option<"bucketMB", "bucket-mb", "double", /*default=*/"0",
+           "Largest bucket in MiB, fractions allowed (0: no limit)">,
     Option<"prefetch", "prefetch", "int64_t", /*default=*/"1",
            "Gather this many groups ahead (0: no prefetch)">,
     Option<"maxInflightMB", "max-inflight-mb", "int64_t", /*default=*/"0",

@@ -57,7 +57,7 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
                      "fsdp2-dtensor-mm: Muon on DTensor shards, addmm / mm "
                      "form; none: the plan's own step"),
       llvm::cl::init(StepBaseline::None), clValues<StepBaseline>()};
-  Option<int64_t> bucketMB{*this, "bucket-mb", llvm::cl::desc("bucket size (0: no limit)"),
+  Option<double> bucketMB{*this, "bucket-mb", llvm::cl::desc("bucket size in MiB (0: no limit)"),
                            llvm::cl::init(0)};
   Option<int64_t> prefetch{*this, "prefetch", llvm::cl::desc("groups gathered ahead"),
                            llvm::cl::init(1)};

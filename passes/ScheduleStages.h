@@ -30,6 +30,11 @@ namespace mfsdp {
 mlir::FailureOr<step::Step> buildStage(plan::GraphOp graph,
                                        const BuildStepOptions &options);
 
+/// Records on `op` the dtype every gradient reduction of its step counts
+/// (mfsdp-build-step's reduce-dtype): f32 or bf16 as `reduce_dtype`,
+/// nothing for param (each parameter its own dtype).
+void recordReduceDtype(sched::StepOp op, ReduceDTypeOption dtype);
+
 /// mfsdp-schedule-step's four stages on `s`, whose sched.step `op` has an
 /// empty body: bucket, overlap, plan memory, verify, then `s` written into
 /// `op` (each op released as it is written; an op whose origin indexes

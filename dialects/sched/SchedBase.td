@@ -84,4 +84,12 @@ def Sched_OptimizerKind : I32EnumAttr<"OptimizerKind", "optimizer kernel", [
   let cppNamespace = "::mfsdp::sched";
 }
 
+def Sched_ReduceDType : I32EnumAttr<"ReduceDType",
+    "dtype every gradient reduction of the step counts", [
+    I32EnumAttrCase<"f32", 0>,
+    I32EnumAttrCase<"bf16", 1>,
+  ]> {
+  let cppNamespace = "::mfsdp::sched";
+}
+
 #endif // MFSDP_SCHED_BASE_TD

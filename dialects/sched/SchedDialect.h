@@ -23,6 +23,16 @@ static_assert(static_cast<int32_t>(Phase::forward) ==
                   getMaxEnumValForPhase() + 1 ==
                       ::mfsdp::enumValues<::mfsdp::Phase>().size(),
               "sched.phase must have the vocabulary's phases");
+static_assert(static_cast<int32_t>(ReduceDType::f32) ==
+                      static_cast<int32_t>(::mfsdp::ReduceDType::F32) &&
+                  static_cast<int32_t>(ReduceDType::bf16) ==
+                      static_cast<int32_t>(::mfsdp::ReduceDType::BF16) &&
+                  getMaxEnumValForReduceDType() + 1 ==
+                      ::mfsdp::enumValues<::mfsdp::ReduceDType>().size(),
+              "sched's reduce dtypes must be the vocabulary's");
+inline ::mfsdp::ReduceDType toVocab(ReduceDType d) {
+  return static_cast<::mfsdp::ReduceDType>(d);
+}
 inline ::mfsdp::Phase toVocab(Phase p) {
   return static_cast<::mfsdp::Phase>(p);
 }

@@ -17,7 +17,14 @@ def Sched_StepOp : Sched_Op<"step", [
     group runs, in order. `tokens` is the tokens per rank per microbatch the
     compute costs were scaled by. Once memory is planned, `arena_bytes` and
     `peak_bytes` give per rank the arena the buffer offsets need and the
-    most bytes live at once.
+    most bytes live at once. Once its collectives are bucketed
+    (`mfsdp-bucket-collectives`), `bucket_bytes` is the limit they were
+    bucketed with (0: no limit): the step library's runtime buckets keep to it, and
+    `mfsdp-verify-schedule` lowers the step with those buckets, so that the
+    program it checks is the one the library carries. `reduce_dtype` is the
+    dtype every gradient reduction of the step counts (`mfsdp-build-step`'s
+    `reduce-dtype`, f32 or bf16); without it each parameter's reductions
+    count its own dtype. The step library reduces in that dtype.
 
     `mesh` names the `plan.mesh` of the graph the step was built from
     (`@graph::@mesh`; the step sits beside its graph). With it the step's
@@ -40,11 +47,14 @@ def Sched_StepOp : Sched_Op<"step", [
   let arguments = (ins SymbolNameAttr:$sym_name,
                        OptionalAttr<SymbolRefAttr>:$mesh, I64Attr:$world,
                        I64Attr:$tokens, I64Attr:$microbatches,
+                       OptionalAttr<Sched_ReduceDType>:$reduce_dtype,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$bucket_bytes,
                        OptionalAttr<DenseI64ArrayAttr>:$arena_bytes,
                        OptionalAttr<DenseI64ArrayAttr>:$peak_bytes);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $sym_name (`mesh` $mesh^)? `world` $world `tokens` $tokens `microbatches` $microbatches
+    (`reduce_dtype` $reduce_dtype^)? (`bucket_bytes` $bucket_bytes^)?
     (`arena_bytes` $arena_bytes^)? (`peak_bytes` $peak_bytes^)?
     attr-dict-with-keyword $body
   }];

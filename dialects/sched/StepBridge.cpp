@@ -443,7 +443,8 @@ static FailureOr<StepOp> write(OpBuilder &b, Location loc, const step::Step &s,
                                SymbolRefAttr(), b.getI64IntegerAttr(s.world),
                                b.getI64IntegerAttr(s.tokens),
                                b.getI64IntegerAttr(s.microbatches),
-                               DenseI64ArrayAttr(), DenseI64ArrayAttr());
+                               ReduceDTypeAttr(), IntegerAttr(), DenseI64ArrayAttr(),
+                               DenseI64ArrayAttr());
   Block *body = new Block();
   stepOp.getBody().push_back(body);
   fillBody(body, s, locations, loc, consumed);

@@ -258,8 +258,6 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
   const std::vector<mfsdp_mesh_dim> &meshDims = runtimePlan.meshDims;
   const int64_t numExternal = runtimePlan.numExternal;
   const std::vector<std::string> &externalDims = runtimePlan.externalDims;
-  // The dtype of the gradient reductions (runtime.h: reduce_dtype).
-  plan.reduce_dtype = static_cast<int32_t>(options.reduceDtype);
   // Buckets: from the step program, when the module has one (after
   // mfsdp-build-step and mfsdp-bucket-collectives), its bucketed gradient
   // reductions; the runtime gathers and reduces each with one collective.
@@ -281,12 +279,22 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
                                   "lowers one";
       stepOp = s;
     }
+    // The dtype of the gradient reductions (runtime.h: reduce_dtype): the
+    // step's, so that the library moves the bytes the step counts.
+    FailureOr<ReduceDType> reduce = libraryReduceDtype(stepOp, descs, options.reduceDtype);
+    if (failed(reduce))
+      return failure();
+    plan.reduce_dtype = static_cast<int32_t>(*reduce);
     if (stepOp) {
       if (failed(readStep(stepOp, scheduled)))
         return failure();
       accumulates = scheduled.microbatches > 1;
-      if (options.buckets)
-        buckets = step::runtimeBuckets(scheduled, plan, options.bucketBytes);
+      if (options.buckets) {
+        FailureOr<double> limit = libraryBucketBytes(stepOp, options.bucketBytes);
+        if (failed(limit))
+          return failure();
+        buckets = step::runtimeBuckets(scheduled, plan, *limit);
+      }
       withProgram = llvm::any_of(scheduled.buffers, [](const step::Buffer &b) {
         return b.offset >= 0;
       });
@@ -649,8 +657,16 @@ void mfsdp::registerEmitTranslations() {
       "emit-step-bucket-mb",
       llvm::cl::desc("--emit-step-c: the runtime's buckets hold at most this many "
                      "MiB of flat buffer each (0: no limit); a larger tensor is "
-                     "left alone"),
+                     "left alone. Default: the limit the sched.step was bucketed "
+                     "with (bucket_bytes), which a given value must equal; 25 "
+                     "for a step without one"),
       llvm::cl::init(25));
+  static llvm::cl::opt<std::string> reduceDtype(
+      "emit-step-reduce-dtype",
+      llvm::cl::desc("--emit-step-c: the dtype the library reduces gradients in "
+                     "(f32 or bf16). Default: the one the sched.step counts its "
+                     "reductions in, which a given value must equal"),
+      llvm::cl::init(""));
   static TranslateRegistration emitReg(
       "emit-step-c",
       "Emit the C source of the step library of a planned plan.graph",
@@ -664,6 +680,16 @@ void mfsdp::registerEmitTranslations() {
                        << bucketMB.getValue() << "\n";
           return failure();
         }
+        std::optional<ReduceDType> reduce;
+        if (reduceDtype.getNumOccurrences()) {
+          reduce = parseEnum<ReduceDType>(reduceDtype.getValue());
+          if (!reduce) {
+            llvm::errs() << "error: --emit-step-reduce-dtype must be "
+                         << enumSpellings<ReduceDType>() << ", got '"
+                         << reduceDtype.getValue() << "'\n";
+            return failure();
+          }
+        }
         ctx->loadDialect<PlanDialect, sched::SchedDialect>();
         OwningOpRef<ModuleOp> module = parseModule(sourceMgr, ctx);
         if (!module)
@@ -671,7 +697,10 @@ void mfsdp::registerEmitTranslations() {
         EmitStepOptions options;
         options.accumulate = accumulate;
         options.prefetch = prefetch;
-        options.bucketBytes = bucketMB.getValue() * (1 << 20);
+        options.reduceDtype = reduce;
+        // Unless given, the limit the step was bucketed with.
+        if (bucketMB.getNumOccurrences())
+          options.bucketBytes = bucketMB.getValue() * (1 << 20);
         return emitStepLibrarySource(*module, os, options);
       });
 }

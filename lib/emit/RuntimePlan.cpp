@@ -13,6 +13,9 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/StringMap.h"
 
+#include <algorithm>
+#include <cmath>
+
 using namespace mlir;
 using namespace mfsdp;
 using namespace mfsdp::plan;
@@ -232,4 +235,62 @@ LogicalResult mfsdp::buildRuntimePlan(GraphOp graph, RuntimePlan &out) {
   for (UnitOp u : units)
     out.unitNames.push_back(u.getSymName().str());
   return success();
+}
+
+FailureOr<double> mfsdp::libraryBucketBytes(sched::StepOp step,
+                                            std::optional<double> requested) {
+  constexpr double kDefault = 25.0 * (1 << 20);
+  std::optional<int64_t> bucketed;
+  if (step)
+    bucketed = step.getBucketBytes();
+  if (!bucketed)
+    return requested.value_or(kDefault);
+  const double limit = static_cast<double>(*bucketed);
+  // The request in whole bytes, as mfsdp-bucket-collectives records its
+  // limit (at least 1 byte when it is one at all).
+  const int64_t asked =
+      requested ? (*requested > 0 ? std::max<int64_t>(1, std::llround(*requested)) : 0) : 0;
+  if (requested && asked != *bucketed)
+    return step.emitOpError()
+           << "was bucketed with bucket_bytes " << *bucketed << " (0: no limit), but the "
+           << "step library was asked for runtime buckets of at most " << asked
+           << " bytes: the library's buckets are the step's (rebuild the step "
+              "with that bucket size, or leave the library's out)";
+  return limit;
+}
+
+FailureOr<ReduceDType> mfsdp::libraryReduceDtype(sched::StepOp step,
+                                                 const std::vector<mfsdp_param_desc> &descs,
+                                                 std::optional<ReduceDType> requested) {
+  if (!step)
+    return requested.value_or(ReduceDType::F32);
+  ReduceDType counted = ReduceDType::F32;
+  std::string why;
+  if (std::optional<sched::ReduceDType> d = step.getReduceDtype()) {
+    counted = sched::toVocab(*d);
+    why = "reduce_dtype " + std::string(enumName(counted));
+  } else {
+    // Each parameter's own dtype: one for all, or no single reduce dtype.
+    const mfsdp_param_desc *bf16 = nullptr, *f32 = nullptr;
+    for (const mfsdp_param_desc &d : descs)
+      (d.compute_dtype == MFSDP_COMPUTE_BF16 ? bf16 : f32) = &d;
+    if (bf16 && f32)
+      return step.emitOpError()
+             << "counts each parameter's gradient reductions in its own dtype (built "
+                "without reduce-dtype f32 or bf16), but '"
+             << bf16->name << "' is bf16 and '" << f32->name
+             << "' f32, and the step runtime reduces all in one dtype: build the step "
+                "with mfsdp-build-step{reduce-dtype=f32} or {reduce-dtype=bf16}";
+    counted = bf16 ? ReduceDType::BF16 : ReduceDType::F32;
+    why = "each parameter's own dtype, " + std::string(enumName(counted));
+  }
+  if (requested && *requested != counted)
+    return step.emitOpError()
+           << "counts its gradient reductions in " << why
+           << ", but the step library was asked to reduce in "
+           << llvm::StringRef(enumName(*requested))
+           << ": the library moves the bytes the step counts (rebuild the step "
+              "with mfsdp-build-step{reduce-dtype="
+           << llvm::StringRef(enumName(*requested)) << "}, or leave the library's out)";
+  return counted;
 }

@@ -14,10 +14,16 @@
 // RUN: mfsdp-translate --emit-step-c %s | grep '\.hash' > %t.hash
 // RUN: grep '\.hash' %t.c >> %t.hash
 // RUN: sort -u %t.hash | wc -l | grep -x 2
-// Under a size limit of 1 KiB of flat buffer (a: 2 chunks of 512 B; n:
-// 2 x 256 B aligned; w1 512 B, w0 256 B) a fills a bucket by itself, so a
-// and n are no bucket, and the owners' 768 B still make one.
-// RUN: mfsdp-opt %s --mfsdp-build-step="tokens=1" --mfsdp-bucket-collectives | mfsdp-translate --emit-step-c --emit-step-bucket-mb=0.0009765625 | FileCheck %s --check-prefix=LIMIT
+// A step bucketed under a size limit of 1 KiB (bucket_bytes 1024): the
+// library's runtime buckets keep to the step's limit (a: 2 chunks of
+// 512 B of flat buffer; n: 2 x 256 B aligned; w1 512 B, w0 256 B), so a
+// fills a bucket by itself, a and n are no bucket, and the owners' 768 B
+// still make one. Asking the library for the step's own limit is the
+// same library; asking it for another is refused: the library's buckets
+// are the step's, which mfsdp-verify-schedule checks.
+// RUN: mfsdp-opt %s --mfsdp-build-step="tokens=1" --mfsdp-bucket-collectives=bucket-mb=0.0009765625 | mfsdp-translate --emit-step-c | FileCheck %s --check-prefix=LIMIT
+// RUN: mfsdp-opt %s --mfsdp-build-step="tokens=1" --mfsdp-bucket-collectives=bucket-mb=0.0009765625 | mfsdp-translate --emit-step-c --emit-step-bucket-mb=0.0009765625 | FileCheck %s --check-prefix=LIMIT
+// RUN: mfsdp-opt %s --mfsdp-build-step="tokens=1" --mfsdp-bucket-collectives | not mfsdp-translate --emit-step-c --emit-step-bucket-mb=0.0009765625 2>&1 | FileCheck %s --check-prefix=OTHER
 // A limit that is no size is refused.
 // RUN: mfsdp-opt %s --mfsdp-build-step="tokens=1" --mfsdp-bucket-collectives | not mfsdp-translate --emit-step-c --emit-step-bucket-mb=-1 2>&1 | FileCheck %s --check-prefix=NEG
 
@@ -47,6 +53,7 @@
 // LIMIT: .num_buckets = 1,
 
 // NEG: error: --emit-step-bucket-mb must be a finite number of MiB, 0 or more, got -1
+// OTHER: error: 'sched.step' op was bucketed with bucket_bytes 0 (0: no limit), but the step library was asked for runtime buckets of at most 1024 bytes
 
 // NONE-NOT: mfsdp_bucket
 // NONE: .mesh_dims

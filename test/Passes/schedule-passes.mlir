@@ -5,12 +5,16 @@
 // RUN: mfsdp-opt %S/Inputs/layers4.mlir --mfsdp-assign-layouts --mfsdp-build-step --mfsdp-bucket-collectives --mfsdp-schedule-overlap --mfsdp-plan-memory --mfsdp-verify-schedule | FileCheck %s --check-prefix=MEMORY
 
 // A group of two units gathers its rows in one bucket and its owners'
-// matrices in another, the owners' chunks added rank by rank.
+// matrices in another, the owners' chunks added rank by rank. The step
+// records the limit it was bucketed with (0: none), which the step
+// library's runtime buckets keep to.
+// BUCKET: sched.step @layers.step mesh @layers::@mesh world 4 tokens 16 microbatches 1 bucket_bytes 0 {
 // BUCKET: sched.all_gather "bucket all_gather (2 tensors)" {{.*}} bytes 256 comm 0 phase forward group 0 params [@l0.n, @l1.n]
 // BUCKET: sched.all_gather_v "bucket all_gather_v (4 tensors)" {{.*}} bytes 2048 chunks [512, 512, 512, 512] comm 0 phase forward group 0 params [@l0.a, @l0.b, @l1.a, @l1.b]
 
 // With a 1 MiB limit the same collectives still fit one bucket each; the
 // limit splits only what exceeds it.
+// LIMIT: sched.step @layers.step {{.*}} bucket_bytes 1048576 {
 // LIMIT: sched.all_gather_v "bucket all_gather_v (4 tensors)"
 
 // Overlap: every collective is started async and waited just before use;
@@ -32,5 +36,5 @@
 
 // Memory: every buffer gets an arena offset, and the step records the arena
 // and the peak per rank; the verifier accepts the schedule.
-// MEMORY: sched.step @layers.step mesh @layers::@mesh world 4 tokens 16 microbatches 1 arena_bytes [{{.*}}] peak_bytes [{{.*}}]
+// MEMORY: sched.step @layers.step mesh @layers::@mesh world 4 tokens 16 microbatches 1 bucket_bytes 0 arena_bytes [{{.*}}] peak_bytes [{{.*}}]
 // MEMORY: sched.alloc "gathered g0 (forward)" bytes {{.*}} offset {{[0-9]+}}

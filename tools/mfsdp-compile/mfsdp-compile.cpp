@@ -330,7 +330,7 @@ int main(int argc, char **argv) {
   raw_string_ostream os(source), cudaOs(cudaSource);
   mfsdp::EmitStepOptions emitOptions;
   emitOptions.accumulate = accumulateGrads;
-  emitOptions.reduceDtype = reduceDtype;
+  emitOptions.reduceDtype = reduceDtype.getValue();
   // The memory plan's own flag (the runtime's protocol, for a library
   // without the hooks' program) is 0 or 1; the program's lifetimes are
   // replayed whatever the depth.

@@ -17,6 +17,8 @@
 #include "mlir/Support/LLVM.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <optional>
+
 namespace mfsdp {
 
 /// Writes the C source of the step library for the single plan.graph of
@@ -39,15 +41,20 @@ struct EmitStepOptions {
   int prefetch = 0;
   /// The runtime's buckets (from the module's bucketed sched.step, if any)
   /// stay within this many bytes of flat buffer each (0: no limit); a
-  /// larger tensor is left alone (step::runtimeBuckets).
-  double bucketBytes = 25.0 * (1 << 20);
+  /// larger tensor is left alone (step::runtimeBuckets). Unset: the limit
+  /// the step was bucketed with (its `bucket_bytes`), else 25 MiB; set, it
+  /// must equal the step's (libraryBucketBytes).
+  std::optional<double> bucketBytes;
   /// Whether the runtime's buckets are taken from the module's sched.step;
   /// false: one collective per parameter (the step still gives the
   /// optimizer step's program).
   bool buckets = true;
   /// The dtype the library's runtime reduces gradients in
-  /// (mfsdp_plan::reduce_dtype).
-  ReduceDType reduceDtype = ReduceDType::F32;
+  /// (mfsdp_plan::reduce_dtype). Unset: the dtype the module's sched.step
+  /// counts its reductions in (its `reduce_dtype`; without one, each
+  /// parameter's own, which must then be one dtype for all), f32 for a
+  /// module without a step. Set, it must be the step's.
+  std::optional<ReduceDType> reduceDtype;
 };
 
 /// With `cuda`, the library's CUDA source (the row-shard buckets' pack and

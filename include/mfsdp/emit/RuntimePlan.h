@@ -10,11 +10,13 @@
 #define MFSDP_EMIT_RUNTIMEPLAN_H
 
 #include "dialects/plan/PlanOps.h"
+#include "dialects/sched/SchedOps.h"
 #include "mfsdp/runtime.h"
 
 #include "mlir/Support/LLVM.h"
 
 #include <deque>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +49,27 @@ struct RuntimePlan {
 /// placements or dtypes it does not run, per-parameter hyperparameters
 /// that differ, no fp32 masters).
 mlir::LogicalResult buildRuntimePlan(plan::GraphOp graph, RuntimePlan &out);
+
+/// The most bytes of flat buffer the step library's runtime buckets hold
+/// (step::runtimeBuckets; 0: no limit) for the module's sched.step `step`
+/// (null: none): the limit its collectives were bucketed with
+/// (`bucket_bytes`), which a `requested` limit must equal; without either,
+/// 25 MiB, the emitter's default. So the emitter and mfsdp-verify-schedule
+/// lower a step with the same buckets. Fails with an error on `step` when
+/// the two differ.
+mlir::FailureOr<double> libraryBucketBytes(sched::StepOp step,
+                                           std::optional<double> requested);
+
+/// The dtype the step library reduces gradients in for the module's
+/// sched.step `step` (null: none) over the parameters `descs`: the step's
+/// `reduce_dtype`; a step without one counts each parameter's reductions
+/// in its own dtype, which the runtime (one reduce dtype a plan) follows
+/// when every parameter has the same (an error on `step` when they mix).
+/// A `requested` dtype must be that one; without a step, `requested` or
+/// f32.
+mlir::FailureOr<ReduceDType> libraryReduceDtype(sched::StepOp step,
+                                                const std::vector<mfsdp_param_desc> &descs,
+                                                std::optional<ReduceDType> requested);
 
 } // namespace mfsdp
 
