@@ -813,6 +813,44 @@ class MFSDPModule:
         live in the runtime.)"""
         return self.mfsdp_state.device
 
+    def _apply(self, fn, recurse=True):
+        """model.to / cuda / cpu / half / float / to_empty: the buffers (and any
+        parameter the plan does not hold) are moved or cast as torch does; the
+        parameters the runtime holds are placeholders, which stay as they are.
+        So a move to the runtime's own device is allowed (HF's Trainer and many
+        loops call model.to(device)), and a move elsewhere or a cast of the
+        parameters, which the runtime cannot follow (its device and compute
+        dtype are the plan's), raises instead of doing nothing silently."""
+        state = self.mfsdp_state
+        held = {}
+        for p in state.params:
+            q = p.param if p.fused is None else p.fused.param
+            held[id(q)] = q
+        for dtype in {q.dtype for q in held.values()}:
+            probe = fn(torch.zeros(1, dtype=dtype))
+            if probe.dtype != dtype:
+                raise Error(f"this would cast the parameters from {dtype} to {probe.dtype}, "
+                            "but the runtime holds them in the dtypes fully_shard planned "
+                            "(choose the compute dtype with fully_shard's mixed precision "
+                            "policy instead)")
+            want, have = probe.device, state.device
+            if want.type != have.type or (want.index is not None and have.index is not None
+                                          and want.index != have.index):
+                raise Error(f"this would move the model to {want}, but the runtime holds its "
+                            f"parameters on {have} (model.device) and computes there: "
+                            "fully_shard chose the device (its backend)")
+        removed = []
+        for mod in self.modules():
+            for name, q in list(mod._parameters.items()):
+                if q is not None and id(q) in held:
+                    removed.append((mod, name, q))
+                    mod._parameters[name] = None
+        try:
+            return super()._apply(fn, recurse)
+        finally:
+            for mod, name, q in removed:
+                mod._parameters[name] = q
+
     @contextlib.contextmanager
     def no_sync(self):
         """Gradient accumulation: backwards inside keep their gradients locally;

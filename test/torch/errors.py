@@ -174,6 +174,24 @@ expect("inputs moved to next(model.parameters()).device (meta)", inputs_on_meta,
        "argument 'input_ids' is on the meta device", "model.device")
 
 
+def moved_elsewhere():
+    m, _ = mt.fully_shard(llama(), library=lib)
+    m.to("meta")
+
+
+expect("model.to another device than the runtime's", moved_elsewhere,
+       "would move the model to meta", "model.device")
+
+
+def cast_parameters():
+    m, _ = mt.fully_shard(llama(), library=lib)
+    m.to(torch.float16)
+
+
+expect("model.to(float16) (a cast of the parameters the runtime holds)", cast_parameters,
+       "would cast the parameters from torch.float32 to torch.float16")
+
+
 def no_sync_without_accumulate():
     m, _ = mt.fully_shard(llama(), library=lib)
     with m.no_sync():
@@ -406,6 +424,37 @@ def module_zero_grad():
         return f"after model.zero_grad() the gradient norm is {again}, the first {first}"
     return None
 
+
+def to_own_device():
+    # model.to(model.device) (HF's Trainer and many loops call it), also after a
+    # backward (the .grad stand-ins) leaves everything in place: the next
+    # step's loss equals a run without it.
+    losses = []
+    for move in (False, True):
+        m, opt = mt.fully_shard(llama(), library=lib)
+        for _ in range(2):
+            loss = m(input_ids=ids, labels=ids).loss
+            loss.backward()
+            if move:
+                m.to(m.device)
+                m.float()
+            opt.step()
+            opt.zero_grad()
+        losses.append(float(m(input_ids=ids, labels=ids).loss))
+    if losses[0] != losses[1]:
+        return f"the loss after model.to(model.device) is {losses[1]}, without {losses[0]}"
+    return None
+
+
+try:
+    problem = to_own_device()
+    if problem:
+        failures.append(f"model.to(model.device): {problem}")
+    elif RANK == 0:
+        print("ok: model.to(model.device) and model.float() leave the model as it is",
+              flush=True)
+except Exception as e:  # noqa: BLE001
+    failures.append(f"model.to(model.device): {type(e).__name__}: {e}")
 
 try:
     problem = module_zero_grad()
