@@ -1074,10 +1074,15 @@ int main(int argc, char **argv) {
       mfsdp_plan z2 = plan;
       z2.zero = 2;
       z2.hash = mfsdp_plan_hash(&z2);
-      ::setenv("MFSDP_TEST_FAIL_COPY", "1:from:3", 1);
-      expect(mfsdp_create(&z2, &s) == MFSDP_OK,
-             std::string("create (ZeRO-2, a copy that will fail): ") + mfsdp_last_error(s));
-      ::unsetenv("MFSDP_TEST_FAIL_COPY");
+      // A ZeRO-2 runtime whose rank 1 fails the copy `spec` names
+      // (MFSDP_TEST_FAIL_COPY, read at create).
+      auto createFailing = [&](const char *spec) {
+        ::setenv("MFSDP_TEST_FAIL_COPY", spec, 1);
+        expect(mfsdp_create(&z2, &s) == MFSDP_OK,
+               std::string("create (ZeRO-2, a copy that will fail): ") + mfsdp_last_error(s));
+        ::unsetenv("MFSDP_TEST_FAIL_COPY");
+      };
+      createFailing("1:from:3");
       fails(s, mfsdp_load(s, dir.c_str(), nullptr, 0), MFSDP_ERROR_BACKEND,
             rank == 1 ? "a copy from the host failed (injected"
                       : "rank 1 failed writing the loaded parameters");
@@ -1086,10 +1091,7 @@ int main(int argc, char **argv) {
             "this runtime stopped: a load failed while it wrote the parameters");
       mfsdp_destroy(s);
       s = nullptr;
-      ::setenv("MFSDP_TEST_FAIL_COPY", "1:to:1", 1);
-      expect(mfsdp_create(&z2, &s) == MFSDP_OK,
-             std::string("create (ZeRO-2, a copy that will fail): ") + mfsdp_last_error(s));
-      ::unsetenv("MFSDP_TEST_FAIL_COPY");
+      createFailing("1:to:1");
       const std::string hf = dir + "-hf";
       fails(s, mfsdp_export_hf(s, hf.c_str(), MFSDP_COMPUTE_F32, 0), MFSDP_ERROR_BACKEND,
             rank == 1 ? "a copy to the host failed (injected"
@@ -1104,10 +1106,7 @@ int main(int argc, char **argv) {
              std::string("an HF export: ") + mfsdp_last_error(s));
       mfsdp_destroy(s);
       s = nullptr;
-      ::setenv("MFSDP_TEST_FAIL_COPY", "1:from:3", 1);
-      expect(mfsdp_create(&z2, &s) == MFSDP_OK,
-             std::string("create (ZeRO-2, a copy that will fail): ") + mfsdp_last_error(s));
-      ::unsetenv("MFSDP_TEST_FAIL_COPY");
+      createFailing("1:from:3");
       fails(s, mfsdp_load_hf(s, hf.c_str()), MFSDP_ERROR_BACKEND,
             rank == 1 ? "a copy from the host failed (injected"
                       : "rank 1 failed writing the loaded parameters");
@@ -1120,10 +1119,7 @@ int main(int argc, char **argv) {
       // before any collective, where the others would wait for it until
       // the collective timeout. A NULL tensor on rank 1 only: refused
       // everywhere, nothing written, the runtime still usable.
-      ::setenv("MFSDP_TEST_FAIL_COPY", "1:from:1", 1);
-      expect(mfsdp_create(&z2, &s) == MFSDP_OK,
-             std::string("create (ZeRO-2, a copy that will fail): ") + mfsdp_last_error(s));
-      ::unsetenv("MFSDP_TEST_FAIL_COPY");
+      createFailing("1:from:1");
       {
         std::vector<float> whole(12, 0.5f), out(12, -1.0f), before(12, -1.0f);
         expect(mfsdp_store_param(s, 0, before.data()) == MFSDP_OK,
@@ -1154,10 +1150,7 @@ int main(int argc, char **argv) {
       }
       mfsdp_destroy(s);
       s = nullptr;
-      ::setenv("MFSDP_TEST_FAIL_COPY", "1:from:1", 1);
-      expect(mfsdp_create(&z2, &s) == MFSDP_OK,
-             std::string("create (ZeRO-2, a copy that will fail): ") + mfsdp_last_error(s));
-      ::unsetenv("MFSDP_TEST_FAIL_COPY");
+      createFailing("1:from:1");
       {
         // load_state has no collective: without the agreement rank 0 would
         // return success with rank 1's part of the state unwritten.

@@ -52,6 +52,19 @@ def expect(what, fn, *words):
     failures.append(f"{what}: no error")
 
 
+def check(what, fn, ok):
+    """A case that returns what went wrong (None: nothing) rather than raising."""
+    try:
+        problem = fn()
+    except Exception as e:  # noqa: BLE001
+        failures.append(f"{what}: {type(e).__name__}: {e}")
+        return
+    if problem:
+        failures.append(f"{what}: {problem}")
+    elif RANK == 0:
+        print(f"ok: {ok}", flush=True)
+
+
 work = tempfile.mkdtemp(prefix=f"mfsdp-errors-{RANK}-")
 atexit.register(shutil.rmtree, work, True)
 ids = torch.randint(0, 64, (2, 8))
@@ -446,34 +459,11 @@ def to_own_device():
     return None
 
 
-try:
-    problem = to_own_device()
-    if problem:
-        failures.append(f"model.to(model.device): {problem}")
-    elif RANK == 0:
-        print("ok: model.to(model.device) and model.float() leave the model as it is",
-              flush=True)
-except Exception as e:  # noqa: BLE001
-    failures.append(f"model.to(model.device): {type(e).__name__}: {e}")
-
-try:
-    problem = module_zero_grad()
-    if problem:
-        failures.append(f"model.zero_grad(): {problem}")
-    elif RANK == 0:
-        print("ok: model.zero_grad() zeroes the runtime's gradients", flush=True)
-except Exception as e:  # noqa: BLE001
-    failures.append(f"model.zero_grad(): {type(e).__name__}: {e}")
-
-try:
-    problem = backward_that_raises()
-    if problem:
-        failures.append(f"a backward that raised: {problem}")
-    elif RANK == 0:
-        print("ok: a backward that raised part way: the next step equals a clean run's",
-              flush=True)
-except Exception as e:  # noqa: BLE001
-    failures.append(f"a backward that raised: {type(e).__name__}: {e}")
+check("model.to(model.device)", to_own_device,
+      "model.to(model.device) and model.float() leave the model as it is")
+check("model.zero_grad()", module_zero_grad, "model.zero_grad() zeroes the runtime's gradients")
+check("a backward that raised", backward_that_raises,
+      "a backward that raised part way: the next step equals a clean run's")
 
 for f in failures:
     print(f"rank {RANK}: FAIL: {f}", flush=True)
