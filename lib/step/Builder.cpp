@@ -749,7 +749,9 @@ private:
         acc.phase = Phase::Backward;
         acc.name = fmt::format("accumulate g{} mb{}", gi, m);
         acc.group = static_cast<int64_t>(gi);
-        acc.bytes = 3 * gatheredBytes(g);
+        // Reads this microbatch's gradients, reads and writes the sum: in
+        // the buffers' bytes (the reduce dtype where that is wider).
+        acc.bytes = 3 * unreducedBytes(g);
         acc.reads = {grads};
         acc.writes = {g.accum};
         st.ops.push_back(acc);

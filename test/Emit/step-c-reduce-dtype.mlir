@@ -37,6 +37,7 @@
 // MIXED-BF16: sched.alloc "unreduced grads g0 mb0" bytes 1280
 // MIXED-BF16: sched.reduce_scatter "reduce_scatter u0" {{.*}} bytes 768
 // ACCUM: sched.alloc "grad accumulation g0" bytes 1536 persistent
+// ACCUM: sched.optimizer accumulate "accumulate g0 mb0" {{.*}} bytes 4608
 // ACCUM: sched.reduce_scatter "reduce_scatter u0" {{.*}} bytes 1536
 
 // PARAM-IR: sched.step @rd.step mesh @rd::@mesh world 2 tokens 1 microbatches 1 {
