@@ -2,6 +2,7 @@
 #include "mfsdp/cost/OptimizerOrder.h"
 
 #include <algorithm>
+#include <memory>
 #include <optional>
 #include <set>
 
@@ -26,12 +27,17 @@ OrderChoice scheduleOptimizerFill(step::Step &s,
   // is left scheduled for the chosen one.
   step::prepareOverlap(s, options);
   bool chosen = false;
+  // The ops every candidate shares are simulated once.
+  size_t shared = 0;
+  std::unique_ptr<PrefixSimulator> sim;
   step::finishOverlapEach(
       s, options, -1,
       [&](int64_t fill, const step::Step &scheduled) -> std::optional<int64_t> {
         if (chosen)
           return std::nullopt;
-        SimResult r = simulate(scheduled, profile, so);
+        if (!sim)
+          sim = std::make_unique<PrefixSimulator>(profile, so, shared);
+        SimResult r = sim->simulate(scheduled);
         if (!r.ok) {
           choice.error = r.error;
           return std::nullopt;
@@ -53,7 +59,8 @@ OrderChoice scheduleOptimizerFill(step::Step &s,
         if (choice.fill == fill)
           return std::nullopt; // the step is scheduled for it already
         return choice.fill;
-      });
+      },
+      &shared);
   return choice;
 }
 

@@ -134,7 +134,16 @@ bool runsOn(const Op &op, int64_t rank) {
 
 } // namespace
 
-std::string validateStep(const Step &s) {
+namespace {
+std::string validateFrom(const Step &s, size_t firstOp);
+} // namespace
+
+std::string validateStep(const Step &s) { return validateFrom(s, 0); }
+
+namespace {
+/// validateStep with the ops before `firstOp` taken as valid (a step that
+/// shares them with one validated before).
+std::string validateFrom(const Step &s, size_t firstOp) {
   if (s.world < 1)
     return fmt::format("step '{}': world must be at least 1, got {}", s.name,
                        s.world);
@@ -144,7 +153,7 @@ std::string validateStep(const Step &s) {
                          "finite, got {}",
                          b, s.buffers[b].name, s.buffers[b].bytes);
   const int64_t numBuffers = static_cast<int64_t>(s.buffers.size());
-  for (size_t i = 0; i < s.ops.size(); ++i) {
+  for (size_t i = firstOp; i < s.ops.size(); ++i) {
     const Op &op = s.ops[i];
     if (op.onlyRank < -1 || op.onlyRank >= s.world)
       return fmt::format("{}: onlyRank {} is outside [-1, {})", opLabel(s, i),
@@ -212,6 +221,7 @@ std::string validateStep(const Step &s) {
   }
   return "";
 }
+} // namespace
 
 //===----------------------------------------------------------------------===//
 // Memory
@@ -321,108 +331,142 @@ struct PhaseAcc {
 
 } // namespace
 
-SimResult simulate(const Step &s, const SimProfile &p) {
-  return simulate(s, p, SimOptions());
-}
+namespace {
 
-SimResult simulate(const Step &s, const SimProfile &p, const SimOptions &options) {
-  SimResult r;
-  r.error = validateProfile(p);
-  if (r.error.empty())
-    r.error = validateStep(s);
-  if (!r.error.empty())
-    return r;
-  r.ok = true;
+/// One simulation of a step, op by op: the state after ops [0, i) is all
+/// the rest needs, so a copy taken there simulates any step that shares
+/// those ops (PrefixSimulator).
+class Simulation {
+public:
+  Simulation(const Step &s, const SimProfile &p, const SimOptions &options)
+      : s(&s), p(p), options(options) {
+    r.ok = true;
+    const int64_t world = s.world;
+    const size_t n = s.ops.size();
+    // Ranks that no op and no persistent buffer names (onlyRank) run the
+    // same ops from the same clock and memory: the lowest of them stands
+    // for all (a data-parallel step of 1024 ranks with no owner is
+    // simulated once). Each named rank is its own class. `reps` holds each
+    // class's lowest rank, ascending, so scanning the classes in order
+    // meets the ranks an event happens on lowest first, as a scan of every
+    // rank would.
+    named = namedRanks(s);
+    classOf.assign(world, -1);
+    {
+      int64_t shared = -1; // the unnamed ranks' class
+      for (int64_t rank = 0; rank < world; ++rank) {
+        if (!named[rank] && shared >= 0) {
+          classOf[rank] = shared;
+          continue;
+        }
+        classOf[rank] = static_cast<int64_t>(reps.size());
+        reps.push_back(rank);
+        if (!named[rank])
+          shared = classOf[rank];
+      }
+    }
+    R = static_cast<int64_t>(reps.size());
+    clock.assign(R, 0.0);
+    busy.assign(R, 0.0);
+    last.assign(R, 0.0);
+    collEnd.assign(n, 0.0);
+    waited.assign(n, 0);
+    if (options.timings)
+      timings.assign(R, std::vector<OpTiming>(n));
+    // The first forward compute op of a group and that group: the summary
+    // needs when the forward compute ops up to it start on each rank and
+    // when the group's optimizer work ends.
+    firstCompute = firstForwardCompute(s);
+    if (firstCompute < n)
+      r.firstGroup = s.ops[firstCompute].group;
+    {
+      // Each class's persistent buffers: those of every rank and its
+      // rank's own, in buffer order.
+      std::vector<size_t> common;
+      std::map<int64_t, std::vector<size_t>> own;
+      for (size_t b = 0; b < s.buffers.size(); ++b)
+        if (s.buffers[b].persistent)
+          (s.buffers[b].onlyRank < 0 ? common : own[s.buffers[b].onlyRank]).push_back(b);
+      std::vector<size_t> mine;
+      for (int64_t rank : reps) {
+        auto it = own.find(rank);
+        if (it == own.end()) {
+          memory.emplace_back(s, common);
+          continue;
+        }
+        mine.clear();
+        std::merge(common.begin(), common.end(), it->second.begin(), it->second.end(),
+                   std::back_inserter(mine));
+        memory.emplace_back(s, mine);
+      }
+    }
+    for (auto &v : phases)
+      v.assign(R, PhaseAcc());
+  }
 
-  const int64_t world = s.world;
-  const size_t n = s.ops.size();
-  // Ranks that no op and no persistent buffer names (onlyRank) run the same
-  // ops from the same clock and memory: the lowest of them stands for all
-  // (a data-parallel step of 1024 ranks with no owner is simulated once).
-  // Each named rank is its own class. `reps` holds each class's lowest
-  // rank, ascending, so scanning the classes in order meets the ranks an
-  // event happens on lowest first, as a scan of every rank would.
-  std::vector<int64_t> classOf(world, -1), reps;
-  {
-    std::vector<char> named(world, 0);
+  /// The ranks an op or a persistent buffer names.
+  static std::vector<char> namedRanks(const Step &s) {
+    std::vector<char> named(s.world, 0);
     for (const Op &op : s.ops)
       if (op.onlyRank >= 0)
         named[op.onlyRank] = 1;
     for (const auto &b : s.buffers)
-      if (b.persistent && b.onlyRank >= 0 && b.onlyRank < world)
+      if (b.persistent && b.onlyRank >= 0 && b.onlyRank < s.world)
         named[b.onlyRank] = 1;
-    int64_t shared = -1; // the unnamed ranks' class
-    for (int64_t rank = 0; rank < world; ++rank) {
-      if (!named[rank] && shared >= 0) {
-        classOf[rank] = shared;
-        continue;
-      }
-      classOf[rank] = static_cast<int64_t>(reps.size());
-      reps.push_back(rank);
-      if (!named[rank])
-        shared = classOf[rank];
-    }
+    return named;
   }
-  const int64_t R = static_cast<int64_t>(reps.size());
-  std::vector<double> clock(R, 0.0), busy(R, 0.0), last(R, 0.0);
-  std::map<int64_t, double> commClock;
-  std::vector<double> collEnd(n, 0.0);
-  std::vector<char> waited(n, 0);
-  std::vector<std::vector<OpTiming>> timings;
-  if (options.timings)
-    timings.assign(R, std::vector<OpTiming>(n));
-  // The first forward compute op of a group and that group: the summary
-  // needs when the forward compute ops up to it start on each rank and when
-  // the group's optimizer work ends.
-  size_t firstCompute = n;
-  auto forwardCompute = [&](size_t i) {
-    return s.ops[i].kind == OpKind::Compute && s.ops[i].phase == Phase::Forward;
-  };
-  for (size_t i = 0; i < n && firstCompute == n; ++i)
-    if (forwardCompute(i) && s.ops[i].group >= 0)
-      firstCompute = i;
-  if (firstCompute < n)
-    r.firstGroup = s.ops[firstCompute].group;
-  double ready = -1;
-  auto record = [&](size_t i, int64_t k, double a, double b) {
+
+  static size_t firstForwardCompute(const Step &s) {
+    for (size_t i = 0; i < s.ops.size(); ++i)
+      if (s.ops[i].kind == OpKind::Compute && s.ops[i].phase == Phase::Forward &&
+          s.ops[i].group >= 0)
+        return i;
+    return s.ops.size();
+  }
+
+  /// Whether this state, taken after the first `head` ops of its step,
+  /// can go on with `other`, whose first `head` ops are the same (the
+  /// caller's promise): the same ranks named, the same buffers, the same
+  /// first forward compute.
+  bool canResumeWith(const Step &other, size_t head) const {
+    return other.world == s->world && other.buffers.size() == s->buffers.size() &&
+           other.ops.size() >= head && firstCompute < head &&
+           firstForwardCompute(other) == firstCompute && namedRanks(other) == named;
+  }
+
+  /// Goes on with `other` (see canResumeWith) from op `head` on.
+  void rebind(const Step &other) {
+    s = &other;
+    const size_t n = other.ops.size();
+    collEnd.resize(n, 0.0);
+    waited.resize(n, 0);
+    if (options.timings)
+      for (auto &t : timings)
+        t.resize(n);
+  }
+
+  /// Ops [from, to) of the step.
+  void run(size_t from, size_t to) {
+    for (size_t i = from; i < to; ++i)
+      runOp(i);
+  }
+
+  SimResult finish() &&;
+
+private:
+  void record(size_t i, int64_t k, double a, double b) {
     if (options.timings)
       timings[k][i] = {a, b};
-    if (i <= firstCompute && forwardCompute(i))
+    const Op &op = s->ops[i];
+    if (i <= firstCompute && op.kind == OpKind::Compute && op.phase == Phase::Forward)
       r.firstComputeWait = std::max(r.firstComputeWait, a);
-    if (r.firstGroup >= 0 && s.ops[i].kind == OpKind::Optimizer &&
-        s.ops[i].group == r.firstGroup)
+    if (r.firstGroup >= 0 && op.kind == OpKind::Optimizer && op.group == r.firstGroup)
       ready = std::max(ready, b);
-  };
-  std::vector<RankMemory> memory;
-  {
-    // Each class's persistent buffers: those of every rank and its
-    // rank's own, in buffer order.
-    std::vector<size_t> common;
-    std::map<int64_t, std::vector<size_t>> own;
-    for (size_t b = 0; b < s.buffers.size(); ++b)
-      if (s.buffers[b].persistent)
-        (s.buffers[b].onlyRank < 0 ? common : own[s.buffers[b].onlyRank]).push_back(b);
-    std::vector<size_t> mine;
-    for (int64_t rank : reps) {
-      auto it = own.find(rank);
-      if (it == own.end()) {
-        memory.emplace_back(s, common);
-        continue;
-      }
-      mine.clear();
-      std::merge(common.begin(), common.end(), it->second.begin(),
-                 it->second.end(), std::back_inserter(mine));
-      memory.emplace_back(s, mine);
-    }
   }
-  std::set<size_t> memoryIssueOps;
-  std::vector<PhaseAcc> phases[3];
-  for (auto &v : phases)
-    v.assign(R, PhaseAcc());
 
   // Records an op's compute-stream interval [a, b] and its own compute `d`
   // on class `k`.
-  auto account = [&](const Op &op, int64_t k, double a, double b, double d) {
+  void account(const Op &op, int64_t k, double a, double b, double d) {
     PhaseAcc &pa = phases[phaseIndex(op.phase)][k];
     if (!pa.seen) {
       pa.seen = true;
@@ -434,10 +478,10 @@ SimResult simulate(const Step &s, const SimProfile &p, const SimOptions &options
     pa.end = b;
     pa.cumAtEnd = busy[k];
     last[k] = std::max(last[k], b);
-  };
+  }
 
-  for (size_t i = 0; i < n; ++i) {
-    const Op &op = s.ops[i];
+  void runOp(size_t i) {
+    const Op &op = s->ops[i];
     // An op of one rank touches that rank's class alone.
     const int64_t from = op.onlyRank >= 0 ? classOf[op.onlyRank] : 0;
     const int64_t to = op.onlyRank >= 0 ? from + 1 : R;
@@ -453,11 +497,10 @@ SimResult simulate(const Step &s, const SimProfile &p, const SimOptions &options
         clock[k] = b;
         account(op, k, a, b, d);
         if (op.kind == OpKind::Alloc || op.kind == OpKind::Free) {
-          RankMemory::Event e = memory[k].apply(s, op);
-          if (e != RankMemory::Event::Ok &&
-              e != RankMemory::Event::AllocPersistent &&
+          RankMemory::Event e = memory[k].apply(*s, op);
+          if (e != RankMemory::Event::Ok && e != RankMemory::Event::AllocPersistent &&
               memoryIssueOps.insert(i).second)
-            r.issues.push_back(memoryIssue(s, i, e, reps[k]));
+            r.issues.push_back(memoryIssue(*s, i, e, reps[k]));
         }
       }
       break;
@@ -494,29 +537,51 @@ SimResult simulate(const Step &s, const SimProfile &p, const SimOptions &options
         double sum = 0;
         for (double c : op.chunks)
           sum += c;
-        if (std::fabs(sum - op.collBytes) >
-            1e-9 * std::max(1.0, std::fabs(op.collBytes)))
+        if (std::fabs(sum - op.collBytes) > 1e-9 * std::max(1.0, std::fabs(op.collBytes)))
           r.issues.push_back(fmt::format(
               "{}: chunks sum to {} bytes but collBytes is {} (the time uses "
               "the largest chunk)",
-              opLabel(s, i), sum, op.collBytes));
+              opLabel(*s, i), sum, op.collBytes));
       }
       break;
     }
     }
   }
 
+  const Step *s;
+  const SimProfile &p;
+  SimOptions options;
+  SimResult r;
+  std::vector<char> named;
+  std::vector<int64_t> classOf, reps;
+  int64_t R = 0;
+  std::vector<double> clock, busy, last;
+  std::map<int64_t, double> commClock;
+  std::vector<double> collEnd;
+  std::vector<char> waited;
+  std::vector<std::vector<OpTiming>> timings;
+  size_t firstCompute = 0;
+  double ready = -1;
+  std::vector<RankMemory> memory;
+  std::set<size_t> memoryIssueOps;
+  std::vector<PhaseAcc> phases[3];
+};
+
+SimResult Simulation::finish() && {
+  const Step &st = *s;
+  const int64_t world = st.world;
+  const size_t n = st.ops.size();
   for (size_t i = 0; i < n; ++i)
-    if (s.ops[i].kind == OpKind::Collective && s.ops[i].async && !waited[i])
-      r.issues.push_back(fmt::format(
-          "{}: asynchronous collective is never waited for", opLabel(s, i)));
-  for (size_t b = 0; b < s.buffers.size(); ++b)
-    for (int64_t k = 0; k < R && !s.buffers[b].persistent; ++k)
+    if (st.ops[i].kind == OpKind::Collective && st.ops[i].async && !waited[i])
+      r.issues.push_back(
+          fmt::format("{}: asynchronous collective is never waited for", opLabel(st, i)));
+  for (size_t b = 0; b < st.buffers.size(); ++b)
+    for (int64_t k = 0; k < R && !st.buffers[b].persistent; ++k)
       if (memory[k].isLive(b)) {
         r.issues.push_back(fmt::format("buffer {} '{}' is allocated but never "
                                        "freed (live to the end of the step, "
                                        "rank {})",
-                                       b, s.buffers[b].name, reps[k]));
+                                       b, st.buffers[b].name, reps[k]));
         break;
       }
 
@@ -568,11 +633,60 @@ SimResult simulate(const Step &s, const SimProfile &p, const SimOptions &options
       out.begin = pa.begin;
       out.end = pa.end;
       out.computeBusy = pa.busy;
-      out.exposedComm =
-          std::max(0.0, (pa.end - pa.begin) - (pa.cumAtEnd - pa.cumAtBegin));
+      out.exposedComm = std::max(0.0, (pa.end - pa.begin) - (pa.cumAtEnd - pa.cumAtBegin));
     }
   }
-  return r;
+  return std::move(r);
+}
+
+} // namespace
+
+SimResult simulate(const Step &s, const SimProfile &p) {
+  return simulate(s, p, SimOptions());
+}
+
+SimResult simulate(const Step &s, const SimProfile &p, const SimOptions &options) {
+  SimResult r;
+  r.error = validateProfile(p);
+  if (r.error.empty())
+    r.error = validateStep(s);
+  if (!r.error.empty())
+    return r;
+  Simulation sim(s, p, options);
+  sim.run(0, s.ops.size());
+  return std::move(sim).finish();
+}
+
+struct PrefixSimulator::Saved {
+  Simulation state;
+};
+
+PrefixSimulator::PrefixSimulator(const SimProfile &p, const SimOptions &options, size_t head)
+    : p(p), options(options), head(head) {}
+
+PrefixSimulator::~PrefixSimulator() = default;
+
+SimResult PrefixSimulator::simulate(const Step &s) {
+  SimResult r;
+  r.error = validateProfile(p);
+  const bool resume = saved && saved->state.canResumeWith(s, head);
+  // The shared ops were validated with the first step.
+  if (r.error.empty())
+    r.error = validateFrom(s, resume ? head : 0);
+  if (!r.error.empty())
+    return r;
+  if (resume) {
+    Simulation sim = saved->state;
+    sim.rebind(s);
+    sim.run(head, s.ops.size());
+    return std::move(sim).finish();
+  }
+  Simulation sim(s, p, options);
+  const size_t cut = std::min(head, s.ops.size());
+  sim.run(0, cut);
+  saved = std::make_unique<Saved>(Saved{sim});
+  sim.run(cut, s.ops.size());
+  return std::move(sim).finish();
 }
 
 //===----------------------------------------------------------------------===//

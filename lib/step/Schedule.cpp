@@ -563,7 +563,8 @@ void finishOverlap(Step &s, const OverlapOptions &o) {
 void finishOverlapEach(
     Step &s, const OverlapOptions &o, int64_t firstFill,
     const std::function<std::optional<int64_t>(int64_t fill,
-                                               const Step &scheduled)> &visit) {
+                                               const Step &scheduled)> &visit,
+    size_t *sharedOps) {
   (void)o; // the parts after prepareOverlap use no option but the fill
   // The ops before the optimizer tail get their starts and waits once; the
   // order only moves ops of the tail, so each fill goes on from there.
@@ -592,6 +593,8 @@ void finishOverlapEach(
   s.ops.clear();
   const size_t headSize = waits.count;
   const AsyncWaits::State head = waits.state;
+  if (sharedOps)
+    *sharedOps = headSize; // each fill's ops go on after these
   for (int64_t fill = firstFill;;) {
     // The tail is copied: a later fill needs it again.
     for (int64_t k : optimizerOrder(tail, fill))

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -307,3 +308,47 @@ TEST(OptimizerOrder, ErrorNamesWhatTheStepNames) {
 }
 
 } // namespace
+
+// The optimizer-order search simulates the ops its candidates share once
+// (cost::PrefixSimulator): every candidate's result equals a whole
+// simulation of it, field by field, also where one rank runs ops of its
+// own (a Muon owner's) and candidates resume from the shared state.
+TEST(OptimizerOrder, PrefixSimulationEqualsWholeSimulation) {
+  for (bool owner : {false, true}) {
+    Step prepared = threeGroups();
+    if (owner)
+      for (Op &op : prepared.ops)
+        if (op.kind == OpKind::Optimizer && op.group == 1)
+          op.onlyRank = 1;
+    prepareOverlap(prepared, OverlapOptions{});
+    cost::SimOptions so;
+    so.timings = false;
+    size_t shared = 0;
+    std::unique_ptr<cost::PrefixSimulator> sim;
+    int visits = 0;
+    finishOverlapEach(
+        prepared, OverlapOptions{}, -1,
+        [&](int64_t fill, const Step &got) -> std::optional<int64_t> {
+          if (!sim)
+            sim = std::make_unique<cost::PrefixSimulator>(round(), so, shared);
+          const cost::SimResult a = sim->simulate(got);
+          const cost::SimResult b = cost::simulate(got, round(), so);
+          EXPECT_TRUE(a.ok && b.ok) << a.error << b.error;
+          EXPECT_EQ(a.stepSeconds, b.stepSeconds) << "fill " << fill;
+          EXPECT_EQ(a.steadyStepSeconds, b.steadyStepSeconds) << "fill " << fill;
+          EXPECT_EQ(a.firstGroupReady, b.firstGroupReady) << "fill " << fill;
+          EXPECT_EQ(a.firstComputeWait, b.firstComputeWait) << "fill " << fill;
+          EXPECT_EQ(a.commBusy, b.commBusy) << "fill " << fill;
+          EXPECT_EQ(a.peakBytes, b.peakBytes) << "fill " << fill;
+          EXPECT_EQ(a.rankStepSeconds, b.rankStepSeconds) << "fill " << fill;
+          EXPECT_EQ(a.rankPeakBytes, b.rankPeakBytes) << "fill " << fill;
+          EXPECT_EQ(a.optimizer.end, b.optimizer.end) << "fill " << fill;
+          EXPECT_EQ(a.issues, b.issues) << "fill " << fill;
+          ++visits;
+          return fill < 2 ? std::optional<int64_t>(fill + 1) : std::nullopt;
+        },
+        &shared);
+    EXPECT_EQ(visits, 4);
+    EXPECT_GT(shared, 0u);
+  }
+}

@@ -23,6 +23,7 @@
 #include "mfsdp/step/Step.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -145,6 +146,28 @@ struct SimOptions {
 SimResult simulate(const step::Step &s, const SimProfile &p);
 SimResult simulate(const step::Step &s, const SimProfile &p,
                    const SimOptions &options);
+
+/// simulate() for a series of steps that share their first `head` ops and
+/// their buffers (the candidates of one schedule that differ only after
+/// `head`, as the optimizer order's): the shared ops are simulated once,
+/// with the first step, and each later step goes on from there. The
+/// results are simulate()'s. Each step is still validated whole; a step
+/// whose named ranks, buffers or first forward compute differ from the
+/// first's is simulated whole. The caller promises that the first `head`
+/// ops are the same.
+class PrefixSimulator {
+public:
+  PrefixSimulator(const SimProfile &p, const SimOptions &options, size_t head);
+  ~PrefixSimulator();
+  SimResult simulate(const step::Step &s);
+
+private:
+  struct Saved;
+  SimProfile p;
+  SimOptions options;
+  size_t head;
+  std::unique_ptr<Saved> saved;
+};
 
 /// Trace Event Format JSON (Perfetto, chrome://tracing): one process per rank
 /// (ranks 0 .. maxRanks-1), thread 0 the compute stream, thread 1+comm each

@@ -59,10 +59,13 @@ void finishOverlap(Step &s, const OverlapOptions &options);
 /// and waits once, and each fill only schedules the optimizer phase: the
 /// optimizer-order search costs one schedule and a tail per candidate, not
 /// one whole schedule and a copy of the step each.
+/// `sharedOps`, when given, is set before the first visit to the number of
+/// leading ops every fill's schedule has the same.
 void finishOverlapEach(
     Step &s, const OverlapOptions &options, int64_t firstFill,
     const std::function<std::optional<int64_t>(int64_t fill,
-                                               const Step &scheduled)> &visit);
+                                               const Step &scheduled)> &visit,
+    size_t *sharedOps = nullptr);
 
 struct MemoryPlan {
   std::vector<double> arenaBytes; // per rank: the arena the offsets need
