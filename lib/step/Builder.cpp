@@ -508,6 +508,26 @@ private:
         if (pr.units[u].layout == planner::RowLayout::PerParam)
           perParamUnits.insert(static_cast<int64_t>(u));
       }
+      // A block shard deals its blocks round-robin: rank 0 keeps
+      // ceil(blocks / S) of them, which every rank's shard is sized for.
+      auto blockPad = [&](const Param &p, double elemBytes) {
+        int64_t blockElems = 1;
+        for (int64_t d : p.block)
+          blockElems *= std::max<int64_t>(d, 1);
+        if (p.block.empty() || blockElems <= 0)
+          return 0.0;
+        const int64_t blocks = p.numElements() / blockElems;
+        const int64_t kept = (blocks + S - 1) / S;
+        return static_cast<double>((kept * S - blocks) * blockElems) * elemBytes;
+      };
+      for (const Param *p : g.rows)
+        if (p->unit == static_cast<int64_t>(u) && p->placement == PlacementKind::BlockShard) {
+          const double pad = blockPad(*p, static_cast<double>(p->elemBytes));
+          g.rowPad += pad;
+          piece.rowBytes += pad;
+          if (b.reduceElemBytes > 0)
+            piece.reduceRowBytes += blockPad(*p, static_cast<double>(b.reduceElemBytes));
+        }
       if (b.reduceElemBytes > 0) {
         // The elements, and the padding laid out again in the reduce dtype
         // (the runtime pads elements, whatever their dtype).

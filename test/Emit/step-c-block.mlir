@@ -8,6 +8,12 @@
 // RUN: mfsdp-translate --emit-step-c %s | grep '\.hash' > %t.hash
 // RUN: sed 's/block = \[4, 2\]/block = [2, 4]/' %s | mfsdp-translate --emit-step-c | grep '\.hash' >> %t.hash
 // RUN: sort -u %t.hash | wc -l | grep -x 2
+// Over 3 ranks the 4 blocks of each tensor are dealt 2, 1, 1: every
+// rank's shard holds 2 (w 64 B, conv 96 B, bias 16 B), with the row
+// shard norm's 12 B: 188 bytes, and the step verifies (it was refused:
+// 129.3 bytes a rank).
+// RUN: sed 's/plan.mesh @mesh \["dp_shard" = 2\]/plan.mesh @mesh ["dp_shard" = 3]/' %s | mfsdp-opt --mfsdp-build-step="tokens=1" --mfsdp-verify-schedule | FileCheck %s --check-prefix=THREE
+// THREE: sched.alloc "row shards g0" bytes 188 persistent
 
 // What the planner gives for AdamW matrices with block-shard=R,C, lowered.
 // RUN: mfsdp-opt %S/../Passes/Inputs/two-matrices.mlir --mfsdp-assign-layouts="policy=adamw block-shard=4,2 mesh=dp_shard=2" | mfsdp-translate --emit-step-c | FileCheck %s --check-prefix=PLANNED
