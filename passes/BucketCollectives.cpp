@@ -10,9 +10,6 @@ namespace mfsdp {
 #include "passes/Passes.h.inc"
 } // namespace mfsdp
 
-#include <algorithm>
-#include <cmath>
-
 using namespace mlir;
 using namespace mfsdp;
 
@@ -25,9 +22,7 @@ LogicalResult mfsdp::bucketStage(sched::StepOp op, step::Step &s,
   if (!(options.bucketMB <= 4398046511104.0))
     return emitOptionError(op.getContext(), "mfsdp-bucket-collectives", "bucket-mb")
            << "expected at most 2^42 MiB, got " << options.bucketMB;
-  const int64_t limit = options.bucketMB > 0
-                            ? std::max<int64_t>(1, std::llround(options.bucketMB * 1024 * 1024))
-                            : 0;
+  const int64_t limit = step::bucketLimitBytes(options.bucketMB * 1024 * 1024);
   step::bucketCollectives(s, static_cast<double>(limit));
   // The limit the step library's runtime buckets keep to (and
   // mfsdp-verify-schedule's lowering of the step).

@@ -5,7 +5,6 @@
 #include "dialects/sched/StepBridge.h"
 
 #include "mfsdp/emit/RuntimePlan.h"
-#include "mfsdp/step/RuntimeMemory.h"
 #include "mfsdp/step/RuntimeProgram.h"
 #include "mfsdp/step/Schedule.h"
 
@@ -52,18 +51,8 @@ static std::optional<std::string> programIssueOf(sched::StepOp op,
   // The library's buckets: the step's bucketed reductions within the limit
   // they were bucketed with, as the emitter takes them (the program packs
   // and unpacks the units with row-shard buckets).
-  std::vector<step::RuntimeBucket> buckets;
-  {
-    ScopedDiagnosticHandler quiet(op.getContext(),
-                                  [](Diagnostic &) { return success(); });
-    FailureOr<double> limit = libraryBucketBytes(op, std::nullopt);
-    if (failed(limit))
-      return std::nullopt;
-    buckets = step::runtimeBuckets(s, runtimePlan.plan, *limit);
-  }
-  const std::vector<mfsdp_bucket> bucketViews = step::bucketViews(buckets);
-  runtimePlan.plan.num_buckets = static_cast<int32_t>(bucketViews.size());
-  runtimePlan.plan.buckets = bucketViews.empty() ? nullptr : bucketViews.data();
+  // Nothing asked for: the step's own limit, never an error.
+  setLibraryBuckets(runtimePlan, s, *libraryBucketBytes(op, std::nullopt));
   const step::RuntimeProgram program =
       step::lowerStepProgram(s, runtimePlan.plan, runtimePlan.unitNames);
   if (program.unsupported)

@@ -261,14 +261,13 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
   // Buckets: from the step program, when the module has one (after
   // mfsdp-build-step and mfsdp-bucket-collectives), its bucketed gradient
   // reductions; the runtime gathers and reduces each with one collective.
-  std::vector<step::RuntimeBucket> buckets;
+  const std::vector<step::RuntimeBucket> &buckets = runtimePlan.buckets;
   // The step as the schedule orders it (each unit's forward and backward
   // hooks, and the optimizer step), when the step program is scheduled and
   // its memory planned (mfsdp-schedule-overlap, then mfsdp-plan-memory):
   // the runtime executes it (mfsdp_program).
   step::RuntimeProgram program;
   bool withProgram = false;
-  std::vector<mfsdp_bucket> bucketViews;
   bool accumulates = false; // the step runs several microbatches
   {
     sched::StepOp stepOp;
@@ -293,17 +292,14 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
         FailureOr<double> limit = libraryBucketBytes(stepOp, options.bucketBytes);
         if (failed(limit))
           return failure();
-        buckets = step::runtimeBuckets(scheduled, plan, *limit);
+        // The buckets first: the program packs and unpacks the units that
+        // have row-shard buckets.
+        setLibraryBuckets(runtimePlan, scheduled, *limit);
       }
       withProgram = llvm::any_of(scheduled.buffers, [](const step::Buffer &b) {
         return b.offset >= 0;
       });
     }
-    // The buckets first: the program packs and unpacks the units that
-    // have row-shard buckets.
-    bucketViews = step::bucketViews(buckets);
-    plan.num_buckets = static_cast<int32_t>(bucketViews.size());
-    plan.buckets = bucketViews.empty() ? nullptr : bucketViews.data();
     if (withProgram) {
       program = step::lowerStepProgram(scheduled, plan, runtimePlan.unitNames);
       if (!program.error.empty())

@@ -11,10 +11,9 @@
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinTypes.h"
-#include "llvm/ADT/StringMap.h"
+#include "mfsdp/step/Schedule.h"
 
-#include <algorithm>
-#include <cmath>
+#include "llvm/ADT/StringMap.h"
 
 using namespace mlir;
 using namespace mfsdp;
@@ -246,10 +245,8 @@ FailureOr<double> mfsdp::libraryBucketBytes(sched::StepOp step,
   if (!bucketed)
     return requested.value_or(kDefault);
   const double limit = static_cast<double>(*bucketed);
-  // The request in whole bytes, as mfsdp-bucket-collectives records its
-  // limit (at least 1 byte when it is one at all).
-  const int64_t asked =
-      requested ? (*requested > 0 ? std::max<int64_t>(1, std::llround(*requested)) : 0) : 0;
+  // The request in whole bytes, as mfsdp-bucket-collectives records its limit.
+  const int64_t asked = requested ? step::bucketLimitBytes(*requested) : 0;
   if (requested && asked != *bucketed)
     return step.emitOpError()
            << "was bucketed with bucket_bytes " << *bucketed << " (0: no limit), but the "
@@ -257,6 +254,13 @@ FailureOr<double> mfsdp::libraryBucketBytes(sched::StepOp step,
            << " bytes: the library's buckets are the step's (rebuild the step "
               "with that bucket size, or leave the library's out)";
   return limit;
+}
+
+void mfsdp::setLibraryBuckets(RuntimePlan &rp, const step::Step &s, double limitBytes) {
+  rp.buckets = step::runtimeBuckets(s, rp.plan, limitBytes);
+  rp.bucketViews = step::bucketViews(rp.buckets);
+  rp.plan.num_buckets = static_cast<int32_t>(rp.bucketViews.size());
+  rp.plan.buckets = rp.bucketViews.empty() ? nullptr : rp.bucketViews.data();
 }
 
 FailureOr<ReduceDType> mfsdp::libraryReduceDtype(sched::StepOp step,

@@ -140,26 +140,29 @@ std::string bytesText(double b) {
 }
 
 /// Row size in bytes and row count of a row-sharded parameter.
-std::pair<double, int64_t> rowsOf(const Param &p) {
+std::pair<double, int64_t> rowsOf(const Param &p, int64_t elemBytes) {
   int64_t rows = p.shape.empty() ? 1 : p.shape[std::min<int64_t>(p.rowDim, p.rank() - 1)];
   rows = std::max<int64_t>(rows, 1);
-  double rowBytes = static_cast<double>(p.numElements()) / rows * p.elemBytes;
+  double rowBytes = static_cast<double>(p.numElements()) / rows *
+                    static_cast<double>(elemBytes > 0 ? elemBytes : p.elemBytes);
   return {rowBytes, rows};
 }
 
 } // namespace
 
-double perParamPadding(const std::vector<const Param *> &params, int64_t world) {
+double perParamPadding(const std::vector<const Param *> &params, int64_t world,
+                       int64_t elemBytes) {
   double pad = 0;
   for (const Param *p : params) {
-    auto [rowBytes, rows] = rowsOf(*p);
+    auto [rowBytes, rows] = rowsOf(*p, elemBytes);
     int64_t chunk = (rows + world - 1) / world;
     pad += static_cast<double>(chunk * world - rows) * rowBytes;
   }
   return pad;
 }
 
-double flatPadding(const std::vector<const Param *> &params, int64_t world) {
+double flatPadding(const std::vector<const Param *> &params, int64_t world,
+                   int64_t elemBytes) {
   // Rows in order, cut into `world` shards at row boundaries; every shard is
   // padded to the largest. Binary search the smallest feasible shard size.
   struct Run {
@@ -168,7 +171,7 @@ double flatPadding(const std::vector<const Param *> &params, int64_t world) {
   std::vector<Run> runs;
   int64_t total = 0, maxRow = 0;
   for (const Param *p : params) {
-    auto [rb, rows] = rowsOf(*p);
+    auto [rb, rows] = rowsOf(*p, elemBytes);
     int64_t b = static_cast<int64_t>(std::llround(rb));
     runs.push_back({std::max<int64_t>(b, 1), rows});
     total += b * rows;

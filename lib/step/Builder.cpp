@@ -484,74 +484,49 @@ private:
       GroupInfo::Piece piece;
       piece.unit = static_cast<int64_t>(u);
       piece.chunks.assign(S, 0.0);
+      // With a reduce dtype (R bytes an element), the same in R bytes: what
+      // the unit's reductions move, whole bytes whatever mix of dtypes (the
+      // runtime pads elements, whatever their dtype).
+      const int64_t R = b.reduceElemBytes;
+      if (R > 0)
+        piece.reduceChunks.assign(S, 0.0);
       for (const Param *p : g.rows)
         if (p->unit == static_cast<int64_t>(u)) {
-          piece.rowBytes += static_cast<double>(p->numElements()) * p->elemBytes;
+          // A block shard deals its blocks round-robin: rank 0 keeps
+          // ceil(blocks / S) of them, which every rank's shard is sized for.
+          const double elements =
+              static_cast<double>(p->numElements() + blockPaddingElements(*p));
+          const double pad = elements - static_cast<double>(p->numElements());
+          piece.rowBytes += elements * p->elemBytes;
+          g.rowPad += pad * p->elemBytes;
+          piece.reduceRowBytes += elements * R;
           piece.rowNames.push_back(p->name);
         }
       for (const Param *p : g.owned)
         if (p->unit == static_cast<int64_t>(u)) {
-          double bytes = static_cast<double>(p->numElements()) * p->elemBytes;
-          piece.ownedBytes += bytes;
-          piece.chunks[std::clamp<int64_t>(p->ownerRank, 0, S - 1)] += bytes;
+          const double elements = static_cast<double>(p->numElements());
+          const int64_t owner = std::clamp<int64_t>(p->ownerRank, 0, S - 1);
+          piece.ownedBytes += elements * p->elemBytes;
+          piece.chunks[owner] += elements * p->elemBytes;
           piece.ownedNames.push_back(p->name);
+          if (R > 0) {
+            piece.reduceOwnedBytes += elements * R;
+            piece.reduceChunks[owner] += elements * R;
+          }
         }
-      auto padding = [&](const std::vector<const Param *> &rows) {
-        return pr.units[u].layout == planner::RowLayout::Flat
-                   ? planner::flatPadding(rows, S)
-                   : planner::perParamPadding(rows, S);
-      };
       if (!rowsPerUnit[u].empty()) {
-        double pad = padding(rowsPerUnit[u]);
+        const bool flat = pr.units[u].layout == planner::RowLayout::Flat;
+        auto padding = [&](int64_t elemBytes) {
+          return flat ? planner::flatPadding(rowsPerUnit[u], S, elemBytes)
+                      : planner::perParamPadding(rowsPerUnit[u], S, elemBytes);
+        };
+        const double pad = padding(0);
         g.rowPad += pad;
         piece.rowBytes += pad;
+        if (R > 0)
+          piece.reduceRowBytes += padding(R);
         if (pr.units[u].layout == planner::RowLayout::PerParam)
           perParamUnits.insert(static_cast<int64_t>(u));
-      }
-      // A block shard deals its blocks round-robin: rank 0 keeps
-      // ceil(blocks / S) of them, which every rank's shard is sized for.
-      auto blockPad = [&](const Param &p, double elemBytes) {
-        int64_t blockElems = 1;
-        for (int64_t d : p.block)
-          blockElems *= std::max<int64_t>(d, 1);
-        if (p.block.empty() || blockElems <= 0)
-          return 0.0;
-        const int64_t blocks = p.numElements() / blockElems;
-        const int64_t kept = (blocks + S - 1) / S;
-        return static_cast<double>((kept * S - blocks) * blockElems) * elemBytes;
-      };
-      for (const Param *p : g.rows)
-        if (p->unit == static_cast<int64_t>(u) && p->placement == PlacementKind::BlockShard) {
-          const double pad = blockPad(*p, static_cast<double>(p->elemBytes));
-          g.rowPad += pad;
-          piece.rowBytes += pad;
-          if (b.reduceElemBytes > 0)
-            piece.reduceRowBytes += blockPad(*p, static_cast<double>(b.reduceElemBytes));
-        }
-      if (b.reduceElemBytes > 0) {
-        // The elements, and the padding laid out again in the reduce dtype
-        // (the runtime pads elements, whatever their dtype).
-        const double R = static_cast<double>(b.reduceElemBytes);
-        std::vector<Param> asReduced;
-        for (const Param *p : g.rows)
-          if (p->unit == static_cast<int64_t>(u))
-            piece.reduceRowBytes += static_cast<double>(p->numElements()) * R;
-        for (const Param *p : rowsPerUnit[u]) {
-          asReduced.push_back(*p);
-          asReduced.back().elemBytes = b.reduceElemBytes;
-        }
-        std::vector<const Param *> reducedRows;
-        for (const Param &p : asReduced)
-          reducedRows.push_back(&p);
-        if (!reducedRows.empty())
-          piece.reduceRowBytes += padding(reducedRows);
-        piece.reduceChunks.assign(S, 0.0);
-        for (const Param *p : g.owned)
-          if (p->unit == static_cast<int64_t>(u)) {
-            const double bytes = static_cast<double>(p->numElements()) * R;
-            piece.reduceOwnedBytes += bytes;
-            piece.reduceChunks[std::clamp<int64_t>(p->ownerRank, 0, S - 1)] += bytes;
-          }
       }
       g.pieces.push_back(std::move(piece));
     }
@@ -622,6 +597,18 @@ private:
         // Read by the last microbatch's reductions: as wide as they read.
         g.accum = alloc(fmt::format("grad accumulation g{}", gi), unreducedBytes(g), true);
     }
+  }
+
+  /// The elements a block shard is padded by: its blocks are dealt
+  /// round-robin, and every rank's shard holds ceil(blocks / S) of them.
+  int64_t blockPaddingElements(const Param &p) const {
+    if (p.placement != PlacementKind::BlockShard || p.block.empty())
+      return 0;
+    int64_t blockElems = 1;
+    for (int64_t d : p.block)
+      blockElems *= std::max<int64_t>(d, 1);
+    const int64_t blocks = p.numElements() / blockElems;
+    return ((blocks + S - 1) / S * S - blocks) * blockElems;
   }
 
   double gatheredBytes(const GroupInfo &g) const {
@@ -782,19 +769,14 @@ private:
     }
   }
 
-  /// What a reduction of `params` (those of `unit`; -1: all) sends per byte
-  /// of the parameters' own dtypes under BuildOptions::reduceElemBytes (1
-  /// when it is 0).
-  double reduceScale(const std::vector<const Param *> &params, int64_t unit) const {
-    double elements = 0, bytes = 0;
+  /// What a reduction of `params` moves: their elements in the reduce
+  /// dtype (BuildOptions::reduceElemBytes), or in their own when it is 0.
+  double reducedBytes(const std::vector<const Param *> &params) const {
+    double bytes = 0;
     for (const Param *p : params)
-      if (unit < 0 || p->unit == unit) {
-        elements += static_cast<double>(p->numElements());
-        bytes += static_cast<double>(p->numElements()) * p->elemBytes;
-      }
-    if (b.reduceElemBytes <= 0 || bytes <= 0)
-      return 1.0;
-    return static_cast<double>(b.reduceElemBytes) * elements / bytes;
+      bytes += static_cast<double>(p->numElements()) *
+               static_cast<double>(b.reduceElemBytes > 0 ? b.reduceElemBytes : p->elemBytes);
+    return bytes;
   }
 
   /// Per unit, in backward order: reduce-scatter of rows, reduce-scatter-v
@@ -856,7 +838,7 @@ private:
       Op op = collective(CollKind::AllReduce,
                          fmt::format("all_reduce replicated g{}", gi),
                          g.replicatedBuf, g.replicatedBuf,
-                         std::round(g.replicatedBytes * reduceScale(g.replicated, -1)));
+                         reducedBytes(g.replicated));
       op.group = static_cast<int64_t>(gi);
       st.ops.push_back(op);
     }

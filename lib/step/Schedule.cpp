@@ -98,6 +98,10 @@ void reorder(Step &s, const std::vector<int64_t> &order) {
 // Bucketing
 //===----------------------------------------------------------------------===//
 
+int64_t bucketLimitBytes(double bytes) {
+  return bytes > 0 ? std::max<int64_t>(1, std::llround(bytes)) : 0;
+}
+
 int64_t bucketCollectives(Step &s, double limitBytes) {
   // Compacted in place: ops are written at `w`, never past the op read
   // next (buckets only merge), and moved, not copied.

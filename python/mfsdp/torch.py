@@ -20,6 +20,7 @@ import atexit
 import contextlib
 import fnmatch
 import gc
+import itertools
 import json
 import math
 import os
@@ -433,15 +434,12 @@ class _State:
         """Inputs on the meta device (moved to next(model.parameters()).device,
         which is the placeholders' meta) fail with what to use instead, rather
         than deep inside the model."""
-        if self.device.type == "meta":
-            return
-        items = [(f"argument {i}", a) for i, a in enumerate(args)]
-        items += [(f"argument {k!r}", v) for k, v in kwargs.items()]
-        for where, value in items:
+        for key, value in itertools.chain(enumerate(args), kwargs.items()):
             inner = value if isinstance(value, (list, tuple)) else \
-                list(value.values()) if isinstance(value, dict) else [value]
+                value.values() if isinstance(value, dict) else (value,)
             for v in inner:
                 if isinstance(v, torch.Tensor) and v.device.type == "meta":
+                    where = f"argument {key!r}" if isinstance(key, str) else f"argument {key}"
                     raise Error(f"the forward's {where} is on the meta device: after "
                                 "fully_shard the model's parameters are meta placeholders "
                                 "(the runtime holds their values), so "
@@ -822,10 +820,7 @@ class MFSDPModule:
         parameters, which the runtime cannot follow (its device and compute
         dtype are the plan's), raises instead of doing nothing silently."""
         state = self.mfsdp_state
-        held = {}
-        for p in state.params:
-            q = p.param if p.fused is None else p.fused.param
-            held[id(q)] = q
+        held = {id(q): q for q in map(_source, state.params)}
         for dtype in {q.dtype for q in held.values()}:
             probe = fn(torch.zeros(1, dtype=dtype))
             if probe.dtype != dtype:

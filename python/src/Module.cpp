@@ -193,13 +193,17 @@ struct Step {
   }
 
   /// A collective or compute call: the GIL is released while it runs.
-  template <typename F> void run(const char *call, F &&f) {
+  /// `why`: this rank's own reason for the call to fail (its argument),
+  /// raised after the call, which every rank makes and fails together.
+  template <typename F> void run(const char *call, F &&f, const std::string &why = {}) {
     mfsdp_step *s = live();
     mfsdp_status st;
     {
       nb::gil_scoped_release release;
       st = f(s);
     }
+    if (!why.empty())
+      raise(std::string(call) + ": " + why);
     check(st, call);
   }
 
@@ -256,20 +260,6 @@ struct Step {
       return nullptr;
     }
     return a.data();
-  }
-
-  /// A whole-tensor call (`f`, with the tensor `whole` gave): this rank's
-  /// own reason raised first when it had one.
-  template <typename F> void runWhole(const char *call, const std::string &why, F &&f) {
-    mfsdp_step *s = live();
-    mfsdp_status st;
-    {
-      nb::gil_scoped_release release;
-      st = f(s);
-    }
-    if (!why.empty())
-      raise(std::string(call) + ": " + why);
-    check(st, call);
   }
 
   int64_t stepCount() {
@@ -457,25 +447,25 @@ NB_MODULE(_C, m) {
            [](Step &s, int32_t i, HostArray a) {
              std::string why;
              const float *d = s.whole(i, a, why);
-             s.runWhole("mfsdp_load_param", why, [&](mfsdp_step *p) { return mfsdp_load_param(p, i, d); });
+             s.run("mfsdp_load_param", [&](mfsdp_step *p) { return mfsdp_load_param(p, i, d); }, why);
            })
       .def("store_param",
            [](Step &s, int32_t i, HostArray a) {
              std::string why;
              float *d = const_cast<float *>(s.whole(i, a, why));
-             s.runWhole("mfsdp_store_param", why, [&](mfsdp_step *p) { return mfsdp_store_param(p, i, d); });
+             s.run("mfsdp_store_param", [&](mfsdp_step *p) { return mfsdp_store_param(p, i, d); }, why);
            })
       .def("load_state",
            [](Step &s, int32_t i, int32_t which, HostArray a) {
              std::string why;
              const float *d = s.whole(i, a, why);
-             s.runWhole("mfsdp_load_state", why, [&](mfsdp_step *p) { return mfsdp_load_state(p, i, which, d); });
+             s.run("mfsdp_load_state", [&](mfsdp_step *p) { return mfsdp_load_state(p, i, which, d); }, why);
            })
       .def("store_state",
            [](Step &s, int32_t i, int32_t which, HostArray a) {
              std::string why;
              float *d = const_cast<float *>(s.whole(i, a, why));
-             s.runWhole("mfsdp_store_state", why, [&](mfsdp_step *p) { return mfsdp_store_state(p, i, which, d); });
+             s.run("mfsdp_store_state", [&](mfsdp_step *p) { return mfsdp_store_state(p, i, which, d); }, why);
            })
       .def("save",
            [](Step &s, const std::string &dir, const std::string &user) {

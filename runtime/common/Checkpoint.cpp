@@ -33,23 +33,20 @@ mfsdp_status mfsdp_step::scatterWhole(const ParamState &ps, const float *full,
 }
 
 mfsdp_status mfsdp_step::storeWhole(const ParamState &ps, const float *local, float *full,
-                                    int32_t fromReplica, bool *collectivesDone,
-                                    const mfsdp_status *mine) {
+                                    mfsdp_status mine, int32_t fromReplica,
+                                    bool *collectivesDone) {
   // A replicated parameter is whole on every rank: no collective at all.
   if (collectivesDone)
     *collectivesDone = ps.desc.placement == MFSDP_REPLICATE && fromReplica < 0;
   float *whole = nullptr;
-  mfsdp_status placed = mine ? *mine : MFSDP_OK;
+  mfsdp_status placed = mine;
   if (!placed)
     placed = place(memory ? memory->staging : -1, ps.fullSize, whole,
                    "the staging buffer for storing '" + ps.name + "'");
-  if (mine) {
-    // What failed on one rank before the collectives (its arguments, its
-    // staging buffer) fails the call on every rank: none waits alone in a
-    // gather the failing rank skips.
-    const std::string what = "storing '" + ps.name + "'";
-    placed = mfsdp::rt::ckpt::agree(this, placed, what.c_str());
-  }
+  // What failed on one rank before the collectives (its arguments, its
+  // staging buffer) fails the call on every rank: none waits alone in a
+  // gather the failing rank skips.
+  placed = mfsdp::rt::ckpt::agree(this, placed, ("storing '" + ps.name + "'").c_str());
   if (placed) {
     if (whole)
       backend->release(whole);
@@ -96,13 +93,19 @@ static mfsdp_status ready(mfsdp_step *step, mfsdp_status &mine) {
   return MFSDP_OK;
 }
 
+/// `mine`, or the error of a NULL whole tensor for call `what`.
+static mfsdp_status withTensor(mfsdp_step *step, mfsdp_status mine, const void *full,
+                               const std::string &what) {
+  if (!mine && !full)
+    return step->fail(MFSDP_ERROR_INVALID, what + ": the whole tensor's pointer is NULL");
+  return mine;
+}
+
 /// The ranks agree on `mine` (this rank's start, and its tensor's
 /// pointer) before a per-parameter call writes or gathers anything.
 static mfsdp_status agreeStart(mfsdp_step *step, mfsdp_status mine, const void *full,
                                const std::string &what) {
-  if (!mine && !full)
-    mine = step->fail(MFSDP_ERROR_INVALID, what + ": the whole tensor's pointer is NULL");
-  return ckpt::agree(step, mine, ("starting " + what).c_str());
+  return ckpt::agree(step, withTensor(step, mine, full, what), ("starting " + what).c_str());
 }
 
 /// After a per-parameter load wrote this rank's part (`local`) or
@@ -152,11 +155,9 @@ mfsdp_status mfsdp::rt::storeParam(mfsdp_step *step, int32_t param, float *full)
   if (auto st = step->checkParam(param))
     return st;
   const ParamState &ps = step->params[param];
-  if (!mine && !full)
-    mine = step->fail(MFSDP_ERROR_INVALID, "mfsdp_store_param of '" + ps.name +
-                                               "': the whole tensor's pointer is NULL");
+  mine = withTensor(step, mine, full, "mfsdp_store_param of '" + ps.name + "'");
   // The fp32 masters, whole (not the compute copy, which may be bf16).
-  return step->storeWhole(ps, ps.master, full, -1, nullptr, &mine);
+  return step->storeWhole(ps, ps.master, full, mine);
 }
 
 static mfsdp_status stateOf(mfsdp_step *step, int32_t param, int32_t which,
@@ -210,8 +211,6 @@ mfsdp_status mfsdp::rt::storeState(mfsdp_step *step, int32_t param, int32_t whic
   // Under ns_split the momentum is current only on the replica that steps
   // the matrix (the others keep the buffer but never update it).
   const ParamState &ps = step->params[param];
-  if (!mine && !full)
-    mine = step->fail(MFSDP_ERROR_INVALID, "mfsdp_store_state of '" + ps.name +
-                                               "': the whole tensor's pointer is NULL");
-  return step->storeWhole(ps, state, full, ps.nsReplica, nullptr, &mine);
+  mine = withTensor(step, mine, full, "mfsdp_store_state of '" + ps.name + "'");
+  return step->storeWhole(ps, state, full, mine, ps.nsReplica);
 }

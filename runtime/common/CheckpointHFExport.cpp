@@ -246,9 +246,8 @@ mfsdp_status mfsdp::rt::exportHF(mfsdp_step *step, const char *dir, int32_t dtyp
       bool collectivesDone = false;
       // Agreed before the gathers: a staging buffer one rank cannot place
       // fails this tensor on every rank (none waits in its gather).
-      const mfsdp_status none = MFSDP_OK;
-      if (mfsdp_status s = step->storeWhole(ps, ps.master, whole.data(), -1,
-                                            &collectivesDone, &none)) {
+      if (mfsdp_status s = step->storeWhole(ps, ps.master, whole.data(), MFSDP_OK, -1,
+                                            &collectivesDone)) {
         if (collectivesDone) {
           // This rank's own failure (its copy to the host), after the
           // collectives: it goes on with the others' gathers and says so

@@ -666,14 +666,14 @@ struct mfsdp_step {
   /// which only the replica that steps the matrix keeps) and broadcast to
   /// the other replicas. `collectivesDone` (if given) says whether the
   /// failure, if any, came after every collective of the call: the rank
-  /// can then go on to the next call's collectives with the others. With
-  /// `mine` (this rank's status of its arguments) the ranks first agree on
-  /// it and on the staging buffer's placement, so that a failure of one
-  /// rank there fails the call on every rank instead of leaving the others
-  /// in the gather.
+  /// can then go on to the next call's collectives with the others. The
+  /// ranks first agree on `mine` (this rank's status of its arguments) and
+  /// on the staging buffer's placement, so that a failure of one rank there
+  /// fails the call on every rank instead of leaving the others in the
+  /// gather.
   mfsdp_status storeWhole(const ParamState &ps, const float *local, float *full,
-                          int32_t fromReplica = -1, bool *collectivesDone = nullptr,
-                          const mfsdp_status *mine = nullptr);
+                          mfsdp_status mine, int32_t fromReplica = -1,
+                          bool *collectivesDone = nullptr);
 
   /// Gathers a unit's parameters (for its backward: where the memory plan
   /// puts the backward gather).

@@ -12,6 +12,7 @@
 #include "dialects/plan/PlanOps.h"
 #include "dialects/sched/SchedOps.h"
 #include "mfsdp/runtime.h"
+#include "mfsdp/step/RuntimeMemory.h"
 
 #include "mlir/Support/LLVM.h"
 
@@ -23,8 +24,8 @@
 namespace mfsdp {
 
 /// mfsdp_plan and what it points into (so neither copies nor moves: the
-/// names and tables are addressed by `plan`). Only the constants the graph
-/// states are set: no buckets, program, memory plan or hash.
+/// names and tables are addressed by `plan`). buildRuntimePlan sets only
+/// the constants the graph states: no buckets, program, memory plan or hash.
 struct RuntimePlan {
   RuntimePlan() = default;
   RuntimePlan(const RuntimePlan &) = delete;
@@ -41,6 +42,10 @@ struct RuntimePlan {
   /// Parameters the outer stack keeps (#plan.external): not in the table.
   int64_t numExternal = 0;
   std::vector<std::string> externalDims;
+  /// The runtime's buckets (setLibraryBuckets) and their C view, which
+  /// plan.buckets points into.
+  std::vector<step::RuntimeBucket> buckets;
+  std::vector<mfsdp_bucket> bucketViews;
 };
 
 /// Fills `out` from `graph`. Fails, with an error on the offending op, when
@@ -59,6 +64,11 @@ mlir::LogicalResult buildRuntimePlan(plan::GraphOp graph, RuntimePlan &out);
 /// the two differ.
 mlir::FailureOr<double> libraryBucketBytes(sched::StepOp step,
                                            std::optional<double> requested);
+
+/// The step library's buckets of `s` (step::runtimeBuckets within
+/// `limitBytes`, libraryBucketBytes) into `rp`, its plan pointing at them:
+/// the program packs and unpacks the units with row-shard buckets.
+void setLibraryBuckets(RuntimePlan &rp, const step::Step &s, double limitBytes);
 
 /// The dtype the step library reduces gradients in for the module's
 /// sched.step `step` (null: none) over the parameters `descs`: the step's

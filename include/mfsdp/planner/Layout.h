@@ -205,9 +205,13 @@ std::string renderText(const Report &r);
 std::string renderJson(const Report &r);
 
 /// Helpers shared with tests: bytes of padding when a unit's row shards are
-/// laid out per parameter (torch.chunk) or flat (row-aligned, equal shards).
-double perParamPadding(const std::vector<const Param *> &params, int64_t world);
-double flatPadding(const std::vector<const Param *> &params, int64_t world);
+/// laid out per parameter (torch.chunk) or flat (row-aligned, equal shards);
+/// with `elemBytes` > 0, every element counted at that size instead of its
+/// parameter's (the same layout in a reduce dtype).
+double perParamPadding(const std::vector<const Param *> &params, int64_t world,
+                       int64_t elemBytes = 0);
+double flatPadding(const std::vector<const Param *> &params, int64_t world,
+                   int64_t elemBytes = 0);
 
 } // namespace mfsdp::planner
 

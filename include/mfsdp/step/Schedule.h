@@ -24,6 +24,10 @@ namespace mfsdp::step {
 /// Returns the number of collectives removed.
 int64_t bucketCollectives(Step &s, double limitBytes);
 
+/// A bucket limit of `bytes` as a step records it (`bucket_bytes`): whole
+/// bytes, 0 (no limit) for 0, at least 1 byte for any other.
+int64_t bucketLimitBytes(double bytes);
+
 struct OverlapOptions {
   int64_t prefetch = 1;          // gather this many groups ahead (0: none)
   double maxInflightBytes = 0;   // cap on gathered bytes alive (0: none)
