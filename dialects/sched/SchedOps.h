@@ -25,6 +25,17 @@ namespace detail {
 mlir::LogicalResult verifyCollective(mlir::Operation *op);
 } // namespace detail
 
+/// Whether `elided` names every property of OpT: its format prints them
+/// all, and its `prop-dict` (printed without building the properties'
+/// dictionary) has nothing to print.
+template <typename OpT>
+bool printsAllProperties(llvm::ArrayRef<llvm::StringRef> elided) {
+  for (llvm::StringRef name : OpT::getAttributeNames())
+    if (!llvm::is_contained(elided, name))
+      return false;
+  return true;
+}
+
 } // namespace mfsdp::sched
 
 #include "dialects/sched/SchedInterfaces.h.inc"

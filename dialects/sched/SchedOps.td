@@ -8,6 +8,23 @@ include "mlir/IR/SymbolInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/IR/BuiltinAttributes.td"
 
+
+// The ops written in the millions (allocs, collectives, compute and
+// optimizer kernels) print every inherent attribute through their format
+// and the rest through `prop-dict` (nothing, in practice) and `attr-dict`
+// (the discardable ones only), so that printing builds no attribute
+// dictionary per op (MLIR's `attr-dict` of an op with properties does).
+// `prop-dict` comes first, with an empty literal after it, so the text is
+// the same as without it.
+defvar Sched_QuietPropertiesDecl = [{
+  static void printProperties(::mlir::MLIRContext *ctx, ::mlir::OpAsmPrinter &p,
+                              const Properties &prop,
+                              ::llvm::ArrayRef<::llvm::StringRef> elided) {
+    if (!::mfsdp::sched::printsAllProperties<ConcreteOpType>(elided))
+      genericPrintProperties(p, getPropertiesAsAttr(ctx, prop), elided);
+  }
+}];
+
 def Sched_StepOp : Sched_Op<"step", [
     Symbol, IsolatedFromAbove, NoTerminator, SingleBlock, NoRegionArguments,
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
@@ -79,9 +96,10 @@ def Sched_AllocOp : Sched_Op<"alloc", [HasParent<"StepOp">]> {
                        OptionalAttr<I64Attr>:$offset);
   let results = (outs Res<Sched_BufferType, "", [MemAlloc]>:$buffer);
   let assemblyFormat = [{
-    $name `bytes` $bytes (`persistent` $persistent^)?
+    prop-dict `` $name `bytes` $bytes (`persistent` $persistent^)?
     (`only_rank` $only_rank^)? (`offset` $offset^)? attr-dict
   }];
+  let extraClassDeclaration = Sched_QuietPropertiesDecl;
   let hasVerifier = 1;
 }
 
@@ -126,12 +144,12 @@ class Sched_CollectiveOp<string mnemonic, string summaryText, string diagram,
                        UnitAttr:$async);
   let results = (outs Optional<Sched_TokenType>:$token);
   let assemblyFormat = [{
-    $name $src `->` $dst `on` $mesh_axes `ranks` $ranks `bytes` $bytes
+    prop-dict `` $name $src `->` $dst `on` $mesh_axes `ranks` $ranks `bytes` $bytes
     (`chunks` $chunks^)? `comm` $comm `phase` $phase
     (`inter_node` $inter_node^)? (`group` $group^)? (`params` $params^)?
     (`async` $async^)? attr-dict (`:` type($token)^)?
   }];
-  let extraClassDeclaration = [{
+  let extraClassDeclaration = Sched_QuietPropertiesDecl # [{
     bool isVariable() { return }] # !if(variable, "true", "false") # [{; }
     bool fullDestination() { return }] # !if(fullDst, "true", "false") # [{; }
     bool fullSource() { return }] # !if(fullSrc, "true", "false") # [{; }
@@ -229,9 +247,10 @@ def Sched_ComputeOp : Sched_Op<"compute", [HasParent<"StepOp">,
                        F64Attr:$flops, I64Attr:$bytes, Sched_Phase:$phase,
                        OptionalAttr<I64Attr>:$group);
   let assemblyFormat = [{
-    $kind $name (`unit` $unit^)? `reads` `(` $reads `)` `writes` `(` $writes `)`
+    prop-dict `` $kind $name (`unit` $unit^)? `reads` `(` $reads `)` `writes` `(` $writes `)`
     `flops` $flops `bytes` $bytes `phase` $phase (`group` $group^)? attr-dict
   }];
+  let extraClassDeclaration = Sched_QuietPropertiesDecl;
   let hasVerifier = 1;
 }
 
@@ -258,10 +277,11 @@ def Sched_OptimizerOp : Sched_Op<"optimizer", [HasParent<"StepOp">,
                        Sched_Phase:$phase, OptionalAttr<I64Attr>:$group,
                        OptionalAttr<FlatSymbolRefArrayAttr>:$params);
   let assemblyFormat = [{
-    $kind $name `reads` `(` $reads `)` `writes` `(` $writes `)`
+    prop-dict `` $kind $name `reads` `(` $reads `)` `writes` `(` $writes `)`
     `flops` $flops `bytes` $bytes (`only_rank` $only_rank^)? `phase` $phase
     (`group` $group^)? (`params` $params^)? attr-dict
   }];
+  let extraClassDeclaration = Sched_QuietPropertiesDecl;
   let hasVerifier = 1;
 }
 
