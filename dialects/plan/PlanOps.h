@@ -2,6 +2,7 @@
 #ifndef MFSDP_DIALECTS_PLAN_PLANOPS_H
 #define MFSDP_DIALECTS_PLAN_PLANOPS_H
 
+#include "dialects/QuietProperties.h"
 #include "dialects/plan/PlanDialect.h"
 
 #include "mlir/Bytecode/BytecodeOpInterface.h"

@@ -7,6 +7,7 @@ include "dialects/plan/PlanAttrs.td"
 include "mlir/IR/SymbolInterfaces.td"
 include "mlir/IR/RegionKindInterface.td"
 include "mlir/IR/BuiltinAttributes.td"
+include "dialects/QuietProperties.td"
 
 def Plan_GraphOp : Plan_Op<"graph", [
     Symbol, SymbolTable, IsolatedFromAbove, NoTerminator, SingleBlock,
@@ -141,12 +142,12 @@ def Plan_ParamOp : Plan_Op<"param", [Symbol, HasParent<"GraphOp">]> {
                        OptionalAttr<Plan_PlacementAttr>:$placement,
                        OptionalAttr<Plan_OptimizerAttr>:$optimizer);
   let assemblyFormat = [{
-    $sym_name `:` $type $kind `module` $module (`frozen` $frozen^)?
+    prop-dict `` $sym_name `:` $type $kind `module` $module (`frozen` $frozen^)?
     (`tied_to` $tied_to^)? (`placement` $placement^)?
     (`optimizer` $optimizer^)? attr-dict
   }];
   let hasVerifier = 1;
-  let extraClassDeclaration = [{
+  let extraClassDeclaration = QuietPropertiesDecl # [{
     ::mlir::RankedTensorType getTensorType() {
       return ::llvm::dyn_cast<::mlir::RankedTensorType>(getType());
     }
@@ -187,9 +188,10 @@ def Plan_UnitOp : Plan_Op<"unit", [Symbol, HasParent<"GraphOp">]> {
                        OptionalAttr<Plan_RowLayout>:$row_layout,
                        OptionalAttr<I64Attr>:$group);
   let assemblyFormat = [{
-    $sym_name `index` $index `params` $params `cost` $cost
+    prop-dict `` $sym_name `index` $index `params` $params `cost` $cost
     (`row_layout` $row_layout^)? (`group` $group^)? attr-dict
   }];
+  let extraClassDeclaration = QuietPropertiesDecl;
   let hasVerifier = 1;
 }
 

@@ -2,6 +2,7 @@
 #ifndef MFSDP_DIALECTS_SCHED_SCHEDOPS_H
 #define MFSDP_DIALECTS_SCHED_SCHEDOPS_H
 
+#include "dialects/QuietProperties.h"
 #include "dialects/sched/SchedDialect.h"
 
 #include "mlir/Bytecode/BytecodeOpInterface.h"
@@ -24,17 +25,6 @@ namespace detail {
 /// The verifier of CollectiveOpInterface.
 mlir::LogicalResult verifyCollective(mlir::Operation *op);
 } // namespace detail
-
-/// Whether `elided` names every property of OpT: its format prints them
-/// all, and its `prop-dict` (printed without building the properties'
-/// dictionary) has nothing to print.
-template <typename OpT>
-bool printsAllProperties(llvm::ArrayRef<llvm::StringRef> elided) {
-  for (llvm::StringRef name : OpT::getAttributeNames())
-    if (!llvm::is_contained(elided, name))
-      return false;
-  return true;
-}
 
 } // namespace mfsdp::sched
 

@@ -7,23 +7,8 @@ include "dialects/sched/SchedInterfaces.td"
 include "mlir/IR/SymbolInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/IR/BuiltinAttributes.td"
+include "dialects/QuietProperties.td"
 
-
-// The ops written in the millions (allocs, collectives, compute and
-// optimizer kernels) print every inherent attribute through their format
-// and the rest through `prop-dict` (nothing, in practice) and `attr-dict`
-// (the discardable ones only), so that printing builds no attribute
-// dictionary per op (MLIR's `attr-dict` of an op with properties does).
-// `prop-dict` comes first, with an empty literal after it, so the text is
-// the same as without it.
-defvar Sched_QuietPropertiesDecl = [{
-  static void printProperties(::mlir::MLIRContext *ctx, ::mlir::OpAsmPrinter &p,
-                              const Properties &prop,
-                              ::llvm::ArrayRef<::llvm::StringRef> elided) {
-    if (!::mfsdp::sched::printsAllProperties<ConcreteOpType>(elided))
-      genericPrintProperties(p, getPropertiesAsAttr(ctx, prop), elided);
-  }
-}];
 
 def Sched_StepOp : Sched_Op<"step", [
     Symbol, IsolatedFromAbove, NoTerminator, SingleBlock, NoRegionArguments,
@@ -99,7 +84,7 @@ def Sched_AllocOp : Sched_Op<"alloc", [HasParent<"StepOp">]> {
     prop-dict `` $name `bytes` $bytes (`persistent` $persistent^)?
     (`only_rank` $only_rank^)? (`offset` $offset^)? attr-dict
   }];
-  let extraClassDeclaration = Sched_QuietPropertiesDecl;
+  let extraClassDeclaration = QuietPropertiesDecl;
   let hasVerifier = 1;
 }
 
@@ -149,7 +134,7 @@ class Sched_CollectiveOp<string mnemonic, string summaryText, string diagram,
     (`inter_node` $inter_node^)? (`group` $group^)? (`params` $params^)?
     (`async` $async^)? attr-dict (`:` type($token)^)?
   }];
-  let extraClassDeclaration = Sched_QuietPropertiesDecl # [{
+  let extraClassDeclaration = QuietPropertiesDecl # [{
     bool isVariable() { return }] # !if(variable, "true", "false") # [{; }
     bool fullDestination() { return }] # !if(fullDst, "true", "false") # [{; }
     bool fullSource() { return }] # !if(fullSrc, "true", "false") # [{; }
@@ -250,7 +235,7 @@ def Sched_ComputeOp : Sched_Op<"compute", [HasParent<"StepOp">,
     prop-dict `` $kind $name (`unit` $unit^)? `reads` `(` $reads `)` `writes` `(` $writes `)`
     `flops` $flops `bytes` $bytes `phase` $phase (`group` $group^)? attr-dict
   }];
-  let extraClassDeclaration = Sched_QuietPropertiesDecl;
+  let extraClassDeclaration = QuietPropertiesDecl;
   let hasVerifier = 1;
 }
 
@@ -281,7 +266,7 @@ def Sched_OptimizerOp : Sched_Op<"optimizer", [HasParent<"StepOp">,
     `flops` $flops `bytes` $bytes (`only_rank` $only_rank^)? `phase` $phase
     (`group` $group^)? (`params` $params^)? attr-dict
   }];
-  let extraClassDeclaration = Sched_QuietPropertiesDecl;
+  let extraClassDeclaration = QuietPropertiesDecl;
   let hasVerifier = 1;
 }
 
