@@ -36,17 +36,56 @@ bool overReplicas(const Op &op) {
          op.meshAxes.end();
 }
 
+/// A range of parameter indices.
+struct Span {
+  const int32_t *b, *e;
+  const int32_t *begin() const { return b; }
+  const int32_t *end() const { return e; }
+  size_t size() const { return static_cast<size_t>(e - b); }
+  int32_t operator[](size_t k) const { return b[k]; }
+};
+
+/// The plan's index of every parameter each op of a step names (-1: not
+/// in the plan), resolved once for both lowerings.
+class ParamRefs {
+public:
+  ParamRefs(const Step &s, const mfsdp_plan &p) {
+    std::unordered_map<std::string_view, int32_t> index;
+    index.reserve(static_cast<size_t>(std::max(p.num_params, 0)));
+    for (int32_t i = 0; i < p.num_params; ++i)
+      if (p.params[i].name)
+        index.emplace(p.params[i].name, i);
+    first.reserve(s.ops.size() + 1);
+    for (const Op &op : s.ops) {
+      first.push_back(ids.size());
+      for (const std::string &n : op.params) {
+        auto it = index.find(n);
+        ids.push_back(it == index.end() ? -1 : it->second);
+      }
+    }
+    first.push_back(ids.size());
+  }
+
+  /// The parameters `op` (an op of the step) names, in its order.
+  Span of(const Step &s, const Op &op) const {
+    const size_t i = static_cast<size_t>(&op - s.ops.data());
+    return {ids.data() + first[i], ids.data() + first[i + 1]};
+  }
+
+private:
+  std::vector<int32_t> ids;
+  std::vector<size_t> first; // per op, its first entry in ids; then the end
+};
+
 class Lowering {
 public:
   /// `waitedInHooks`: units whose reduction the forward and backward hooks
   /// already wait for (their waits here would find nothing in flight).
-  Lowering(const Step &s, const mfsdp_plan &p, std::set<int32_t> waitedInHooks = {})
-      : s(s), p(p), waited(std::move(waitedInHooks)) {}
+  Lowering(const Step &s, const mfsdp_plan &p, const ParamRefs &refs,
+           std::set<int32_t> waitedInHooks = {})
+      : s(s), p(p), refs(refs), waited(std::move(waitedInHooks)) {}
 
   RuntimeProgram run() {
-    for (int32_t i = 0; i < p.num_params; ++i)
-      if (p.params[i].name)
-        index[p.params[i].name] = i;
     // Each unit's group, from the ops that name both (or a parameter).
     unitGroup.assign(static_cast<size_t>(std::max(p.num_units, 0)), -1);
     for (const Op &op : s.ops) {
@@ -54,11 +93,9 @@ public:
         continue;
       if (op.unit >= 0 && op.unit < p.num_units && unitGroup[op.unit] < 0)
         unitGroup[op.unit] = static_cast<int32_t>(op.group);
-      for (const std::string &n : op.params) {
-        auto it = index.find(n);
-        if (it != index.end() && unitGroup[p.params[it->second].unit] < 0)
-          unitGroup[p.params[it->second].unit] = static_cast<int32_t>(op.group);
-      }
+      for (int32_t param : refs.of(s, op))
+        if (param >= 0 && unitGroup[p.params[param].unit] < 0)
+          unitGroup[p.params[param].unit] = static_cast<int32_t>(op.group);
     }
     for (size_t u = 0; u < unitGroup.size(); ++u)
       if (unitGroup[u] >= 0)
@@ -115,14 +152,18 @@ private:
     return it == groupUnits.end() ? none : it->second;
   }
 
-  bool find(const std::string &name, const Op &op, int32_t &param) {
-    auto it = index.find(name);
-    if (it == index.end()) {
-      out.error = "'" + op.name + "' names parameter '" + name +
-                  "', which is not in the plan";
-      return false;
+  /// The parameters `op` names, or false (the error said) if one is not
+  /// in the plan.
+  bool find(const Op &op, std::vector<int32_t> &params) {
+    const Span ids = refs.of(s, op);
+    for (size_t k = 0; k < ids.size(); ++k) {
+      if (ids[k] < 0) {
+        out.error = "'" + op.name + "' names parameter '" + op.params[k] +
+                    "', which is not in the plan";
+        return false;
+      }
+      params.push_back(ids[k]);
     }
-    param = it->second;
     return true;
   }
 
@@ -139,13 +180,12 @@ private:
     // over dp_shard (as in the hooks), which the schedule waits for too.
     if (target.phase == Phase::Optimizer || !isReduction(target) || overReplicas(target))
       return;
+    std::vector<int32_t> params;
+    if (!find(target, params))
+      return;
     std::set<int32_t> units;
-    for (const std::string &n : target.params) {
-      int32_t param = -1;
-      if (!find(n, target, param))
-        return;
+    for (int32_t param : params)
       units.insert(p.params[param].unit);
-    }
     if (units.empty() && target.unit >= 0 && target.unit < p.num_units)
       units.insert(static_cast<int32_t>(target.unit));
     if (units.empty())
@@ -164,12 +204,8 @@ private:
       return;
     }
     std::vector<int32_t> params;
-    for (const std::string &n : op.params) {
-      int32_t param = -1;
-      if (!find(n, op, param))
-        return;
-      params.push_back(param);
-    }
+    if (!find(op, params))
+      return;
     // A group's replicated tensors are stepped by an op that names none.
     if (op.params.empty()) {
       for (int32_t u : unitsOf(op.group))
@@ -258,8 +294,8 @@ private:
 
   const Step &s;
   const mfsdp_plan &p;
+  const ParamRefs &refs;
   RuntimeProgram out;
-  std::unordered_map<std::string, int32_t> index;
   std::vector<int32_t> unitGroup;
   std::unordered_map<int64_t, std::vector<int32_t>> groupUnits;
   std::vector<std::vector<int32_t>> unitParams; // per unit, in index order
@@ -270,13 +306,11 @@ private:
 /// The forward and backward hooks of one step (lowerStepProgram).
 class HookLowering {
 public:
-  HookLowering(const Step &s, const mfsdp_plan &p, const std::vector<std::string> &names)
-      : s(s), p(p) {
+  HookLowering(const Step &s, const mfsdp_plan &p, const ParamRefs &refs,
+               const std::vector<std::string> &names)
+      : s(s), p(p), refs(refs) {
     for (size_t u = 0; u < names.size(); ++u)
       unitIndex.emplace(names[u], static_cast<int32_t>(u));
-    for (int32_t i = 0; i < p.num_params; ++i)
-      if (p.params[i].name)
-        paramIndex.emplace(p.params[i].name, i);
   }
 
   /// Each hook's ops, indexed by runtime::hookSlot(unit, hook); "" or what
@@ -553,11 +587,9 @@ private:
       if (u >= 0 && u < p.num_units && std::find(out.begin(), out.end(), u) == out.end())
         out.push_back(u);
     };
-    for (const std::string &n : op.params) {
-      auto it = paramIndex.find(n);
-      if (it != paramIndex.end())
-        note(p.params[it->second].unit);
-    }
+    for (int32_t param : refs.of(s, op))
+      if (param >= 0)
+        note(p.params[param].unit);
     if (out.empty() && op.unit >= 0)
       note(static_cast<int32_t>(op.unit));
     if (out.empty()) {
@@ -669,10 +701,11 @@ private:
 
   const Step &s;
   const mfsdp_plan &p;
+  const ParamRefs &refs;
   std::map<int64_t, std::vector<int32_t>> groupUnits;
   std::vector<int64_t> groupOf; // per unit, its gather group (-1: none)
   std::unordered_map<int64_t, int64_t> gatheredBy; // buffer -> group
-  std::unordered_map<std::string, int32_t> unitIndex, paramIndex;
+  std::unordered_map<std::string, int32_t> unitIndex;
 };
 
 } // namespace
@@ -684,10 +717,11 @@ RuntimeProgram lowerStepProgram(const Step &step, const mfsdp_plan &plan,
     out.error = "the plan has no parameter table";
     return out;
   }
-  HookLowering hooks(step, plan, unitNames);
+  const ParamRefs refs(step, plan);
+  HookLowering hooks(step, plan, refs, unitNames);
   hooks.run();
   // The optimizer step waits for the reductions the hooks do not.
-  out = Lowering(step, plan, hooks.reductionWaited).run();
+  out = Lowering(step, plan, refs, hooks.reductionWaited).run();
   if (!out.error.empty())
     return out;
   if (!hooks.error.empty()) {
@@ -713,7 +747,8 @@ RuntimeProgram lowerOptimizerProgram(const Step &step, const mfsdp_plan &plan) {
     out.error = "the plan has no parameter table";
     return out;
   }
-  return Lowering(step, plan).run();
+  const ParamRefs refs(step, plan);
+  return Lowering(step, plan, refs).run();
 }
 
 } // namespace mfsdp::step
