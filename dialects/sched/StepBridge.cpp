@@ -309,6 +309,15 @@ static int64_t trafficBytes(double bytes) {
 /// Appends the ops of `s` to `body` (checked by checkWritable). With
 /// `consumed` (`s` itself), each op is released once written but for what
 /// a later op's location needs (kind, wait, origin).
+/// DenseMapInfo<int64_t>'s hash (the value times 37) keeps the low bits of
+/// the value: byte counts and offsets, multiples of 256, and doubles' bits
+/// would share buckets. This one mixes them.
+struct MixedKeyInfo : llvm::DenseMapInfo<uint64_t> {
+  static unsigned getHashValue(uint64_t v) {
+    return static_cast<unsigned>(llvm::hash_value(v));
+  }
+};
+
 static void fillBody(Block *body, const step::Step &s,
                      ArrayRef<Location> locations, Location fallback,
                      step::Step *consumed = nullptr) {
@@ -342,7 +351,36 @@ static void fillBody(Block *body, const step::Step &s,
       refs.push_back(symbol(n));
     return b.getArrayAttr(refs);
   };
-  auto optI64 = [&](int64_t v) { return v >= 0 ? b.getI64IntegerAttr(v) : IntegerAttr(); };
+  // Byte counts, groups and offsets repeat across ops, as do FLOP counts,
+  // phases and mesh axes: each attribute is made once here too.
+  llvm::DenseMap<uint64_t, IntegerAttr, MixedKeyInfo> ints;
+  auto i64 = [&](int64_t v) {
+    if (v < 0) // (-1 and -2 are the map's empty and tombstone keys)
+      return b.getI64IntegerAttr(v);
+    IntegerAttr &attr = ints[static_cast<uint64_t>(v)];
+    if (!attr)
+      attr = b.getI64IntegerAttr(v);
+    return attr;
+  };
+  auto optI64 = [&](int64_t v) { return v >= 0 ? i64(v) : IntegerAttr(); };
+  llvm::DenseMap<uint64_t, FloatAttr, MixedKeyInfo> floats;
+  auto f64 = [&](double v) {
+    if (std::isnan(v))
+      return b.getF64FloatAttr(v);
+    FloatAttr &attr = floats[llvm::bit_cast<uint64_t>(v)];
+    if (!attr)
+      attr = b.getF64FloatAttr(v);
+    return attr;
+  };
+  llvm::DenseMap<int, PhaseAttr> phases;
+  auto phaseAttr = [&](step::Phase ph) {
+    PhaseAttr &attr = phases[static_cast<int>(ph)];
+    if (!attr)
+      attr = PhaseAttr::get(ctx, toIR(ph));
+    return attr;
+  };
+  std::vector<std::string> lastAxes; // (a copy: ops are released as written)
+  ArrayAttr axesAttr;
   Type bufferType = BufferType::get(ctx);
   Type tokenType = TokenType::get(ctx);
   for (size_t i = 0; i < s.ops.size(); ++i) {
@@ -353,7 +391,7 @@ static void fillBody(Block *body, const step::Step &s,
       int64_t id = o.writes.front();
       const step::Buffer &buf = s.buffers[id];
       buffers[id] = AllocOp::create(b, loc, bufferType, b.getStringAttr(buf.name),
-                                    b.getI64IntegerAttr(static_cast<int64_t>(buf.bytes)),
+                                    i64(static_cast<int64_t>(buf.bytes)),
                                     buf.persistent ? b.getUnitAttr() : UnitAttr(),
                                     optI64(buf.onlyRank), optI64(buf.offset));
       break;
@@ -366,8 +404,11 @@ static void fillBody(Block *body, const step::Step &s,
       break;
     case step::OpKind::Collective: {
       Value src = buffers[o.reads.front()], dst = buffers[o.writes.front()];
-      SmallVector<StringRef> axes(o.meshAxes.begin(), o.meshAxes.end());
-      auto axesAttr = b.getStrArrayAttr(axes);
+      if (!axesAttr || lastAxes != o.meshAxes) {
+        SmallVector<StringRef> axes(o.meshAxes.begin(), o.meshAxes.end());
+        axesAttr = b.getStrArrayAttr(axes);
+        lastAxes = o.meshAxes;
+      }
       DenseI64ArrayAttr chunks;
       if (!o.chunks.empty()) {
         SmallVector<int64_t> whole;
@@ -376,17 +417,16 @@ static void fillBody(Block *body, const step::Step &s,
         chunks = b.getDenseI64ArrayAttr(whole);
       }
       Type tok = o.async ? tokenType : Type();
-      auto phase = PhaseAttr::get(ctx, toIR(o.phase));
+      PhaseAttr phase = phaseAttr(o.phase);
       UnitAttr inter = o.interNode ? b.getUnitAttr() : UnitAttr();
       UnitAttr async = o.async ? b.getUnitAttr() : UnitAttr();
       Operation *created = nullptr;
       auto make = [&](auto tag) {
         using T = decltype(tag);
         created = T::create(b, loc, tok, b.getStringAttr(o.name), src, dst,
-                            axesAttr, b.getI64IntegerAttr(o.ranks),
-                            b.getI64IntegerAttr(static_cast<int64_t>(o.collBytes)),
-                            chunks,
-                            b.getI64IntegerAttr(o.comm), phase, inter,
+                            axesAttr, i64(o.ranks),
+                            i64(static_cast<int64_t>(o.collBytes)), chunks,
+                            i64(o.comm), phase, inter,
                             symbolArray(o.params), optI64(o.group), async);
       };
       switch (o.coll) {
@@ -406,19 +446,16 @@ static void fillBody(Block *body, const step::Step &s,
         unit = symbol(o.unitName);
       ComputeOp::create(b, loc, ComputeKindAttr::get(ctx, *symbolizeComputeKind(o.compute)),
                         b.getStringAttr(o.name), unit, values(o.reads),
-                        values(o.writes), b.getF64FloatAttr(o.flops),
-                        b.getI64IntegerAttr(trafficBytes(o.bytes)),
-                        PhaseAttr::get(ctx, toIR(o.phase)), optI64(o.group));
+                        values(o.writes), f64(o.flops), i64(trafficBytes(o.bytes)),
+                        phaseAttr(o.phase), optI64(o.group));
       break;
     }
     case step::OpKind::Optimizer: {
       OptimizerOp::create(b, loc,
                           OptimizerKindAttr::get(ctx, *symbolizeOptimizerKind(o.optimizer)),
                           b.getStringAttr(o.name), values(o.reads),
-                          values(o.writes), b.getF64FloatAttr(o.flops),
-                          b.getI64IntegerAttr(trafficBytes(o.bytes)),
-                          optI64(o.onlyRank),
-                          PhaseAttr::get(ctx, toIR(o.phase)), optI64(o.group),
+                          values(o.writes), f64(o.flops), i64(trafficBytes(o.bytes)),
+                          optI64(o.onlyRank), phaseAttr(o.phase), optI64(o.group),
                           symbolArray(o.params));
       break;
     }
