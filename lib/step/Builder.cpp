@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -389,10 +390,41 @@ public:
       backward(m, m + 1 == st.microbatches);
     }
     optimizer();
+    takeOps();
     return std::move(st);
   }
 
 private:
+  /// The ops are built in chunks and moved into the step's array once,
+  /// sized for the waits mfsdp-schedule-overlap adds (one per collective)
+  /// and its optimizer tail's rebuilding: growing the array as ops come
+  /// would hold two copies of it at each doubling, and the overlap stage
+  /// would grow it once more; each chunk is freed as it is moved.
+  static constexpr size_t kChunkOps = 4096;
+  std::vector<std::vector<Op>> chunks;
+  void add(Op &&op) {
+    if (chunks.empty() || chunks.back().size() == kChunkOps) {
+      chunks.emplace_back();
+      chunks.back().reserve(kChunkOps);
+    }
+    chunks.back().push_back(std::move(op));
+  }
+  void takeOps() {
+    size_t ops = 0, collectives = 0, optimizerPhase = 0;
+    for (const std::vector<Op> &chunk : chunks)
+      for (const Op &op : chunk) {
+        ++ops;
+        collectives += op.kind == OpKind::Collective;
+        optimizerPhase += op.phase == Phase::Optimizer;
+      }
+    st.ops.reserve(ops + collectives + 2 * optimizerPhase);
+    for (std::vector<Op> &chunk : chunks) {
+      std::move(chunk.begin(), chunk.end(), std::back_inserter(st.ops));
+      std::vector<Op>().swap(chunk);
+    }
+    chunks.clear();
+  }
+
   int64_t alloc(std::string name, double bytes, bool persistent,
                 int64_t onlyRank = -1) {
     Buffer buf;
@@ -408,7 +440,7 @@ private:
     op.name = "alloc " + st.buffers.back().name;
     op.onlyRank = onlyRank;
     op.writes = {id};
-    st.ops.push_back(op);
+    add(std::move(op));
     return id;
   }
   void free(int64_t id) {
@@ -417,7 +449,7 @@ private:
     op.phase = phase;
     op.name = "free " + st.buffers[id].name;
     op.writes = {id};
-    st.ops.push_back(op);
+    add(std::move(op));
   }
   Op collective(CollKind kind, std::string name, int64_t src, int64_t dst,
                 double bytes, bool overReplicas = false) {
@@ -647,7 +679,7 @@ private:
         op.params = piece.rowNames;
         op.group = static_cast<int64_t>(gi);
         op.unit = piece.unit;
-        st.ops.push_back(op);
+        add(std::move(op));
       }
       if (piece.ownedBytes > 0) {
         Op op = collective(CollKind::AllGatherV,
@@ -657,7 +689,7 @@ private:
         op.params = piece.ownedNames;
         op.group = static_cast<int64_t>(gi);
         op.unit = piece.unit;
-        st.ops.push_back(op);
+        add(std::move(op));
       }
     }
     if (!g.rows.empty())
@@ -684,7 +716,7 @@ private:
     op.group = static_cast<int64_t>(gi);
     // Read and write the unit once, and its shard once.
     op.bytes = 2 * (bytes + bytes / S);
-    st.ops.push_back(op);
+    add(std::move(op));
   }
 
   void compute(int64_t unit, Phase ph, const char *what, double flopsPerToken,
@@ -704,7 +736,7 @@ private:
       op.reads = {reads};
     if (writes >= 0)
       op.writes = {writes};
-    st.ops.push_back(op);
+    add(std::move(op));
   }
 
   void forward(int64_t m) {
@@ -761,7 +793,7 @@ private:
         acc.bytes = 3 * unreducedBytes(g);
         acc.reads = {grads};
         acc.writes = {g.accum};
-        st.ops.push_back(acc);
+        add(std::move(acc));
       }
       if (last)
         reduce(gi, st.microbatches > 1 ? g.accum : grads);
@@ -803,7 +835,7 @@ private:
         op.params = piece.rowNames;
         op.group = static_cast<int64_t>(gi);
         op.unit = piece.unit;
-        st.ops.push_back(op);
+        add(std::move(op));
       }
       if (piece.ownedBytes > 0) {
         Op op = collective(CollKind::ReduceScatterV,
@@ -813,7 +845,7 @@ private:
         op.params = piece.ownedNames;
         op.group = static_cast<int64_t>(gi);
         op.unit = piece.unit;
-        st.ops.push_back(op);
+        add(std::move(op));
       }
       if (o.replicate > 1 && (piece.rowBytes > 0 || piece.ownedBytes > 0)) {
         // What this rank keeps: its row shard and the largest owner chunk.
@@ -831,7 +863,7 @@ private:
         hsdp.params = piece.rowNames;
         hsdp.params.insert(hsdp.params.end(), piece.ownedNames.begin(),
                            piece.ownedNames.end());
-        st.ops.push_back(hsdp);
+        add(std::move(hsdp));
       }
     }
     if (!g.replicated.empty()) {
@@ -840,7 +872,7 @@ private:
                          g.replicatedBuf, g.replicatedBuf,
                          reducedBytes(g.replicated));
       op.group = static_cast<int64_t>(gi);
-      st.ops.push_back(op);
+      add(std::move(op));
     }
   }
 
@@ -861,7 +893,7 @@ private:
     op.bytes = bytes;
     op.onlyRank = onlyRank;
     op.params = std::move(params);
-    st.ops.push_back(op);
+    add(std::move(op));
   }
 
   /// torch.optim.Muon on one matrix's DTensor row shards: the momentum
@@ -898,7 +930,7 @@ private:
       k.params = {p.name};
       k.reads = std::move(reads);
       k.writes = std::move(writes);
-      st.ops.push_back(k);
+      add(std::move(k));
     };
     // X: the momentum-updated gradient in bf16, Shard(0) like the gradient.
     int64_t x = alloc(fmt::format("dtensor X {}", p.name), ns.front().outBytes,
@@ -935,7 +967,7 @@ private:
                           source(r.operand), t, r.collBytes);
         c.params = {p.name};
         c.group = static_cast<int64_t>(gi);
-        st.ops.push_back(c);
+        add(std::move(c));
         tmps.push_back(t);
       }
       // An operand is read directly where some use of it is not
@@ -1069,7 +1101,7 @@ private:
                            g.rowGrad, full, bytes);
         op.params = {p->name};
         op.group = static_cast<int64_t>(gi);
-        st.ops.push_back(op);
+        add(std::move(op));
         Param whole = *p;
         whole.optim = Optim::Muon;
         optimizerOp("muon", fmt::format("muon (gathered) {}", p->name), gi,
@@ -1107,7 +1139,7 @@ private:
                              fmt::format("all_gather updates g{} over replicas", gi),
                              g.ownedLocal, g.ownedLocal, largest, true);
           op.group = static_cast<int64_t>(gi);
-          st.ops.push_back(op);
+          add(std::move(op));
         }
       }
       if (!g.replicated.empty()) {
@@ -1126,7 +1158,7 @@ private:
                              g.rowShard, g.rowShard, g.rowBytes + g.rowPad);
           op.params = g.rowNames;
           op.group = static_cast<int64_t>(gi);
-          st.ops.push_back(op);
+          add(std::move(op));
         }
         if (!g.owned.empty()) {
           Op op = collective(CollKind::AllGatherV,
@@ -1135,7 +1167,7 @@ private:
           op.chunks = g.chunks;
           op.params = g.ownedNames;
           op.group = static_cast<int64_t>(gi);
-          st.ops.push_back(op);
+          add(std::move(op));
         }
       }
     }
