@@ -1,12 +1,14 @@
 /*===- MimallocOptions.c - mimalloc's options for the compiler's tools ----===*
  *
- * Linked into each tool that links mimalloc (mfsdp_link_mimalloc). Memory a
- * tool frees goes back to the system at once rather than after mimalloc's
- * delay: the pipeline frees large arrays (the step's ops as they are
- * written, a graph's planning problem) just before it allocates as much
- * again, and with the delay both count in the peak. On the 100,000-unit
+ * Linked into each tool that links mimalloc (mfsdp_link_mimalloc). Pages a
+ * tool frees are decommitted at once rather than after mimalloc's delay
+ * (25 ms in 2.0; the purge delay of 2.1 and later): the pipeline frees
+ * large arrays (the step's ops as they are written, a graph's planning
+ * problem) just before it allocates as much again, and with the delay both
+ * count in the peak. On the 100,000-unit
  * graph this lowers the peak by about 0.5 GiB at the same time
- * (docs/benchmarks.md, "Eighth round").
+ * (docs/benchmarks.md, "Eighth round"). It overrides the MIMALLOC_*
+ * environment setting of the same option.
  *
  *===----------------------------------------------------------------------===*/
 #include <mimalloc.h>

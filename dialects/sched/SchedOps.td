@@ -9,7 +9,6 @@ include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/IR/BuiltinAttributes.td"
 include "dialects/QuietProperties.td"
 
-
 def Sched_StepOp : Sched_Op<"step", [
     Symbol, IsolatedFromAbove, NoTerminator, SingleBlock, NoRegionArguments,
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {

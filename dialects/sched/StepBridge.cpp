@@ -9,6 +9,7 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <array>
 #include <cmath>
 
 using namespace mlir;
@@ -309,15 +310,6 @@ static int64_t trafficBytes(double bytes) {
 /// Appends the ops of `s` to `body` (checked by checkWritable). With
 /// `consumed` (`s` itself), each op is released once written but for what
 /// a later op's location needs (kind, wait, origin).
-/// DenseMapInfo<int64_t>'s hash (the value times 37) keeps the low bits of
-/// the value: byte counts and offsets, multiples of 256, and doubles' bits
-/// would share buckets. This one mixes them.
-struct MixedKeyInfo : llvm::DenseMapInfo<uint64_t> {
-  static unsigned getHashValue(uint64_t v) {
-    return static_cast<unsigned>(llvm::hash_value(v));
-  }
-};
-
 static void fillBody(Block *body, const step::Step &s,
                      ArrayRef<Location> locations, Location fallback,
                      step::Step *consumed = nullptr) {
@@ -352,8 +344,11 @@ static void fillBody(Block *body, const step::Step &s,
     return b.getArrayAttr(refs);
   };
   // Byte counts, groups and offsets repeat across ops, as do FLOP counts,
-  // phases and mesh axes: each attribute is made once here too.
-  llvm::DenseMap<uint64_t, IntegerAttr, MixedKeyInfo> ints;
+  // phases and mesh axes: each attribute is made once here too. (The maps
+  // key unsigned integers, whose DenseMapInfo mixes the bits: the signed
+  // one multiplies by 37 and keeps the low bits, and byte counts and
+  // offsets are multiples of 256.)
+  llvm::DenseMap<uint64_t, IntegerAttr> ints;
   auto i64 = [&](int64_t v) {
     if (v < 0) // (-1 and -2 are the map's empty and tombstone keys)
       return b.getI64IntegerAttr(v);
@@ -363,7 +358,7 @@ static void fillBody(Block *body, const step::Step &s,
     return attr;
   };
   auto optI64 = [&](int64_t v) { return v >= 0 ? i64(v) : IntegerAttr(); };
-  llvm::DenseMap<uint64_t, FloatAttr, MixedKeyInfo> floats;
+  llvm::DenseMap<uint64_t, FloatAttr> floats;
   auto f64 = [&](double v) {
     if (std::isnan(v))
       return b.getF64FloatAttr(v);
@@ -372,9 +367,9 @@ static void fillBody(Block *body, const step::Step &s,
       attr = b.getF64FloatAttr(v);
     return attr;
   };
-  llvm::DenseMap<int, PhaseAttr> phases;
+  std::array<PhaseAttr, 4> phases{};
   auto phaseAttr = [&](step::Phase ph) {
-    PhaseAttr &attr = phases[static_cast<int>(ph)];
+    PhaseAttr &attr = phases.at(static_cast<size_t>(ph));
     if (!attr)
       attr = PhaseAttr::get(ctx, toIR(ph));
     return attr;

@@ -4,8 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <iterator>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <optional>
@@ -401,28 +401,27 @@ private:
   /// would hold two copies of it at each doubling, and the overlap stage
   /// would grow it once more; each chunk is freed as it is moved.
   static constexpr size_t kChunkOps = 4096;
-  std::vector<std::vector<Op>> chunks;
+  std::vector<std::vector<Op>> opChunks;
   void add(Op &&op) {
-    if (chunks.empty() || chunks.back().size() == kChunkOps) {
-      chunks.emplace_back();
-      chunks.back().reserve(kChunkOps);
+    if (opChunks.empty() || opChunks.back().size() == kChunkOps) {
+      opChunks.emplace_back();
+      opChunks.back().reserve(kChunkOps);
     }
-    chunks.back().push_back(std::move(op));
+    opChunks.back().push_back(std::move(op));
   }
   void takeOps() {
     size_t ops = 0, collectives = 0, optimizerPhase = 0;
-    for (const std::vector<Op> &chunk : chunks)
+    for (const std::vector<Op> &chunk : opChunks)
       for (const Op &op : chunk) {
         ++ops;
         collectives += op.kind == OpKind::Collective;
         optimizerPhase += op.phase == Phase::Optimizer;
       }
     st.ops.reserve(ops + collectives + 2 * optimizerPhase);
-    for (std::vector<Op> &chunk : chunks) {
+    for (std::vector<Op> &chunk : opChunks) {
       std::move(chunk.begin(), chunk.end(), std::back_inserter(st.ops));
       std::vector<Op>().swap(chunk);
     }
-    chunks.clear();
   }
 
   int64_t alloc(std::string name, double bytes, bool persistent,

@@ -4,6 +4,7 @@
 #include "mfsdp/runtime/ProgramHooks.h"
 
 #include <algorithm>
+#include <cassert>
 #include <map>
 #include <set>
 #include <string_view>
@@ -49,7 +50,7 @@ struct Span {
 /// in the plan), resolved once for both lowerings.
 class ParamRefs {
 public:
-  ParamRefs(const Step &s, const mfsdp_plan &p) {
+  ParamRefs(const Step &s, const mfsdp_plan &p) : ops(s.ops.data()), count(s.ops.size()) {
     std::unordered_map<std::string_view, int32_t> index;
     index.reserve(static_cast<size_t>(std::max(p.num_params, 0)));
     for (int32_t i = 0; i < p.num_params; ++i)
@@ -66,13 +67,17 @@ public:
     first.push_back(ids.size());
   }
 
-  /// The parameters `op` (an op of the step) names, in its order.
-  Span of(const Step &s, const Op &op) const {
-    const size_t i = static_cast<size_t>(&op - s.ops.data());
+  /// The parameters `op` (an op of the step's array, not a copy) names, in
+  /// its order.
+  Span of(const Op &op) const {
+    assert(&op >= ops && &op < ops + count && "not an op of the step");
+    const size_t i = static_cast<size_t>(&op - ops);
     return {ids.data() + first[i], ids.data() + first[i + 1]};
   }
 
 private:
+  const Op *ops;
+  size_t count;
   std::vector<int32_t> ids;
   std::vector<size_t> first; // per op, its first entry in ids; then the end
 };
@@ -93,7 +98,7 @@ public:
         continue;
       if (op.unit >= 0 && op.unit < p.num_units && unitGroup[op.unit] < 0)
         unitGroup[op.unit] = static_cast<int32_t>(op.group);
-      for (int32_t param : refs.of(s, op))
+      for (int32_t param : refs.of(op))
         if (param >= 0 && unitGroup[p.params[param].unit] < 0)
           unitGroup[p.params[param].unit] = static_cast<int32_t>(op.group);
     }
@@ -155,7 +160,7 @@ private:
   /// The parameters `op` names, or false (the error said) if one is not
   /// in the plan.
   bool find(const Op &op, std::vector<int32_t> &params) {
-    const Span ids = refs.of(s, op);
+    const Span ids = refs.of(op);
     for (size_t k = 0; k < ids.size(); ++k) {
       if (ids[k] < 0) {
         out.error = "'" + op.name + "' names parameter '" + op.params[k] +
@@ -587,7 +592,7 @@ private:
       if (u >= 0 && u < p.num_units && std::find(out.begin(), out.end(), u) == out.end())
         out.push_back(u);
     };
-    for (int32_t param : refs.of(s, op))
+    for (int32_t param : refs.of(op))
       if (param >= 0)
         note(p.params[param].unit);
     if (out.empty() && op.unit >= 0)

@@ -1,6 +1,12 @@
 // RUN: mfsdp-opt %s | FileCheck %s
 // RUN: mfsdp-opt %s | mfsdp-opt | FileCheck %s
 // RUN: mfsdp-opt %s -mlir-print-op-generic | mfsdp-opt | FileCheck %s
+// RUN: mfsdp-opt %s | FileCheck %s --check-prefix=EXACT --strict-whitespace
+
+// plan.param and plan.unit print their properties through their format
+// (dialects/QuietProperties.h): one space between words, none at the end.
+// EXACT: {{^ +}}plan.param @embed : tensor<256x64xbf16> embedding module "model.embed_tokens" placement #plan.row_shard<dim = 0, axes = ["dp_shard"]> optimizer #plan.adamw<lr = 0.001, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-08, weight_decay = 0>{{$}}
+// EXACT: {{^ +}}plan.unit @embed_unit index 0 params [@embed] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false> row_layout flat group 0{{$}}
 
 // Every op and attribute of the plan dialect prints and parses back.
 

@@ -1,6 +1,17 @@
 // RUN: mfsdp-opt %s | FileCheck %s
 // RUN: mfsdp-opt %s | mfsdp-opt | FileCheck %s
 // RUN: mfsdp-opt %s -mlir-print-op-generic | mfsdp-opt | FileCheck %s
+// RUN: mfsdp-opt %s | FileCheck %s --check-prefix=EXACT --strict-whitespace
+
+// The ops written in the millions print their properties through their
+// format and `attr-dict` the discardable attributes alone
+// (dialects/QuietProperties.h): the text is exactly as before, one space
+// between words and none at the end, a discardable attribute kept.
+// EXACT: {{^ +}}%0 = sched.alloc "shard" bytes 64 persistent offset 0{{$}}
+// EXACT: {{^ +}}%4 = sched.all_gather "all gather" %0 -> %3 on ["dp_shard"] ranks 2 bytes 128 comm 0 phase forward group 0 params [@n] async : !sched.token{{$}}
+// EXACT: {{^ +}}sched.compute forward "forward u" unit @u reads(%3) writes() flops 1.000000e+09 bytes 0 phase forward group 0{{$}}
+// EXACT: {{^ +}}sched.optimizer muon "muon" reads(%1) writes(%1) flops 1.000000e+06 bytes 2560 only_rank 1 phase optimizer params [@w]{{$}}
+// EXACT: {{^ +}}%{{[0-9]+}} = sched.alloc "noted" bytes 8 {note = "kept"}{{$}}
 
 // Every sched op prints and parses back.
 // CHECK-LABEL: sched.step @s world 2 tokens 8 microbatches 1 arena_bytes [1024, 1024] peak_bytes [512, 512] {
@@ -35,4 +46,6 @@ sched.step @s world 2 tokens 8 microbatches 1 arena_bytes [1024, 1024] peak_byte
   sched.dealloc %g
   // CHECK: sched.optimizer muon "muon" reads(%[[OWNED]]) writes(%[[OWNED]]) flops 1.000000e+06 bytes 2560 only_rank 1 phase optimizer params [@w]
   sched.optimizer muon "muon" reads(%owned) writes(%owned) flops 1.0e6 bytes 2560 only_rank 1 phase optimizer params [@w]
+  // CHECK: sched.alloc "noted" bytes 8 {note = "kept"}
+  %noted = sched.alloc "noted" bytes 8 {note = "kept"}
 }
