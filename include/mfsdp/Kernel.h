@@ -26,6 +26,8 @@
 #include "mfsdp/Vocabulary.h"
 
 #include <cstdint>
+#include <initializer_list>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -98,6 +100,36 @@ inline std::string validateKernel(const UnitKernel &k) {
   const char *problem = kernelProblem(k);
   return problem ? problem : "";
 }
+
+/// A unit's kernels as each of its compute ops holds them: one list shared
+/// by every op that computes the unit (a copy shares it), since a step has
+/// a forward, a backward and perhaps a recomputation per unit and
+/// microbatch, and a large step millions of ops. Read-only once made.
+class KernelList {
+public:
+  KernelList() = default;
+  KernelList(std::vector<UnitKernel> kernels)
+      : list(kernels.empty() ? nullptr
+                             : std::make_shared<const std::vector<UnitKernel>>(
+                                   std::move(kernels))) {}
+  KernelList(std::initializer_list<UnitKernel> kernels)
+      : KernelList(std::vector<UnitKernel>(kernels)) {}
+
+  const std::vector<UnitKernel> &get() const { return list ? *list : none(); }
+  operator const std::vector<UnitKernel> &() const { return get(); }
+  bool empty() const { return !list; }
+  size_t size() const { return get().size(); }
+  const UnitKernel &operator[](size_t i) const { return get()[i]; }
+  std::vector<UnitKernel>::const_iterator begin() const { return get().begin(); }
+  std::vector<UnitKernel>::const_iterator end() const { return get().end(); }
+
+private:
+  static const std::vector<UnitKernel> &none() {
+    static const std::vector<UnitKernel> empty;
+    return empty;
+  }
+  std::shared_ptr<const std::vector<UnitKernel>> list;
+};
 
 } // namespace mfsdp
 

@@ -25,9 +25,9 @@ namespace mfsdp::step {
 struct UnitCost {
   double fwdFlopsPerToken = 0, bwdFlopsPerToken = 0, actBytesPerToken = 0;
   bool recompute = false;
-  /// The forward's kernels per token (mfsdp/Kernel.h), copied onto the
+  /// The forward's kernels per token (mfsdp/Kernel.h), shared by the
   /// unit's compute ops for the cost model; may be empty.
-  std::vector<UnitKernel> kernels;
+  KernelList kernels;
 };
 
 /// The two forms of `_zeropower_via_newtonschulz` in torch/optim/_muon.py:

@@ -64,7 +64,7 @@ struct Op {
   // Compute of a unit (forward, backward, recompute): the unit's kernels
   // per token (mfsdp/Kernel.h) and the tokens they run on; the cost model
   // prices them one by one when present, else `flops` and `bytes` as one.
-  std::vector<UnitKernel> kernels;
+  KernelList kernels;
   double kernelTokens = 0;
 
   // Collective.
