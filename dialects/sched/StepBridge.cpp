@@ -50,8 +50,8 @@ static std::vector<std::string> symbols(ArrayAttr a) {
 
 /// The kernels of each unit of `graph` that has any (none without a graph),
 /// which readStep puts on the unit's compute ops.
-static llvm::StringMap<std::vector<UnitKernel>> unitKernelsOf(plan::GraphOp graph) {
-  llvm::StringMap<std::vector<UnitKernel>> kernelsOf;
+static llvm::StringMap<KernelList> unitKernelsOf(plan::GraphOp graph) {
+  llvm::StringMap<KernelList> kernelsOf;
   if (graph)
     for (plan::UnitOp u : graph.getBody().front().getOps<plan::UnitOp>())
       if (std::vector<UnitKernel> k = plan::unitKernels(u.getCost()); !k.empty())
@@ -78,7 +78,7 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
     if (Operation *scope = op->getParentOp())
       graph = dyn_cast_or_null<plan::GraphOp>(
           SymbolTable::lookupSymbolIn(scope, meshRef.getRootReference()));
-  llvm::StringMap<std::vector<UnitKernel>> kernelsOf = unitKernelsOf(graph);
+  llvm::StringMap<KernelList> kernelsOf = unitKernelsOf(graph);
   // Sized once: on large steps the op array is hundreds of MB, and growing
   // it holds the old and the new array at once.
   {
@@ -529,7 +529,7 @@ LogicalResult mfsdp::asWritten(step::Step &s, plan::GraphOp graph, Location loc)
   // it: buffers in the order of their allocs, an alloc, free or wait in the
   // phase of the op before it, byte counts as the integers written, the
   // unit's kernels from the graph.
-  llvm::StringMap<std::vector<UnitKernel>> kernelsOf = unitKernelsOf(graph);
+  llvm::StringMap<KernelList> kernelsOf = unitKernelsOf(graph);
   std::vector<int64_t> renumber(s.buffers.size(), -1);
   std::vector<step::Buffer> buffers;
   buffers.reserve(s.buffers.size());
