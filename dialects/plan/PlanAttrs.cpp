@@ -185,6 +185,26 @@ ArrayAttr mfsdp::plan::kernelsAttr(MLIRContext *ctx,
   return ArrayAttr::get(ctx, out);
 }
 
+void mfsdp::plan::printKernels(AsmPrinter &printer, ArrayAttr kernels) {
+  raw_ostream &os = printer.getStream();
+  os << '[';
+  llvm::interleaveComma(kernels, os, [&](Attribute a) {
+    auto k = dyn_cast<KernelAttr>(a);
+    if (!k) { // (the verifier refuses it; printed as MLIR would)
+      printer.printAttribute(a);
+      return;
+    }
+    os << "#plan.kernel<";
+    printer.printString(k.getKind());
+    os << ", shape = [";
+    llvm::interleaveComma(k.getShape().asArrayRef(), os);
+    os << "], scale = ";
+    printF64(printer, k.getScale());
+    os << '>';
+  });
+  os << ']';
+}
+
 std::vector<mfsdp::UnitKernel> mfsdp::plan::unitKernels(CostAttr cost) {
   std::vector<UnitKernel> out;
   if (!cost || !cost.getKernels())

@@ -190,7 +190,7 @@ def Plan_CostAttr : Plan_Attr<"Cost", "cost"> {
   }];
   let parameters = (ins Plan_F64Param:$fwd_flops, Plan_F64Param:$bwd_flops,
                         Plan_F64Param:$act_bytes, "bool":$recompute,
-                        OptionalParameter<"::mlir::ArrayAttr">:$kernels);
+                        Plan_KernelsParam:$kernels);
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
   let builders = [

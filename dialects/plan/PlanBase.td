@@ -46,6 +46,15 @@ def Plan_F64Param : AttrOrTypeParameter<"::mfsdp::plan::F64", "a 64-bit float"> 
   let printer = "::mfsdp::plan::printF64($_printer, $_self)";
 }
 
+// A unit's kernels (#plan.kernel), printed directly: a graph of many
+// blocks prints nine kernels a unit, and MLIR's generic path (an alias
+// lookup, the dialect's printer, a nested printer per kernel) cost more than
+// the rest of the unit. The text is the same; parsing is the default.
+def Plan_KernelsParam : OptionalParameter<"::mlir::ArrayAttr",
+                                          "the forward's kernels (#plan.kernel)"> {
+  let printer = "::mfsdp::plan::printKernels($_printer, $_self)";
+}
+
 def Plan_ParamKind : I32EnumAttr<"ParamKind",
     "kind of the module that holds a parameter", [
       I32EnumAttrCase<"linear", 0>,

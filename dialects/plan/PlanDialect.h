@@ -32,6 +32,9 @@ mlir::FailureOr<F64> parseF64(mlir::AsmParser &parser);
 void printF64(mlir::AsmPrinter &printer, double value);
 /// Same spelling as printF64, for messages and reports.
 std::string formatF64(double value);
+/// Prints a cost's kernels as `[#plan.kernel<...>, ...]`, as MLIR prints
+/// the array, without its generic attribute path per kernel.
+void printKernels(mlir::AsmPrinter &printer, mlir::ArrayAttr kernels);
 } // namespace mfsdp::plan
 
 #include "dialects/plan/PlanOpsDialect.h.inc"
