@@ -7,6 +7,7 @@
 // (dialects/QuietProperties.h): one space between words, none at the end.
 // EXACT: {{^ +}}plan.param @embed : tensor<256x64xbf16> embedding module "model.embed_tokens" placement #plan.row_shard<dim = 0, axes = ["dp_shard"]> optimizer #plan.adamw<lr = 0.001, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-08, weight_decay = 0>{{$}}
 // EXACT: {{^ +}}plan.unit @embed_unit index 0 params [@embed] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false> row_layout flat group 0{{$}}
+// EXACT: {{^ +}}plan.unit @u index 0 params [@w] cost <fwd_flops = 4096, bwd_flops = 8192, act_bytes = 0, recompute = false, kernels = [#plan.kernel<"gemm", shape = [64, 32, 1], scale = 1>, #plan.kernel<"attention", shape = [4, 8, 8, 1, 128], scale = 1>, #plan.kernel<"memory", shape = [], scale = 12.5>]>{{$}}
 
 // Every op and attribute of the plan dialect prints and parses back.
 
