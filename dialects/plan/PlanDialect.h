@@ -33,7 +33,9 @@ void printF64(mlir::AsmPrinter &printer, double value);
 /// Same spelling as printF64, for messages and reports.
 std::string formatF64(double value);
 /// Prints a cost's kernels as `[#plan.kernel<...>, ...]`, as MLIR prints
-/// the array, without its generic attribute path per kernel.
+/// the array, without its generic attribute path per kernel. Each kernel's
+/// text is KernelAttr's assembly format, written out: a change to one is a
+/// change to the other (test/Dialect/Plan/round-trip.mlir checks the text).
 void printKernels(mlir::AsmPrinter &printer, mlir::ArrayAttr kernels);
 } // namespace mfsdp::plan
 

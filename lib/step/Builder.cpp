@@ -1,5 +1,6 @@
 //===- Builder.cpp - Build one training step from a plan ------------------===//
 #include "mfsdp/step/Builder.h"
+#include "mfsdp/step/Schedule.h"
 
 #include <fmt/format.h>
 
@@ -417,7 +418,7 @@ private:
         collectives += op.kind == OpKind::Collective;
         optimizerPhase += op.phase == Phase::Optimizer;
       }
-    st.ops.reserve(ops + collectives + 2 * optimizerPhase);
+    st.ops.reserve(overlapCapacity(ops, collectives, optimizerPhase));
     for (std::vector<Op> &chunk : opChunks) {
       std::move(chunk.begin(), chunk.end(), std::back_inserter(st.ops));
       std::vector<Op>().swap(chunk);

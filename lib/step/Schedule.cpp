@@ -586,7 +586,7 @@ void finishOverlapEach(
     collectives += s.ops[i].kind == OpKind::Collective;
   s.ops.resize(first);
   if (s.ops.capacity() < first + collectives)
-    s.ops.reserve(first + collectives + 2 * tail.size());
+    s.ops.reserve(overlapCapacity(first, collectives, tail.size()));
   s.ops.resize(first + collectives);
   std::move_backward(s.ops.begin(), s.ops.begin() + first, s.ops.end());
   AsyncWaits waits;
