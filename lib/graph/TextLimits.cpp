@@ -3,8 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <unordered_set>
 #include <vector>
 
@@ -222,41 +226,78 @@ std::optional<TextProblem> checkJsonText(std::string_view text, int maxDepth) {
 std::optional<TextProblem> checkMlirNesting(std::string_view text, int maxDepth) {
   if (text.substr(0, 4) == std::string_view("ML\xEFR", 4))
     return std::nullopt; // bytecode
-  Cursor c(text);
+  // One pass over the bytes that matter (a model's text runs to hundreds of
+  // megabytes), the others skipped by table: the line and column are
+  // counted only for a problem.
+  enum : uint8_t { Plain, Open, Close, Quote, Slash };
+  static const std::array<uint8_t, 256> kind = [] {
+    std::array<uint8_t, 256> k{};
+    for (unsigned char c : std::string_view("{[(<"))
+      k[c] = Open;
+    for (unsigned char c : std::string_view("}])>"))
+      k[c] = Close;
+    k[static_cast<unsigned char>('"')] = Quote;
+    k[static_cast<unsigned char>('/')] = Slash;
+    return k;
+  }();
+  // Inside a string: its end (the closing quote, or the end of the line,
+  // the parser's rule) and escapes.
+  static const std::array<uint8_t, 256> inString = [] {
+    std::array<uint8_t, 256> k{};
+    k[static_cast<unsigned char>('"')] = k[static_cast<unsigned char>('\n')] =
+        k[static_cast<unsigned char>('\\')] = 1;
+    return k;
+  }();
+  const auto *const begin = reinterpret_cast<const unsigned char *>(text.data());
+  const auto *const end = begin + text.size();
   int depth = 0;
-  char previous = '\0';
-  while (!c.done()) {
-    const char ch = c.peek();
-    if (ch == '"') {
-      c.advance();
-      while (!c.done() && c.peek() != '"' && c.peek() != '\n') {
-        if (c.peek() == '\\' && c.pos + 1 < text.size())
-          c.advance();
-        c.advance();
+  for (const unsigned char *p = begin; p < end; ++p) {
+    while (p < end && kind[*p] == Plain)
+      ++p;
+    if (p == end)
+      break;
+    switch (kind[*p]) {
+    case Open:
+      if (++depth > maxDepth) {
+        const size_t pos = static_cast<size_t>(p - begin);
+        const size_t lineStart = pos == 0 ? std::string_view::npos : text.rfind('\n', pos - 1);
+        const int line =
+            1 + static_cast<int>(std::count(text.begin(), text.begin() + pos, '\n'));
+        const int column = static_cast<int>(
+            lineStart == std::string_view::npos ? pos + 1 : pos - lineStart);
+        return TextProblem{line, column,
+                           fmt::format("nesting deeper than {} levels (regions, "
+                                       "attributes and types together); the "
+                                       "tools read at most {}",
+                                       maxDepth, maxDepth)};
       }
-      if (!c.done())
-        c.advance();
-      previous = '"';
-      continue;
+      break;
+    case Close:
+      // The arrow of a function type ('->') closes nothing.
+      if (*p != '>' || p == begin || p[-1] != '-')
+        depth = depth > 0 ? depth - 1 : 0;
+      break;
+    case Quote:
+      // An escaped byte is skipped, whatever it is; the closing quote or
+      // newline goes with the string.
+      for (++p; p < end; ++p) {
+        while (p < end && !inString[*p])
+          ++p;
+        if (p == end || *p != '\\')
+          break;
+        if (p + 1 < end)
+          ++p;
+      }
+      if (p >= end)
+        return std::nullopt; // the text ends inside the string
+      break;
+    case Slash:
+      if (p + 1 < end && p[1] == '/') {
+        const void *eol = std::memchr(p, '\n', static_cast<size_t>(end - p));
+        p = (eol ? static_cast<const unsigned char *>(eol) : end) - 1; // the newline is next
+      }
+      break;
     }
-    if (ch == '/' && c.peek(1) == '/') {
-      while (!c.done() && c.peek() != '\n')
-        c.advance();
-      continue;
-    }
-    if (ch == '{' || ch == '[' || ch == '(' || ch == '<') {
-      if (++depth > maxDepth)
-        return c.problem(c.line, c.column,
-                         fmt::format("nesting deeper than {} levels (regions, "
-                                     "attributes and types together); the "
-                                     "tools read at most {}",
-                                     maxDepth, maxDepth));
-    } else if (ch == '}' || ch == ']' || ch == ')' ||
-               (ch == '>' && previous != '-')) {
-      depth = depth > 0 ? depth - 1 : 0;
-    }
-    previous = ch;
-    c.advance();
   }
   return std::nullopt;
 }

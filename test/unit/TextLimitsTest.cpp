@@ -65,6 +65,28 @@ TEST(TextLimits, MlirNestingSkipsStringsAndComments) {
   EXPECT_FALSE(checkMlirNesting(std::string("ML\xEFR") + std::string(100, '{'), 3));
 }
 
+TEST(TextLimits, MlirNestingAtTheEdges) {
+  // A string ends at its line's end; an escaped quote does not end it.
+  EXPECT_FALSE(checkMlirNesting("\"a\\\"{{{{\n{", 1));
+  std::optional<TextProblem> p = checkMlirNesting("\"a\\\"{{{{\n{{", 1);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->line, 2);
+  EXPECT_EQ(p->column, 2);
+  // Text that ends inside a string, on an escape or in a comment.
+  EXPECT_FALSE(checkMlirNesting("{\"abc", 1));
+  EXPECT_FALSE(checkMlirNesting("{\"abc\\", 1));
+  EXPECT_FALSE(checkMlirNesting("{// {{{{", 1));
+  // The first byte, and a problem after strings and comments on the line.
+  p = checkMlirNesting("[", 0);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->line, 1);
+  EXPECT_EQ(p->column, 1);
+  p = checkMlirNesting("// x\n\"((\" // ((\n  a(\"<\" b(", 1);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->line, 3);
+  EXPECT_EQ(p->column, 10);
+}
+
 TEST(TextLimits, BriefEscapesAndCuts) {
   EXPECT_EQ(brief("b\0x", 80), "b");                    // a C string stops at NUL
   EXPECT_EQ(brief(std::string("b\0x", 3)), "b\\x00x");
