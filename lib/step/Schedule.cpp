@@ -6,6 +6,7 @@
 #include <iterator>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <deque>
@@ -794,13 +795,12 @@ public:
   }
 
   void insert(int64_t begin, int64_t end, int64_t lo, int64_t hi) {
-    visited.clear();
+    clearVisited();
     forCovering(begin, end, [&](int64_t node) {
       set(node, Cover).insert(lo, hi);
       for (int64_t a = node; a > 0; a >>= 1) {
-        if (std::find(visited.begin(), visited.end(), a) != visited.end())
+        if (!visit(a))
           break;
-        visited.push_back(a);
         set(a, Below).insert(lo, hi);
       }
     });
@@ -810,14 +810,13 @@ public:
   /// meeting [begin, end].
   void meeting(int64_t begin, int64_t end,
                std::vector<const OffsetSet *> &sets) {
-    visited.clear();
+    clearVisited();
     forCovering(begin, end, [&](int64_t node) {
       if (const OffsetSet *b = find(node, Below))
         sets.push_back(b);
       for (int64_t a = node; a > 0; a >>= 1) {
-        if (std::find(visited.begin(), visited.end(), a) != visited.end())
+        if (!visit(a))
           break;
-        visited.push_back(a);
         if (const OffsetSet *c = find(a, Cover))
           sets.push_back(c);
       }
@@ -827,6 +826,35 @@ public:
 private:
   enum Kind { Cover, Below };
   static constexpr int64_t kPage = 4096;
+
+  // The ancestors of a query's covering nodes, each visited once: a node's
+  // ancestors were all visited with it. They are the nodes that hold part
+  // of the range but not all of it (a node inside it would have covered
+  // it), at most two a level; `overflow` keeps any others all the same.
+  static int levelOf(int64_t node) {
+    return 63 - __builtin_clzll(static_cast<unsigned long long>(node));
+  }
+  void clearVisited() {
+    if (visited.empty())
+      visited.assign(static_cast<size_t>(levelOf(n) + 2), {-1, -1});
+    else
+      std::fill(visited.begin(), visited.end(), std::array<int64_t, 2>{-1, -1});
+    overflow.clear();
+  }
+  /// Whether `node` is new (and marks it visited).
+  bool visit(int64_t node) {
+    std::array<int64_t, 2> &level = visited[levelOf(node)];
+    if (level[0] == node || level[1] == node)
+      return false;
+    if (level[0] < 0 || level[1] < 0) {
+      level[level[0] < 0 ? 0 : 1] = node;
+      return true;
+    }
+    if (std::find(overflow.begin(), overflow.end(), node) != overflow.end())
+      return false;
+    overflow.push_back(node);
+    return true;
+  }
 
   template <typename F> void forCovering(int64_t begin, int64_t end, F f) const {
     for (int64_t l = begin + n, r = end + n + 1; l < r; l >>= 1, r >>= 1) {
@@ -869,7 +897,8 @@ private:
   int64_t n = 1;
   std::vector<std::unique_ptr<uint32_t[]>> pages;
   std::deque<OffsetSet> sets;
-  std::vector<int64_t> visited;
+  std::vector<std::array<int64_t, 2>> visited; // per level of the tree
+  std::vector<int64_t> overflow;
 };
 
 /// Range maximum over a fixed array, the first index on ties.
