@@ -29,6 +29,19 @@ def Plan_Dialect : Dialect {
     Everything here is global: shapes are those of the unsharded model.
   }];
   let useDefaultAttributePrinterParser = 1;
+  let extraClassDeclaration = [{
+    /// Writes `attr` as MLIR prints it, from text made once per attribute:
+    /// a graph gives its hundreds of thousands of parameters a handful of
+    /// placements and optimizers, and MLIR prints a dialect attribute
+    /// through a nested printer and a copy of its text every time.
+    void printCachedAttr(::llvm::raw_ostream &os, ::mlir::Attribute attr) const;
+
+  private:
+    mutable ::llvm::DenseMap<::mlir::Attribute, std::string> attrText;
+    mutable std::mutex attrTextMutex;
+
+  public:
+  }];
 }
 
 class Plan_Op<string mnemonic, list<Trait> traits = []>

@@ -33,20 +33,35 @@ void PlanDialect::initialize() {
       >();
 }
 
+void PlanDialect::printCachedAttr(raw_ostream &os, Attribute attr) const {
+  std::lock_guard<std::mutex> lock(attrTextMutex);
+  auto [it, inserted] = attrText.try_emplace(attr);
+  if (inserted) {
+    llvm::raw_string_ostream text(it->second);
+    attr.print(text);
+  }
+  os << it->second;
+}
+
 namespace {
 /// The shortest form of a non-integral double (formatF64), searched for.
 std::string shortestF64(double value);
 } // namespace
 
-std::string mfsdp::plan::formatF64(double value) {
+namespace {
+/// formatF64's text for `value`: in `buf` for an integral value, else in a
+/// per-thread cache (valid until the thread's next call).
+llvm::StringRef f64Text(double value, char (&buf)[32]) {
   if (std::isnan(value))
     return "nan";
   if (std::isinf(value))
     return value > 0 ? "inf" : "-inf";
   if (value == std::floor(value) && std::fabs(value) < 1e15) {
-    char buf[64];
-    std::snprintf(buf, sizeof(buf), "%.0f", value);
-    return buf;
+    // What "%.0f" writes: the integer, and "-0" for negative zero.
+    if (value == 0 && std::signbit(value))
+      return "-0";
+    auto r = std::to_chars(buf, buf + sizeof(buf), static_cast<int64_t>(value));
+    return llvm::StringRef(buf, static_cast<size_t>(r.ptr - buf));
   }
   // A graph prints the same few values over and over (every parameter's
   // optimizer hyperparameters): the last forms, per thread, by the value's
@@ -66,6 +81,12 @@ std::string mfsdp::plan::formatF64(double value) {
     e.used = true;
   }
   return e.text;
+}
+} // namespace
+
+std::string mfsdp::plan::formatF64(double value) {
+  char buf[32];
+  return f64Text(value, buf).str();
 }
 
 namespace {
@@ -118,5 +139,6 @@ FailureOr<F64> mfsdp::plan::parseF64(AsmParser &parser) {
 }
 
 void mfsdp::plan::printF64(AsmPrinter &printer, double value) {
-  printer << formatF64(value);
+  char buf[32];
+  printer.getStream() << f64Text(value, buf);
 }

@@ -7,8 +7,12 @@
 #include "mlir/IR/Dialect.h"
 #include "mlir/IR/DialectImplementation.h"
 
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/Hashing.h"
 #include "llvm/ADT/bit.h"
+
+#include <mutex>
+#include <string>
 
 namespace mfsdp::plan {
 /// A double attribute parameter: converts to and from double, compares and

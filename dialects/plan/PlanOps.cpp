@@ -1,5 +1,6 @@
 //===- PlanOps.cpp - Verifiers and helpers of the plan ops ----------------===//
 #include "dialects/plan/PlanOps.h"
+#include "dialects/FastText.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
@@ -49,6 +50,15 @@ static void printMeshDims(OpAsmPrinter &p, Operation *, ArrayAttr names,
 }
 
 #define GET_OP_CLASSES
+// The placement and optimizer of a parameter: parsed as any attribute,
+// printed from the dialect's text of it (PlanDialect::printCachedAttr).
+static ParseResult parseCachedAttr(OpAsmParser &parser, Attribute &attr) {
+  return parser.parseAttribute(attr);
+}
+static void printCachedAttr(OpAsmPrinter &printer, Operation *op, Attribute attr) {
+  cast<PlanDialect>(op->getDialect())->printCachedAttr(printer.getStream(), attr);
+}
+
 #include "dialects/plan/PlanOps.cpp.inc"
 
 //===----------------------------------------------------------------------===//

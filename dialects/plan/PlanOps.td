@@ -142,9 +142,9 @@ def Plan_ParamOp : Plan_Op<"param", [Symbol, HasParent<"GraphOp">]> {
                        OptionalAttr<Plan_PlacementAttr>:$placement,
                        OptionalAttr<Plan_OptimizerAttr>:$optimizer);
   let assemblyFormat = [{
-    prop-dict `` $sym_name `:` $type $kind `module` $module (`frozen` $frozen^)?
-    (`tied_to` $tied_to^)? (`placement` $placement^)?
-    (`optimizer` $optimizer^)? attr-dict
+    prop-dict `` $sym_name `:` $type $kind `module` custom<FastString>($module) (`frozen` $frozen^)?
+    (`tied_to` $tied_to^)? (`placement` custom<CachedAttr>($placement)^)?
+    (`optimizer` custom<CachedAttr>($optimizer)^)? attr-dict
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = QuietPropertiesDecl # [{
@@ -188,7 +188,7 @@ def Plan_UnitOp : Plan_Op<"unit", [Symbol, HasParent<"GraphOp">]> {
                        OptionalAttr<Plan_RowLayout>:$row_layout,
                        OptionalAttr<I64Attr>:$group);
   let assemblyFormat = [{
-    prop-dict `` $sym_name `index` $index `params` $params `cost` $cost
+    prop-dict `` $sym_name `index` $index `params` custom<FastSymbols>($params) `cost` $cost
     (`row_layout` $row_layout^)? (`group` $group^)? attr-dict
   }];
   let extraClassDeclaration = QuietPropertiesDecl;

@@ -1,5 +1,6 @@
 //===- SchedOps.cpp - Verifiers of the sched ops --------------------------===//
 #include "dialects/sched/SchedOps.h"
+#include "dialects/FastText.h"
 #include "dialects/plan/PlanOps.h"
 
 #include "mlir/IR/Builders.h"

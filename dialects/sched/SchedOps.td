@@ -80,7 +80,7 @@ def Sched_AllocOp : Sched_Op<"alloc", [HasParent<"StepOp">]> {
                        OptionalAttr<I64Attr>:$offset);
   let results = (outs Res<Sched_BufferType, "", [MemAlloc]>:$buffer);
   let assemblyFormat = [{
-    prop-dict `` $name `bytes` $bytes (`persistent` $persistent^)?
+    prop-dict `` custom<FastString>($name) `bytes` $bytes (`persistent` $persistent^)?
     (`only_rank` $only_rank^)? (`offset` $offset^)? attr-dict
   }];
   let extraClassDeclaration = QuietPropertiesDecl;
@@ -128,9 +128,9 @@ class Sched_CollectiveOp<string mnemonic, string summaryText, string diagram,
                        UnitAttr:$async);
   let results = (outs Optional<Sched_TokenType>:$token);
   let assemblyFormat = [{
-    prop-dict `` $name $src `->` $dst `on` $mesh_axes `ranks` $ranks `bytes` $bytes
+    prop-dict `` custom<FastString>($name) $src `->` $dst `on` $mesh_axes `ranks` $ranks `bytes` $bytes
     (`chunks` $chunks^)? `comm` $comm `phase` $phase
-    (`inter_node` $inter_node^)? (`group` $group^)? (`params` $params^)?
+    (`inter_node` $inter_node^)? (`group` $group^)? (`params` custom<FastSymbols>($params)^)?
     (`async` $async^)? attr-dict (`:` type($token)^)?
   }];
   let extraClassDeclaration = QuietPropertiesDecl # [{
@@ -231,8 +231,9 @@ def Sched_ComputeOp : Sched_Op<"compute", [HasParent<"StepOp">,
                        F64Attr:$flops, I64Attr:$bytes, Sched_Phase:$phase,
                        OptionalAttr<I64Attr>:$group);
   let assemblyFormat = [{
-    prop-dict `` $kind $name (`unit` $unit^)? `reads` `(` $reads `)` `writes` `(` $writes `)`
-    `flops` $flops `bytes` $bytes `phase` $phase (`group` $group^)? attr-dict
+    prop-dict `` $kind custom<FastString>($name) (`unit` custom<FastSymbol>($unit)^)?
+    `reads` `(` $reads `)` `writes` `(` $writes `)`
+    `flops` custom<FastF64>($flops) `bytes` $bytes `phase` $phase (`group` $group^)? attr-dict
   }];
   let extraClassDeclaration = QuietPropertiesDecl;
   let hasVerifier = 1;
@@ -261,9 +262,9 @@ def Sched_OptimizerOp : Sched_Op<"optimizer", [HasParent<"StepOp">,
                        Sched_Phase:$phase, OptionalAttr<I64Attr>:$group,
                        OptionalAttr<FlatSymbolRefArrayAttr>:$params);
   let assemblyFormat = [{
-    prop-dict `` $kind $name `reads` `(` $reads `)` `writes` `(` $writes `)`
-    `flops` $flops `bytes` $bytes (`only_rank` $only_rank^)? `phase` $phase
-    (`group` $group^)? (`params` $params^)? attr-dict
+    prop-dict `` $kind custom<FastString>($name) `reads` `(` $reads `)` `writes` `(` $writes `)`
+    `flops` custom<FastF64>($flops) `bytes` $bytes (`only_rank` $only_rank^)? `phase` $phase
+    (`group` $group^)? (`params` custom<FastSymbols>($params)^)? attr-dict
   }];
   let extraClassDeclaration = QuietPropertiesDecl;
   let hasVerifier = 1;

@@ -70,3 +70,33 @@ plan.graph @kernels {
   // CHECK: plan.unit @u index 0 params [@w] cost <fwd_flops = 4096, bwd_flops = 8192, act_bytes = 0, recompute = false, kernels = [#plan.kernel<"gemm", shape = [64, 32, 1], scale = 1>, #plan.kernel<"attention", shape = [4, 8, 8, 1, 128], scale = 1>, #plan.kernel<"memory", shape = [], scale = 12.5>]>
   plan.unit @u index 0 params [@w] cost <fwd_flops = 4096, bwd_flops = 8192, act_bytes = 0, recompute = false, kernels = [#plan.kernel<"gemm", shape = [64, 32, 1], scale = 1>, #plan.kernel<"attention", shape = [4, 8, 8, 1, 128], scale = 1>, #plan.kernel<"memory", shape = [], scale = 12.5>]>
 }
+
+// Module names, parameter symbols and placements print through the ops'
+// own directives (dialects/FastText.h, PlanDialect::printCachedAttr):
+// quoted and escaped text is exactly the text of MLIR's attribute printer.
+// EXACT: {{^ +}}plan.param @"w 0" : tensor<4x4xf32> linear module "mod \22q\22 \\ x" placement #plan.row_shard<dim = 0, axes = ["dp_shard"]> optimizer #plan.adamw<lr = 0.001, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-08, weight_decay = 0.01>{{$}}
+// EXACT: {{^ +}}plan.param @v : tensor<4xf32> norm module "v" placement #plan.replicate optimizer #plan.adamw<lr = 0.001, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-08, weight_decay = 0>{{$}}
+// EXACT: {{^ +}}plan.unit @"u 0" index 0 params [@"w 0", @v] cost <fwd_flops = 1, bwd_flops = 2, act_bytes = 3, recompute = false>{{$}}
+
+// CHECK-LABEL: plan.graph @quoted
+plan.graph @quoted seq_len 8 {
+  plan.mesh @m ["dp_shard" = 2]
+  // CHECK: plan.param @"w 0" {{.*}} module "mod \22q\22 \\ x"
+  plan.param @"w 0" : tensor<4x4xf32> linear module "mod \"q\" \\ x" placement #plan.row_shard<dim = 0, axes = ["dp_shard"]> optimizer #plan.adamw<lr = 1.0e-03, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-08, weight_decay = 0.01>
+  // CHECK: plan.param @v {{.*}} placement #plan.replicate
+  plan.param @v : tensor<4xf32> norm module "v" placement #plan.replicate optimizer #plan.adamw<lr = 1.0e-03, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-08, weight_decay = 0>
+  // CHECK: plan.unit @"u 0" index 0 params [@"w 0", @v]
+  plan.unit @"u 0" index 0 params [@"w 0", @v] cost <fwd_flops = 1, bwd_flops = 2, act_bytes = 3, recompute = false>
+}
+
+// A cost's numbers: integral values as integers (negative zero "-0", up
+// to 1e15), others in their shortest exact form.
+// EXACT: {{^ +}}plan.unit @n index 0 params [@nw] cost <fwd_flops = -0, bwd_flops = 123456789012345, act_bytes = 1.0e+15, recompute = false, kernels = [#plan.kernel<"memory", shape = [], scale = 0.5>]>{{$}}
+
+// CHECK-LABEL: plan.graph @numbers
+plan.graph @numbers seq_len 8 {
+  plan.mesh @m ["dp_shard" = 2]
+  plan.param @nw : tensor<4xf32> norm module "w"
+  // CHECK: plan.unit @n index 0 params [@nw] cost <fwd_flops = -0, bwd_flops = 123456789012345, act_bytes = 1.0e+15
+  plan.unit @n index 0 params [@nw] cost <fwd_flops = -0.0, bwd_flops = 123456789012345, act_bytes = 1.0e15, recompute = false, kernels = [#plan.kernel<"memory", shape = [], scale = 0.5>]>
+}

@@ -49,3 +49,31 @@ sched.step @s world 2 tokens 8 microbatches 1 arena_bytes [1024, 1024] peak_byte
   // CHECK: sched.alloc "noted" bytes 8 {note = "kept"}
   %noted = sched.alloc "noted" bytes 8 {note = "kept"}
 }
+
+// Names, symbols and FLOP counts print through the ops' own directives
+// (dialects/FastText.h): quotes and escapes, quoted symbols and MLIR's
+// float forms (decimal where it reads back exactly, else hexadecimal) are
+// exactly the text of MLIR's attribute printer.
+// EXACT: {{^ +}}%0 = sched.alloc "quote \22 back \\ tab \09 end" bytes 64 persistent{{$}}
+// EXACT: {{^ +}}%1 = sched.all_gather "gather \22x\22" %0 -> %0 on ["dp_shard"] ranks 2 bytes 128 comm 0 phase forward params [@"layers.0 w", @"0w", @_ok$.x, @n] async : !sched.token{{$}}
+// EXACT: {{^ +}}sched.compute forward "fwd" unit @"unit 0" reads(%0) writes() flops 0x41E2800000000000 bytes 0 phase forward{{$}}
+// EXACT: {{^ +}}sched.compute forward "fwd" unit @u reads(%0) writes() flops 1.500000e-03 bytes 0 phase forward{{$}}
+// EXACT: {{^ +}}sched.compute forward "fwd" unit @u reads(%0) writes() flops 123456789.123 bytes 0 phase forward{{$}}
+// EXACT: {{^ +}}sched.optimizer adamw "opt" reads(%0) writes(%0) flops 2.500000e+00 bytes 0 phase optimizer params [@"a b"]{{$}}
+
+// CHECK-LABEL: sched.step @odd
+sched.step @odd world 2 tokens 8 microbatches 1 {
+  // CHECK: sched.alloc "quote \22 back \\ tab \09 end"
+  %a = sched.alloc "quote \" back \\ tab \09 end" bytes 64 persistent
+  // CHECK: params [@"layers.0 w", @"0w", @_ok$.x, @n]
+  %t = sched.all_gather "gather \"x\"" %a -> %a on ["dp_shard"] ranks 2 bytes 128 comm 0 phase forward params [@"layers.0 w", @"0w", @_ok$.x, @n] async : !sched.token
+  sched.wait %t
+  // CHECK: unit @"unit 0" {{.*}} flops 0x41E2800000000000
+  sched.compute forward "fwd" unit @"unit 0" reads(%a) writes() flops 0x41E2800000000000 bytes 0 phase forward
+  // CHECK: flops 1.500000e-03
+  sched.compute forward "fwd" unit @u reads(%a) writes() flops 1.5e-3 bytes 0 phase forward
+  // CHECK: flops 123456789.123
+  sched.compute forward "fwd" unit @u reads(%a) writes() flops 123456789.123 bytes 0 phase forward
+  // CHECK: params [@"a b"]
+  sched.optimizer adamw "opt" reads(%a) writes(%a) flops 2.5 bytes 0 phase optimizer params [@"a b"]
+}

@@ -1,0 +1,153 @@
+//===- FastText.h - The hot ops' strings, symbols and floats -----*- C++ -*-===//
+//
+// Custom directives for the attributes that the plan and sched ops written
+// in the hundreds of thousands print on every op: names (strings), symbol
+// references and their lists, and f64 counts. Each prints exactly the text
+// MLIR's generic attribute printer would, without its per-attribute
+// dispatch: a string or symbol that needs no quoting or escaping is
+// written as it is (anything else goes through MLIR's own escaping), and a
+// float's text is made by MLIR once per value and then reused. Each parses
+// as the declarative format parses the attribute it replaces.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MFSDP_DIALECTS_FASTTEXT_H
+#define MFSDP_DIALECTS_FASTTEXT_H
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace mfsdp::fasttext {
+
+/// Bytes llvm::printEscapedString writes as they are: printable ASCII but
+/// for the quote and the backslash.
+inline bool plainStringByte(unsigned char c) {
+  return c >= 0x20 && c <= 0x7E && c != '"' && c != '\\';
+}
+
+/// MLIR's bare identifier ([a-zA-Z_][a-zA-Z0-9_$.]*, in the C locale the
+/// tools run in): a symbol printed without quotes.
+inline bool bareIdentifier(llvm::StringRef s) {
+  auto alpha = [](unsigned char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+  };
+  if (s.empty() || (!alpha(s[0]) && s[0] != '_'))
+    return false;
+  for (unsigned char c : s.drop_front())
+    if (!alpha(c) && !(c >= '0' && c <= '9') && c != '_' && c != '$' && c != '.')
+      return false;
+  return true;
+}
+
+/// `"text"`, escaped as MLIR escapes it.
+inline void writeString(llvm::raw_ostream &os, llvm::StringRef s) {
+  os << '"';
+  bool plain = true;
+  for (unsigned char c : s)
+    if (!plainStringByte(c)) {
+      plain = false;
+      break;
+    }
+  if (plain)
+    os << s;
+  else
+    llvm::printEscapedString(s, os);
+  os << '"';
+}
+
+/// `@name`, or `@"name"` where it is no bare identifier (MLIR's form; an
+/// empty name is refused by the verifiers and printed as MLIR does).
+inline void writeSymbol(mlir::AsmPrinter &p, llvm::StringRef s) {
+  if (!bareIdentifier(s)) {
+    p.printSymbolName(s);
+    return;
+  }
+  p.getStream() << '@' << s;
+}
+
+} // namespace mfsdp::fasttext
+
+namespace mfsdp {
+
+// custom<FastString>($attr): a StrAttr.
+inline mlir::ParseResult parseFastString(mlir::OpAsmParser &parser, mlir::StringAttr &attr) {
+  return parser.parseCustomAttributeWithFallback(
+      attr, parser.getBuilder().getType<mlir::NoneType>());
+}
+inline void printFastString(mlir::OpAsmPrinter &p, mlir::Operation *, mlir::StringAttr attr) {
+  fasttext::writeString(p.getStream(), attr.getValue());
+}
+
+// custom<FastSymbol>($attr): a FlatSymbolRefAttr.
+inline mlir::ParseResult parseFastSymbol(mlir::OpAsmParser &parser,
+                                         mlir::FlatSymbolRefAttr &attr) {
+  return parser.parseCustomAttributeWithFallback(
+      attr, parser.getBuilder().getType<mlir::NoneType>());
+}
+inline void printFastSymbol(mlir::OpAsmPrinter &p, mlir::Operation *,
+                            mlir::FlatSymbolRefAttr attr) {
+  fasttext::writeSymbol(p, attr.getValue());
+}
+
+// custom<FastSymbols>($attr): a FlatSymbolRefArrayAttr, `[@a, @b]`.
+inline mlir::ParseResult parseFastSymbols(mlir::OpAsmParser &parser, mlir::ArrayAttr &attr) {
+  return parser.parseCustomAttributeWithFallback(
+      attr, parser.getBuilder().getType<mlir::NoneType>());
+}
+inline void printFastSymbols(mlir::OpAsmPrinter &p, mlir::Operation *, mlir::ArrayAttr attr) {
+  llvm::raw_ostream &os = p.getStream();
+  os << '[';
+  bool first = true;
+  for (mlir::Attribute a : attr) {
+    if (!first)
+      os << ", ";
+    first = false;
+    if (auto ref = llvm::dyn_cast<mlir::FlatSymbolRefAttr>(a))
+      fasttext::writeSymbol(p, ref.getValue());
+    else // (the verifier refuses it; printed as MLIR would)
+      p.printAttributeWithoutType(a);
+  }
+  os << ']';
+}
+
+// custom<FastF64>($attr): an F64Attr, its text as MLIR prints the value
+// (the decimal form that reads back exactly, else hexadecimal), made once
+// per value: a step repeats a few FLOP counts on every op.
+inline mlir::ParseResult parseFastF64(mlir::OpAsmParser &parser, mlir::FloatAttr &attr) {
+  return parser.parseCustomAttributeWithFallback(attr, parser.getBuilder().getF64Type());
+}
+inline void printFastF64(mlir::OpAsmPrinter &p, mlir::Operation *, mlir::FloatAttr attr) {
+  if (!attr.getType().isF64()) {
+    p.printAttributeWithoutType(attr);
+    return;
+  }
+  struct Entry {
+    uint64_t bits = 0;
+    bool used = false;
+    std::string text;
+  };
+  thread_local std::array<Entry, 256> cache;
+  const double value = attr.getValueAsDouble();
+  uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(bits));
+  Entry &e = cache[((bits ^ (bits >> 32)) * 0x9E3779B97F4A7C15ull) >> 56];
+  if (!e.used || e.bits != bits) {
+    e.text.clear();
+    llvm::raw_string_ostream text(e.text);
+    attr.print(text, /*elideType=*/true);
+    e.bits = bits;
+    e.used = true;
+  }
+  p.getStream() << e.text;
+}
+
+} // namespace mfsdp
+
+#endif // MFSDP_DIALECTS_FASTTEXT_H
