@@ -40,7 +40,7 @@ static sched::Phase toIR(step::Phase p) {
   llvm_unreachable("unknown step phase");
 }
 
-static std::vector<std::string> symbols(ArrayAttr a) {
+static step::NameList symbols(ArrayAttr a) {
   std::vector<std::string> out;
   if (a)
     for (Attribute e : a)
@@ -104,6 +104,16 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
       out.push_back(bufferOf.lookup(v));
     return out;
   };
+  // The ops naming the same parameters (one uniqued array) share one list.
+  llvm::DenseMap<Attribute, step::NameList> listOf;
+  auto paramsOf = [&](ArrayAttr a) -> step::NameList {
+    if (!a)
+      return {};
+    auto [it, inserted] = listOf.try_emplace(a);
+    if (inserted)
+      it->second = symbols(a);
+    return it->second;
+  };
   for (Operation &child : op.getBody().front()) {
     step::Op o;
     o.phase = phase;
@@ -154,7 +164,7 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
               o.chunks.push_back(static_cast<double>(chunk));
           o.comm = static_cast<int64_t>(c.getComm());
           o.async = c.getAsync();
-          o.params = symbols(c.getParamsAttr());
+          o.params = paramsOf(c.getParamsAttr());
           if (auto g = c.getGroup())
             o.group = static_cast<int64_t>(*g);
           o.reads = {bufferOf.lookup(c.getSrc())};
@@ -197,7 +207,7 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
             o.onlyRank = static_cast<int64_t>(*r);
           if (auto g = c.getGroup())
             o.group = static_cast<int64_t>(*g);
-          o.params = symbols(c.getParamsAttr());
+          o.params = paramsOf(c.getParamsAttr());
           o.reads = ids(c.getReads());
           o.writes = ids(c.getWrites());
         })
@@ -334,14 +344,22 @@ static void fillBody(Block *body, const step::Step &s,
       ref = FlatSymbolRefAttr::get(ctx, name);
     return ref;
   };
+  // One array per list: the ops that share a list share its array. The
+  // list is kept with it, so that its address names it while ops are
+  // released.
   SmallVector<Attribute> refs;
-  auto symbolArray = [&](const std::vector<std::string> &names) -> ArrayAttr {
+  llvm::DenseMap<const void *, std::pair<step::NameList, ArrayAttr>> arrayOf;
+  auto symbolArray = [&](const step::NameList &names) -> ArrayAttr {
     if (names.empty())
       return {};
+    auto &[list, array] = arrayOf[&names.names()];
+    if (array)
+      return array;
+    list = names;
     refs.clear();
     for (const auto &n : names)
       refs.push_back(symbol(n));
-    return b.getArrayAttr(refs);
+    return array = b.getArrayAttr(refs);
   };
   // Byte counts, groups and offsets repeat across ops, as do FLOP counts,
   // phases and mesh axes: each attribute is made once here too. (The maps

@@ -353,7 +353,7 @@ struct GroupInfo {
   std::vector<const Param *> gatheredMuon; // fsdp2 baseline: Muon on rows
   double rowBytes = 0, rowPad = 0, ownedBytes = 0, replicatedBytes = 0;
   std::vector<double> chunks;           // owned bytes per rank
-  std::vector<std::string> rowNames, ownedNames;
+  NameList rowNames, ownedNames; // shared by the ops that carry them
   /// One unit's share of the group's collectives.
   struct Piece {
     int64_t unit = -1;
@@ -364,7 +364,7 @@ struct GroupInfo {
     // the unit's reductions move, whole bytes whatever mix of dtypes.
     double reduceRowBytes = 0, reduceOwnedBytes = 0;
     std::vector<double> reduceChunks;
-    std::vector<std::string> rowNames, ownedNames;
+    NameList rowNames, ownedNames; // shared by the ops that carry them
   };
   std::vector<Piece> pieces;           // one per unit, forward order
   // Buffers (indices into Step::buffers), -1 when the group has none.
@@ -560,6 +560,11 @@ private:
         if (pr.units[u].layout == planner::RowLayout::PerParam)
           perParamUnits.insert(static_cast<int64_t>(u));
       }
+      // A group of one unit: the unit's lists are the group's (shared).
+      if (piece.rowNames == g.rowNames)
+        piece.rowNames = g.rowNames;
+      if (piece.ownedNames == g.ownedNames)
+        piece.ownedNames = g.ownedNames;
       g.pieces.push_back(std::move(piece));
     }
   }
@@ -877,7 +882,7 @@ private:
   }
 
   void optimizerOp(std::string kind, std::string name, size_t gi, double flops,
-                   double bytes, int64_t onlyRank, std::vector<std::string> params,
+                   double bytes, int64_t onlyRank, NameList params,
                    int64_t reads = -1, int64_t writes = -1) {
     Op op;
     if (reads >= 0)
@@ -1081,9 +1086,12 @@ private:
                  planner::optimBytesPerElem(*p, o);
         names.push_back(p->name);
       }
+      // Usually every row of the group: then the group's list (shared).
       for (auto &[kind, entry] : byKind)
-        optimizerOp(kind, fmt::format("{} rows g{}", kind, gi), gi, 0,
-                    entry.first, -1, entry.second, g.rowGrad, g.rowShard);
+        optimizerOp(kind, fmt::format("{} rows g{}", kind, gi), gi, 0, entry.first, -1,
+                    entry.second == g.rowNames.names() ? g.rowNames
+                                                       : NameList(std::move(entry.second)),
+                    g.rowGrad, g.rowShard);
       // DTensor baseline: torch.optim.Muon on the row shards, each matmul
       // split by DTensor's sharding propagation.
       if (b.dtensorMuon) {
@@ -1130,8 +1138,9 @@ private:
             continue;
           double split = d.nsSplit ? R : 1;
           optimizerOp("muon", fmt::format("muon g{} owner {}", gi, r), gi,
-                      flops / split, bytes / split, r, names, g.ownedLocal,
-                      g.ownedLocal);
+                      flops / split, bytes / split, r,
+                      names == g.ownedNames.names() ? g.ownedNames : NameList(names),
+                      g.ownedLocal, g.ownedLocal);
         }
         if (d.nsSplit && o.replicate > 1) {
           double largest = *std::max_element(g.chunks.begin(), g.chunks.end());

@@ -28,6 +28,8 @@
 #include "mfsdp/Vocabulary.h"
 
 #include <cstdint>
+#include <initializer_list>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,6 +43,61 @@ using ::mfsdp::CollKind;
 using ::mfsdp::Phase;
 
 std::string_view opKindName(OpKind k);
+
+/// The parameters an op carries, by name: an immutable list that the ops
+/// carrying the same parameters share (a unit's gathers, its reduction and
+/// its optimizer), so that a step of a million ops holds each list once
+/// and copying an op copies a pointer. Changed through the list itself,
+/// which copies the names first when another op shares them.
+class NameList {
+public:
+  using Names = std::vector<std::string>;
+  using const_iterator = Names::const_iterator;
+
+  NameList() = default;
+  NameList(Names names) // NOLINT: a vector converts (op.params = names)
+      : names_(names.empty() ? nullptr : std::make_shared<Names>(std::move(names))) {}
+  NameList(std::initializer_list<std::string> names) : NameList(Names(names)) {}
+
+  const Names &names() const { return names_ ? *names_ : empty_(); }
+  const_iterator begin() const { return names().begin(); }
+  const_iterator end() const { return names().end(); }
+  size_t size() const { return names_ ? names_->size() : 0; }
+  bool empty() const { return size() == 0; }
+  const std::string &operator[](size_t i) const { return (*names_)[i]; }
+  const std::string &front() const { return names_->front(); }
+  const std::string &back() const { return names_->back(); }
+  /// Whether `other` is this very list (shared), not only the same names.
+  bool sameList(const NameList &other) const { return names_ == other.names_; }
+
+  void push_back(std::string name) { own().push_back(std::move(name)); }
+  template <typename It> void insert(const_iterator at, It first, It last) {
+    const auto offset = at - begin();
+    Names &n = own();
+    n.insert(n.begin() + offset, first, last);
+  }
+  void clear() { names_.reset(); }
+
+  friend bool operator==(const NameList &a, const NameList &b) {
+    return a.names_ == b.names_ || a.names() == b.names();
+  }
+  friend bool operator!=(const NameList &a, const NameList &b) { return !(a == b); }
+
+private:
+  static const Names &empty_() {
+    static const Names none;
+    return none;
+  }
+  /// The names, this list's own (copied first where shared).
+  Names &own() {
+    if (!names_)
+      names_ = std::make_shared<Names>();
+    else if (names_.use_count() > 1)
+      names_ = std::make_shared<Names>(*names_);
+    return *names_;
+  }
+  std::shared_ptr<Names> names_;
+};
 
 struct Buffer {
   std::string name;
@@ -76,7 +133,7 @@ struct Op {
   std::vector<double> chunks;        // *_v: bytes contributed by each rank
   int64_t comm = 0;                  // communicator (its own stream)
   bool async = false;
-  std::vector<std::string> params;   // parameters the collective carries
+  NameList params;                   // parameters the collective carries
 
   // Wait: index of the collective op it waits for.
   int64_t waitFor = -1;

@@ -1,0 +1,70 @@
+//===- NameListTest.cpp - An op's shared parameter list --------------------===//
+#include "mfsdp/step/Builder.h"
+#include "mfsdp/step/Step.h"
+
+#include <gtest/gtest.h>
+
+using namespace mfsdp::step;
+
+namespace {
+
+// Copies share the names; a change copies them first, so no other op sees it.
+TEST(NameList, SharedUntilChanged) {
+  NameList a = std::vector<std::string>{"w", "b"};
+  NameList b = a;
+  EXPECT_TRUE(a.sameList(b));
+  b.push_back("n");
+  EXPECT_FALSE(a.sameList(b));
+  EXPECT_EQ(a.names(), (std::vector<std::string>{"w", "b"}));
+  EXPECT_EQ(b.names(), (std::vector<std::string>{"w", "b", "n"}));
+  NameList c = a;
+  c.insert(c.begin() + 1, b.begin() + 2, b.end());
+  EXPECT_EQ(c.names(), (std::vector<std::string>{"w", "n", "b"}));
+  EXPECT_EQ(a.names(), (std::vector<std::string>{"w", "b"}));
+  // Equal names compare equal, shared or not; the empty list has none.
+  EXPECT_EQ(a, NameList({"w", "b"}));
+  EXPECT_NE(a, c);
+  NameList none;
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(none, NameList(std::vector<std::string>{}));
+  EXPECT_EQ(none.begin(), none.end());
+  c.clear();
+  EXPECT_TRUE(c.empty());
+  EXPECT_EQ(a.size(), 2u);
+}
+
+// The step builder gives a unit's gathers, its reduction and its optimizer
+// one list where they carry the same parameters.
+TEST(NameList, BuilderSharesAUnitsList) {
+  mfsdp::planner::Problem pr;
+  pr.units = {{"u0"}};
+  mfsdp::planner::Param w;
+  w.name = "w";
+  w.shape = {8, 4};
+  w.kind = "linear";
+  w.unit = 0;
+  w.elemBytes = 4;
+  w.placement = mfsdp::planner::PlacementKind::RowShard;
+  w.optim = mfsdp::planner::Optim::AdamW;
+  mfsdp::planner::Param v = w;
+  v.name = "v";
+  pr.params = {w, v};
+  mfsdp::planner::Options o;
+  o.shard = 2;
+  o.zero = 3;
+  o.hw = *mfsdp::planner::findHardwareProfile("a100");
+  std::vector<UnitCost> costs = {{10, 20, 4, false}};
+  Step s = buildStep(pr, o, mfsdp::planner::Decisions{}, costs, BuildOptions{}, "t");
+  std::vector<const Op *> carrying;
+  for (const Op &op : s.ops)
+    if (!op.params.empty())
+      carrying.push_back(&op);
+  // Forward and backward gathers, the reduction and the AdamW step.
+  ASSERT_EQ(carrying.size(), 4u);
+  for (const Op *op : carrying) {
+    EXPECT_EQ(op->params.names(), (std::vector<std::string>{"w", "v"})) << op->name;
+    EXPECT_TRUE(op->params.sameList(carrying.front()->params)) << op->name;
+  }
+}
+
+} // namespace
