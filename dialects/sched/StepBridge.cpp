@@ -114,6 +114,18 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
       it->second = symbols(a);
     return it->second;
   };
+  // The collectives over the same axes (one uniqued array) share one list.
+  llvm::DenseMap<Attribute, step::NameList> axesListOf;
+  auto axesOf = [&](ArrayAttr a) -> step::NameList {
+    auto [it, inserted] = axesListOf.try_emplace(a);
+    if (inserted) {
+      std::vector<std::string> axes;
+      for (Attribute e : a)
+        axes.push_back(cast<StringAttr>(e).getValue().str());
+      it->second = std::move(axes);
+    }
+    return it->second;
+  };
   for (Operation &child : op.getBody().front()) {
     step::Op o;
     o.phase = phase;
@@ -154,8 +166,7 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
                                                         : step::CollKind::ReduceScatterV;
           o.phase = phase = toStep(c.getPhase());
           o.name = c.getName().str();
-          for (Attribute a : c.getMeshAxes())
-            o.meshAxes.push_back(cast<StringAttr>(a).getValue().str());
+          o.meshAxes = axesOf(c.getMeshAxes());
           o.ranks = static_cast<int64_t>(c.getRanks());
           o.interNode = c.getInterNode();
           o.collBytes = static_cast<double>(static_cast<int64_t>(c.getBytes()));
@@ -187,7 +198,7 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
             o.group = static_cast<int64_t>(*g);
           if (auto u = c.getUnitAttr()) {
             o.unitName = u.getValue().str();
-            auto k = kernelsOf.find(o.unitName);
+            auto k = kernelsOf.find(o.unitName.str());
             if (k != kernelsOf.end() && o.compute != "copy") {
               o.kernels = k->second;
               o.kernelTokens = static_cast<double>(s.tokens);
@@ -298,12 +309,12 @@ static LogicalResult checkWritable(const step::Step &s,
                    ", which is not an async collective before it");
       break;
     case step::OpKind::Compute:
-      if (!symbolizeComputeKind(o.compute))
+      if (!symbolizeComputeKind(o.compute.str()))
         return bad("unknown compute kind '" + o.compute +
                    "'; expected forward, backward, recompute or copy");
       break;
     case step::OpKind::Optimizer:
-      if (!symbolizeOptimizerKind(o.optimizer))
+      if (!symbolizeOptimizerKind(o.optimizer.str()))
         return bad("unknown optimizer kind '" + o.optimizer +
                    "'; expected adamw, sgd, muon, cast or accumulate");
       break;
@@ -417,10 +428,10 @@ static void fillBody(Block *body, const step::Step &s,
       break;
     case step::OpKind::Collective: {
       Value src = buffers[o.reads.front()], dst = buffers[o.writes.front()];
-      if (!axesAttr || lastAxes != o.meshAxes) {
+      if (!axesAttr || lastAxes != o.meshAxes.names()) {
         SmallVector<StringRef> axes(o.meshAxes.begin(), o.meshAxes.end());
         axesAttr = b.getStrArrayAttr(axes);
-        lastAxes = o.meshAxes;
+        lastAxes = o.meshAxes.names();
       }
       DenseI64ArrayAttr chunks;
       if (!o.chunks.empty()) {
@@ -457,7 +468,7 @@ static void fillBody(Block *body, const step::Step &s,
       FlatSymbolRefAttr unit;
       if (!o.unitName.empty())
         unit = symbol(o.unitName);
-      ComputeOp::create(b, loc, ComputeKindAttr::get(ctx, *symbolizeComputeKind(o.compute)),
+      ComputeOp::create(b, loc, ComputeKindAttr::get(ctx, *symbolizeComputeKind(o.compute.str())),
                         b.getStringAttr(o.name), unit, values(o.reads),
                         values(o.writes), f64(o.flops), i64(trafficBytes(o.bytes)),
                         phaseAttr(o.phase), optI64(o.group));
@@ -465,7 +476,7 @@ static void fillBody(Block *body, const step::Step &s,
     }
     case step::OpKind::Optimizer: {
       OptimizerOp::create(b, loc,
-                          OptimizerKindAttr::get(ctx, *symbolizeOptimizerKind(o.optimizer)),
+                          OptimizerKindAttr::get(ctx, *symbolizeOptimizerKind(o.optimizer.str())),
                           b.getStringAttr(o.name), values(o.reads),
                           values(o.writes), f64(o.flops), i64(trafficBytes(o.bytes)),
                           optI64(o.onlyRank), phaseAttr(o.phase), optI64(o.group),
@@ -617,7 +628,7 @@ LogicalResult mfsdp::asWritten(step::Step &s, plan::GraphOp graph, Location loc)
       o.group = nonNegative(in.group);
       if (!in.unitName.empty()) {
         o.unitName = std::move(in.unitName);
-        auto k = kernelsOf.find(o.unitName);
+        auto k = kernelsOf.find(o.unitName.str());
         if (k != kernelsOf.end() && o.compute != "copy") {
           o.kernels = k->second;
           o.kernelTokens = static_cast<double>(s.tokens);

@@ -458,7 +458,9 @@ private:
     op.phase = phase;
     op.coll = kind;
     op.name = std::move(name);
-    op.meshAxes = {overReplicas ? "dp_replicate" : "dp_shard"};
+    // One list per axis for the whole step.
+    static const NameList shardAxes{"dp_shard"}, replicaAxes{"dp_replicate"};
+    op.meshAxes = overReplicas ? replicaAxes : shardAxes;
     op.ranks = overReplicas ? o.replicate : S;
     op.interNode = overReplicas ? true : !o.shardIntraNode;
     op.collBytes = bytes;

@@ -129,7 +129,7 @@ int64_t bucketCollectives(Step &s, double limitBytes) {
     std::vector<Op> buckets;
     for (size_t k = i; k < end; ++k) {
       const Op &op = s.ops[k];
-      Key key{static_cast<int>(op.coll), op.meshAxes, op.comm,
+      Key key{static_cast<int>(op.coll), op.meshAxes.names(), op.comm,
               static_cast<int>(op.phase), op.reads, op.writes, op.interNode};
       auto &list = open[key];
       bool merged = false;

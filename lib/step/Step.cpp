@@ -1,7 +1,36 @@
 //===- Step.cpp - Names of the step program's op kinds -----------------------===//
 #include "mfsdp/step/Step.h"
 
+#include <mutex>
+#include <unordered_set>
+
 namespace mfsdp::step {
+
+namespace {
+/// The words of every step of the process, each once (never freed: a
+/// word is a kind, an optimizer or a unit's name, a few per unit).
+struct WordPool {
+  std::mutex mutex;
+  std::unordered_set<std::string> words;
+};
+WordPool &wordPool() {
+  static WordPool *pool = new WordPool; // outlives every static Word
+  return *pool;
+}
+} // namespace
+
+Word::Word(std::string_view text) {
+  if (text.empty())
+    return;
+  WordPool &pool = wordPool();
+  std::lock_guard<std::mutex> lock(pool.mutex);
+  text_ = &*pool.words.emplace(text).first;
+}
+
+const std::string &Word::empty_() {
+  static const std::string none;
+  return none;
+}
 
 std::string_view opKindName(OpKind k) {
   switch (k) {

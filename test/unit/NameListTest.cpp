@@ -68,3 +68,69 @@ TEST(NameList, BuilderSharesAUnitsList) {
 }
 
 } // namespace
+
+namespace {
+
+// A word is kept once: equal text, one pointer; it compares with strings by
+// value and reads as one.
+TEST(Word, KeptOnceComparedByText) {
+  Word a = std::string("forward");
+  Word b = "forward";
+  Word c = std::string_view("backward");
+  EXPECT_EQ(&a.str(), &b.str());
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  EXPECT_TRUE(a == "forward");
+  EXPECT_TRUE("forward" == a);
+  EXPECT_TRUE(a == std::string("forward"));
+  EXPECT_TRUE(a != "backward");
+  EXPECT_TRUE(std::string("x") != a);
+  EXPECT_EQ("unit " + a, "unit forward");
+  EXPECT_EQ(a + "!", "forward!");
+  const std::string &text = a;
+  EXPECT_EQ(text, "forward");
+  EXPECT_EQ(std::string_view(c), "backward");
+  Word none, alsoNone = "";
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(none, alsoNone);
+  EXPECT_EQ(none, "");
+  EXPECT_EQ(none.size(), 0u);
+  EXPECT_TRUE(c < a);
+}
+
+// The ops of one step over one mesh axis share its list.
+TEST(NameList, CollectivesShareTheirAxes) {
+  mfsdp::planner::Problem pr;
+  pr.units = {{"u0"}, {"u1"}};
+  mfsdp::planner::Param w;
+  w.name = "w";
+  w.shape = {8, 4};
+  w.kind = "linear";
+  w.unit = 0;
+  w.elemBytes = 4;
+  w.placement = mfsdp::planner::PlacementKind::RowShard;
+  w.optim = mfsdp::planner::Optim::AdamW;
+  mfsdp::planner::Param v = w;
+  v.name = "v";
+  v.unit = 1;
+  pr.params = {w, v};
+  mfsdp::planner::Options o;
+  o.shard = 2;
+  o.hw = *mfsdp::planner::findHardwareProfile("a100");
+  std::vector<UnitCost> costs = {{10, 20, 4, false}, {10, 20, 4, false}};
+  Step s = buildStep(pr, o, mfsdp::planner::Decisions{}, costs, BuildOptions{}, "t");
+  const Op *first = nullptr;
+  size_t collectives = 0;
+  for (const Op &op : s.ops) {
+    if (op.kind != OpKind::Collective)
+      continue;
+    ++collectives;
+    EXPECT_EQ(op.meshAxes.names(), std::vector<std::string>{"dp_shard"});
+    if (!first)
+      first = &op;
+    EXPECT_TRUE(op.meshAxes.sameList(first->meshAxes)) << op.name;
+  }
+  EXPECT_GE(collectives, 6u);
+}
+
+} // namespace

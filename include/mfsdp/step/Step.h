@@ -32,6 +32,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace mfsdp::step {
@@ -43,6 +44,49 @@ using ::mfsdp::CollKind;
 using ::mfsdp::Phase;
 
 std::string_view opKindName(OpKind k);
+
+/// A string of a small vocabulary (a compute kind, an optimizer kernel, a
+/// unit's name): kept once per process and held by pointer, so that each of
+/// a step's millions of ops holds 8 bytes of it. Reads as a const
+/// std::string; compares with strings by value, with another Word by
+/// pointer (equal text, same pointer).
+class Word {
+public:
+  Word() = default;
+  Word(std::string_view text); // NOLINT: strings convert (op.compute = "copy")
+  Word(const std::string &text) : Word(std::string_view(text)) {}
+  Word(const char *text) : Word(std::string_view(text)) {}
+
+  const std::string &str() const { return text_ ? *text_ : empty_(); }
+  operator const std::string &() const { return str(); }
+  operator std::string_view() const { return str(); }
+  const char *c_str() const { return str().c_str(); }
+  bool empty() const { return !text_; }
+  size_t size() const { return str().size(); }
+
+  friend bool operator==(const Word &a, const Word &b) { return a.text_ == b.text_; }
+  friend bool operator==(const Word &a, std::string_view b) { return a.str() == b; }
+  friend bool operator==(const Word &a, const std::string &b) { return a.str() == b; }
+  friend bool operator==(const Word &a, const char *b) { return a.str() == b; }
+  friend bool operator==(std::string_view a, const Word &b) { return b == a; }
+  friend bool operator==(const std::string &a, const Word &b) { return b == a; }
+  friend bool operator==(const char *a, const Word &b) { return b == a; }
+  template <typename T> friend bool operator!=(const Word &a, const T &b) { return !(a == b); }
+  template <typename T,
+            typename = std::enable_if_t<!std::is_same_v<std::decay_t<T>, Word>>>
+  friend bool operator!=(const T &a, const Word &b) {
+    return !(b == a);
+  }
+  friend bool operator<(const Word &a, const Word &b) { return a.str() < b.str(); }
+  friend std::string operator+(const std::string &a, const Word &b) { return a + b.str(); }
+  friend std::string operator+(const char *a, const Word &b) { return a + b.str(); }
+  friend std::string operator+(const Word &a, const std::string &b) { return a.str() + b; }
+  friend std::string operator+(const Word &a, const char *b) { return a.str() + b; }
+
+private:
+  static const std::string &empty_();
+  const std::string *text_ = nullptr;
+};
 
 /// The parameters an op carries, by name: an immutable list that the ops
 /// carrying the same parameters share (a unit's gathers, its reduction and
@@ -110,6 +154,11 @@ struct Buffer {
 struct Op {
   OpKind kind = OpKind::Compute;
   Phase phase = Phase::Forward;
+  // Collective (kept beside the other small fields: a step holds millions
+  // of ops).
+  CollKind coll = CollKind::AllGather;
+  bool interNode = false;            // the group spans nodes
+  bool async = false;
   std::string name; // shown in reports and traces ("forward layers.3")
   int64_t unit = -1;
   int64_t group = -1;
@@ -125,14 +174,11 @@ struct Op {
   double kernelTokens = 0;
 
   // Collective.
-  CollKind coll = CollKind::AllGather;
-  std::vector<std::string> meshAxes; // e.g. {"dp_shard"}
+  NameList meshAxes;                 // e.g. {"dp_shard"}
   int64_t ranks = 1;                 // group size
-  bool interNode = false;            // the group spans nodes
   double collBytes = 0;              // the full (gathered / unreduced) buffer
   std::vector<double> chunks;        // *_v: bytes contributed by each rank
   int64_t comm = 0;                  // communicator (its own stream)
-  bool async = false;
   NameList params;                   // parameters the collective carries
 
   // Wait: index of the collective op it waits for.
@@ -143,10 +189,10 @@ struct Op {
   std::vector<int64_t> reads, writes;
 
   // Optimizer: the kernel ("adamw", "sgd", "muon", "cast", "accumulate").
-  std::string optimizer;
+  Word optimizer;
   // Compute: "forward", "backward", "recompute" or "copy", and the unit.
-  std::string compute;
-  std::string unitName;
+  Word compute;
+  Word unitName;
 
   // Index of the IR op this op was read from (the bridge keeps their
   // locations); transformations copy it along with the op. -1: made here.
