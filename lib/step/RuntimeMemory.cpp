@@ -11,6 +11,8 @@
 #include <array>
 #include <limits>
 #include <map>
+#include <string_view>
+#include <unordered_map>
 
 namespace mfsdp::step {
 
@@ -476,7 +478,10 @@ std::vector<RuntimeBucket> runtimeBuckets(const Step &step, const mfsdp_plan &pl
                           alignment * alignment;
     return static_cast<double>(d.placement == MFSDP_ROW_SHARD ? S * bytes : bytes);
   };
-  std::map<std::string, int32_t> byName;
+  // By name (the plan's strings, which outlive this call): the first of
+  // each name, as the plan's own lookups take it.
+  std::unordered_map<std::string_view, int32_t> byName;
+  byName.reserve(static_cast<size_t>(std::max(plan.num_params, 0)));
   for (int32_t i = 0; i < plan.num_params && plan.params; ++i)
     if (plan.params[i].name)
       byName.emplace(plan.params[i].name, i);
