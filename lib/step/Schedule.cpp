@@ -976,6 +976,12 @@ MemoryPlan planMemory(Step &s, int64_t alignment) {
     auto it = m.find(r);
     return it == m.end() ? nullptr : &it->second;
   };
+  // The partial lifetimes of the buffers all ranks have are looked up only
+  // for a rank's own partial buffers: with none (the usual plan), they are
+  // not kept.
+  const bool ownedPartial = std::any_of(order.begin(), order.end(), [&](size_t b) {
+    return s.buffers[b].onlyRank >= 0 && !whole(b) && sizes[b] > 0;
+  });
   std::vector<const OffsetSet *> sets;
   for (size_t b : order) {
     const int64_t rank = s.buffers[b].onlyRank;
@@ -1014,11 +1020,11 @@ MemoryPlan planMemory(Step &s, int64_t alignment) {
     } else {
       life.each(b, [&](const Lifetime &l) {
         partialAll.insert(l.begin, l.end, offset, hi);
-        if (rank < 0)
-          partialShared.insert(l.begin, l.end, offset, hi);
-        else
+        if (rank >= 0)
           partialOwned.try_emplace(rank, last)
               .first->second.insert(l.begin, l.end, offset, hi);
+        else if (ownedPartial)
+          partialShared.insert(l.begin, l.end, offset, hi);
       });
     }
   }
