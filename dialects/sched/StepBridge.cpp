@@ -3,6 +3,7 @@
 
 #include "dialects/plan/PlanKernels.h"
 #include "dialects/plan/PlanOps.h"
+#include "mfsdp/step/Schedule.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
@@ -11,6 +12,8 @@
 
 #include <array>
 #include <cmath>
+#include <limits>
+#include <optional>
 
 using namespace mlir;
 using namespace mfsdp;
@@ -26,6 +29,15 @@ static step::Phase toStep(sched::Phase p) {
     return step::Phase::Optimizer;
   }
   llvm_unreachable("unknown sched phase");
+}
+
+/// The phase an op states (allocs, frees and waits take the one before).
+static std::optional<sched::Phase> statedPhase(Operation &op) {
+  return llvm::TypeSwitch<Operation *, std::optional<sched::Phase>>(&op)
+      .Case<ComputeOp, OptimizerOp, AllGatherOp, ReduceScatterOp, AllReduceOp,
+            AllGatherVOp, ReduceScatterVOp>(
+          [](auto o) { return std::optional<sched::Phase>(o.getPhase()); })
+      .Default([](Operation *) { return std::nullopt; });
 }
 
 static sched::Phase toIR(step::Phase p) {
@@ -83,15 +95,23 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
   // it holds the old and the new array at once.
   {
     size_t ops = 0, allocs = 0, collectives = 0;
+    // Where the optimizer phase begins: the first op that states it (the
+    // ops after it, allocs and waits too, are the optimizer tail).
+    size_t tailStart = std::numeric_limits<size_t>::max();
     for (Operation &child : op.getBody().front()) {
       ++ops;
       allocs += isa<AllocOp>(child);
       collectives += isa<AllGatherOp, ReduceScatterOp, AllReduceOp,
                          AllGatherVOp, ReduceScatterVOp>(child);
+      if (tailStart == std::numeric_limits<size_t>::max() &&
+          statedPhase(child) == sched::Phase::optimizer)
+        tailStart = ops - 1;
     }
-    // Room for a wait per collective: the overlap stage schedules the
-    // step in this array (step::finishOverlapEach).
-    s.ops.reserve(ops + collectives);
+    // Room for a wait per collective and for rebuilding the optimizer tail:
+    // the overlap stage schedules the step in this array and never grows
+    // it (step::finishOverlapEach).
+    s.ops.reserve(step::overlapCapacity(ops, collectives,
+                                        tailStart < ops ? ops - tailStart : 0));
     s.buffers.reserve(allocs);
     bufferOf.reserve(allocs);
     indexOf.reserve(collectives);
