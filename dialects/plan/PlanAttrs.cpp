@@ -185,6 +185,23 @@ ArrayAttr mfsdp::plan::kernelsAttr(MLIRContext *ctx,
   return ArrayAttr::get(ctx, out);
 }
 
+FailureOr<DenseI64ArrayAttr> mfsdp::plan::parseShape(AsmParser &parser) {
+  if (failed(parser.parseOptionalLSquare()))
+    return FieldParser<DenseI64ArrayAttr>::parse(parser);
+  SmallVector<int64_t, 8> values;
+  if (failed(parser.parseOptionalRSquare())) {
+    do {
+      int64_t v = 0;
+      if (parser.parseInteger(v))
+        return failure();
+      values.push_back(v);
+    } while (succeeded(parser.parseOptionalComma()));
+    if (parser.parseRSquare())
+      return failure();
+  }
+  return DenseI64ArrayAttr::get(parser.getContext(), values);
+}
+
 void mfsdp::plan::printKernels(AsmPrinter &printer, ArrayAttr kernels) {
   raw_ostream &os = printer.getStream();
   os << '[';

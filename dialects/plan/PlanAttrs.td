@@ -167,7 +167,7 @@ def Plan_KernelAttr : Plan_Attr<"Kernel", "kernel"> {
     ```
   }];
   let parameters = (ins StringRefParameter<"gemm, attention or memory">:$kind,
-                        "::mlir::DenseI64ArrayAttr":$shape, Plan_F64Param:$scale);
+                        Plan_ShapeParam:$shape, Plan_F64Param:$scale);
   let assemblyFormat = "`<` $kind `,` `shape` `=` $shape `,` `scale` `=` $scale `>`";
   let genVerifyDecl = 1;
 }

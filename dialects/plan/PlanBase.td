@@ -63,6 +63,15 @@ def Plan_F64Param : AttrOrTypeParameter<"::mfsdp::plan::F64", "a 64-bit float"> 
 // blocks prints nine kernels a unit, and MLIR's generic path (an alias
 // lookup, the dialect's printer, a nested printer per kernel) cost more than
 // the rest of the unit. The text is the same; parsing is the default.
+// A kernel's shape, `[n, k, count]`: its integers read directly (MLIR's
+// dense-array parser goes through its generic attribute path per shape);
+// anything but `[` is left to that parser, for its message.
+def Plan_ShapeParam : AttrOrTypeParameter<"::mlir::DenseI64ArrayAttr",
+                                          "a dense i64 array"> {
+  let parser = "::mfsdp::plan::parseShape($_parser)";
+  let printer = "$_printer.printStrippedAttrOrType($_self)";
+}
+
 def Plan_KernelsParam : OptionalParameter<"::mlir::ArrayAttr",
                                           "the forward's kernels (#plan.kernel)"> {
   let printer = "::mfsdp::plan::printKernels($_printer, $_self)";

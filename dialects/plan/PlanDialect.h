@@ -41,6 +41,9 @@ std::string formatF64(double value);
 /// text is KernelAttr's assembly format, written out: a change to one is a
 /// change to the other (test/Dialect/Plan/round-trip.mlir checks the text).
 void printKernels(mlir::AsmPrinter &printer, mlir::ArrayAttr kernels);
+/// A kernel's shape: `[1, 2, 3]` read integer by integer (anything else is
+/// left to MLIR's dense i64 array parser, which refuses it).
+mlir::FailureOr<mlir::DenseI64ArrayAttr> parseShape(mlir::AsmParser &parser);
 } // namespace mfsdp::plan
 
 #include "dialects/plan/PlanOpsDialect.h.inc"

@@ -100,3 +100,12 @@ plan.graph @numbers seq_len 8 {
   // CHECK: plan.unit @n index 0 params [@nw] cost <fwd_flops = -0, bwd_flops = 123456789012345, act_bytes = 1.0e+15
   plan.unit @n index 0 params [@nw] cost <fwd_flops = -0.0, bwd_flops = 123456789012345, act_bytes = 1.0e15, recompute = false, kernels = [#plan.kernel<"memory", shape = [], scale = 0.5>]>
 }
+
+// A kernel's shape: integers in brackets, none at all, spaced as one likes.
+// CHECK-LABEL: plan.graph @shapes
+plan.graph @shapes seq_len 8 {
+  plan.mesh @m ["dp_shard" = 2]
+  plan.param @sw : tensor<4xf32> norm module "w"
+  // CHECK: kernels = [#plan.kernel<"gemm", shape = [4, 5, 1], scale = 1>, #plan.kernel<"memory", shape = [], scale = 2>]
+  plan.unit @s index 0 params [@sw] cost <fwd_flops = 1, bwd_flops = 2, act_bytes = 3, recompute = false, kernels = [#plan.kernel<"gemm", shape = [4,5 ,  1], scale = 1>, #plan.kernel<"memory", shape = [ ], scale = 2>]>
+}
