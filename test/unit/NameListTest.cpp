@@ -4,9 +4,40 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 using namespace mfsdp::step;
 
 namespace {
+
+/// The step of two AdamW matrices on row shards over dp_shard = 2, ZeRO-3:
+/// `w` in unit 0 and `v` in unit `unitOfV` (0 or 1).
+Step twoMatrices(int64_t unitOfV) {
+  mfsdp::planner::Problem pr;
+  std::vector<UnitCost> costs;
+  for (int64_t u = 0; u <= unitOfV; ++u) {
+    pr.units.push_back({"u" + std::to_string(u)});
+    costs.push_back({10, 20, 4, false});
+  }
+  mfsdp::planner::Param w;
+  w.name = "w";
+  w.shape = {8, 4};
+  w.kind = "linear";
+  w.unit = 0;
+  w.elemBytes = 4;
+  w.placement = mfsdp::planner::PlacementKind::RowShard;
+  w.optim = mfsdp::planner::Optim::AdamW;
+  mfsdp::planner::Param v = w;
+  v.name = "v";
+  v.unit = unitOfV;
+  pr.params = {w, v};
+  mfsdp::planner::Options o;
+  o.shard = 2;
+  o.zero = 3;
+  o.hw = *mfsdp::planner::findHardwareProfile("a100");
+  return buildStep(pr, o, mfsdp::planner::Decisions{}, costs, BuildOptions{}, "t");
+}
 
 // Copies share the names; a change copies them first, so no other op sees it.
 TEST(NameList, SharedUntilChanged) {
@@ -36,25 +67,7 @@ TEST(NameList, SharedUntilChanged) {
 // The step builder gives a unit's gathers, its reduction and its optimizer
 // one list where they carry the same parameters.
 TEST(NameList, BuilderSharesAUnitsList) {
-  mfsdp::planner::Problem pr;
-  pr.units = {{"u0"}};
-  mfsdp::planner::Param w;
-  w.name = "w";
-  w.shape = {8, 4};
-  w.kind = "linear";
-  w.unit = 0;
-  w.elemBytes = 4;
-  w.placement = mfsdp::planner::PlacementKind::RowShard;
-  w.optim = mfsdp::planner::Optim::AdamW;
-  mfsdp::planner::Param v = w;
-  v.name = "v";
-  pr.params = {w, v};
-  mfsdp::planner::Options o;
-  o.shard = 2;
-  o.zero = 3;
-  o.hw = *mfsdp::planner::findHardwareProfile("a100");
-  std::vector<UnitCost> costs = {{10, 20, 4, false}};
-  Step s = buildStep(pr, o, mfsdp::planner::Decisions{}, costs, BuildOptions{}, "t");
+  Step s = twoMatrices(0);
   std::vector<const Op *> carrying;
   for (const Op &op : s.ops)
     if (!op.params.empty())
@@ -67,9 +80,6 @@ TEST(NameList, BuilderSharesAUnitsList) {
   }
 }
 
-} // namespace
-
-namespace {
 
 // A word is kept once: equal text, one pointer; it compares with strings by
 // value and reads as one.
@@ -90,7 +100,8 @@ TEST(Word, KeptOnceComparedByText) {
   const std::string &text = a;
   EXPECT_EQ(text, "forward");
   EXPECT_EQ(std::string_view(c), "backward");
-  Word none, alsoNone = "";
+  Word none, alsoNone = "", fromNull = static_cast<const char *>(nullptr);
+  EXPECT_TRUE(fromNull.empty());
   EXPECT_TRUE(none.empty());
   EXPECT_EQ(none, alsoNone);
   EXPECT_EQ(none, "");
@@ -100,25 +111,7 @@ TEST(Word, KeptOnceComparedByText) {
 
 // The ops of one step over one mesh axis share its list.
 TEST(NameList, CollectivesShareTheirAxes) {
-  mfsdp::planner::Problem pr;
-  pr.units = {{"u0"}, {"u1"}};
-  mfsdp::planner::Param w;
-  w.name = "w";
-  w.shape = {8, 4};
-  w.kind = "linear";
-  w.unit = 0;
-  w.elemBytes = 4;
-  w.placement = mfsdp::planner::PlacementKind::RowShard;
-  w.optim = mfsdp::planner::Optim::AdamW;
-  mfsdp::planner::Param v = w;
-  v.name = "v";
-  v.unit = 1;
-  pr.params = {w, v};
-  mfsdp::planner::Options o;
-  o.shard = 2;
-  o.hw = *mfsdp::planner::findHardwareProfile("a100");
-  std::vector<UnitCost> costs = {{10, 20, 4, false}, {10, 20, 4, false}};
-  Step s = buildStep(pr, o, mfsdp::planner::Decisions{}, costs, BuildOptions{}, "t");
+  Step s = twoMatrices(1);
   const Op *first = nullptr;
   size_t collectives = 0;
   for (const Op &op : s.ops) {

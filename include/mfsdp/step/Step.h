@@ -55,7 +55,7 @@ public:
   Word() = default;
   Word(std::string_view text); // NOLINT: strings convert (op.compute = "copy")
   Word(const std::string &text) : Word(std::string_view(text)) {}
-  Word(const char *text) : Word(std::string_view(text)) {}
+  Word(const char *text) : Word(text ? std::string_view(text) : std::string_view()) {}
 
   const std::string &str() const { return text_ ? *text_ : empty_(); }
   operator const std::string &() const { return str(); }
