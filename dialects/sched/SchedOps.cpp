@@ -190,8 +190,12 @@ LogicalResult StepOp::verifySymbolUses(SymbolTableCollection &tables) {
              << " of graph @" << graph.getSymName();
     return success();
   };
+  // A unit's gathers, reduction and optimizer name one uniqued array, and
+  // the ops of a step a few sets of axes: each is checked once.
+  llvm::DenseSet<Attribute> resolvedParams;
+  llvm::DenseMap<Attribute, int64_t> groupOf;
   auto resolveParams = [&](Operation *user, ArrayAttr params) {
-    if (params)
+    if (params && resolvedParams.insert(params).second)
       for (Attribute p : params)
         if (failed(resolve(user, cast<FlatSymbolRefAttr>(p), "params",
                            plan::ParamOp())))
@@ -200,15 +204,17 @@ LogicalResult StepOp::verifySymbolUses(SymbolTableCollection &tables) {
   };
   for (Operation &op : getBody().front()) {
     if (auto c = dyn_cast<CollectiveOpInterface>(op)) {
-      int64_t group = 1;
-      for (Attribute a : c.getMeshAxes()) {
-        StringRef axis = cast<StringAttr>(a).getValue();
-        std::optional<int64_t> size = mesh.getDimSize(axis);
-        if (!size)
-          return op.emitOpError("mesh axis '")
-                 << axis << "' is not a dim of mesh " << meshRef;
-        group *= *size;
-      }
+      auto [known, inserted] = groupOf.try_emplace(c.getMeshAxes(), 1);
+      if (inserted)
+        for (Attribute a : c.getMeshAxes()) {
+          StringRef axis = cast<StringAttr>(a).getValue();
+          std::optional<int64_t> size = mesh.getDimSize(axis);
+          if (!size)
+            return op.emitOpError("mesh axis '")
+                   << axis << "' is not a dim of mesh " << meshRef;
+          known->second *= *size;
+        }
+      const int64_t group = known->second;
       if (static_cast<int64_t>(c.getRanks()) != group)
         return op.emitOpError("ranks ")
                << static_cast<int64_t>(c.getRanks())
