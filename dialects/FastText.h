@@ -46,6 +46,29 @@ inline bool bareIdentifier(llvm::StringRef s) {
   return true;
 }
 
+/// The text `make(value)` gives, made once per value's bits: a graph or a
+/// step repeats a few numbers (hyperparameters, FLOP counts) on every op.
+/// Kept per thread and per type of `make` (pass a lambda: each has its own
+/// type, where every function pointer shares one) in a direct-mapped cache;
+/// valid until that thread's next call with the same `make`.
+template <typename Make> const std::string &textByBits(double value, Make make) {
+  struct Entry {
+    uint64_t bits = 0;
+    bool used = false;
+    std::string text;
+  };
+  thread_local std::array<Entry, 256> cache;
+  uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(bits));
+  Entry &e = cache[((bits ^ (bits >> 32)) * 0x9E3779B97F4A7C15ull) >> 56];
+  if (!e.used || e.bits != bits) {
+    e.text = make(value);
+    e.bits = bits;
+    e.used = true;
+  }
+  return e.text;
+}
+
 /// `"text"`, escaped as MLIR escapes it.
 inline void writeString(llvm::raw_ostream &os, llvm::StringRef s) {
   os << '"';
@@ -128,24 +151,12 @@ inline void printFastF64(mlir::OpAsmPrinter &p, mlir::Operation *, mlir::FloatAt
     p.printAttributeWithoutType(attr);
     return;
   }
-  struct Entry {
-    uint64_t bits = 0;
-    bool used = false;
+  p.getStream() << fasttext::textByBits(attr.getValueAsDouble(), [&](double) {
     std::string text;
-  };
-  thread_local std::array<Entry, 256> cache;
-  const double value = attr.getValueAsDouble();
-  uint64_t bits = 0;
-  std::memcpy(&bits, &value, sizeof(bits));
-  Entry &e = cache[((bits ^ (bits >> 32)) * 0x9E3779B97F4A7C15ull) >> 56];
-  if (!e.used || e.bits != bits) {
-    e.text.clear();
-    llvm::raw_string_ostream text(e.text);
-    attr.print(text, /*elideType=*/true);
-    e.bits = bits;
-    e.used = true;
-  }
-  p.getStream() << e.text;
+    llvm::raw_string_ostream os(text);
+    attr.print(os, /*elideType=*/true);
+    return text;
+  });
 }
 
 } // namespace mfsdp

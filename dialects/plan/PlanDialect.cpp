@@ -1,5 +1,6 @@
 //===- PlanDialect.cpp - The plan dialect ---------------------------------===//
 #include "dialects/plan/PlanDialect.h"
+#include "dialects/FastText.h"
 #include "dialects/plan/PlanOps.h"
 
 #include "mlir/IR/Builders.h"
@@ -63,24 +64,9 @@ llvm::StringRef f64Text(double value, char (&buf)[32]) {
     auto r = std::to_chars(buf, buf + sizeof(buf), static_cast<int64_t>(value));
     return llvm::StringRef(buf, static_cast<size_t>(r.ptr - buf));
   }
-  // A graph prints the same few values over and over (every parameter's
-  // optimizer hyperparameters): the last forms, per thread, by the value's
-  // bits (a direct-mapped cache; the form does not depend on anything else).
-  struct Entry {
-    uint64_t bits = 0;
-    bool used = false;
-    std::string text;
-  };
-  thread_local std::array<Entry, 64> cache;
-  uint64_t bits = 0;
-  std::memcpy(&bits, &value, sizeof(bits));
-  Entry &e = cache[((bits ^ (bits >> 32)) * 0x9E3779B97F4A7C15ull) >> 58];
-  if (!e.used || e.bits != bits) {
-    e.text = shortestF64(value);
-    e.bits = bits;
-    e.used = true;
-  }
-  return e.text;
+  // The same few values recur on every parameter (its optimizer's
+  // hyperparameters): each form is searched for once.
+  return mfsdp::fasttext::textByBits(value, [](double v) { return shortestF64(v); });
 }
 } // namespace
 

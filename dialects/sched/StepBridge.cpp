@@ -52,11 +52,12 @@ static sched::Phase toIR(step::Phase p) {
   llvm_unreachable("unknown step phase");
 }
 
-static step::NameList symbols(ArrayAttr a) {
+/// The names an array holds: symbols (`params`) or strings (`on`).
+static step::NameList names(ArrayAttr a) {
   std::vector<std::string> out;
-  if (a)
-    for (Attribute e : a)
-      out.push_back(cast<FlatSymbolRefAttr>(e).getValue().str());
+  for (Attribute e : a)
+    out.push_back(isa<FlatSymbolRefAttr>(e) ? cast<FlatSymbolRefAttr>(e).getValue().str()
+                                            : cast<StringAttr>(e).getValue().str());
   return out;
 }
 
@@ -124,26 +125,15 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
       out.push_back(bufferOf.lookup(v));
     return out;
   };
-  // The ops naming the same parameters (one uniqued array) share one list.
+  // The ops naming the same parameters or mesh axes (one uniqued array)
+  // share one list.
   llvm::DenseMap<Attribute, step::NameList> listOf;
-  auto paramsOf = [&](ArrayAttr a) -> step::NameList {
+  auto namesOf = [&](ArrayAttr a) -> step::NameList {
     if (!a)
       return {};
     auto [it, inserted] = listOf.try_emplace(a);
     if (inserted)
-      it->second = symbols(a);
-    return it->second;
-  };
-  // The collectives over the same axes (one uniqued array) share one list.
-  llvm::DenseMap<Attribute, step::NameList> axesListOf;
-  auto axesOf = [&](ArrayAttr a) -> step::NameList {
-    auto [it, inserted] = axesListOf.try_emplace(a);
-    if (inserted) {
-      std::vector<std::string> axes;
-      for (Attribute e : a)
-        axes.push_back(cast<StringAttr>(e).getValue().str());
-      it->second = std::move(axes);
-    }
+      it->second = names(a);
     return it->second;
   };
   for (Operation &child : op.getBody().front()) {
@@ -186,7 +176,7 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
                                                         : step::CollKind::ReduceScatterV;
           o.phase = phase = toStep(c.getPhase());
           o.name = c.getName().str();
-          o.meshAxes = axesOf(c.getMeshAxes());
+          o.meshAxes = namesOf(c.getMeshAxes());
           o.ranks = static_cast<int64_t>(c.getRanks());
           o.interNode = c.getInterNode();
           o.collBytes = static_cast<double>(static_cast<int64_t>(c.getBytes()));
@@ -195,7 +185,7 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
               o.chunks.push_back(static_cast<double>(chunk));
           o.comm = static_cast<int64_t>(c.getComm());
           o.async = c.getAsync();
-          o.params = paramsOf(c.getParamsAttr());
+          o.params = namesOf(c.getParamsAttr());
           if (auto g = c.getGroup())
             o.group = static_cast<int64_t>(*g);
           o.reads = {bufferOf.lookup(c.getSrc())};
@@ -238,7 +228,7 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
             o.onlyRank = static_cast<int64_t>(*r);
           if (auto g = c.getGroup())
             o.group = static_cast<int64_t>(*g);
-          o.params = paramsOf(c.getParamsAttr());
+          o.params = namesOf(c.getParamsAttr());
           o.reads = ids(c.getReads());
           o.writes = ids(c.getWrites());
         })

@@ -60,7 +60,6 @@ public:
   const std::string &str() const { return text_ ? *text_ : empty_(); }
   operator const std::string &() const { return str(); }
   operator std::string_view() const { return str(); }
-  const char *c_str() const { return str().c_str(); }
   bool empty() const { return !text_; }
   size_t size() const { return str().size(); }
 
@@ -110,7 +109,6 @@ public:
   bool empty() const { return size() == 0; }
   const std::string &operator[](size_t i) const { return (*names_)[i]; }
   const std::string &front() const { return names_->front(); }
-  const std::string &back() const { return names_->back(); }
   /// Whether `other` is this very list (shared), not only the same names.
   bool sameList(const NameList &other) const { return names_ == other.names_; }
 
