@@ -31,15 +31,6 @@ static step::Phase toStep(sched::Phase p) {
   llvm_unreachable("unknown sched phase");
 }
 
-/// The phase an op states (allocs, frees and waits take the one before).
-static std::optional<sched::Phase> statedPhase(Operation &op) {
-  return llvm::TypeSwitch<Operation *, std::optional<sched::Phase>>(&op)
-      .Case<ComputeOp, OptimizerOp, AllGatherOp, ReduceScatterOp, AllReduceOp,
-            AllGatherVOp, ReduceScatterVOp>(
-          [](auto o) { return std::optional<sched::Phase>(o.getPhase()); })
-      .Default([](Operation *) { return std::nullopt; });
-}
-
 static sched::Phase toIR(step::Phase p) {
   switch (p) {
   case step::Phase::Forward:
@@ -92,27 +83,16 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
       graph = dyn_cast_or_null<plan::GraphOp>(
           SymbolTable::lookupSymbolIn(scope, meshRef.getRootReference()));
   llvm::StringMap<KernelList> kernelsOf = unitKernelsOf(graph);
-  // Sized once: on large steps the op array is hundreds of MB, and growing
-  // it holds the old and the new array at once.
+  // Sized once: the side tables grow with the step.
   {
     size_t ops = 0, allocs = 0, collectives = 0;
-    // Where the optimizer phase begins: the first op that states it (the
-    // ops after it, allocs and waits too, are the optimizer tail).
-    size_t tailStart = std::numeric_limits<size_t>::max();
     for (Operation &child : op.getBody().front()) {
       ++ops;
       allocs += isa<AllocOp>(child);
       collectives += isa<AllGatherOp, ReduceScatterOp, AllReduceOp,
                          AllGatherVOp, ReduceScatterVOp>(child);
-      if (tailStart == std::numeric_limits<size_t>::max() &&
-          statedPhase(child) == sched::Phase::optimizer)
-        tailStart = ops - 1;
     }
-    // Room for a wait per collective and for rebuilding the optimizer tail:
-    // the overlap stage schedules the step in this array and never grows
-    // it (step::finishOverlapEach).
-    s.ops.reserve(step::overlapCapacity(ops, collectives,
-                                        tailStart < ops ? ops - tailStart : 0));
+    s.ops.reserve(ops);
     s.buffers.reserve(allocs);
     bufferOf.reserve(allocs);
     indexOf.reserve(collectives);
@@ -339,8 +319,8 @@ static int64_t trafficBytes(double bytes) {
 }
 
 /// Appends the ops of `s` to `body` (checked by checkWritable). With
-/// `consumed` (`s` itself), each op is released once written but for what
-/// a later op's location needs (kind, wait, origin).
+/// `consumed` (`s` itself), the ops are freed chunk by chunk as they are
+/// written, and `s` is left with none.
 static void fillBody(Block *body, const step::Step &s,
                      ArrayRef<Location> locations, Location fallback,
                      step::Step *consumed = nullptr) {
@@ -417,9 +397,20 @@ static void fillBody(Block *body, const step::Step &s,
   ArrayAttr axesAttr;
   Type bufferType = BufferType::get(ctx);
   Type tokenType = TokenType::get(ctx);
+  // Each op's origin as it is written: a wait without its own location
+  // takes its collective's (as locationOf), which may be freed by then.
+  std::vector<int64_t> origins(s.ops.size(), -1);
+  auto located = [&](int64_t origin) {
+    return origin >= 0 && origin < static_cast<int64_t>(locations.size());
+  };
   for (size_t i = 0; i < s.ops.size(); ++i) {
     const step::Op &o = s.ops[i];
-    Location loc = locationOf(s, i, locations, fallback);
+    int64_t origin = o.origin;
+    if (!located(origin) && o.kind == step::OpKind::Wait && o.waitFor >= 0 &&
+        o.waitFor < static_cast<int64_t>(i)) // (checkWritable: a wait follows its op)
+      origin = origins[o.waitFor];
+    origins[i] = o.origin;
+    Location loc = located(origin) ? locations[origin] : fallback;
     switch (o.kind) {
     case step::OpKind::Alloc: {
       int64_t id = o.writes.front();
@@ -494,15 +485,11 @@ static void fillBody(Block *body, const step::Step &s,
       break;
     }
     }
-    if (consumed) {
-      step::Op &done = consumed->ops[i];
-      step::Op shell;
-      shell.kind = done.kind;
-      shell.waitFor = done.waitFor;
-      shell.origin = done.origin;
-      done = std::move(shell);
-    }
+    if (consumed)
+      consumed->ops.releaseBefore(i + 1);
   }
+  if (consumed)
+    consumed->ops.clear();
 }
 
 static FailureOr<StepOp> write(OpBuilder &b, Location loc, const step::Step &s,

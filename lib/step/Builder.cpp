@@ -391,39 +391,12 @@ public:
       backward(m, m + 1 == st.microbatches);
     }
     optimizer();
-    takeOps();
     return std::move(st);
   }
 
 private:
-  /// The ops are built in chunks and moved into the step's array once,
-  /// sized for the waits mfsdp-schedule-overlap adds (one per collective)
-  /// and its optimizer tail's rebuilding: growing the array as ops come
-  /// would hold two copies of it at each doubling, and the overlap stage
-  /// would grow it once more; each chunk is freed as it is moved.
-  static constexpr size_t kChunkOps = 4096;
-  std::vector<std::vector<Op>> opChunks;
-  void add(Op &&op) {
-    if (opChunks.empty() || opChunks.back().size() == kChunkOps) {
-      opChunks.emplace_back();
-      opChunks.back().reserve(kChunkOps);
-    }
-    opChunks.back().push_back(std::move(op));
-  }
-  void takeOps() {
-    size_t ops = 0, collectives = 0, optimizerPhase = 0;
-    for (const std::vector<Op> &chunk : opChunks)
-      for (const Op &op : chunk) {
-        ++ops;
-        collectives += op.kind == OpKind::Collective;
-        optimizerPhase += op.phase == Phase::Optimizer;
-      }
-    st.ops.reserve(overlapCapacity(ops, collectives, optimizerPhase));
-    for (std::vector<Op> &chunk : opChunks) {
-      std::move(chunk.begin(), chunk.end(), std::back_inserter(st.ops));
-      std::vector<Op>().swap(chunk);
-    }
-  }
+  /// The step's array holds its ops in chunks: growing it never copies.
+  void add(Op &&op) { st.ops.push_back(std::move(op)); }
 
   int64_t alloc(std::string name, double bytes, bool persistent,
                 int64_t onlyRank = -1) {

@@ -47,39 +47,44 @@ struct Span {
 };
 
 /// The plan's index of every parameter each op of a step names (-1: not
-/// in the plan), resolved once for both lowerings.
+/// in the plan), resolved once for both lowerings: once per list of names,
+/// which the ops naming the same parameters share (step::NameList).
 class ParamRefs {
 public:
-  ParamRefs(const Step &s, const mfsdp_plan &p) : ops(s.ops.data()), count(s.ops.size()) {
+  ParamRefs(const Step &s, const mfsdp_plan &p) {
     std::unordered_map<std::string_view, int32_t> index;
     index.reserve(static_cast<size_t>(std::max(p.num_params, 0)));
     for (int32_t i = 0; i < p.num_params; ++i)
       if (p.params[i].name)
         index.emplace(p.params[i].name, i);
-    first.reserve(s.ops.size() + 1);
     for (const Op &op : s.ops) {
-      first.push_back(ids.size());
+      if (op.params.empty())
+        continue;
+      auto [at, fresh] = spanOf.try_emplace(&op.params.names(), ids.size(), 0);
+      if (!fresh)
+        continue;
       for (const std::string &n : op.params) {
         auto it = index.find(n);
         ids.push_back(it == index.end() ? -1 : it->second);
       }
+      at->second.second = ids.size();
     }
-    first.push_back(ids.size());
   }
 
-  /// The parameters `op` (an op of the step's array, not a copy) names, in
+  /// The parameters `op` (an op of the step, or a copy of one) names, in
   /// its order.
   Span of(const Op &op) const {
-    assert(&op >= ops && &op < ops + count && "not an op of the step");
-    const size_t i = static_cast<size_t>(&op - ops);
-    return {ids.data() + first[i], ids.data() + first[i + 1]};
+    if (op.params.empty())
+      return {nullptr, nullptr};
+    auto it = spanOf.find(&op.params.names());
+    assert(it != spanOf.end() && "not an op of the step");
+    return {ids.data() + it->second.first, ids.data() + it->second.second};
   }
 
 private:
-  const Op *ops;
-  size_t count;
   std::vector<int32_t> ids;
-  std::vector<size_t> first; // per op, its first entry in ids; then the end
+  // Per list of names, its entries in ids: [first, end).
+  std::unordered_map<const void *, std::pair<size_t, size_t>> spanOf;
 };
 
 class Lowering {

@@ -327,7 +327,7 @@ namespace {
 /// Where the optimizer phase starts in `ops` when it is the tail of the
 /// step (every op from its first op on is of that phase), else ops.size():
 /// then nothing is reordered.
-size_t optimizerTail(const std::vector<Op> &ops) {
+size_t optimizerTail(const OpArray &ops) {
   size_t first = ops.size();
   for (size_t i = 0; i < ops.size(); ++i)
     if (ops[i].phase == Phase::Optimizer) {
@@ -393,9 +393,8 @@ std::vector<int64_t> optimizerOrder(const std::vector<Op> &tail,
 /// waits for what is still in flight at the end of the step.
 class AsyncWaits {
 public:
-  /// The output is out[0, count). Fed in place, the ops still to feed lie
-  /// beyond it in `out` (each moved out before `count` can reach it).
-  std::vector<Op> out;
+  /// The output is out[0, count).
+  OpArray out;
   size_t count = 0;
 
   /// What decides the ops still to come, besides `out`: restoring it and
@@ -550,10 +549,7 @@ private:
   }
 
   void put(Op &&op) {
-    if (count < out.size())
-      out[count] = std::move(op);
-    else
-      out.push_back(std::move(op));
+    out.push_back(std::move(op));
     ++count;
   }
 };
@@ -576,25 +572,14 @@ void finishOverlapEach(
   const size_t first = optimizerTail(s.ops);
   std::vector<Op> tail(std::make_move_iterator(s.ops.begin() + first),
                        std::make_move_iterator(s.ops.end()));
-  // Every op once (waits are rebuilt), plus one wait per collective, in
-  // the same array: the ops move up by `collectives` and are fed from
-  // there; after k ops the output holds at most k + collectives, so it
-  // never reaches an op not yet fed (a second op array would double the
-  // step's largest allocation). readStep leaves room for it; a step
-  // without (built in C++) grows once, with room for the tail's waits.
-  size_t collectives = 0;
-  for (size_t i = 0; i < first; ++i)
-    collectives += s.ops[i].kind == OpKind::Collective;
-  s.ops.resize(first);
-  if (s.ops.capacity() < first + collectives)
-    s.ops.reserve(overlapCapacity(first, collectives, tail.size()));
-  s.ops.resize(first + collectives);
-  std::move_backward(s.ops.begin(), s.ops.begin() + first, s.ops.end());
+  // Every op once, in program order (waits are rebuilt), into a new
+  // array: each chunk of the step's array is freed once it is fed, so the
+  // two hold about one step's ops between them.
   AsyncWaits waits;
-  waits.out = std::move(s.ops);
-  for (size_t i = 0; i < first; ++i)
-    waits.feed(std::move(waits.out[collectives + i]));
-  waits.out.resize(waits.count);
+  for (size_t i = 0; i < first; ++i) {
+    waits.feed(std::move(s.ops[i]));
+    s.ops.releaseBefore(i + 1);
+  }
   s.ops.clear();
   const size_t headSize = waits.count;
   const AsyncWaits::State head = waits.state;

@@ -1,6 +1,8 @@
 //===- Step.cpp - Names of the step program's op kinds -----------------------===//
 #include "mfsdp/step/Step.h"
 
+#include <algorithm>
+#include <cassert>
 #include <mutex>
 #include <unordered_set>
 
@@ -30,6 +32,57 @@ Word::Word(std::string_view text) {
 const std::string &Word::empty_() {
   static const std::string none;
   return none;
+}
+
+OpArray &OpArray::operator=(const OpArray &other) {
+  if (this == &other)
+    return *this;
+  assert(other.released_ == 0 && "copying an op array part released");
+  clear();
+  reserve(other.size());
+  for (const Op &op : other)
+    push_back(op);
+  return *this;
+}
+
+void OpArray::resize(size_t n) {
+  if (n < size_) {
+    for (size_t i = n; i < size_; ++i)
+      (*this)[i] = Op();
+  } else {
+    while (capacity() < n)
+      chunks_.push_back(std::make_unique<Op[]>(kChunkOps));
+  }
+  size_ = n;
+}
+
+void OpArray::clear() {
+  chunks_.clear();
+  size_ = released_ = 0;
+}
+
+OpArray::iterator OpArray::insert(const_iterator at, Op op) {
+  const size_t i = at.index();
+  push_back(Op());
+  std::move_backward(begin() + static_cast<std::ptrdiff_t>(i), end() - 1, end());
+  (*this)[i] = std::move(op);
+  return begin() + static_cast<std::ptrdiff_t>(i);
+}
+
+OpArray::iterator OpArray::erase(const_iterator first, const_iterator last) {
+  const size_t i = first.index(), n = last.index() - i;
+  if (n == 0) // (moving each op onto itself would empty its strings)
+    return begin() + static_cast<std::ptrdiff_t>(i);
+  std::move(begin() + static_cast<std::ptrdiff_t>(i + n), end(),
+            begin() + static_cast<std::ptrdiff_t>(i));
+  resize(size_ - n);
+  return begin() + static_cast<std::ptrdiff_t>(i);
+}
+
+void OpArray::releaseBefore(size_t i) {
+  const size_t whole = std::min(i >> kChunkShift, chunks_.size());
+  for (; released_ < whole; ++released_)
+    chunks_[released_].reset();
 }
 
 std::string_view opKindName(OpKind k) {

@@ -55,13 +55,6 @@ void scheduleOverlap(Step &s, const OverlapOptions &options);
 void prepareOverlap(Step &s, const OverlapOptions &options);
 void finishOverlap(Step &s, const OverlapOptions &options);
 
-/// The op array's capacity in which the overlap stage (finishOverlapEach)
-/// never grows it: every op, a wait per collective, and room to rebuild
-/// the optimizer tail of `tailOps` ops with their waits.
-inline size_t overlapCapacity(size_t ops, size_t collectives, size_t tailOps) {
-  return ops + collectives + 2 * tailOps;
-}
-
 /// finishOverlap of the prepared `s` for `firstFill`, then for each fill
 /// `visit` names, in turn: `visit` sees each result (the step finishOverlap
 /// makes for that fill) and returns the next fill to schedule, or nullopt

@@ -27,8 +27,10 @@
 #include "mfsdp/Kernel.h"
 #include "mfsdp/Vocabulary.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -197,13 +199,138 @@ struct Op {
   int64_t origin = -1;
 };
 
+/// A step's ops, indexed as a vector but held in fixed chunks of
+/// kChunkOps. A step of 100,000 units holds millions of ops (close to a
+/// gigabyte): a vector would hold two copies at each doubling, and a pass
+/// that consumes the ops in order (writing them as IR, feeding a schedule
+/// stage) could not free any before the last. Here growing never moves an
+/// op, and `releaseBefore` frees the chunks a consumer is done with.
+/// Slots past size() in the last chunk hold default ops.
+class OpArray {
+public:
+  static constexpr size_t kChunkShift = 12;
+  static constexpr size_t kChunkOps = size_t(1) << kChunkShift;
+
+  template <bool Const> class Iter {
+  public:
+    using iterator_category = std::random_access_iterator_tag;
+    using value_type = Op;
+    using difference_type = std::ptrdiff_t;
+    using reference = std::conditional_t<Const, const Op &, Op &>;
+    using pointer = std::conditional_t<Const, const Op *, Op *>;
+    using Owner = std::conditional_t<Const, const OpArray, OpArray>;
+
+    Iter() = default;
+    Iter(Owner *a, size_t i) : a_(a), i_(i) {}
+    template <bool C, typename = std::enable_if_t<Const && !C>>
+    Iter(const Iter<C> &o) : a_(o.a_), i_(o.i_) {} // NOLINT: iterator to const
+
+    size_t index() const { return i_; }
+    reference operator*() const { return (*a_)[i_]; }
+    pointer operator->() const { return &(*a_)[i_]; }
+    reference operator[](difference_type n) const { return (*a_)[i_ + n]; }
+    Iter &operator++() { ++i_; return *this; }
+    Iter operator++(int) { Iter t = *this; ++i_; return t; }
+    Iter &operator--() { --i_; return *this; }
+    Iter operator--(int) { Iter t = *this; --i_; return t; }
+    Iter &operator+=(difference_type n) { i_ += n; return *this; }
+    Iter &operator-=(difference_type n) { i_ -= n; return *this; }
+    friend Iter operator+(Iter it, difference_type n) { return it += n; }
+    friend Iter operator+(difference_type n, Iter it) { return it += n; }
+    friend Iter operator-(Iter it, difference_type n) { return it -= n; }
+    friend difference_type operator-(const Iter &a, const Iter &b) {
+      return static_cast<difference_type>(a.i_) - static_cast<difference_type>(b.i_);
+    }
+    friend bool operator==(const Iter &a, const Iter &b) { return a.i_ == b.i_; }
+    friend bool operator!=(const Iter &a, const Iter &b) { return a.i_ != b.i_; }
+    friend bool operator<(const Iter &a, const Iter &b) { return a.i_ < b.i_; }
+    friend bool operator>(const Iter &a, const Iter &b) { return a.i_ > b.i_; }
+    friend bool operator<=(const Iter &a, const Iter &b) { return a.i_ <= b.i_; }
+    friend bool operator>=(const Iter &a, const Iter &b) { return a.i_ >= b.i_; }
+
+  private:
+    template <bool> friend class Iter;
+    Owner *a_ = nullptr;
+    size_t i_ = 0;
+  };
+  using iterator = Iter<false>;
+  using const_iterator = Iter<true>;
+  using value_type = Op;
+
+  OpArray() = default;
+  OpArray(std::vector<Op> ops) { // NOLINT: a vector converts (s.ops = ops)
+    for (Op &op : ops)
+      push_back(std::move(op));
+  }
+  OpArray(std::initializer_list<Op> ops) {
+    for (const Op &op : ops)
+      push_back(op);
+  }
+  OpArray(OpArray &&other) noexcept
+      : chunks_(std::move(other.chunks_)), size_(other.size_), released_(other.released_) {
+    other.size_ = other.released_ = 0;
+  }
+  OpArray &operator=(OpArray &&other) noexcept {
+    chunks_ = std::move(other.chunks_);
+    size_ = other.size_;
+    released_ = other.released_;
+    other.size_ = other.released_ = 0;
+    return *this;
+  }
+  OpArray(const OpArray &other) { *this = other; }
+  OpArray &operator=(const OpArray &other);
+
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  /// Ops the chunks already made can hold without another.
+  size_t capacity() const { return chunks_.size() << kChunkShift; }
+  Op &operator[](size_t i) { return chunks_[i >> kChunkShift][i & (kChunkOps - 1)]; }
+  const Op &operator[](size_t i) const {
+    return chunks_[i >> kChunkShift][i & (kChunkOps - 1)];
+  }
+  Op &front() { return (*this)[0]; }
+  const Op &front() const { return (*this)[0]; }
+  Op &back() { return (*this)[size_ - 1]; }
+  const Op &back() const { return (*this)[size_ - 1]; }
+  iterator begin() { return {this, 0}; }
+  iterator end() { return {this, size_}; }
+  const_iterator begin() const { return {this, 0}; }
+  const_iterator end() const { return {this, size_}; }
+
+  void push_back(Op op) {
+    if (size_ == capacity())
+      chunks_.push_back(std::make_unique<Op[]>(kChunkOps));
+    (*this)[size_++] = std::move(op);
+  }
+  void pop_back() { (*this)[--size_] = Op(); }
+  /// Room in the chunk table for `n` ops (the chunks come as ops do).
+  void reserve(size_t n) { chunks_.reserve((n + kChunkOps - 1) >> kChunkShift); }
+  void resize(size_t n);
+  void clear();
+  iterator insert(const_iterator at, Op op);
+  iterator erase(const_iterator at) { return erase(at, at + 1); }
+  iterator erase(const_iterator first, const_iterator last);
+
+  /// Frees every chunk that lies wholly before op `i`: a consumer going
+  /// in order is done with those ops, which must not be read again (their
+  /// indices stay; clear() empties the array).
+  void releaseBefore(size_t i);
+  /// Chunks held now (made and not released).
+  size_t chunksHeld() const { return chunks_.size() - released_; }
+
+private:
+  std::vector<std::unique_ptr<Op[]>> chunks_;
+  size_t size_ = 0;
+  size_t released_ = 0; // chunks freed by releaseBefore
+};
+
 struct Step {
   std::string name;
   int64_t world = 1;        // ranks the program runs on (dp_shard group)
   int64_t tokens = 0;       // tokens per rank per microbatch
   int64_t microbatches = 1;
   std::vector<Buffer> buffers;
-  std::vector<Op> ops;
+  OpArray ops;
 };
 
 /// Per op of `s`, the microbatch it belongs to (optimizer ops: the last).
