@@ -53,12 +53,17 @@ static std::optional<std::string> programIssueOf(sched::StepOp op,
   // and unpacks the units with row-shard buckets).
   // Nothing asked for: the step's own limit, never an error.
   setLibraryBuckets(runtimePlan, s, *libraryBucketBytes(op, std::nullopt));
-  const step::RuntimeProgram program =
-      step::lowerStepProgram(s, runtimePlan.plan, runtimePlan.unitNames);
+  // Lowered without each op's origin (a text per program op, the larger
+  // part of the program on a large step), and again with them only to
+  // name an op in a message.
+  auto lower = [&](bool origins) {
+    return step::lowerStepProgram(s, runtimePlan.plan, runtimePlan.unitNames, origins);
+  };
+  step::RuntimeProgram program = lower(/*origins=*/false);
   if (program.unsupported)
     return std::nullopt;
   if (!program.error.empty())
-    return "cannot be lowered into the runtime's program: " + program.error;
+    return "cannot be lowered into the runtime's program: " + lower(true).error;
   step::RuntimeProgram::View view;
   program.view(view);
   const step::ProgramIssue issue =
@@ -69,7 +74,7 @@ static std::optional<std::string> programIssueOf(sched::StepOp op,
       "lowers to a runtime program that does not run as scheduled: " + issue.message;
   if (issue.op >= 0 && issue.op < static_cast<int32_t>(program.ops.size()))
     message += " (op " + std::to_string(issue.op) + " is lowered from '" +
-               program.ops[issue.op].from + "')";
+               lower(true).ops[issue.op].from + "')";
   return message;
 }
 

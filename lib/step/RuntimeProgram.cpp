@@ -46,6 +46,18 @@ struct Span {
   int32_t operator[](size_t k) const { return b[k]; }
 };
 
+/// What a program op is lowered from, as ProgramOp::from says it: a text
+/// made only when the program keeps its origins (lowerStepProgram's
+/// `origins`), from a fixed prefix and a step op's name.
+struct Origin {
+  Origin(const char *fixed) : prefix(fixed) {}         // NOLINT: a literal converts
+  Origin(const std::string &opName) : name(&opName) {} // NOLINT: a name converts
+  Origin(const char *prefix, const std::string &opName) : prefix(prefix), name(&opName) {}
+  std::string text() const { return name ? prefix + *name : std::string(prefix); }
+  const char *prefix = "";
+  const std::string *name = nullptr;
+};
+
 /// The plan's index of every parameter each op of a step names (-1: not
 /// in the plan), resolved once for both lowerings: once per list of names,
 /// which the ops naming the same parameters share (step::NameList).
@@ -92,8 +104,8 @@ public:
   /// `waitedInHooks`: units whose reduction the forward and backward hooks
   /// already wait for (their waits here would find nothing in flight).
   Lowering(const Step &s, const mfsdp_plan &p, const ParamRefs &refs,
-           std::set<int32_t> waitedInHooks = {})
-      : s(s), p(p), refs(refs), waited(std::move(waitedInHooks)) {}
+           std::set<int32_t> waitedInHooks = {}, bool origins = true)
+      : s(s), p(p), refs(refs), origins(origins), waited(std::move(waitedInHooks)) {}
 
   RuntimeProgram run() {
     // Each unit's group, from the ops that name both (or a parameter).
@@ -144,13 +156,14 @@ public:
 
 private:
   ProgramOp &add(int32_t kind, int32_t unit, int32_t group,
-                 std::vector<int32_t> params, const std::string &from) {
+                 std::vector<int32_t> params, const Origin &from) {
     ProgramOp op;
     op.kind = kind;
     op.unit = unit;
     op.group = group;
     op.params = std::move(params);
-    op.from = from;
+    if (origins)
+      op.from = from.text();
     out.ops.push_back(std::move(op));
     return out.ops.back();
   }
@@ -203,7 +216,7 @@ private:
         units.insert(u);
     for (int32_t u : units)
       if (waited.insert(u).second)
-        add(MFSDP_PROGRAM_WAIT_REDUCTION, u, unitGroup[u], {}, "wait " + target.name);
+        add(MFSDP_PROGRAM_WAIT_REDUCTION, u, unitGroup[u], {}, Origin("wait ", target.name));
   }
 
   void lowerOptimizer(const Op &op) {
@@ -305,6 +318,7 @@ private:
   const Step &s;
   const mfsdp_plan &p;
   const ParamRefs &refs;
+  const bool origins;
   RuntimeProgram out;
   std::vector<int32_t> unitGroup;
   std::unordered_map<int64_t, std::vector<int32_t>> groupUnits;
@@ -317,8 +331,8 @@ private:
 class HookLowering {
 public:
   HookLowering(const Step &s, const mfsdp_plan &p, const ParamRefs &refs,
-               const std::vector<std::string> &names)
-      : s(s), p(p), refs(refs) {
+               const std::vector<std::string> &names, bool origins)
+      : s(s), p(p), refs(refs), origins(origins) {
     for (size_t u = 0; u < names.size(); ++u)
       unitIndex.emplace(names[u], static_cast<int32_t>(u));
   }
@@ -505,14 +519,16 @@ private:
         if (bucketed && op.kind == MFSDP_PROGRAM_START_REDUCTION) {
           ProgramOp pack = op;
           pack.kind = MFSDP_PROGRAM_PACK;
-          pack.from = "pack for " + op.from;
+          if (origins)
+            pack.from = "pack for " + op.from;
           out.push_back(std::move(pack));
         }
         out.push_back(std::move(op));
         if (bucketed && out.back().kind == MFSDP_PROGRAM_WAIT_GATHER) {
           ProgramOp unpack = out.back();
           unpack.kind = MFSDP_PROGRAM_UNPACK;
-          unpack.from = "unpack after " + unpack.from;
+          if (origins)
+            unpack.from = "unpack after " + unpack.from;
           out.push_back(std::move(unpack));
         }
       }
@@ -622,7 +638,7 @@ private:
   }
   /// Adds an op to a hook unless the hook has one of that kind and unit.
   void add(int32_t hook, int32_t hookUnit, int32_t kind, int32_t unit,
-           const std::string &from, int64_t group = -1) {
+           const Origin &from, int64_t group = -1) {
     std::vector<ProgramOp> &ops = at(hook, hookUnit);
     for (const ProgramOp &op : ops)
       if (op.kind == kind && op.unit == unit)
@@ -633,7 +649,8 @@ private:
     if (group < 0) // a free or an op of the lowering's own: the unit's group
       group = groupOf[unit];
     op.group = static_cast<int32_t>(group);
-    op.from = from;
+    if (origins)
+      op.from = from.text();
     ops.push_back(std::move(op));
   }
 
@@ -694,7 +711,7 @@ private:
     for (int32_t unit : units) {
       if (op.kind == OpKind::Wait) {
         if (firstWait(unit))
-          add(hook, hookUnit, wait, unit, "wait " + target->name, target->group);
+          add(hook, hookUnit, wait, unit, Origin("wait ", target->name), target->group);
         continue;
       }
       add(hook, hookUnit, start, unit, op.name, op.group);
@@ -712,6 +729,7 @@ private:
   const Step &s;
   const mfsdp_plan &p;
   const ParamRefs &refs;
+  const bool origins;
   std::map<int64_t, std::vector<int32_t>> groupUnits;
   std::vector<int64_t> groupOf; // per unit, its gather group (-1: none)
   std::unordered_map<int64_t, int64_t> gatheredBy; // buffer -> group
@@ -721,17 +739,18 @@ private:
 } // namespace
 
 RuntimeProgram lowerStepProgram(const Step &step, const mfsdp_plan &plan,
-                                const std::vector<std::string> &unitNames) {
+                                const std::vector<std::string> &unitNames,
+                                bool origins) {
   RuntimeProgram out;
   if (!plan.params && plan.num_params > 0) {
     out.error = "the plan has no parameter table";
     return out;
   }
   const ParamRefs refs(step, plan);
-  HookLowering hooks(step, plan, refs, unitNames);
+  HookLowering hooks(step, plan, refs, unitNames, origins);
   hooks.run();
   // The optimizer step waits for the reductions the hooks do not.
-  out = Lowering(step, plan, refs, hooks.reductionWaited).run();
+  out = Lowering(step, plan, refs, hooks.reductionWaited, origins).run();
   if (!out.error.empty())
     return out;
   if (!hooks.error.empty()) {
@@ -739,10 +758,16 @@ RuntimeProgram lowerStepProgram(const Step &step, const mfsdp_plan &plan,
     out.unsupported = hooks.unsupported;
     return out;
   }
+  // One array, sized once; each hook's own is freed as it is moved.
+  size_t total = out.ops.size();
+  for (const std::vector<ProgramOp> &ops : hooks.hooks)
+    total += ops.size();
+  out.ops.reserve(total);
   for (size_t i = 0; i < hooks.hooks.size(); ++i) {
     const int32_t first = static_cast<int32_t>(out.ops.size());
     for (ProgramOp &op : hooks.hooks[i])
       out.ops.push_back(std::move(op));
+    std::vector<ProgramOp>().swap(hooks.hooks[i]);
     out.hooks.push_back({static_cast<int32_t>(i % runtime::kUnitHooks),
                          static_cast<int32_t>(i / runtime::kUnitHooks), first,
                          static_cast<int32_t>(out.ops.size()) - first});

@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -375,6 +375,48 @@ TEST(RuntimeProgram, HooksPackAndUnpackBuckets) {
         << depth;
     EXPECT_EQ(hookText(p, MFSDP_HOOK_POST_BACKWARD, 1), "start_reduction u1") << depth;
   }
+}
+
+// Without origins (the verifier's lowering) the program is the same but
+// for the texts naming what each op is lowered from; with them, every op
+// names its step op, a pack or unpack the op it goes with.
+TEST(RuntimeProgram, OriginsOnlyName) {
+  BucketedPlan plan;
+  Step z = zero3Step();
+  OverlapOptions o;
+  o.prefetch = 1;
+  scheduleOverlap(z, o);
+  const RuntimeProgram with = lowerStepProgram(z, plan.plan, {}, /*origins=*/true);
+  const RuntimeProgram without = lowerStepProgram(z, plan.plan, {}, /*origins=*/false);
+  ASSERT_EQ(with.error, "");
+  ASSERT_EQ(without.error, "");
+  ASSERT_EQ(with.ops.size(), without.ops.size());
+  ASSERT_EQ(with.hooks.size(), without.hooks.size());
+  for (size_t h = 0; h < with.hooks.size(); ++h) {
+    EXPECT_EQ(with.hooks[h].hook, without.hooks[h].hook) << h;
+    EXPECT_EQ(with.hooks[h].unit, without.hooks[h].unit) << h;
+    EXPECT_EQ(with.hooks[h].first_op, without.hooks[h].first_op) << h;
+    EXPECT_EQ(with.hooks[h].num_ops, without.hooks[h].num_ops) << h;
+  }
+  std::set<std::string> packs, unpacks;
+  for (size_t i = 0; i < with.ops.size(); ++i) {
+    const ProgramOp &a = with.ops[i], &b = without.ops[i];
+    EXPECT_EQ(a.kind, b.kind) << i;
+    EXPECT_EQ(a.unit, b.unit) << i;
+    EXPECT_EQ(a.group, b.group) << i;
+    EXPECT_EQ(a.optimizer, b.optimizer) << i;
+    EXPECT_EQ(a.onlyRank, b.onlyRank) << i;
+    EXPECT_EQ(a.params, b.params) << i;
+    EXPECT_NE(a.from, "") << i;
+    EXPECT_EQ(b.from, "") << i;
+    if (a.kind == MFSDP_PROGRAM_PACK)
+      packs.insert(a.from);
+    if (a.kind == MFSDP_PROGRAM_UNPACK)
+      unpacks.insert(a.from);
+  }
+  EXPECT_EQ(packs, (std::set<std::string>{"pack for reduce_scatter g2"}));
+  EXPECT_EQ(unpacks, (std::set<std::string>{"unpack after wait gather g2",
+                                            "unpack after wait bwd gather g2"}));
 }
 
 // Another schedule, another program: two groups ahead, pre_forward(0)

@@ -98,9 +98,13 @@ RuntimeProgram lowerOptimizerProgram(const Step &step, const mfsdp_plan &plan);
 /// microbatch's must be those without their reductions (an error names the
 /// microbatch, the hook and the op that differ). A compute op names its
 /// unit by index (Op::unit) or, as read from IR, by name: `unitNames` are
-/// the plan's units in index order.
+/// the plan's units in index order. Without `origins`, every op's `from`
+/// is left empty and errors name no op (the same program otherwise): a
+/// verifier that only checks the program, lowering again with them for a
+/// message, holds a text less per op.
 RuntimeProgram lowerStepProgram(const Step &step, const mfsdp_plan &plan,
-                                const std::vector<std::string> &unitNames = {});
+                                const std::vector<std::string> &unitNames = {},
+                                bool origins = true);
 
 /// What verifyProgram found first: its message ("" when nothing) and the
 /// op it is at (an index in the program's ops; -1 for the program as a
