@@ -90,6 +90,9 @@ int main(int argc, char **argv) {
     llvm::errs() << error << "\n";
     return 1;
   }
+  // Written in 1 MiB pieces rather than the file system's block (4 KiB):
+  // a large step's text is hundreds of MB, a system call each block.
+  out->os().SetBufferSize(1 << 20);
   if (mlir::failed(mlir::MlirOptMain(out->os(), std::move(file), registry, config)))
     return 1;
   out->keep();
