@@ -415,10 +415,12 @@ LogicalResult GraphOp::verifyRegions() {
              << target.getType();
   }
 
-  // Units: indices 0..N-1, each untied parameter in exactly one unit.
-  llvm::DenseMap<int64_t, UnitOp> byIndex;
-  llvm::DenseMap<StringAttr, UnitOp> unitOf;
+  // Units: indices 0..N-1, each untied parameter in exactly one unit. Each
+  // unit goes to its index's place: the units in index order, no sort.
   const int64_t numUnits = static_cast<int64_t>(units.size());
+  SmallVector<UnitOp> ordered(units.size());
+  llvm::DenseMap<StringAttr, UnitOp> unitOf;
+  unitOf.reserve(paramList.size());
   for (UnitOp u : units) {
     // Checked before it is a map key: the largest int64 is the map's empty
     // key, and an index past the count leaves a gap anyway.
@@ -427,11 +429,11 @@ LogicalResult GraphOp::verifyRegions() {
              << unitIndex(u) << " but the graph has " << numUnits
              << " unit" << (numUnits == 1 ? "" : "s")
              << "; unit indices must be 0.." << numUnits - 1 << " without gaps";
-    auto [it, inserted] = byIndex.try_emplace(unitIndex(u), u);
-    if (!inserted)
+    UnitOp &place = ordered[static_cast<size_t>(unitIndex(u))];
+    if (place)
       return u.emitOpError("index ")
-             << unitIndex(u) << " is already used by unit @"
-             << it->second.getSymName();
+             << unitIndex(u) << " is already used by unit @" << place.getSymName();
+    place = u;
     for (Attribute a : u.getParams()) {
       StringAttr name = cast<FlatSymbolRefAttr>(a).getAttr();
       auto pit = params.find(name);
@@ -452,8 +454,6 @@ LogicalResult GraphOp::verifyRegions() {
 
   // Gather groups: all units or none, numbered 0.. without gaps and
   // non-decreasing in unit order (a group is a run of adjacent units).
-  SmallVector<UnitOp> ordered(units);
-  llvm::sort(ordered, [](UnitOp a, UnitOp b) { return unitIndex(a) < unitIndex(b); });
   int64_t grouped = llvm::count_if(ordered, [](UnitOp u) { return bool(u.getGroupAttr()); });
   if (grouped != 0 && grouped != static_cast<int64_t>(ordered.size())) {
     UnitOp missing = *llvm::find_if(ordered, [](UnitOp u) { return !u.getGroupAttr(); });
