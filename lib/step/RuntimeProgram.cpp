@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <string_view>
@@ -89,7 +91,11 @@ public:
     if (op.params.empty())
       return {nullptr, nullptr};
     auto it = spanOf.find(&op.params.names());
-    assert(it != spanOf.end() && "not an op of the step");
+    if (it == spanOf.end()) { // (a lowering's own bug, never the input's)
+      std::fprintf(stderr, "mfsdp: internal error: an op's parameters looked up "
+                           "in the references of another step\n");
+      std::abort();
+    }
     return {ids.data() + it->second.first, ids.data() + it->second.second};
   }
 

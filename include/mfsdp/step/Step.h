@@ -27,6 +27,7 @@
 #include "mfsdp/Kernel.h"
 #include "mfsdp/Vocabulary.h"
 
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -284,8 +285,12 @@ public:
   bool empty() const { return size_ == 0; }
   /// Ops the chunks already made can hold without another.
   size_t capacity() const { return chunks_.size() << kChunkShift; }
-  Op &operator[](size_t i) { return chunks_[i >> kChunkShift][i & (kChunkOps - 1)]; }
+  Op &operator[](size_t i) {
+    assert(chunks_[i >> kChunkShift] && "an op read after its chunk was released");
+    return chunks_[i >> kChunkShift][i & (kChunkOps - 1)];
+  }
   const Op &operator[](size_t i) const {
+    assert(chunks_[i >> kChunkShift] && "an op read after its chunk was released");
     return chunks_[i >> kChunkShift][i & (kChunkOps - 1)];
   }
   Op &front() { return (*this)[0]; }
