@@ -136,13 +136,18 @@ std::vector<std::string> text(const RuntimeProgram &p) {
   return out;
 }
 
-RuntimeProgram scheduled(int64_t fill, const Plan &plan) {
-  Step s = threeUnits();
+/// `s` scheduled with a prefetch of one unit and `fill` (landing order
+/// when negative).
+Step overlapped(Step s, int64_t fill = -1) {
   OverlapOptions o;
   o.prefetch = 1;
   o.optimizerFill = fill;
   scheduleOverlap(s, o);
-  return lowerOptimizerProgram(s, plan.plan);
+  return s;
+}
+
+RuntimeProgram scheduled(int64_t fill, const Plan &plan) {
+  return lowerOptimizerProgram(overlapped(threeUnits(), fill), plan.plan);
 }
 
 // Landing order: group 2's reduction lands first (backward runs 2, 1, 0),
@@ -259,10 +264,7 @@ std::string hookText(const RuntimeProgram &p, int32_t hook, int32_t unit) {
 // (the runtime keeps one in flight: a start lands the one before).
 TEST(RuntimeProgram, HooksFollowTheSchedule) {
   Plan plan;
-  Step s = threeUnits();
-  OverlapOptions o;
-  o.prefetch = 1;
-  scheduleOverlap(s, o);
+  const Step s = overlapped(threeUnits());
   const RuntimeProgram p = lowerStepProgram(s, plan.plan);
   ASSERT_EQ(p.error, "");
   EXPECT_EQ(p.hooks.size(), 1u + 3 * 4);
@@ -323,11 +325,7 @@ Step zero3Step() {
 TEST(RuntimeProgram, HooksPrefetchUnderZero3) {
   Plan plan;
   plan.plan.zero = 3;
-  Step z = zero3Step();
-  OverlapOptions o;
-  o.prefetch = 1;
-  scheduleOverlap(z, o);
-  const RuntimeProgram p = lowerStepProgram(z, plan.plan);
+  const RuntimeProgram p = lowerStepProgram(overlapped(zero3Step()), plan.plan);
   ASSERT_EQ(p.error, "");
   EXPECT_EQ(hookText(p, MFSDP_HOOK_PRE_FORWARD, 0),
             "start_gather u0, start_gather u1, wait_gather u0");
@@ -382,10 +380,7 @@ TEST(RuntimeProgram, HooksPackAndUnpackBuckets) {
 // names its step op, a pack or unpack the op it goes with.
 TEST(RuntimeProgram, OriginsOnlyName) {
   BucketedPlan plan;
-  Step z = zero3Step();
-  OverlapOptions o;
-  o.prefetch = 1;
-  scheduleOverlap(z, o);
+  const Step z = overlapped(zero3Step());
   const RuntimeProgram with = lowerStepProgram(z, plan.plan, {}, /*origins=*/true);
   const RuntimeProgram without = lowerStepProgram(z, plan.plan, {}, /*origins=*/false);
   ASSERT_EQ(with.error, "");
