@@ -3,7 +3,6 @@
 
 #include "dialects/plan/PlanKernels.h"
 #include "dialects/plan/PlanOps.h"
-#include "mfsdp/step/Schedule.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
@@ -12,8 +11,6 @@
 
 #include <array>
 #include <cmath>
-#include <limits>
-#include <optional>
 
 using namespace mlir;
 using namespace mfsdp;
@@ -228,19 +225,20 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
   return success();
 }
 
-/// The location of op `i` of `s`: the op it was read from, else for a wait
-/// its collective's, else `fallback`.
-static Location locationOf(const step::Step &s, size_t i,
+/// The location of op `o`: the op it was read from, else for a wait its
+/// collective's (`originOf(j)`: the origin of op j, for j < `ops`), else
+/// `fallback`.
+static Location locationOf(const step::Op &o, int64_t ops,
+                           llvm::function_ref<int64_t(int64_t)> originOf,
                            ArrayRef<Location> locations, Location fallback) {
-  for (int hops = 0; hops < 2; ++hops) {
-    const step::Op &o = s.ops[i];
-    if (o.origin >= 0 && o.origin < static_cast<int64_t>(locations.size()))
-      return locations[o.origin];
-    if (o.kind != step::OpKind::Wait || o.waitFor < 0 ||
-        o.waitFor >= static_cast<int64_t>(s.ops.size()))
-      break;
-    i = static_cast<size_t>(o.waitFor);
-  }
+  auto located = [&](int64_t origin) {
+    return origin >= 0 && origin < static_cast<int64_t>(locations.size());
+  };
+  if (located(o.origin))
+    return locations[o.origin];
+  if (o.kind == step::OpKind::Wait && o.waitFor >= 0 && o.waitFor < ops &&
+      located(originOf(o.waitFor)))
+    return locations[originOf(o.waitFor)];
   return fallback;
 }
 
@@ -259,7 +257,9 @@ static LogicalResult checkWritable(const step::Step &s,
              << " bytes, not a whole non-negative number";
   for (size_t i = 0; i < s.ops.size(); ++i) {
     const step::Op &o = s.ops[i];
-    Location loc = locationOf(s, i, locations, fallback);
+    Location loc = locationOf(
+        o, static_cast<int64_t>(s.ops.size()),
+        [&](int64_t j) { return s.ops[j].origin; }, locations, fallback);
     auto bad = [&](const Twine &what) {
       return emitError(loc) << "step op " << i << " ('" << o.name << "'): "
                             << what;
@@ -397,20 +397,15 @@ static void fillBody(Block *body, const step::Step &s,
   ArrayAttr axesAttr;
   Type bufferType = BufferType::get(ctx);
   Type tokenType = TokenType::get(ctx);
-  // Each op's origin as it is written: a wait without its own location
-  // takes its collective's (as locationOf), which may be freed by then.
+  // Each op's origin as it is written: a wait takes its collective's
+  // location, and the collective (before it) may be freed by then.
   std::vector<int64_t> origins(s.ops.size(), -1);
-  auto located = [&](int64_t origin) {
-    return origin >= 0 && origin < static_cast<int64_t>(locations.size());
-  };
   for (size_t i = 0; i < s.ops.size(); ++i) {
     const step::Op &o = s.ops[i];
-    int64_t origin = o.origin;
-    if (!located(origin) && o.kind == step::OpKind::Wait && o.waitFor >= 0 &&
-        o.waitFor < static_cast<int64_t>(i)) // (checkWritable: a wait follows its op)
-      origin = origins[o.waitFor];
     origins[i] = o.origin;
-    Location loc = located(origin) ? locations[origin] : fallback;
+    Location loc = locationOf(
+        o, static_cast<int64_t>(i), [&](int64_t j) { return origins[j]; }, locations,
+        fallback);
     switch (o.kind) {
     case step::OpKind::Alloc: {
       int64_t id = o.writes.front();

@@ -345,6 +345,12 @@ std::vector<DTensorNsOp> dtensorNewtonSchulz(int64_t rows, int64_t cols,
 
 namespace {
 
+/// `list`, or `shared` itself when it holds the same names: the ops that
+/// carry the same parameters share one list.
+NameList sharedIfSame(const NameList &shared, NameList list) {
+  return list == shared ? shared : list;
+}
+
 struct GroupInfo {
   std::vector<int64_t> units;           // in forward order
   std::vector<const Param *> rows;      // row-sharded (and block-sharded)
@@ -536,10 +542,8 @@ private:
           perParamUnits.insert(static_cast<int64_t>(u));
       }
       // A group of one unit: the unit's lists are the group's (shared).
-      if (piece.rowNames == g.rowNames)
-        piece.rowNames = g.rowNames;
-      if (piece.ownedNames == g.ownedNames)
-        piece.ownedNames = g.ownedNames;
+      piece.rowNames = sharedIfSame(g.rowNames, piece.rowNames);
+      piece.ownedNames = sharedIfSame(g.ownedNames, piece.ownedNames);
       g.pieces.push_back(std::move(piece));
     }
   }
@@ -1064,8 +1068,7 @@ private:
       // Usually every row of the group: then the group's list (shared).
       for (auto &[kind, entry] : byKind)
         optimizerOp(kind, fmt::format("{} rows g{}", kind, gi), gi, 0, entry.first, -1,
-                    entry.second == g.rowNames.names() ? g.rowNames
-                                                       : NameList(std::move(entry.second)),
+                    sharedIfSame(g.rowNames, std::move(entry.second)),
                     g.rowGrad, g.rowShard);
       // DTensor baseline: torch.optim.Muon on the row shards, each matmul
       // split by DTensor's sharding propagation.
@@ -1114,7 +1117,7 @@ private:
           double split = d.nsSplit ? R : 1;
           optimizerOp("muon", fmt::format("muon g{} owner {}", gi, r), gi,
                       flops / split, bytes / split, r,
-                      names == g.ownedNames.names() ? g.ownedNames : NameList(names),
+                      sharedIfSame(g.ownedNames, names),
                       g.ownedLocal, g.ownedLocal);
         }
         if (d.nsSplit && o.replicate > 1) {

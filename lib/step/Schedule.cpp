@@ -393,9 +393,8 @@ std::vector<int64_t> optimizerOrder(const std::vector<Op> &tail,
 /// waits for what is still in flight at the end of the step.
 class AsyncWaits {
 public:
-  /// The output is out[0, count).
+  /// The ops fed so far, scheduled.
   OpArray out;
-  size_t count = 0;
 
   /// What decides the ops still to come, besides `out`: restoring it and
   /// cutting `out` back to its size then returns to the point it was taken.
@@ -540,7 +539,7 @@ private:
       bufs.insert(bufs.end(), op.writes.begin(), op.writes.end());
       std::sort(bufs.begin(), bufs.end());
       bufs.erase(std::unique(bufs.begin(), bufs.end()), bufs.end());
-      const int64_t idx = static_cast<int64_t>(count);
+      const int64_t idx = static_cast<int64_t>(out.size());
       for (int64_t buf : bufs)
         state.pendingOn[buf].insert(idx);
       state.pending[idx] = std::move(bufs);
@@ -548,10 +547,7 @@ private:
     put(std::move(op));
   }
 
-  void put(Op &&op) {
-    out.push_back(std::move(op));
-    ++count;
-  }
+  void put(Op &&op) { out.push_back(std::move(op)); }
 };
 
 } // namespace
@@ -581,7 +577,7 @@ void finishOverlapEach(
     s.ops.releaseBefore(i + 1);
   }
   s.ops.clear();
-  const size_t headSize = waits.count;
+  const size_t headSize = waits.out.size();
   const AsyncWaits::State head = waits.state;
   if (sharedOps)
     *sharedOps = headSize; // each fill's ops go on after these
@@ -596,9 +592,7 @@ void finishOverlapEach(
       return; // `s` holds this fill's schedule
     fill = *next;
     waits.out = std::move(s.ops);
-    waits.out.erase(waits.out.begin() + static_cast<std::ptrdiff_t>(headSize),
-                    waits.out.end());
-    waits.count = headSize;
+    waits.out.resize(headSize);
     waits.state = head;
   }
 }
