@@ -107,6 +107,14 @@ inline mlir::ParseResult parseFastString(mlir::OpAsmParser &parser, mlir::String
 inline void printFastString(mlir::OpAsmPrinter &p, mlir::Operation *, mlir::StringAttr attr) {
   fasttext::writeString(p.getStream(), attr.getValue());
 }
+// custom<FastString>($prop): a StringProp, the op's own std::string (no
+// attribute to unique: a name printed once per op).
+inline mlir::ParseResult parseFastString(mlir::OpAsmParser &parser, std::string &value) {
+  return parser.parseString(&value);
+}
+inline void printFastString(mlir::OpAsmPrinter &p, mlir::Operation *, llvm::StringRef value) {
+  fasttext::writeString(p.getStream(), value);
+}
 
 // custom<FastSymbol>($attr): a FlatSymbolRefAttr.
 inline mlir::ParseResult parseFastSymbol(mlir::OpAsmParser &parser,

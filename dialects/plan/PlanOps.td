@@ -136,7 +136,7 @@ def Plan_ParamOp : Plan_Op<"param", [Symbol, HasParent<"GraphOp">]> {
     ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttr:$type,
-                       Plan_ParamKind:$kind, StrAttr:$module,
+                       Plan_ParamKind:$kind, StringProp:$module,
                        UnitAttr:$frozen,
                        OptionalAttr<FlatSymbolRefAttr>:$tied_to,
                        OptionalAttr<Plan_PlacementAttr>:$placement,

@@ -75,7 +75,7 @@ def Sched_AllocOp : Sched_Op<"alloc", [HasParent<"StepOp">]> {
     %g = sched.alloc "gathered layers.0" bytes 400000000
     ```
   }];
-  let arguments = (ins StrAttr:$name, I64Attr:$bytes, UnitAttr:$persistent,
+  let arguments = (ins StringProp:$name, I64Attr:$bytes, UnitAttr:$persistent,
                        OptionalAttr<I64Attr>:$only_rank,
                        OptionalAttr<I64Attr>:$offset);
   let results = (outs Res<Sched_BufferType, "", [MemAlloc]>:$buffer);
@@ -114,7 +114,7 @@ class Sched_CollectiveOp<string mnemonic, string summaryText, string diagram,
     and writes `dst`; what every collective must hold is verified by
     `CollectiveOpInterface`.
   }];
-  let arguments = (ins StrAttr:$name,
+  let arguments = (ins StringProp:$name,
                        Arg<Sched_BufferType, "the buffer this rank contributes",
                            [MemRead]>:$src,
                        Arg<Sched_BufferType, "the buffer this rank receives",
@@ -224,7 +224,7 @@ def Sched_ComputeOp : Sched_Op<"compute", [HasParent<"StepOp">,
     sched.compute backward "backward layers.0" unit @layers.0 reads(%g) writes(%grad) flops 3.6e12 bytes 1000000000 phase backward
     ```
   }];
-  let arguments = (ins Sched_ComputeKind:$kind, StrAttr:$name,
+  let arguments = (ins Sched_ComputeKind:$kind, StringProp:$name,
                        OptionalAttr<FlatSymbolRefAttr>:$unit,
                        Arg<Variadic<Sched_BufferType>, "", [MemRead]>:$reads,
                        Arg<Variadic<Sched_BufferType>, "", [MemWrite]>:$writes,
@@ -253,7 +253,7 @@ def Sched_OptimizerOp : Sched_Op<"optimizer", [HasParent<"StepOp">,
     sched.optimizer muon "layers.0.mlp" reads(%grad) writes(%state) flops 6.2e12 bytes 1300000000 only_rank 3 phase optimizer
     ```
   }];
-  let arguments = (ins Sched_OptimizerKind:$kind, StrAttr:$name,
+  let arguments = (ins Sched_OptimizerKind:$kind, StringProp:$name,
                        Arg<Variadic<Sched_BufferType>, "", [MemRead]>:$reads,
                        Arg<Variadic<Sched_BufferType>, "state updated in place",
                            [MemRead, MemWrite]>:$writes,

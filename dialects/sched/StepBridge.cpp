@@ -410,7 +410,7 @@ static void fillBody(Block *body, const step::Step &s,
     case step::OpKind::Alloc: {
       int64_t id = o.writes.front();
       const step::Buffer &buf = s.buffers[id];
-      buffers[id] = AllocOp::create(b, loc, bufferType, b.getStringAttr(buf.name),
+      buffers[id] = AllocOp::create(b, loc, bufferType, buf.name,
                                     i64(static_cast<int64_t>(buf.bytes)),
                                     buf.persistent ? b.getUnitAttr() : UnitAttr(),
                                     optI64(buf.onlyRank), optI64(buf.offset));
@@ -443,7 +443,7 @@ static void fillBody(Block *body, const step::Step &s,
       Operation *created = nullptr;
       auto make = [&](auto tag) {
         using T = decltype(tag);
-        created = T::create(b, loc, tok, b.getStringAttr(o.name), src, dst,
+        created = T::create(b, loc, tok, o.name, src, dst,
                             axesAttr, i64(o.ranks),
                             i64(static_cast<int64_t>(o.collBytes)), chunks,
                             i64(o.comm), phase, inter,
@@ -465,7 +465,7 @@ static void fillBody(Block *body, const step::Step &s,
       if (!o.unitName.empty())
         unit = symbol(o.unitName);
       ComputeOp::create(b, loc, ComputeKindAttr::get(ctx, *symbolizeComputeKind(o.compute.str())),
-                        b.getStringAttr(o.name), unit, values(o.reads),
+                        o.name, unit, values(o.reads),
                         values(o.writes), f64(o.flops), i64(trafficBytes(o.bytes)),
                         phaseAttr(o.phase), optI64(o.group));
       break;
@@ -473,7 +473,7 @@ static void fillBody(Block *body, const step::Step &s,
     case step::OpKind::Optimizer: {
       OptimizerOp::create(b, loc,
                           OptimizerKindAttr::get(ctx, *symbolizeOptimizerKind(o.optimizer.str())),
-                          b.getStringAttr(o.name), values(o.reads),
+                          o.name, values(o.reads),
                           values(o.writes), f64(o.flops), i64(trafficBytes(o.bytes)),
                           optI64(o.onlyRank), phaseAttr(o.phase), optI64(o.group),
                           symbolArray(o.params));

@@ -132,7 +132,7 @@ OwningOpRef<ModuleOp> mfsdp::importGraph(const graph::Graph &g,
     ParamOp::create(b, locOf("/params/" + std::to_string(i)),
                     b.getStringAttr(p.name), TypeAttr::get(type),
                     ParamKindAttr::get(ctx, fromVocab(p.kind)),
-                    b.getStringAttr(p.module),
+                    p.module,
                     p.requiresGrad ? UnitAttr() : b.getUnitAttr(), tied,
                     placement, Attribute());
   }
