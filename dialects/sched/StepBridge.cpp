@@ -51,6 +51,15 @@ static step::NameList names(ArrayAttr a) {
 
 /// The kernels of each unit of `graph` that has any (none without a graph),
 /// which readStep puts on the unit's compute ops.
+/// The graph a step names by its mesh, if any.
+static plan::GraphOp graphOf(StepOp op) {
+  if (SymbolRefAttr meshRef = op.getMeshAttr())
+    if (Operation *scope = op->getParentOp())
+      return dyn_cast_or_null<plan::GraphOp>(
+          SymbolTable::lookupSymbolIn(scope, meshRef.getRootReference()));
+  return {};
+}
+
 static llvm::StringMap<KernelList> unitKernelsOf(plan::GraphOp graph) {
   llvm::StringMap<KernelList> kernelsOf;
   if (graph)
@@ -74,12 +83,7 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
   step::Phase phase = step::Phase::Forward;
   // The graph the step names (by its mesh): its units' kernels go onto
   // their compute ops, for the cost model's per-op roofline.
-  plan::GraphOp graph;
-  if (SymbolRefAttr meshRef = op.getMeshAttr())
-    if (Operation *scope = op->getParentOp())
-      graph = dyn_cast_or_null<plan::GraphOp>(
-          SymbolTable::lookupSymbolIn(scope, meshRef.getRootReference()));
-  llvm::StringMap<KernelList> kernelsOf = unitKernelsOf(graph);
+  llvm::StringMap<KernelList> kernelsOf = unitKernelsOf(graphOf(op));
   // Sized once: the side tables grow with the step.
   {
     size_t ops = 0, allocs = 0, collectives = 0;
@@ -339,6 +343,15 @@ static void fillBody(Block *body, const step::Step &s,
   // is made once (the context's uniquer hashes under a lock, twice a
   // reference).
   llvm::StringMap<FlatSymbolRefAttr> symbols;
+  // The graph's units already name every parameter: their references are
+  // taken as they are, not made again (at 100,000 units a million lookups
+  // in the context's tables of millions of attributes).
+  if (auto step = dyn_cast_or_null<StepOp>(body->getParentOp()))
+    if (plan::GraphOp graph = graphOf(step))
+      for (plan::UnitOp u : graph.getBody().front().getOps<plan::UnitOp>())
+        for (Attribute ref : u.getParams())
+          if (auto flat = dyn_cast<FlatSymbolRefAttr>(ref))
+            symbols.try_emplace(flat.getValue(), flat);
   auto symbol = [&](const std::string &name) {
     FlatSymbolRefAttr &ref = symbols[name];
     if (!ref)
