@@ -148,6 +148,20 @@ inline void printFastSymbols(mlir::OpAsmPrinter &p, mlir::Operation *, mlir::Arr
   os << ']';
 }
 
+// custom<FastI64>($attr): an I64Attr, its decimal digits written directly
+// (MLIR's path for an attribute goes through its alias lookup and dispatch
+// for each of the several integers on every sched op).
+inline mlir::ParseResult parseFastI64(mlir::OpAsmParser &parser, mlir::IntegerAttr &attr) {
+  return parser.parseCustomAttributeWithFallback(attr, parser.getBuilder().getI64Type());
+}
+inline void printFastI64(mlir::OpAsmPrinter &p, mlir::Operation *, mlir::IntegerAttr attr) {
+  if (!attr.getType().isSignlessInteger(64)) {
+    p.printAttributeWithoutType(attr);
+    return;
+  }
+  p.getStream() << attr.getInt();
+}
+
 // custom<FastF64>($attr): an F64Attr, its text as MLIR prints the value
 // (the decimal form that reads back exactly, else hexadecimal), made once
 // per value: a step repeats a few FLOP counts on every op.

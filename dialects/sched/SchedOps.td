@@ -80,8 +80,8 @@ def Sched_AllocOp : Sched_Op<"alloc", [HasParent<"StepOp">]> {
                        OptionalAttr<I64Attr>:$offset);
   let results = (outs Res<Sched_BufferType, "", [MemAlloc]>:$buffer);
   let assemblyFormat = [{
-    prop-dict `` custom<FastString>($name) `bytes` $bytes (`persistent` $persistent^)?
-    (`only_rank` $only_rank^)? (`offset` $offset^)? attr-dict
+    prop-dict `` custom<FastString>($name) `bytes` custom<FastI64>($bytes) (`persistent` $persistent^)?
+    (`only_rank` custom<FastI64>($only_rank)^)? (`offset` custom<FastI64>($offset)^)? attr-dict
   }];
   let extraClassDeclaration = QuietPropertiesDecl;
   let hasVerifier = 1;
@@ -128,9 +128,9 @@ class Sched_CollectiveOp<string mnemonic, string summaryText, string diagram,
                        UnitAttr:$async);
   let results = (outs Optional<Sched_TokenType>:$token);
   let assemblyFormat = [{
-    prop-dict `` custom<FastString>($name) $src `->` $dst `on` $mesh_axes `ranks` $ranks `bytes` $bytes
-    (`chunks` $chunks^)? `comm` $comm `phase` $phase
-    (`inter_node` $inter_node^)? (`group` $group^)? (`params` custom<FastSymbols>($params)^)?
+    prop-dict `` custom<FastString>($name) $src `->` $dst `on` $mesh_axes `ranks` custom<FastI64>($ranks) `bytes` custom<FastI64>($bytes)
+    (`chunks` $chunks^)? `comm` custom<FastI64>($comm) `phase` $phase
+    (`inter_node` $inter_node^)? (`group` custom<FastI64>($group)^)? (`params` custom<FastSymbols>($params)^)?
     (`async` $async^)? attr-dict (`:` type($token)^)?
   }];
   let extraClassDeclaration = QuietPropertiesDecl # [{
@@ -233,7 +233,7 @@ def Sched_ComputeOp : Sched_Op<"compute", [HasParent<"StepOp">,
   let assemblyFormat = [{
     prop-dict `` $kind custom<FastString>($name) (`unit` custom<FastSymbol>($unit)^)?
     `reads` `(` $reads `)` `writes` `(` $writes `)`
-    `flops` custom<FastF64>($flops) `bytes` $bytes `phase` $phase (`group` $group^)? attr-dict
+    `flops` custom<FastF64>($flops) `bytes` custom<FastI64>($bytes) `phase` $phase (`group` custom<FastI64>($group)^)? attr-dict
   }];
   let extraClassDeclaration = QuietPropertiesDecl;
   let hasVerifier = 1;
@@ -263,8 +263,8 @@ def Sched_OptimizerOp : Sched_Op<"optimizer", [HasParent<"StepOp">,
                        OptionalAttr<FlatSymbolRefArrayAttr>:$params);
   let assemblyFormat = [{
     prop-dict `` $kind custom<FastString>($name) `reads` `(` $reads `)` `writes` `(` $writes `)`
-    `flops` custom<FastF64>($flops) `bytes` $bytes (`only_rank` $only_rank^)? `phase` $phase
-    (`group` $group^)? (`params` custom<FastSymbols>($params)^)? attr-dict
+    `flops` custom<FastF64>($flops) `bytes` custom<FastI64>($bytes) (`only_rank` custom<FastI64>($only_rank)^)? `phase` $phase
+    (`group` custom<FastI64>($group)^)? (`params` custom<FastSymbols>($params)^)? attr-dict
   }];
   let extraClassDeclaration = QuietPropertiesDecl;
   let hasVerifier = 1;
