@@ -1,13 +1,13 @@
 //===- FastText.h - The hot ops' strings, symbols and floats -----*- C++ -*-===//
 //
-// Custom directives for the attributes that the plan and sched ops written
-// in the hundreds of thousands print on every op: names (strings), symbol
-// references and their lists, and f64 counts. Each prints exactly the text
-// MLIR's generic attribute printer would, without its per-attribute
-// dispatch: a string or symbol that needs no quoting or escaping is
-// written as it is (anything else goes through MLIR's own escaping), and a
-// float's text is made by MLIR once per value and then reused. Each parses
-// as the declarative format parses the attribute it replaces.
+// Custom directives for what the plan and sched ops written in the hundreds
+// of thousands print on every op: names (string properties), symbol
+// references and their lists, i64 and f64 counts. Each prints exactly the
+// text MLIR's generic printer would, without its per-attribute dispatch: a
+// string or symbol that needs no quoting or escaping is written as it is
+// (anything else goes through MLIR's own escaping), an integer as its
+// digits, and a float's text is made by MLIR once per value and then
+// reused. Each parses as the declarative format parses what it replaces.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MFSDP_DIALECTS_FASTTEXT_H
@@ -99,14 +99,6 @@ inline void writeSymbol(mlir::AsmPrinter &p, llvm::StringRef s) {
 
 namespace mfsdp {
 
-// custom<FastString>($attr): a StrAttr.
-inline mlir::ParseResult parseFastString(mlir::OpAsmParser &parser, mlir::StringAttr &attr) {
-  return parser.parseCustomAttributeWithFallback(
-      attr, parser.getBuilder().getType<mlir::NoneType>());
-}
-inline void printFastString(mlir::OpAsmPrinter &p, mlir::Operation *, mlir::StringAttr attr) {
-  fasttext::writeString(p.getStream(), attr.getValue());
-}
 // custom<FastString>($prop): a StringProp, the op's own std::string (no
 // attribute to unique: a name printed once per op).
 inline mlir::ParseResult parseFastString(mlir::OpAsmParser &parser, std::string &value) {

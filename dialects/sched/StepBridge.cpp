@@ -49,8 +49,6 @@ static step::NameList names(ArrayAttr a) {
   return out;
 }
 
-/// The kernels of each unit of `graph` that has any (none without a graph),
-/// which readStep puts on the unit's compute ops.
 /// The graph a step names by its mesh, if any.
 static plan::GraphOp graphOf(StepOp op) {
   if (SymbolRefAttr meshRef = op.getMeshAttr())
@@ -60,6 +58,8 @@ static plan::GraphOp graphOf(StepOp op) {
   return {};
 }
 
+/// The kernels of each unit of `graph` that has any (none without a graph),
+/// which readStep puts on the unit's compute ops.
 static llvm::StringMap<KernelList> unitKernelsOf(plan::GraphOp graph) {
   llvm::StringMap<KernelList> kernelsOf;
   if (graph)
