@@ -6,8 +6,9 @@
 #
 # BUILD_DIR is a build with the CUDA backend (MFSDP_CUDA=ON or AUTO where
 # nvcc and NCCL are found). OUT_DIR gets bin/ (mfsdp-check-cuda-kernels,
-# mfsdp-parity), lib/ (libmfsdp_rt, libmfsdp_rt_cuda and every shared library
-# they load that is not part of the C and C++ runtime, the driver, cuBLAS or
+# mfsdp-parity, and mfsdp-bench-cuda-kernels where it was built), lib/
+# (libmfsdp_rt, libmfsdp_rt_cuda and every shared library they load that is
+# not part of the C and C++ runtime, the driver, cuBLAS or
 # NCCL: those the GPU machine has, the last two under its CUDA prefix or in
 # Python's nvidia-* packages) and BUNDLE, naming the commit. Binaries are
 # stripped.
@@ -29,6 +30,10 @@ done
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
 cp "$build/bin/mfsdp-check-cuda-kernels" "$build/bin/mfsdp-parity" "$out/bin/"
+# The kernel timing (scripts/gpu-kernel-bench.py), where it was built.
+if [ -e "$build/bin/mfsdp-bench-cuda-kernels" ]; then
+  cp "$build/bin/mfsdp-bench-cuda-kernels" "$out/bin/"
+fi
 cp -L "$build/lib/libmfsdp_rt.so" "$build/lib/libmfsdp_rt_cuda.so" "$out/lib/"
 
 # The libraries the GPU machine brings itself.
