@@ -6,7 +6,7 @@
 Runs BIN_DIR/mfsdp-bench-cuda-kernels (runtime/bench/CudaKernelBench.cpp:
 the fused multi-tensor AdamW, one AdamW launch per tensor, a device copy of
 the same bytes, and Newton-Schulz in fp32 and bf16, symmetric and GEMM
-forms), then times PyTorch on the same tensors on the same GPU in the same
+forms, and the symmetric form by strip size), then times PyTorch on the same tensors on the same GPU in the same
 process run: torch.optim.AdamW with fused=True and with foreach=True (the
 same hyperparameters, state already initialised), and Newton-Schulz as
 torch.optim.Muon computes it (torch.optim._muon._zeropower_via_newtonschulz:
@@ -170,6 +170,27 @@ def main():
             print(f"| {rows_}x{cols_} | {precision} | {mine['syrk']['ms']:.3f} | "
                   f"{mine['gemm']['ms']:.3f} | {tms:.3f} | {flops / best / 1e9:.0f} | "
                   f"{flops / tms / 1e9:.0f} | {tms / best:.2f} |")
+    strips = [r for r in rows if r["kind"] == "ns_strip"]
+    if strips:
+        print()
+        print("The symmetric form by strip rows (NewtonSchulzHyper::syrkStrip), ms; "
+              "* marks the default")
+        print()
+        sizes = sorted({r["strip"] for r in strips})
+        print("| shape | precision | " + " | ".join(str(z) for z in sizes) + " |")
+        print("| --- | --- | " + " | ".join("---" for _ in sizes) + " |")
+        for rows_, cols_ in shapes:
+            for precision in ("fp32", "bf16"):
+                got = {r["strip"]: r for r in strips
+                       if (r["rows"], r["cols"], r["precision"]) == (rows_, cols_, precision)}
+                if not got:
+                    continue
+                cells = []
+                for z in sizes:
+                    r = got.get(z)
+                    cells.append("" if r is None else
+                                 f"{r['ms']:.3f}{'*' if r['default'] == z else ''}")
+                print(f"| {rows_}x{cols_} | {precision} | " + " | ".join(cells) + " |")
     return 0
 
 

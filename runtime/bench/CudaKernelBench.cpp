@@ -18,7 +18,10 @@
 //   - {"kind":"ns"}: Newton-Schulz (cuda::newtonSchulz, 5 iterations, Muon's
 //     coefficients) per shape in both precisions (fp32; bf16 operands with
 //     fp32 accumulation) and both forms (syrk, gemm), with the FLOPs of the
-//     form that ran and of the three-GEMM form.
+//     form that ran and of the three-GEMM form; {"kind":"ns_strip"}: the
+//     symmetric form again with the rows of each strip GEMM set
+//     (NewtonSchulzHyper::syrkStrip: 128 to 2048, below the short side),
+//     beside the default strip.
 //
 // The defaults are the tensors of one Llama-3-8B decoder layer (q and o
 // 4096x4096, k and v 1024x4096, gate and up 14336x4096, down 4096x14336, two
@@ -258,6 +261,30 @@ int main(int argc, char **argv) {
                     precision == NsPrecision::BF16 ? "bf16" : "fp32",
                     form == NsForm::Syrk ? "syrk" : "gemm",
                     form == NsForm::Syrk ? syrkFlops : gemmFlops, gemmFlops, ms);
+      }
+    }
+    // The symmetric form's strip rows (NewtonSchulzHyper::syrkStrip).
+    for (NsPrecision precision : {NsPrecision::FP32, NsPrecision::BF16}) {
+      for (int64_t strip : {int64_t(128), int64_t(256), int64_t(512), int64_t(1024),
+                            int64_t(2048)}) {
+        if (strip >= static_cast<int64_t>(s))
+          continue;
+        NewtonSchulzHyper h;
+        h.precision = precision;
+        h.syrkStrip = strip;
+        const double ms = medianMs(reps, stream, [&] {
+          kernelOk(cuda::newtonSchulz(blas, in, out, rows, cols, h, ws, stream),
+                   "newtonSchulz");
+        });
+        std::printf("{\"kind\":\"ns_strip\",\"rows\":%lld,\"cols\":%lld,"
+                    "\"precision\":\"%s\",\"strip\":%lld,\"default\":%lld,"
+                    "\"ms\":%.5f}\n",
+                    static_cast<long long>(rows), static_cast<long long>(cols),
+                    precision == NsPrecision::BF16 ? "bf16" : "fp32",
+                    static_cast<long long>(strip),
+                    static_cast<long long>(cuda::syrkStripRows(
+                        static_cast<int64_t>(s), precision)),
+                    ms);
       }
     }
     cudaFree(in);

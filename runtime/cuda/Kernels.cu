@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -261,42 +262,100 @@ template <> __device__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float x) {
 __device__ float toFloat(float x) { return x; }
 __device__ float toFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
 
+/// The side of the square tiles the transposing kernels move through
+/// shared memory (so that both the reads and the writes of a warp touch
+/// consecutive addresses), and the rows of a tile each thread block walks.
+constexpr int kTile = 32, kTileRows = 8;
+
 /// X (s x l, row-major) = in / (||in|| + eps), or in / max(||in||, eps)
-/// with `clamp`, transposed when the input is tall.
+/// with `clamp`; a wide or square input keeps its layout.
 template <typename T>
-__global__ void normalizeKernel(const float *in, T *X, int64_t rows,
-                                int64_t cols, bool transposed, const float *sum,
+__global__ void normalizeKernel(const float *in, T *X, int64_t n, const float *sum,
                                 float eps, bool clamp) {
   const float norm = sqrtf(*sum);
   const float inv = 1.f / (clamp ? fmaxf(norm, eps) : norm + eps);
-  const int64_t n = rows * cols;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t r = i / cols, c = i % cols;
-    int64_t at = transposed ? c * rows + r : i;
-    X[at] = fromFloat<T>(in[i] * inv);
+       i += int64_t(gridDim.x) * blockDim.x)
+    X[i] = fromFloat<T>(in[i] * inv);
+}
+
+/// As normalizeKernel for a tall input (rows > cols): X = the scaled
+/// input transposed (cols x rows), one kTile x kTile tile per thread block
+/// (blockDim kTile x kTileRows), through shared memory.
+template <typename T>
+__global__ void normalizeTransposedKernel(const float *in, T *X, int64_t rows,
+                                          int64_t cols, const float *sum, float eps,
+                                          bool clamp) {
+  __shared__ float tile[kTile][kTile + 1];
+  const float norm = sqrtf(*sum);
+  const float inv = 1.f / (clamp ? fmaxf(norm, eps) : norm + eps);
+  const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
+  for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+    const int64_t r = r0 + j, c = c0 + threadIdx.x;
+    if (r < rows && c < cols)
+      tile[j][threadIdx.x] = in[r * cols + c];
+  }
+  __syncthreads();
+  for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+    const int64_t c = c0 + j, r = r0 + threadIdx.x; // X[c][r]
+    if (r < rows && c < cols)
+      X[c * rows + r] = fromFloat<T>(tile[threadIdx.x][j] * inv);
   }
 }
 
 template <typename T>
-__global__ void storeKernel(const T *X, float *out, int64_t rows, int64_t cols,
-                            bool transposed) {
-  const int64_t n = rows * cols;
+__global__ void storeKernel(const T *X, float *out, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t r = i / cols, c = i % cols;
-    out[i] = toFloat(X[transposed ? c * rows + r : i]);
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = toFloat(X[i]);
+}
+
+/// out (rows x cols, tall) = X (cols x rows) transposed, tile by tile.
+template <typename T>
+__global__ void storeTransposedKernel(const T *X, float *out, int64_t rows,
+                                      int64_t cols) {
+  __shared__ float tile[kTile][kTile + 1];
+  const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
+  for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+    const int64_t c = c0 + j, r = r0 + threadIdx.x; // X[c][r]
+    if (r < rows && c < cols)
+      tile[j][threadIdx.x] = toFloat(X[c * rows + r]);
+  }
+  __syncthreads();
+  for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+    const int64_t r = r0 + j, c = c0 + threadIdx.x;
+    if (r < rows && c < cols)
+      out[r * cols + c] = tile[threadIdx.x][j];
   }
 }
 
+/// The grid of kTile x kTile tiles over a rows x cols matrix.
+dim3 tileGrid(int64_t rows, int64_t cols) {
+  return dim3(static_cast<unsigned>((cols + kTile - 1) / kTile),
+              static_cast<unsigned>((rows + kTile - 1) / kTile));
+}
+
 /// C (n x n, row-major) whose lower triangle holds a symmetric matrix: the
-/// upper triangle gets its mirror.
+/// upper triangle gets its mirror. One thread block per tile on or above
+/// the diagonal (blockIdx.x = tile column >= blockIdx.y = tile row; blocks
+/// below return at once): it reads the mirrored tile below the diagonal
+/// row by row and writes its own row by row, through shared memory.
 template <typename T> __global__ void mirrorLowerKernel(T *C, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / n, c = i % n;
-    if (c > r)
-      C[i] = C[c * n + r];
+  if (blockIdx.x < blockIdx.y)
+    return;
+  __shared__ T tile[kTile][kTile + 1];
+  const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
+  // The source tile: rows c0.., columns r0.. (below the diagonal).
+  for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+    const int64_t r = c0 + j, c = r0 + threadIdx.x;
+    if (r < n && c < n)
+      tile[j][threadIdx.x] = C[r * n + c];
+  }
+  __syncthreads();
+  for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+    const int64_t r = r0 + j, c = c0 + threadIdx.x; // C[r][c] = C[c][r]
+    if (r < n && c < n && c > r)
+      C[r * n + c] = tile[threadIdx.x][j];
   }
 }
 
@@ -373,24 +432,21 @@ int gemm(cublasHandle_t blas, bool transB, int m, int n, int k, float alpha,
                "cublasGemmEx");
 }
 
-/// The rows of a strip of syrkLower.
-constexpr int kSyrkStrip = 256;
-
 /// Row-major C (n x n) = alpha A A^T + beta C (A n x k), symmetric: one
-/// GEMM per strip of kSyrkStrip rows of C, rows [i0, i1) against columns
+/// GEMM per strip of `strip` rows of C, rows [i0, i1) against columns
 /// [0, i1), so only the tiles on and below the diagonal are computed
-/// (n^2 k (1 + kSyrkStrip / n) FLOPs instead of 2 n^2 k; cuBLAS has no
-/// bf16 syrk), then the upper triangle mirrored from the lower.
+/// (n^2 k (1 + strip / n) FLOPs instead of 2 n^2 k; cuBLAS has no bf16
+/// syrk), then the upper triangle mirrored from the lower.
 template <typename T>
 int syrkLower(cublasHandle_t blas, int n, int k, float alpha, const T *A,
-              int lda, float beta, T *C, int ldc, cudaStream_t stream) {
-  for (int i0 = 0; i0 < n; i0 += kSyrkStrip) {
-    const int i1 = std::min(n, i0 + kSyrkStrip);
+              int lda, float beta, T *C, int ldc, int strip, cudaStream_t stream) {
+  for (int i0 = 0; i0 < n; i0 += strip) {
+    const int i1 = std::min(n, i0 + strip);
     if (int e = gemm<T>(blas, true, i1 - i0, i1, k, alpha, A + int64_t(i0) * lda,
                         lda, A, lda, beta, C + int64_t(i0) * ldc, ldc))
       return e;
   }
-  mirrorLowerKernel<<<blocks(int64_t(n) * n), 256, 0, stream>>>(C, n);
+  mirrorLowerKernel<<<tileGrid(n, n), dim3(kTile, kTileRows), 0, stream>>>(C, n);
   return check(cudaGetLastError(), "mirrorLowerKernel");
 }
 
@@ -404,15 +460,22 @@ int newtonSchulzIn(cublasHandle_t blas, const float *in, float *out,
   const int64_t s = std::min(rows, cols), l = std::max(rows, cols);
   T *X = static_cast<T *>(matrices);
   T *A = X + s * l, *B = A + s * s, *Y = B + s * s;
-  normalizeKernel<T><<<blocks(rows * cols), 256, 0, stream>>>(
-      in, X, rows, cols, transposed, sum, h.eps, h.norm == NsNorm::Clamp);
+  if (transposed)
+    normalizeTransposedKernel<T><<<tileGrid(rows, cols), dim3(kTile, kTileRows), 0,
+                                   stream>>>(in, X, rows, cols, sum, h.eps,
+                                             h.norm == NsNorm::Clamp);
+  else
+    normalizeKernel<T><<<blocks(rows * cols), 256, 0, stream>>>(
+        in, X, rows * cols, sum, h.eps, h.norm == NsNorm::Clamp);
   if (int e = check(cudaGetLastError(), "normalizeKernel"))
     return e;
   const bool syrk = h.form == NsForm::Syrk;
+  const int strip = static_cast<int>(
+      std::max<int64_t>(1, h.syrkStrip > 0 ? h.syrkStrip : syrkStripRows(s, h.precision)));
   const int S = static_cast<int>(s), L = static_cast<int>(l);
   for (int64_t k = 0; k < h.steps; ++k) {
     // A = X X^T
-    if (int e = syrk ? syrkLower<T>(blas, S, L, 1.f, X, L, 0.f, A, S, stream)
+    if (int e = syrk ? syrkLower<T>(blas, S, L, 1.f, X, L, 0.f, A, S, strip, stream)
                      : gemm<T>(blas, true, S, S, L, 1.f, X, L, X, L, 0.f, A, S))
       return e;
     // B = b A + c A A (A symmetric: A A = A A^T)
@@ -420,7 +483,7 @@ int newtonSchulzIn(cublasHandle_t blas, const float *in, float *out,
                                       cudaMemcpyDeviceToDevice, stream),
                       "cudaMemcpyAsync"))
       return e;
-    if (int e = syrk ? syrkLower<T>(blas, S, S, h.c, A, S, h.b, B, S, stream)
+    if (int e = syrk ? syrkLower<T>(blas, S, S, h.c, A, S, h.b, B, S, strip, stream)
                      : gemm<T>(blas, false, S, S, S, h.c, A, S, A, S, h.b, B, S))
       return e;
     // X = a X + B X
@@ -432,7 +495,11 @@ int newtonSchulzIn(cublasHandle_t blas, const float *in, float *out,
       return e;
     std::swap(X, Y);
   }
-  storeKernel<T><<<blocks(rows * cols), 256, 0, stream>>>(X, out, rows, cols, transposed);
+  if (transposed)
+    storeTransposedKernel<T><<<tileGrid(rows, cols), dim3(kTile, kTileRows), 0, stream>>>(
+        X, out, rows, cols);
+  else
+    storeKernel<T><<<blocks(rows * cols), 256, 0, stream>>>(X, out, rows * cols);
   return check(cudaGetLastError(), "storeKernel");
 }
 
@@ -522,6 +589,16 @@ int muonMomentum(const float *g, float *buf, float *out, int64_t n, float mu,
                  bool nesterov, cudaStream_t stream) {
   momentumKernel<<<blocks(n), 256, 0, stream>>>(g, buf, out, n, mu, nesterov);
   return check(cudaGetLastError(), "momentumKernel");
+}
+
+// Measured on one H100 (docs/benchmarks.md, "CUDA optimizer kernels against
+// PyTorch's"): short strips leave the tensor cores idle on bf16 (at 4096,
+// 1024-row strips take 3.00 ms against 3.82 ms for 256-row ones), while fp32
+// GEMMs are efficient at 256-512 rows and longer strips only add the tiles
+// above the diagonal; half the side below those caps was best at 1024.
+int64_t syrkStripRows(int64_t n, NsPrecision precision) {
+  const int64_t cap = precision == NsPrecision::BF16 ? 1024 : 512;
+  return std::clamp<int64_t>(n / 2, 256, cap);
 }
 
 int64_t newtonSchulzWorkspace(int64_t rows, int64_t cols) {

@@ -8,8 +8,8 @@
 // fused forms over a list of tensors (also bitwise against the device's
 // per-tensor kernels), Muon's
 // momentum, Newton-Schulz in both precisions and both forms on square,
-// wide and tall matrices (sides past one 256-row strip of the symmetric
-// products), Muon's update, the sum of squares, the bf16 casts and
+// wide and tall matrices (sides past one strip of the symmetric products,
+// with the default strip rows and with 96), Muon's update, the sum of squares, the bf16 casts and
 // rounding, the scaling and the block packing. Tolerances, as a fraction
 // of the host result's largest magnitude: 1e-5 for the elementwise
 // optimizer kernels (the device may contract a multiply and an add into an
@@ -305,10 +305,13 @@ void checkNewtonSchulz(cublasHandle_t blas) {
       host::newtonSchulz(g.data(), exact.data(), rows, cols, h, ws.data());
     }
     for (NsPrecision prec : {NsPrecision::FP32, NsPrecision::BF16})
-      for (NsForm form : {NsForm::Syrk, NsForm::Gemm}) {
+      for (auto [form, strip] : {std::pair{NsForm::Syrk, int64_t(0)},
+                                 std::pair{NsForm::Syrk, int64_t(96)},
+                                 std::pair{NsForm::Gemm, int64_t(0)}}) {
         NewtonSchulzHyper h;
         h.precision = prec;
         h.form = form;
+        h.syrkStrip = strip;
         std::vector<float> out(rows * cols);
         std::vector<float> ws(host::newtonSchulzWorkspace(rows, cols) / sizeof(float));
         host::newtonSchulz(g.data(), out.data(), rows, cols, h, ws.data());
@@ -320,7 +323,8 @@ void checkNewtonSchulz(cublasHandle_t blas) {
         const std::string what = "newtonSchulz " + std::to_string(rows) + "x" +
                                  std::to_string(cols) +
                                  (prec == NsPrecision::FP32 ? " fp32" : " bf16") +
-                                 (form == NsForm::Syrk ? " syrk" : " gemm");
+                                 (form == NsForm::Syrk ? " syrk" : " gemm") +
+                                 (strip ? " strip " + std::to_string(strip) : "");
         // fp32: element-wise to 1e-4 of the largest; bf16 (bf16 operands,
         // fp32 sums, each product rounded once to bf16 on both backends):
         // to 1e-2 in the Frobenius norm, the range of bf16 operands.

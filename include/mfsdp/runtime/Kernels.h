@@ -111,6 +111,12 @@ struct NewtonSchulzHyper {
   NsNorm norm = NsNorm::AddEps;
   NsPrecision precision = NsPrecision::FP32;
   NsForm form = NsForm::Syrk;
+  /// The CUDA backend's symmetric products (cuBLAS has no bf16 syrk) are
+  /// one GEMM per strip of this many rows over the tiles on and below the
+  /// diagonal; 0 takes the default (cuda::syrkStripRows). The host ignores
+  /// it (OpenBLAS ssyrk). It changes the speed, never the values beyond
+  /// the order of the fp32 sums.
+  int64_t syrkStrip = 0;
 };
 
 struct MuonHyper {
