@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """mfsdp's CUDA optimizer kernels against PyTorch's, on one GPU, one run.
 
-    python3 scripts/gpu-kernel-bench.py BIN_DIR [--reps N]
+    python3 scripts/gpu-kernel-bench.py BIN_DIR [--reps N] [--adamw COUNTS]
+                                        [--ns SHAPES|none]
 
 Runs BIN_DIR/mfsdp-bench-cuda-kernels (runtime/bench/CudaKernelBench.cpp:
 the fused multi-tensor AdamW, one AdamW launch per tensor, a device copy of
@@ -64,10 +65,26 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("bin_dir")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--adamw", metavar="COUNT,COUNT,...",
+                    help="the AdamW tensors' element counts (default: one Llama-3-8B "
+                         "layer); N*COUNT repeats a count N times")
+    ap.add_argument("--ns", metavar="RxC,RxC,...",
+                    help="Newton-Schulz shapes, or none (default: the binary's)")
     args = ap.parse_args()
+    counts = None
+    if args.adamw:
+        counts = []
+        for item in args.adamw.split(","):
+            times, _, count = item.rpartition("*")
+            counts += [int(count)] * (int(times) if times else 1)
 
     exe = os.path.join(args.bin_dir, "mfsdp-bench-cuda-kernels")
-    run = subprocess.run([exe, "--reps", str(args.reps)], capture_output=True, text=True,
+    cmd = [exe, "--reps", str(args.reps)]
+    if counts:
+        cmd += ["--adamw", ",".join(str(c) for c in counts)]
+    if args.ns:
+        cmd += ["--ns", args.ns]
+    run = subprocess.run(cmd, capture_output=True, text=True,
                          env=dict(os.environ, LD_LIBRARY_PATH=library_path(args.bin_dir)))
     if run.returncode == 3:
         print("gpu-kernel-bench: no CUDA device; nothing measured")
@@ -93,7 +110,7 @@ def main():
           f"(CUDA {torch.version.cuda}), median of {args.reps} calls after 2 warm-ups")
 
     # AdamW on the same element counts as the binary (one Llama-3-8B layer).
-    counts = [
+    counts = counts or [
         4096 * 4096, 1024 * 4096, 1024 * 4096, 4096 * 4096, 14336 * 4096,
         14336 * 4096, 4096 * 14336, 4096, 4096]
     total = sum(counts)
@@ -114,7 +131,7 @@ def main():
 
     gbs = lambda nbytes, ms: nbytes / (ms * 1e-3) / 1e9
     print()
-    print(f"AdamW over {len(counts)} tensors, {total:,} fp32 elements "
+    print(f"AdamW over {len(counts)} tensors ({len(set(counts))} sizes), {total:,} fp32 elements "
           f"(bytes counted 28 per element: reads p, g, m, v; writes p, m, v)")
     print()
     print("| kernel | ms | GB/s | torch fused / this |")
@@ -130,6 +147,9 @@ def main():
         ms = torch_ms[form]
         print(f"| torch.optim.AdamW({form}=True) | {ms:.3f} | {gbs(28 * total, ms):.0f} | "
               f"{torch_ms['fused'] / ms:.2f} |")
+
+    if not ns:
+        return 0
 
     # Newton-Schulz.
     from torch.optim._muon import _zeropower_via_newtonschulz as torch_ns

@@ -1,7 +1,7 @@
 //===- CudaKernelBench.cpp - Time the CUDA optimizer kernels on a GPU -----===//
 //
 //   mfsdp-bench-cuda-kernels [--reps N] [--adamw COUNT,COUNT,...]
-//                            [--ns ROWSxCOLS,ROWSxCOLS,...]
+//                            [--ns ROWSxCOLS,ROWSxCOLS,...|none]
 //
 // Times the optimizer kernels of mfsdp/runtime/CudaKernels.h on the first
 // CUDA device with CUDA events on one stream (median of N repetitions after
@@ -118,6 +118,8 @@ std::vector<int64_t> parseCounts(const char *text) {
 
 std::vector<std::pair<int64_t, int64_t>> parseShapes(const char *text) {
   std::vector<std::pair<int64_t, int64_t>> out;
+  if (std::strcmp(text, "none") == 0)
+    return out;
   for (const char *p = text; *p;) {
     char *end = nullptr;
     long long r = std::strtoll(p, &end, 10);
