@@ -75,6 +75,18 @@
   X(MFSDP_NS_NORM_ADD_EPS, AddEps, "add_eps", 0)                               \
   X(MFSDP_NS_NORM_CLAMP, Clamp, "clamp", 1)
 
+/* The precision of Muon's Newton-Schulz products; the same choice gives the
+ * same numbers (up to the order of the fp32 sums) on every backend.
+ *  - FP32: fp32 operands, accumulation and results.
+ *  - BF16: torch.optim.Muon's: X, A = X X^T and B = b A + c A A held in
+ *    bf16, every product from bf16 operands accumulated in fp32, each
+ *    result rounded once to bf16.
+ * The runtime's hyperparameter (mfsdp_hparams.ns_precision) and the cost
+ * model's option `ns-precision` (the rate Newton-Schulz is priced at). */
+#define MFSDP_NS_PRECISION_LIST(X)                                             \
+  X(MFSDP_NS_PRECISION_FP32, FP32, "fp32", 0)                                  \
+  X(MFSDP_NS_PRECISION_BF16, BF16, "bf16", 1)
+
 /* Muon's update scale for a matrix of A rows and B columns
  * (torch.optim.Muon's adjust_lr_fn; the plan's muon_scale).
  *  - MATCH_RMS_ADAMW: 0.2 * sqrt(max(A, B)).
@@ -223,6 +235,9 @@ typedef enum mfsdp_reduce_dtype {
 typedef enum mfsdp_ns_norm {
   MFSDP_NS_NORM_LIST(MFSDP_VOCAB_C_CASE)
 } mfsdp_ns_norm;
+typedef enum mfsdp_ns_precision {
+  MFSDP_NS_PRECISION_LIST(MFSDP_VOCAB_C_CASE)
+} mfsdp_ns_precision;
 typedef enum mfsdp_adjust_lr {
   MFSDP_ADJUST_LR_LIST(MFSDP_VOCAB_C_CASE)
 } mfsdp_adjust_lr;
@@ -287,6 +302,7 @@ MFSDP_VOCAB_ENUM(Optimizer, "optimizer", MFSDP_OPTIMIZER_LIST)
 MFSDP_VOCAB_ENUM(ComputeDType, "compute dtype", MFSDP_COMPUTE_DTYPE_LIST)
 MFSDP_VOCAB_ENUM(ReduceDType, "reduce dtype", MFSDP_REDUCE_DTYPE_LIST)
 MFSDP_VOCAB_ENUM(NsNorm, "Newton-Schulz norm", MFSDP_NS_NORM_LIST)
+MFSDP_VOCAB_ENUM(NsPrecision, "Newton-Schulz precision", MFSDP_NS_PRECISION_LIST)
 MFSDP_VOCAB_ENUM(AdjustLr, "adjust_lr", MFSDP_ADJUST_LR_LIST)
 MFSDP_VOCAB_ENUM(PolicyKind, "policy", MFSDP_POLICY_LIST)
 MFSDP_VOCAB_ENUM(MuonScale, "Muon scale", MFSDP_MUON_SCALE_LIST)

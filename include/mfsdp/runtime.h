@@ -617,15 +617,9 @@ mfsdp_status mfsdp_mark_no_grad(mfsdp_step *step, int32_t param);
  * the steps that skipped it. */
 mfsdp_status mfsdp_param_step_count(mfsdp_step *step, int32_t param, int64_t *count);
 
-/* The precision of Muon's Newton-Schulz products; the same choice gives the
- * same numbers (up to the order of the fp32 sums) on every backend. */
-typedef enum mfsdp_ns_precision {
-  MFSDP_NS_PRECISION_FP32 = 0, /* fp32 operands, accumulation and results */
-  MFSDP_NS_PRECISION_BF16 = 1, /* torch.optim.Muon's: X, A = X X^T and
-                                  B = b A + c A A held in bf16, every product
-                                  from bf16 operands accumulated in fp32,
-                                  each result rounded once to bf16 */
-} mfsdp_ns_precision;
+/* The precision of Muon's Newton-Schulz products: mfsdp_ns_precision
+ * (MFSDP_NS_PRECISION_FP32, MFSDP_NS_PRECISION_BF16), in
+ * mfsdp/Vocabulary.h. */
 
 /* One parameter's optimizer hyperparameters, changed between steps as
  * torch.optim's param_groups and lr schedulers change them. A field

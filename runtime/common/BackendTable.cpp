@@ -80,7 +80,8 @@ mfsdp_rt_muon_hyper toC(const MuonHyper &h) {
   return {h.lr,     h.momentum, h.weightDecay, h.nesterov ? 1 : 0,
           h.ns.steps, h.ns.a,   h.ns.b,        h.ns.c,
           h.ns.eps, static_cast<int32_t>(h.ns.norm), static_cast<int32_t>(h.scale),
-          static_cast<int32_t>(h.ns.precision), static_cast<int32_t>(h.ns.form)};
+          static_cast<int32_t>(h.ns.precision), static_cast<int32_t>(h.ns.form),
+          h.ns.syrkStrip};
 }
 MuonHyper fromC(const mfsdp_rt_muon_hyper &h) {
   MuonHyper out;
@@ -96,6 +97,7 @@ MuonHyper fromC(const mfsdp_rt_muon_hyper &h) {
   out.ns.norm = static_cast<NsNorm>(h.ns_norm);
   out.ns.precision = static_cast<NsPrecision>(h.ns_precision);
   out.ns.form = static_cast<NsForm>(h.ns_form);
+  out.ns.syrkStrip = h.ns_syrk_strip;
   out.scale = static_cast<MuonScale>(h.scale);
   return out;
 }

@@ -90,6 +90,7 @@ typedef struct mfsdp_rt_muon_hyper {
   int32_t scale;        /* MuonScale */
   int32_t ns_precision; /* NsPrecision */
   int32_t ns_form;      /* NsForm */
+  int64_t ns_syrk_strip; /* NewtonSchulzHyper::syrkStrip */
 } mfsdp_rt_muon_hyper;
 /* One tensor of a fused optimizer call (Kernels.h: AdamWTensor, SGDTensor). */
 typedef struct mfsdp_rt_adamw_tensor {

@@ -11,6 +11,8 @@
 #ifndef MFSDP_RUNTIME_KERNELS_H
 #define MFSDP_RUNTIME_KERNELS_H
 
+#include "mfsdp/Vocabulary.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -77,18 +79,17 @@ enum class NsNorm : int {
   Clamp = 1,  ///< X = G / max(||G||_F, eps), as torch.optim.Muon
 };
 
-/// The precision of Newton-Schulz's products; the same choice means the
-/// same numbers (up to the order of the fp32 sums) on every backend.
-enum class NsPrecision : int {
-  FP32 = 0, ///< fp32 operands, fp32 accumulation, fp32 results
-  /// As torch.optim.Muon: X, A and B are held in bf16 (round to nearest
-  /// even); each product takes bf16 operands and accumulates in fp32, and
-  /// its fused combination (A = X X^T, B = b A + c A A, X = a X + B X) is
-  /// rounded once to bf16. The host emulates it exactly: a product of two
-  /// bf16 values is exact in fp32, so an fp32 product of bf16-rounded
-  /// operands is a bf16 product with fp32 accumulation.
-  BF16 = 1,
-};
+/// The precision of Newton-Schulz's products (mfsdp/Vocabulary.h,
+/// MFSDP_NS_PRECISION_LIST); the same choice means the same numbers (up to
+/// the order of the fp32 sums) on every backend:
+///  - FP32: fp32 operands, fp32 accumulation, fp32 results;
+///  - BF16: as torch.optim.Muon: X, A and B are held in bf16 (round to
+///    nearest even); each product takes bf16 operands and accumulates in
+///    fp32, and its fused combination (A = X X^T, B = b A + c A A,
+///    X = a X + B X) is rounded once to bf16. The host emulates it exactly:
+///    a product of two bf16 values is exact in fp32, so an fp32 product of
+///    bf16-rounded operands is a bf16 product with fp32 accumulation.
+using NsPrecision = ::mfsdp::NsPrecision;
 
 /// How Newton-Schulz forms its products (the same values up to rounding).
 enum class NsForm : int {
