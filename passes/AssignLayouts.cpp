@@ -64,6 +64,7 @@ struct AssignLayoutsPass
     if (!hw)
       return graph.emitError(planner::unknownHardwareMessage(hardware));
     opts.hw = *hw;
+    opts.hw.nsBf16 = nsPrecision == NsPrecision::BF16;
 
     // The mesh: from the option (replacing the graph's), else the graph's.
     if (!mesh.getValue().empty()) {

@@ -68,6 +68,7 @@ struct BuildAndScheduleStepPass
     schedule.gatherComm = gatherComm;
     schedule.optimizerOrder = optimizerOrder;
     schedule.hardware = hardware;
+    schedule.nsPrecision = nsPrecision;
     schedule.memoryCapMB = memoryCapMB;
     // Every op gets the step's location, as when mfsdp-build-step writes
     // them all at the graph's and mfsdp-schedule-step keeps them.

@@ -92,6 +92,12 @@ def AssignLayouts : Pass<"mfsdp-assign-layouts", "::mfsdp::plan::GraphOp"> {
            "::mfsdp::clValues<::mfsdp::NsSplit>()">,
     Option<"hardware", "hardware", "std::string", /*default=*/"\"a100\"",
            "Hardware profile of the cost model: a100, h100, h100-ib, a100-pcie or h100-pcie">,
+    Option<"nsPrecision", "ns-precision", "::mfsdp::NsPrecision",
+           /*default=*/"::mfsdp::NsPrecision::FP32",
+           "The precision the runtime's Newton-Schulz runs in, which sets the "
+           "rate the cost model prices it at: fp32 (the runtime's default) or "
+           "bf16 (the trainer sets ns_precision bf16)",
+           "::mfsdp::clValues<::mfsdp::NsPrecision>()">,
     Option<"replicateUnder", "replicate-under-bytes", "int64_t",
            /*default=*/"0",
            "Replicate parameters smaller than this many bytes">,
@@ -128,6 +134,12 @@ def PlanReport : Pass<"mfsdp-plan-report", "::mlir::ModuleOp"> {
            "Where to write the report ('-' is stdout)">,
     Option<"hardware", "hardware", "std::string", /*default=*/"\"a100\"",
            "Hardware profile of the cost model: a100, h100, h100-ib, a100-pcie or h100-pcie">,
+    Option<"nsPrecision", "ns-precision", "::mfsdp::NsPrecision",
+           /*default=*/"::mfsdp::NsPrecision::FP32",
+           "The precision the runtime's Newton-Schulz runs in, which sets the "
+           "rate the cost model prices it at: fp32 (the runtime's default) or "
+           "bf16 (the trainer sets ns_precision bf16)",
+           "::mfsdp::clValues<::mfsdp::NsPrecision>()">,
   ];
 }
 
@@ -250,6 +262,12 @@ def ScheduleOverlap : Pass<"mfsdp-schedule-overlap", "::mfsdp::sched::StepOp"> {
     Option<"hardware", "hardware", "std::string", /*default=*/"\"a100\"",
            "Simulator profile for optimizer-order=first-units: a100, h100, "
            "h100-ib, a100-pcie or h100-pcie">,
+    Option<"nsPrecision", "ns-precision", "::mfsdp::NsPrecision",
+           /*default=*/"::mfsdp::NsPrecision::FP32",
+           "The precision the runtime's Newton-Schulz runs in, which sets the "
+           "rate the cost model prices it at: fp32 (the runtime's default) or "
+           "bf16 (the trainer sets ns_precision bf16)",
+           "::mfsdp::clValues<::mfsdp::NsPrecision>()">,
   ];
   let dependentDialects = ["::mfsdp::sched::SchedDialect"];
 }
@@ -328,6 +346,12 @@ def ScheduleStep : Pass<"mfsdp-schedule-step", "::mfsdp::sched::StepOp"> {
     Option<"hardware", "hardware", "std::string", /*default=*/"\"a100\"",
            "Simulator profile for optimizer-order=first-units: a100, h100, "
            "h100-ib, a100-pcie or h100-pcie">,
+    Option<"nsPrecision", "ns-precision", "::mfsdp::NsPrecision",
+           /*default=*/"::mfsdp::NsPrecision::FP32",
+           "The precision the runtime's Newton-Schulz runs in, which sets the "
+           "rate the cost model prices it at: fp32 (the runtime's default) or "
+           "bf16 (the trainer sets ns_precision bf16)",
+           "::mfsdp::clValues<::mfsdp::NsPrecision>()">,
     Option<"memoryCapMB", "memory-cap-mb", "int64_t", /*default=*/"0",
            "Per-rank memory cap in MiB (0: none)">,
   ];
@@ -387,6 +411,12 @@ def BuildAndScheduleStep
     Option<"hardware", "hardware", "std::string", /*default=*/"\"a100\"",
            "Simulator profile for optimizer-order=first-units: a100, h100, "
            "h100-ib, a100-pcie or h100-pcie">,
+    Option<"nsPrecision", "ns-precision", "::mfsdp::NsPrecision",
+           /*default=*/"::mfsdp::NsPrecision::FP32",
+           "The precision the runtime's Newton-Schulz runs in, which sets the "
+           "rate the cost model prices it at: fp32 (the runtime's default) or "
+           "bf16 (the trainer sets ns_precision bf16)",
+           "::mfsdp::clValues<::mfsdp::NsPrecision>()">,
     Option<"memoryCapMB", "memory-cap-mb", "int64_t", /*default=*/"0",
            "Per-rank memory cap in MiB (0: none)">,
   ];

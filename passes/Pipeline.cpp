@@ -26,6 +26,7 @@ void mfsdp::buildDefaultPipeline(OpPassManager &pm, const PipelineOptions &o) {
   layouts.fp32Master = o.fp32Master;
   layouts.nsSteps = o.nsSteps;
   layouts.hardware = o.hardware;
+  layouts.nsPrecision = o.nsPrecision;
   // Layouts are chosen graph by graph and each step is scheduled on its own
   // (in parallel when the module holds several); building a step adds an op
   // beside its graph, so that pass runs on the module.
@@ -46,6 +47,7 @@ void mfsdp::buildDefaultPipeline(OpPassManager &pm, const PipelineOptions &o) {
   step.gatherComm = o.gatherComm;
   step.optimizerOrder = o.optimizerOrder;
   step.hardware = o.hardware;
+  step.nsPrecision = o.nsPrecision;
   step.memoryCapMB = o.memoryCapMB;
   pm.addPass(createBuildAndScheduleStep(step));
 }

@@ -77,6 +77,11 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
                               llvm::cl::init(0)};
   Option<std::string> hardware{*this, "hardware", llvm::cl::desc("a100, h100, h100-ib, a100-pcie or h100-pcie"),
                                llvm::cl::init("a100")};
+  Option<NsPrecision> nsPrecision{
+      *this, "ns-precision",
+      llvm::cl::desc("the runtime's Newton-Schulz precision the cost model prices: "
+                     "fp32 (the runtime's default) or bf16"),
+      llvm::cl::init(NsPrecision::FP32), clValues<NsPrecision>()};
 };
 
 /// Adds the default pipeline to `pm`.

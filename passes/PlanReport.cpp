@@ -47,6 +47,7 @@ struct PlanReportPass : public mfsdp::impl::PlanReportBase<PlanReportPass> {
         }
       planner::Options opts;
       opts.hw = *hw;
+      opts.hw.nsBf16 = nsPrecision == NsPrecision::BF16;
       optionsFromGraph(g, opts);
       planner::Decisions d;
       opts.nsSplit = planner::Options::Split::Auto;

@@ -21,9 +21,11 @@ LogicalResult mfsdp::overlapStage(sched::StepOp op, step::Step &s,
                            options.prefetch < 0 ? "prefetch" : "max-inflight-mb")
            << "expected 0 or more, got "
            << (options.prefetch < 0 ? options.prefetch : options.maxInflightMB);
-  const cost::SimProfile *profile = planner::findHardwareProfile(options.hardware);
-  if (!profile)
+  const cost::SimProfile *found = planner::findHardwareProfile(options.hardware);
+  if (!found)
     return op.emitError(planner::unknownHardwareMessage(options.hardware));
+  cost::SimProfile profile = *found;
+  profile.nsBf16 = options.nsPrecision == NsPrecision::BF16;
   step::OverlapOptions o;
   o.prefetch = options.prefetch;
   o.maxInflightBytes = static_cast<double>(options.maxInflightMB) * 1024 * 1024;
@@ -33,7 +35,7 @@ LogicalResult mfsdp::overlapStage(sched::StepOp op, step::Step &s,
       return op.emitError("is already scheduled (it has async collectives)");
   if (options.optimizerOrder == OptimizerOrder::FirstUnits) {
     // Schedules `s` with the fill the simulator picks, without a copy.
-    cost::OrderChoice choice = cost::scheduleOptimizerFill(s, o, *profile);
+    cost::OrderChoice choice = cost::scheduleOptimizerFill(s, o, profile);
     if (!choice.ok)
       return op.emitError("cannot simulate the step to order its optimizer: ")
              << choice.error;
@@ -54,6 +56,7 @@ struct ScheduleOverlapPass
     options.gatherComm = gatherComm;
     options.optimizerOrder = optimizerOrder;
     options.hardware = hardware;
+    options.nsPrecision = nsPrecision;
     sched::StepOp op = getOperation();
     step::Step s;
     SmallVector<Location> locations;

@@ -24,6 +24,7 @@ LogicalResult mfsdp::scheduleStages(sched::StepOp op, step::Step &&s,
   overlap.gatherComm = options.gatherComm;
   overlap.optimizerOrder = options.optimizerOrder;
   overlap.hardware = options.hardware;
+  overlap.nsPrecision = options.nsPrecision;
   VerifyScheduleOptions verify;
   verify.memoryCapMB = options.memoryCapMB;
   if (failed(bucketStage(op, s, bucket)) || failed(overlapStage(op, s, overlap)))
@@ -59,6 +60,7 @@ struct ScheduleStepPass : public mfsdp::impl::ScheduleStepBase<ScheduleStepPass>
     options.gatherComm = gatherComm;
     options.optimizerOrder = optimizerOrder;
     options.hardware = hardware;
+    options.nsPrecision = nsPrecision;
     options.memoryCapMB = memoryCapMB;
     if (failed(scheduleStages(op, std::move(s), options, locations)))
       return signalPassFailure();

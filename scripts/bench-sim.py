@@ -20,6 +20,11 @@ measurement: no GPU is involved.
    models), and the DTensor models' optimizer phases against the seed's
    measured FSDP2 optimizer step.
 
+Newton-Schulz is priced in bf16 throughout (mfsdp-sim --ns-precision=bf16:
+a trainer that sets the runtime's ns_precision to bf16, as MatrixFSDP and
+torch.optim.Muon run it); in the runtime's default fp32 it is priced at the
+fp32 rate, about 7x slower on an A100.
+
 Usage: bench-sim.py [BIN_DIR]
 """
 import os
@@ -29,6 +34,7 @@ import sys
 import tempfile
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else "build/bin"
+NS = "--ns-precision=bf16"
 tool = lambda name: os.path.join(BIN, name)
 
 # ../shared/seeds/matrixfsdp-readme.txt: ms per step, 8x A100-SXM4-80GB.
@@ -59,7 +65,7 @@ def model(tmp, seq):
 
 
 def simulate(mlir, options):
-    out = run([tool("mfsdp-sim"), mlir, "--profile=a100", "--compare", "--brief",
+    out = run([tool("mfsdp-sim"), mlir, "--profile=a100", NS, "--compare", "--brief",
                f"--pipeline={options}"])
     rows = {}
     for line in out.splitlines():
@@ -99,7 +105,7 @@ def main():
                            r"then: (?P<steady>[\d.]+) ms")
         mlir = model(tmp, 4096)
         for order in ("first-units", "landing"):
-            out = run([tool("mfsdp-sim"), mlir, "--profile=a100",
+            out = run([tool("mfsdp-sim"), mlir, "--profile=a100", NS,
                        f"--pipeline=policy=mixed_muon_adamw ns-steps=5 optimizer-order={order}"])
             m = next(first.match(l.strip()) for l in out.splitlines()
                      if first.match(l.strip()))

@@ -247,23 +247,27 @@ def Sched_OptimizerOp : Sched_Op<"optimizer", [HasParent<"StepOp">,
     An AdamW, SGD or Muon update (Muon includes its Newton-Schulz
     iterations), a master-to-compute-copy cast, or a gradient accumulation,
     over the named parameters. `only_rank` restricts it to one rank (the
-    owner of the matrices).
+    owner of the matrices). `flops` are Newton-Schulz's, as the runtime
+    runs it (priced at the rate of the precision the cost model is told);
+    `torch_ns` marks them as torch.optim.Muon's instead (a peer's baseline:
+    bf16, three GEMMs per iteration, priced at that rate).
 
     ```mlir
     sched.optimizer muon "layers.0.mlp" reads(%grad) writes(%state) flops 6.2e12 bytes 1300000000 only_rank 3 phase optimizer
+    sched.optimizer muon "muon (gathered) w" reads(%g) writes(%w) flops 3.2e3 torch_ns bytes 1600 phase optimizer
     ```
   }];
   let arguments = (ins Sched_OptimizerKind:$kind, StringProp:$name,
                        Arg<Variadic<Sched_BufferType>, "", [MemRead]>:$reads,
                        Arg<Variadic<Sched_BufferType>, "state updated in place",
                            [MemRead, MemWrite]>:$writes,
-                       F64Attr:$flops, I64Attr:$bytes,
+                       F64Attr:$flops, UnitProp:$torch_ns, I64Attr:$bytes,
                        OptionalAttr<I64Attr>:$only_rank,
                        Sched_Phase:$phase, OptionalAttr<I64Attr>:$group,
                        OptionalAttr<FlatSymbolRefArrayAttr>:$params);
   let assemblyFormat = [{
     prop-dict `` $kind custom<FastString>($name) `reads` `(` $reads `)` `writes` `(` $writes `)`
-    `flops` custom<FastF64>($flops) `bytes` custom<FastI64>($bytes) (`only_rank` custom<FastI64>($only_rank)^)? `phase` $phase
+    `flops` custom<FastF64>($flops) (`torch_ns` $torch_ns^)? `bytes` custom<FastI64>($bytes) (`only_rank` custom<FastI64>($only_rank)^)? `phase` $phase
     (`group` custom<FastI64>($group)^)? (`params` custom<FastSymbols>($params)^)? attr-dict
   }];
   let extraClassDeclaration = QuietPropertiesDecl;

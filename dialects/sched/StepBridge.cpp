@@ -204,6 +204,7 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
           o.optimizer = stringifyOptimizerKind(c.getKind()).str();
           o.name = c.getName().str();
           o.flops = c.getFlops().convertToDouble();
+          o.torchNs = c.getTorchNs();
           o.bytes = static_cast<double>(static_cast<int64_t>(c.getBytes()));
           if (auto r = c.getOnlyRank())
             o.onlyRank = static_cast<int64_t>(*r);
@@ -487,7 +488,8 @@ static void fillBody(Block *body, const step::Step &s,
       OptimizerOp::create(b, loc,
                           OptimizerKindAttr::get(ctx, *symbolizeOptimizerKind(o.optimizer.str())),
                           o.name, values(o.reads),
-                          values(o.writes), f64(o.flops), i64(trafficBytes(o.bytes)),
+                          values(o.writes), f64(o.flops), o.torchNs,
+                          i64(trafficBytes(o.bytes)),
                           optI64(o.onlyRank), phaseAttr(o.phase), optI64(o.group),
                           symbolArray(o.params));
       break;
@@ -648,6 +650,7 @@ LogicalResult mfsdp::asWritten(step::Step &s, plan::GraphOp graph, Location loc)
       o.optimizer = std::move(in.optimizer);
       o.name = std::move(in.name);
       o.flops = in.flops;
+      o.torchNs = in.torchNs;
       o.bytes = static_cast<double>(trafficBytes(in.bytes));
       o.onlyRank = nonNegative(in.onlyRank);
       o.group = nonNegative(in.group);

@@ -21,7 +21,8 @@ std::string validateProfile(const SimProfile &p) {
     const char *what;
     double value;
   };
-  for (Rate r : {Rate{"gemmFlops", p.gemmFlops}, Rate{"hbmBytes", p.hbmBytes},
+  for (Rate r : {Rate{"gemmFlops", p.gemmFlops}, Rate{"fp32Flops", p.fp32Flops},
+                 Rate{"hbmBytes", p.hbmBytes},
                  Rate{"hbmCapacityBytes", p.hbmCapacityBytes},
                  Rate{"intraBusBytes", p.intraBusBytes},
                  Rate{"interBusBytes", p.interBusBytes}})
@@ -33,7 +34,10 @@ std::string validateProfile(const SimProfile &p) {
     return fmt::format("profile '{}': trainerEfficiency must be in [0, 1], got {}",
                        p.name, p.trainerEfficiency);
   for (Rate r : {Rate{"gemmEfficiency", p.gemmEfficiency},
-                 Rate{"hbmEfficiency", p.hbmEfficiency}})
+                 Rate{"hbmEfficiency", p.hbmEfficiency},
+                 Rate{"nsFp32Efficiency", p.nsFp32Efficiency},
+                 Rate{"nsBf16Efficiency", p.nsBf16Efficiency},
+                 Rate{"nsTorchEfficiency", p.nsTorchEfficiency}})
     if (!(std::isfinite(r.value) && r.value > 0 && r.value <= 1))
       return fmt::format("profile '{}': {} must be in (0, 1], got {}", p.name,
                          r.what, r.value);

@@ -30,6 +30,16 @@ using step::Step;
 // Cost model
 //===----------------------------------------------------------------------===//
 
+static double optimizerFlopsRate(const Op &op, const SimProfile &p) {
+  return op.torchNs ? p.gemmFlops * p.nsTorchEfficiency : planner::nsFlopsRate(p);
+}
+
+static double flopsPeak(const Op &op, const SimProfile &p) {
+  if (op.kind != OpKind::Optimizer)
+    return p.gemmFlops;
+  return op.torchNs ? p.gemmFlops : planner::nsPeakFlops(p);
+}
+
 bool isInterNode(const Op &op, const SimProfile &p) {
   return op.interNode || op.ranks > static_cast<int64_t>(p.gpusPerNode);
 }
@@ -47,9 +57,10 @@ double computeSeconds(const Op &op, const SimProfile &p) {
   bool trainer = op.kind == OpKind::Compute && op.compute != "copy" &&
                  !op.compute.empty() && p.trainerEfficiency > 0;
   double eff = trainer ? p.trainerEfficiency : p.gemmEfficiency;
-  double flopTime = op.flops > 0 ? (op.flops + p.smallGemmFlops) /
-                                       (p.gemmFlops * eff)
-                                 : 0.0;
+  // An optimizer's FLOPs are Newton-Schulz's, at its precision's rate.
+  double rate = op.kind == OpKind::Optimizer ? optimizerFlopsRate(op, p)
+                                             : p.gemmFlops * eff;
+  double flopTime = op.flops > 0 ? (op.flops + p.smallGemmFlops) / rate : 0.0;
   double byteTime =
       op.bytes > 0 ? op.bytes / (p.hbmBytes * p.hbmEfficiency) : 0.0;
   // An optimizer op stands for separate kernels (the momentum update, the
@@ -719,7 +730,7 @@ double optimizerFloorSeconds(const Step &s, const SimProfile &p) {
   return maxOverRanks(
       s, [](const Op &op) { return op.kind == OpKind::Optimizer; },
       [&](const Op &op) {
-        return op.flops / p.gemmFlops + op.bytes / p.hbmBytes;
+        return op.flops / flopsPeak(op, p) + op.bytes / p.hbmBytes;
       });
 }
 
@@ -727,7 +738,7 @@ double optimizerSustainedFloorSeconds(const Step &s, const SimProfile &p) {
   return maxOverRanks(
       s, [](const Op &op) { return op.kind == OpKind::Optimizer; },
       [&](const Op &op) {
-        return op.flops / (p.gemmFlops * p.gemmEfficiency) +
+        return op.flops / optimizerFlopsRate(op, p) +
                op.bytes / (p.hbmBytes * p.hbmEfficiency);
       });
 }
@@ -739,7 +750,7 @@ double computeFloorSeconds(const Step &s, const SimProfile &p, Phase phase) {
         return op.phase == phase &&
                (op.kind == OpKind::Compute || op.kind == OpKind::Optimizer);
       },
-      [&](const Op &op) { return op.flops / p.gemmFlops; });
+      [&](const Op &op) { return op.flops / flopsPeak(op, p); });
 }
 
 PhaseGap phaseGap(const Step &s, const SimResult &r, const SimProfile &p,
@@ -754,7 +765,7 @@ PhaseGap phaseGap(const Step &s, const SimResult &r, const SimProfile &p,
         (op.kind != OpKind::Compute && op.kind != OpKind::Optimizer))
       continue;
     const double roofline =
-        std::max(op.flops / p.gemmFlops, op.bytes / p.hbmBytes);
+        std::max(op.flops / flopsPeak(op, p), op.bytes / p.hbmBytes);
     if (op.onlyRank < 0) {
       for (double &f : floorOf)
         f += roofline;
@@ -977,8 +988,10 @@ std::string renderText(const Step &s, const SimResult &r, const SimProfile &p) {
       ms(optimizerFloorSeconds(s, p)));
   out += fmt::format(
       "  against the physical floor (each op at datasheet peak: FLOPs / {:.0f} "
-      "TFLOP/s or bytes / {:.0f} GB/s, whichever is larger), slowest rank:\n",
-      p.gemmFlops / 1e12, p.hbmBytes / 1e9);
+      "TFLOP/s, Newton-Schulz's in {} / {:.0f} TFLOP/s, or bytes / {:.0f} GB/s, "
+      "whichever is larger), slowest rank:\n",
+      p.gemmFlops / 1e12, p.nsBf16 ? "bf16" : "fp32",
+      planner::nsPeakFlops(p) / 1e12, p.hbmBytes / 1e9);
   for (Phase ph : {Phase::Forward, Phase::Backward, Phase::Optimizer}) {
     PhaseGap g = phaseGap(s, r, p, ph);
     if (g.rank < 0)

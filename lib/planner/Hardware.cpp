@@ -23,9 +23,18 @@ HardwareProfile a100() {
                   "200 Gb/s per GPU";
   // Datasheet peak, dense bf16 tensor-core FLOP/s (assumption: peak).
   p.gemmFlops = 312e12;
+  // Datasheet peak fp32 without tensor cores (TF32 off), FLOP/s.
+  p.fp32Flops = 19.5e12;
   // Assumed fraction of peak that large transformer GEMMs reach (~0.75 is a
   // typical cuBLAS figure for large bf16 GEMMs on A100).
   p.gemmEfficiency = 0.75;
+  // Assumed, no A100 measured: Newton-Schulz in fp32 reaches the fraction
+  // of the fp32 peak it reached on the H100 (h100 below); in bf16 (ours and
+  // torch.optim.Muon's) the H100's fraction relative to its GEMM
+  // efficiency, times this GPU's: 0.75 x 0.470 / 0.7 and 0.75 x 0.584 / 0.7.
+  p.nsFp32Efficiency = 0.656;
+  p.nsBf16Efficiency = 0.504;
+  p.nsTorchEfficiency = 0.626;
   // Assumed fraction of peak the trainer's forward/backward/recomputation
   // reach as a whole (hardware FLOP utilisation, attention and elementwise
   // work included). Published bf16 transformer training on A100 with fused
@@ -84,6 +93,21 @@ HardwareProfile h100() {
                   "per GPU";
   // Datasheet peak, dense bf16 tensor-core FLOP/s (assumption: peak).
   p.gemmFlops = 989e12;
+  // Datasheet peak fp32 without tensor cores (TF32 off), SXM: 67 TFLOP/s.
+  p.fp32Flops = 67e12;
+  // Newton-Schulz (5 iterations, the CUDA backend's symmetric form, counted
+  // with the compiler's FLOPs 3 s^2 l + s^3 per iteration), measured on one
+  // H100 80GB HBM3 on 2026-11-27 (docs/benchmarks.md, "CUDA optimizer
+  // kernels against PyTorch's") and fitted on the 4096x4096 matrix alone:
+  // 31.27 ms in fp32 (43.9 TFLOP/s, 0.656 of 67), 2.956 ms in bf16 (465
+  // TFLOP/s, 0.470 of 989). The other shapes measured are the check
+  // ("Newton-Schulz priced by precision" there).
+  p.nsFp32Efficiency = 0.656;
+  p.nsBf16Efficiency = 0.470;
+  // torch.optim.Muon's own Newton-Schulz (PyTorch 2.11, bf16, three GEMMs
+  // an iteration) on the same GPU in the same run, fitted on 4096x4096:
+  // 3.567 ms for 2.06e12 FLOPs, 578 TFLOP/s, 0.584 of 989.
+  p.nsTorchEfficiency = 0.584;
   // Assumed fraction of peak large bf16 GEMMs reach on H100 (~0.7; H100
   // sits further from its peak than A100). Checked against one H100 80GB
   // HBM3 (docs/benchmarks.md, "Per-op rates on the same H100"): bf16 GEMMs
@@ -168,8 +192,10 @@ HardwareProfile a100pcie() {
   p.description = "8x A100-PCIe-80GB, PCIe Gen4 x16 (no NVLink), HDR "
                   "InfiniBand 200 Gb/s per GPU";
   // NVIDIA A100 datasheet (PCIe 80GB): 312 TFLOP/s dense bf16 (the same
-  // tensor cores), 1,935 GB/s HBM2e (the SXM part has 2,039).
+  // tensor cores), 19.5 TFLOP/s fp32, 1,935 GB/s HBM2e (the SXM part has
+  // 2,039).
   p.gemmFlops = 312e12;
+  p.fp32Flops = 19.5e12;
   p.hbmBytes = 1935e9;
   // Assumed: the 300 W PCIe part holds its clocks less under sustained
   // GEMMs than the 400 W SXM part.
@@ -193,8 +219,9 @@ HardwareProfile h100pcie() {
   p.description = "8x H100-PCIe-80GB, PCIe Gen5 x16 (no NVLink), NDR "
                   "InfiniBand 400 Gb/s per GPU";
   // NVIDIA H100 datasheet (PCIe): 1,513 TFLOP/s bf16 with sparsity, so 756
-  // dense; 2.0 TB/s HBM2e.
+  // dense; 51 TFLOP/s fp32; 2.0 TB/s HBM2e.
   p.gemmFlops = 756e12;
+  p.fp32Flops = 51e12;
   p.hbmBytes = 2000e9;
   // Assumed: the SXM part's attention rates scaled by the peak ratio.
   for (AttentionRate &r : p.attention) {
@@ -241,12 +268,24 @@ std::string unknownHardwareMessage(std::string_view name) {
          hardwareProfileNames();
 }
 
+double nsPeakFlops(const HardwareProfile &p) {
+  return p.nsBf16 ? p.gemmFlops : p.fp32Flops;
+}
+
+double nsFlopsRate(const HardwareProfile &p) {
+  return nsPeakFlops(p) * (p.nsBf16 ? p.nsBf16Efficiency : p.nsFp32Efficiency);
+}
+
 bool applyProfileOverrides(HardwareProfile &p, std::string_view spec, std::string &error) {
   struct Field {
     const char *name;
     double *value;
   } fields[] = {{"gemmFlops", &p.gemmFlops},
+                {"fp32Flops", &p.fp32Flops},
                 {"gemmEfficiency", &p.gemmEfficiency},
+                {"nsFp32Efficiency", &p.nsFp32Efficiency},
+                {"nsBf16Efficiency", &p.nsBf16Efficiency},
+                {"nsTorchEfficiency", &p.nsTorchEfficiency},
                 {"trainerEfficiency", &p.trainerEfficiency},
                 {"smallGemmFlops", &p.smallGemmFlops},
                 {"hbmBytes", &p.hbmBytes},
@@ -285,6 +324,9 @@ bool applyProfileOverrides(HardwareProfile &p, std::string_view spec, std::strin
         p.gemmEfficiency = std::min(1.0, p.gemmEfficiency * v);
         p.trainerEfficiency = std::min(1.0, p.trainerEfficiency * v);
         p.hbmEfficiency = std::min(1.0, p.hbmEfficiency * v);
+        p.nsFp32Efficiency = std::min(1.0, p.nsFp32Efficiency * v);
+        p.nsBf16Efficiency = std::min(1.0, p.nsBf16Efficiency * v);
+        p.nsTorchEfficiency = std::min(1.0, p.nsTorchEfficiency * v);
       }
       continue;
     }

@@ -107,7 +107,7 @@ double optimSecondsWhole(const Param &p, const Options &opts) {
   double t = n * optimBytesPerElem(p, opts) / opts.hw.hbmBytes;
   if (p.optim == Optim::Muon)
     t += newtonSchulzFlops(p.shape[0], p.shape[1], opts.nsSteps) /
-         opts.hw.gemmFlops;
+         nsFlopsRate(opts.hw);
   return t;
 }
 

@@ -862,8 +862,9 @@ private:
 
   void optimizerOp(std::string kind, std::string name, size_t gi, double flops,
                    double bytes, int64_t onlyRank, NameList params,
-                   int64_t reads = -1, int64_t writes = -1) {
+                   int64_t reads = -1, int64_t writes = -1, bool torchNs = false) {
     Op op;
+    op.torchNs = torchNs;
     if (reads >= 0)
       op.reads = {reads};
     if (writes >= 0)
@@ -907,6 +908,7 @@ private:
       k.kind = OpKind::Optimizer;
       k.phase = Phase::Optimizer;
       k.optimizer = "muon";
+      k.torchNs = true; // torch.optim.Muon's Newton-Schulz
       k.name = std::move(name);
       k.group = static_cast<int64_t>(gi);
       k.flops = flops;
@@ -1090,12 +1092,13 @@ private:
         add(std::move(op));
         Param whole = *p;
         whole.optim = Optim::Muon;
+        // torch.optim.Muon: bf16, three GEMMs per iteration.
         optimizerOp("muon", fmt::format("muon (gathered) {}", p->name), gi,
-                    planner::newtonSchulzFlops(p->shape[0], p->shape[1], o.nsSteps),
+                    planner::newtonSchulzGemmFlops(p->shape[0], p->shape[1], o.nsSteps),
                     static_cast<double>(p->numElements()) / S *
                             planner::optimBytesPerElem(whole, o) +
                         2 * bytes * o.nsSteps,
-                    -1, {p->name}, full, g.rowShard);
+                    -1, {p->name}, full, g.rowShard, /*torchNs=*/true);
         free(full);
       }
       // Owners: Muon on each owner's matrices of the group.

@@ -51,10 +51,11 @@
 // HSDP: sched.all_reduce "{{.*}}" %{{.*}} on ["dp_replicate"] ranks 2 {{.*}} comm 1 phase backward inter_node
 
 // The gathered-Muon baseline gathers each matrix's gradient and runs
-// Newton-Schulz on all of it on every rank: 5 steps of 3*4^2*8 + 4^3 FLOPs
-// (the symmetric form the runtime runs).
+// Newton-Schulz on all of it on every rank as torch.optim.Muon does: 5
+// steps of the three-GEMM form, 4*4^2*8 + 2*4^3 FLOPs, marked torch_ns
+// (priced at torch's bf16 rate, not the runtime's).
 // FSDP2: sched.all_gather "{{.*}}" %{{.*}} on ["dp_shard"] ranks 2 bytes 128 comm 0 phase optimizer {{.*}}params [@w1]
-// FSDP2: sched.optimizer muon "muon (gathered) w1" {{.*}} flops 2.240000e+03
+// FSDP2: sched.optimizer muon "muon (gathered) w1" {{.*}} flops 3.200000e+03 torch_ns bytes
 // FSDP2-NOT: only_rank
 
 // UNPLANNED: error: 'plan.param' op has no placement; run mfsdp-assign-layouts before mfsdp-build-step

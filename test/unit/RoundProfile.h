@@ -16,6 +16,7 @@ inline cost::SimProfile roundProfile() {
   cost::SimProfile p;
   p.name = "round";
   p.gemmFlops = 1e12;
+  p.fp32Flops = 1e12; // Newton-Schulz in fp32 at the same round rate
   p.gemmEfficiency = 1;
   p.smallGemmFlops = 0;
   p.hbmBytes = 1e11;

@@ -75,6 +75,12 @@ static cl::opt<bool> autotuneOptions(
              "best and its predicted gain over --pipeline's (needs "
              "--pipeline)"),
     cl::init(false));
+static cl::opt<mfsdp::NsPrecision> nsPrecision(
+    cl::cat(toolOptions), "ns-precision",
+    cl::desc("the precision the runtime's Newton-Schulz runs in, priced at its "
+             "rate: fp32 (the runtime's default) or bf16 (the trainer sets "
+             "ns_precision bf16); passed to --pipeline"),
+    cl::init(mfsdp::NsPrecision::FP32), mfsdp::clValues<mfsdp::NsPrecision>());
 static cl::opt<bool> brief(cl::cat(toolOptions), "brief", cl::desc("one summary line per step"),
                            cl::init(false));
 
@@ -156,7 +162,15 @@ int main(int argc, char **argv) {
     if (!bad.empty())
       return fail("--profile-set: " + bad);
   }
+  overridden.nsBf16 = nsPrecision == mfsdp::NsPrecision::BF16;
   const mfsdp::cost::SimProfile *profile = &overridden;
+  // The pipeline prices Newton-Schulz as the simulator does.
+  const std::string precisionText(mfsdp::enumName(nsPrecision.getValue()));
+  if (pipeline.getValue().find("ns-precision=") != std::string::npos)
+    return fail("give the Newton-Schulz precision as --ns-precision=" + precisionText +
+                ", not inside --pipeline (the simulator prices it too)");
+  if (!pipeline.empty())
+    pipeline.setValue(pipeline.getValue() + " ns-precision=" + precisionText);
   if (compare && pipeline.empty())
     return fail("--compare needs --pipeline (the options to plan with)");
   if (autotuneOptions && pipeline.empty())
@@ -249,7 +263,7 @@ int main(int argc, char **argv) {
       double sustained =
           mfsdp::cost::optimizerSustainedFloorSeconds(o.step, *profile);
       llvm::outs() << fmt::format(
-          "optimizer floor (max over ranks of Newton-Schulz FLOPs / GEMM rate "
+          "optimizer floor (max over ranks of Newton-Schulz FLOPs / its precision's rate "
           "+ optimizer bytes / memory bandwidth): {:.3f} ms at peak rates, "
           "{:.3f} ms at the profile's sustained rates; optimizer phase / "
           "floor {:.3f} and {:.3f}\n",

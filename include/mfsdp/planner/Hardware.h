@@ -29,6 +29,7 @@ struct HardwareProfile {
   std::string name;           // "a100", "h100", "h100-ib", ...
   std::string description;    // one line for reports
   double gemmFlops = 0;       // peak dense bf16 FLOP/s (datasheet)
+  double fp32Flops = 0;       // peak fp32 FLOP/s without tensor cores (datasheet)
   double hbmBytes = 0;        // peak HBM bandwidth, B/s (datasheet)
   double hbmCapacityBytes = 0; // memory per GPU, bytes (datasheet)
   /// Link rates the planner prices gathers and replica traffic with, B/s:
@@ -62,6 +63,20 @@ struct HardwareProfile {
   /// 1: not modelled. The simulator reports the allocated peak and, beside
   /// it, the reserved peak as the allocated one times this.
   double allocatorReserve = 1;
+  /// Newton-Schulz (Muon's optimizer step) as the CUDA backend runs it: the
+  /// fraction of the peak of its precision (fp32Flops; gemmFlops for bf16
+  /// operands with fp32 sums) it reaches, counted with the FLOPs the
+  /// compiler counts (planner::newtonSchulzFlops, the symmetric form's).
+  double nsFp32Efficiency = 1;
+  double nsBf16Efficiency = 1;
+  /// torch.optim.Muon's Newton-Schulz (the baselines of mfsdp-sim
+  /// --compare): bf16, three GEMMs per iteration, counted with their FLOPs
+  /// (4 s^2 l + 2 s^3), as a fraction of gemmFlops.
+  double nsTorchEfficiency = 1;
+  /// The precision the runtime's Newton-Schulz runs in, which sets its
+  /// rate: the runtime's `ns_precision` hyperparameter, fp32 unless the
+  /// trainer sets bf16 (tool and pass option `ns-precision`).
+  bool nsBf16 = false;
   /// The per-op model's attention rates by head dim, ascending (interpolated
   /// linearly between, held at the ends); empty: attention at
   /// gemmFlops * gemmEfficiency.
@@ -82,15 +97,21 @@ std::string hardwareProfileNames();
 /// "unknown hardware profile '<name>'; expected a100, h100, ..., h100-pcie".
 std::string unknownHardwareMessage(std::string_view name);
 
+/// Newton-Schulz's FLOP rate on `p` at its precision (nsBf16): the peak
+/// times the efficiency; nsPeakFlops is the peak alone (the floor).
+double nsFlopsRate(const HardwareProfile &p);
+double nsPeakFlops(const HardwareProfile &p);
+
 /// Overrides rates of `p` from "key=value[,key=value...]" (for fitting the
 /// model, e.g. mfsdp-sim --profile-set): the keys are the numeric fields'
-/// names (gemmFlops, gemmEfficiency, trainerEfficiency, smallGemmFlops,
+/// names (gemmFlops, fp32Flops, gemmEfficiency, trainerEfficiency,
+/// nsFp32Efficiency, nsBf16Efficiency, nsTorchEfficiency, smallGemmFlops,
 /// hbmBytes, hbmEfficiency, launchSeconds, dispatchSeconds, intraBusBytes,
 /// interBusBytes, intraHopSeconds, interHopSeconds, collBaseSeconds,
 /// allocatorReserve),
 /// attentionScale (multiplies every attention rate), computeScale (every
-/// attention rate and the GEMM, trainer and HBM efficiencies, held at most
-/// 1) and commScale (the NCCL bus bandwidths). False with
+/// attention rate and the GEMM, trainer, HBM and Newton-Schulz
+/// efficiencies, held at most 1) and commScale (the NCCL bus bandwidths). False with
 /// `error` (naming the key or value) on an unknown key or a value that is
 /// not a finite number; the caller validates the result.
 bool applyProfileOverrides(HardwareProfile &p, std::string_view spec, std::string &error);

@@ -160,6 +160,11 @@ struct Op {
   CollKind coll = CollKind::AllGather;
   bool interNode = false;            // the group spans nodes
   bool async = false;
+  /// Optimizer: its FLOPs are torch.optim.Muon's Newton-Schulz (bf16, three
+  /// GEMMs per iteration; the peers' baselines), priced at
+  /// gemmFlops * nsTorchEfficiency; otherwise an optimizer's FLOPs are the
+  /// runtime's Newton-Schulz, at planner::nsFlopsRate.
+  bool torchNs = false;
   std::string name; // shown in reports and traces ("forward layers.3")
   int64_t unit = -1;
   int64_t group = -1;
