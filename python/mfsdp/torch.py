@@ -47,6 +47,11 @@ TORCH_DEFAULTS = {
              "ns_coefficients": (3.4445, -4.775, 2.0315), "eps": 1e-7, "ns_steps": 5,
              "adjust_lr_fn": None},
 }
+# mfsdp's own options beside torch's: Muon's Newton-Schulz precision, fp32 (the
+# runtime's default, exact against an fp32 reference) or bf16 (what
+# torch.optim.Muon runs, about 11x faster on an H100: docs/benchmarks.md).
+MFSDP_OPTIONS = {"muon": {"ns_precision": "fp32"}}
+_NS_PRECISION = {"fp32": _C.NS_PRECISION_FP32, "bf16": _C.NS_PRECISION_BF16}
 _ADJUST_LR = {None: _C.ADJUST_LR_ORIGINAL, "original": _C.ADJUST_LR_ORIGINAL,
               "match_rms_adamw": _C.ADJUST_LR_MATCH_RMS_ADAMW,
               "spectral_unclamped": _C.ADJUST_LR_SPECTRAL_UNCLAMPED}
@@ -1094,6 +1099,31 @@ class MFSDPOptimizer(torch.optim.Optimizer):
             self._external_opt.zero_grad(set_to_none)
 
 
+def newton_schulz_bf16(grad, ns_coefficients, ns_steps, eps):
+    """Newton-Schulz in bf16 as the runtime runs it with ns_precision='bf16': X, A and
+    B held in bf16, each product from bf16 operands summed in fp32, and each fused
+    combination (A = X X^T, B = b A + c A A, X = a X + B X) rounded once to bf16.
+    torch.optim.Muon rounds b A and c A A separately before adding them; this is the
+    reference for comparisons with the runtime's bf16 (assign it to
+    torch.optim._muon._zeropower_via_newtonschulz)."""
+    if ns_steps >= 100:
+        raise ValueError("Number of steps must be less than 100 for computational efficiency")
+    if len(grad.shape) != 2:
+        raise ValueError("Input tensor gradient must be a 2D matrix")
+    a, b, c = ns_coefficients
+    g = grad.to(dtype=torch.float32, copy=True)
+    if grad.size(0) > grad.size(1):
+        g = g.T
+    x = (g / g.norm().clamp(min=eps)).to(torch.bfloat16).float()
+    for _ in range(ns_steps):
+        gram = (x @ x.T).to(torch.bfloat16).float()
+        update = (b * gram + c * (gram @ gram)).to(torch.bfloat16).float()
+        x = (a * x + update @ x).to(torch.bfloat16).float()
+    if grad.size(0) > grad.size(1):
+        x = x.T
+    return x.to(torch.bfloat16)
+
+
 def _hparams(kind, g):
     if kind == "adamw":
         b1, b2 = g["betas"]
@@ -1108,10 +1138,13 @@ def _hparams(kind, g):
             raise Error(f"muon: adjust_lr_fn {fn!r} is not supported (None, 'original', "
                         "'match_rms_adamw' or 'spectral_unclamped')")
         a, b, c = g["ns_coefficients"]
+        precision = g.get("ns_precision", "fp32")
+        if precision not in _NS_PRECISION:
+            raise Error(f"muon: ns_precision {precision!r} is not supported ('fp32' or 'bf16')")
         return {"lr": g["lr"], "weight_decay": g["weight_decay"], "momentum": g["momentum"],
                 "nesterov": bool(g["nesterov"]), "ns_steps": int(g["ns_steps"]), "ns_a": a,
                 "ns_b": b, "ns_c": c, "ns_eps": g["eps"], "ns_norm": _C.NS_NORM_CLAMP,
-                "adjust_lr": _ADJUST_LR[fn]}
+                "adjust_lr": _ADJUST_LR[fn], "ns_precision": _NS_PRECISION[precision]}
     raise Error(f"unknown optimizer {kind!r}")
 
 
@@ -1123,12 +1156,14 @@ def _groups(state, options, param_groups):
         if p.optimizer != _C.OPT_NONE:
             kinds.setdefault(_OPT_NAMES[p.optimizer], []).append(p)
     base = {}
-    for kind in kinds:
-        h = dict(TORCH_DEFAULTS[kind])
+    # Every optimizer's options are checked, whether the plan uses it or not.
+    for kind in [k for k, v in options.items() if v] + [k for k in kinds if not options.get(k)]:
+        h = dict(TORCH_DEFAULTS[kind], **MFSDP_OPTIONS.get(kind, {}))
         for k, v in (options.get(kind) or {}).items():
             if k not in h:
                 raise Error(f"{kind}: unknown option {k!r} (options: {', '.join(h)})")
             h[k] = v
+        _hparams(kind, h)
         base[kind] = h
     taken = set()
     groups = []

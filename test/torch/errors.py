@@ -96,6 +96,12 @@ def bf16_model():
 
 expect("a parameter of another dtype", bf16_model, "model.norm.weight", "dtype torch.bfloat16")
 
+expect("a Muon Newton-Schulz precision that does not exist",
+       lambda: mt.fully_shard(llama(), library=lib, muon={"ns_precision": "fp16"}),
+       "muon: ns_precision 'fp16' is not supported ('fp32' or 'bf16')")
+expect("an option torch's Muon does not have",
+       lambda: mt.fully_shard(llama(), library=lib, muon={"ns_form": "gemm"}),
+       "muon: unknown option 'ns_form'", "ns_precision")
 expect("a file that is not a step library",
        lambda: mt.fully_shard(llama(), library=rt.__file__), "cannot open the step library")
 expect("a missing library", lambda: mt.fully_shard(llama(), library=os.path.join(work, "no.so")),

@@ -112,6 +112,10 @@ def main():
     ap.add_argument("--zero-grad-keep", action="store_true",
                     help="zero_grad(set_to_none=False) on both sides: a parameter that had "
                          "a gradient keeps a zero one, and is stepped when unused (torch's rule)")
+    ap.add_argument("--ns-bf16", action="store_true",
+                    help="Muon's Newton-Schulz in bf16 (the muon option ns_precision='bf16'); "
+                         "torch.optim.Muon's reference iterates in bf16 too, rounding where "
+                         "the runtime rounds (mfsdp.torch.newton_schulz_bf16)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batch", type=int, default=2, help="sequences per rank per microbatch")
     ap.add_argument("--seq", type=int, default=12)
@@ -120,7 +124,8 @@ def main():
                     choices=("saved", "saved-kept", "ties", "rounding"),
                     default=None,
                     help="remove a part of the package's autograd handling (or, with --bf16, "
-                         "the reference's bf16 roundings): the run must then differ from the "
+                         "--reduce-bf16 or --ns-bf16, the reference's bf16 roundings): the run "
+                         "must then differ from the "
                          "reference (the test fails if it still matches); saved-kept removes "
                          "the saved-tensor handling but keeps the check that no tensor over a "
                          "freed ZeRO-3 unit is left: the run must then be refused")
@@ -203,7 +208,8 @@ def _train(args):
                    "weight_decay": 0.0}]
     kw = dict(mesh=mesh, policy=args.policy, zero=args.zero, prefetch=args.prefetch,
               accumulate=args.accum > 1, bucket_mb=args.bucket_mb, adamw=adamw_opts,
-              muon=muon_opts, param_groups=groups)
+              muon=dict(muon_opts, ns_precision="bf16") if args.ns_bf16 else muon_opts,
+              param_groups=groups)
     if args.bf16 and args.reduce_bf16:
         kw["mp_policy"] = mt.MixedPrecisionPolicy(param_dtype=torch.bfloat16)
     elif args.bf16:
@@ -303,7 +309,9 @@ def _train(args):
     mg = [g for g in mg if g["params"]]
     fg = [g for g in fg if g["params"]]
     if mg or fg:
-        torch_muon._zeropower_via_newtonschulz = mt.newton_schulz_fp32
+        torch_muon._zeropower_via_newtonschulz = (
+            mt.newton_schulz_bf16 if args.ns_bf16 and args.broken != "rounding"
+            else mt.newton_schulz_fp32)
     if mg:
         ref_opts.append(torch.optim.Muon(mg, **muon_opts))
     if fg:
