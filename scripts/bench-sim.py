@@ -23,7 +23,7 @@ measurement: no GPU is involved.
 Newton-Schulz is priced in bf16 throughout (mfsdp-sim --ns-precision=bf16:
 a trainer that sets the runtime's ns_precision to bf16, as MatrixFSDP and
 torch.optim.Muon run it); in the runtime's default fp32 it is priced at the
-fp32 rate, about 7x slower on an A100.
+fp32 rate, about 12x slower on an A100.
 
 Usage: bench-sim.py [BIN_DIR]
 """

@@ -988,8 +988,8 @@ std::string renderText(const Step &s, const SimResult &r, const SimProfile &p) {
       ms(optimizerFloorSeconds(s, p)));
   out += fmt::format(
       "  against the physical floor (each op at datasheet peak: FLOPs / {:.0f} "
-      "TFLOP/s, Newton-Schulz's in {} / {:.0f} TFLOP/s, or bytes / {:.0f} GB/s, "
-      "whichever is larger), slowest rank:\n",
+      "TFLOP/s, the runtime's Newton-Schulz in {} / {:.0f} TFLOP/s, or bytes / "
+      "{:.0f} GB/s, whichever is larger), slowest rank:\n",
       p.gemmFlops / 1e12, p.nsBf16 ? "bf16" : "fp32",
       planner::nsPeakFlops(p) / 1e12, p.hbmBytes / 1e9);
   for (Phase ph : {Phase::Forward, Phase::Backward, Phase::Optimizer}) {

@@ -200,6 +200,10 @@ HardwareProfile a100pcie() {
   // Assumed: the 300 W PCIe part holds its clocks less under sustained
   // GEMMs than the 400 W SXM part.
   p.gemmEfficiency = 0.7;
+  // Newton-Schulz in bf16 by the a100 rule with this GEMM efficiency:
+  // 0.7 x 0.470 / 0.7 and 0.7 x 0.584 / 0.7.
+  p.nsBf16Efficiency = 0.470;
+  p.nsTorchEfficiency = 0.584;
   p.trainerEfficiency = 0.45;
   // PCIe Gen4 x16: 32 GB/s per direction (64 GB/s both ways, datasheet).
   p.intraBytes = 32e9;

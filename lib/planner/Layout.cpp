@@ -102,9 +102,12 @@ double optimBytesPerElem(const Param &p, const Options &opts) {
 
 namespace {
 
+/// A parameter's optimizer step at the profile's sustained rates (as the
+/// simulator prices it): elementwise bytes at hbmBytes x hbmEfficiency,
+/// Newton-Schulz at the rate of its precision.
 double optimSecondsWhole(const Param &p, const Options &opts) {
   double n = static_cast<double>(p.numElements());
-  double t = n * optimBytesPerElem(p, opts) / opts.hw.hbmBytes;
+  double t = n * optimBytesPerElem(p, opts) / (opts.hw.hbmBytes * opts.hw.hbmEfficiency);
   if (p.optim == Optim::Muon)
     t += newtonSchulzFlops(p.shape[0], p.shape[1], opts.nsSteps) /
          nsFlopsRate(opts.hw);

@@ -289,7 +289,7 @@ __global__ void normalizeTransposedKernel(const float *in, T *X, int64_t rows,
   __shared__ float tile[kTile][kTile + 1];
   const float norm = sqrtf(*sum);
   const float inv = 1.f / (clamp ? fmaxf(norm, eps) : norm + eps);
-  const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
+  const int64_t r0 = int64_t(blockIdx.x) * kTile, c0 = int64_t(blockIdx.y) * kTile;
   for (int j = threadIdx.y; j < kTile; j += kTileRows) {
     const int64_t r = r0 + j, c = c0 + threadIdx.x;
     if (r < rows && c < cols)
@@ -315,7 +315,7 @@ template <typename T>
 __global__ void storeTransposedKernel(const T *X, float *out, int64_t rows,
                                       int64_t cols) {
   __shared__ float tile[kTile][kTile + 1];
-  const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
+  const int64_t r0 = int64_t(blockIdx.x) * kTile, c0 = int64_t(blockIdx.y) * kTile;
   for (int j = threadIdx.y; j < kTile; j += kTileRows) {
     const int64_t c = c0 + j, r = r0 + threadIdx.x; // X[c][r]
     if (r < rows && c < cols)
@@ -329,22 +329,25 @@ __global__ void storeTransposedKernel(const T *X, float *out, int64_t rows,
   }
 }
 
-/// The grid of kTile x kTile tiles over a rows x cols matrix.
+/// The grid of kTile x kTile tiles over a rows x cols matrix: the row tiles
+/// on x (up to 2^31 - 1 of them; the transposing kernels see tall matrices,
+/// whose rows are the long side), the column tiles on y (at most 65,535:
+/// 2,097,120 columns).
 dim3 tileGrid(int64_t rows, int64_t cols) {
-  return dim3(static_cast<unsigned>((cols + kTile - 1) / kTile),
-              static_cast<unsigned>((rows + kTile - 1) / kTile));
+  return dim3(static_cast<unsigned>((rows + kTile - 1) / kTile),
+              static_cast<unsigned>((cols + kTile - 1) / kTile));
 }
 
 /// C (n x n, row-major) whose lower triangle holds a symmetric matrix: the
 /// upper triangle gets its mirror. One thread block per tile on or above
-/// the diagonal (blockIdx.x = tile column >= blockIdx.y = tile row; blocks
+/// the diagonal (blockIdx.y = tile column >= blockIdx.x = tile row; blocks
 /// below return at once): it reads the mirrored tile below the diagonal
 /// row by row and writes its own row by row, through shared memory.
 template <typename T> __global__ void mirrorLowerKernel(T *C, int64_t n) {
-  if (blockIdx.x < blockIdx.y)
+  if (blockIdx.y < blockIdx.x)
     return;
   __shared__ T tile[kTile][kTile + 1];
-  const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
+  const int64_t r0 = int64_t(blockIdx.x) * kTile, c0 = int64_t(blockIdx.y) * kTile;
   // The source tile: rows c0.., columns r0.. (below the diagonal).
   for (int j = threadIdx.y; j < kTile; j += kTileRows) {
     const int64_t r = c0 + j, c = r0 + threadIdx.x;
@@ -470,8 +473,9 @@ int newtonSchulzIn(cublasHandle_t blas, const float *in, float *out,
   if (int e = check(cudaGetLastError(), "normalizeKernel"))
     return e;
   const bool syrk = h.form == NsForm::Syrk;
-  const int strip = static_cast<int>(
-      std::max<int64_t>(1, h.syrkStrip > 0 ? h.syrkStrip : syrkStripRows(s, h.precision)));
+  // At least one row, at most the side (so the int below never truncates).
+  const int strip = static_cast<int>(std::clamp<int64_t>(
+      h.syrkStrip > 0 ? h.syrkStrip : syrkStripRows(s, h.precision), 1, s));
   const int S = static_cast<int>(s), L = static_cast<int>(l);
   for (int64_t k = 0; k < h.steps; ++k) {
     // A = X X^T
@@ -593,7 +597,7 @@ int muonMomentum(const float *g, float *buf, float *out, int64_t n, float mu,
 
 // Measured on one H100 (docs/benchmarks.md, "CUDA optimizer kernels against
 // PyTorch's"): short strips leave the tensor cores idle on bf16 (at 4096,
-// 1024-row strips take 3.00 ms against 3.82 ms for 256-row ones), while fp32
+// 1024-row strips took 3.07 ms against 3.80 ms for 256-row ones), while fp32
 // GEMMs are efficient at 256-512 rows and longer strips only add the tiles
 // above the diagonal; half the side below those caps was best at 1024.
 int64_t syrkStripRows(int64_t n, NsPrecision precision) {

@@ -238,9 +238,12 @@ int main(int argc, char **argv) {
   const bool seqLen = llvm::any_of(module->getOps<mfsdp::plan::GraphOp>(),
                                    [](mfsdp::plan::GraphOp g) { return g.getSeqLen() > 0; });
   const std::string precision(mfsdp::enumName(nsPrecision.getValue()));
-  if (layouts.find("ns-precision=") != std::string::npos)
-    return fail("give the Newton-Schulz precision as --ns-precision=" + precision +
-                ", not in --layouts (the schedule and --autotune price it too)");
+  if (size_t at = layouts.getValue().find("ns-precision="); at != std::string::npos) {
+    const std::string given =
+        layouts.getValue().substr(at, layouts.getValue().find(' ', at) - at);
+    return fail("give the Newton-Schulz precision to mfsdp-compile (--" + given +
+                "), not in --layouts: the schedule and --autotune price it too");
+  }
   if (!autotuneProfile.empty()) {
     const mfsdp::planner::HardwareProfile *profile =
         mfsdp::planner::findHardwareProfile(autotuneProfile);

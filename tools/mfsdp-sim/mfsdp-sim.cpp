@@ -166,9 +166,12 @@ int main(int argc, char **argv) {
   const mfsdp::cost::SimProfile *profile = &overridden;
   // The pipeline prices Newton-Schulz as the simulator does.
   const std::string precisionText(mfsdp::enumName(nsPrecision.getValue()));
-  if (pipeline.getValue().find("ns-precision=") != std::string::npos)
-    return fail("give the Newton-Schulz precision as --ns-precision=" + precisionText +
-                ", not inside --pipeline (the simulator prices it too)");
+  if (size_t at = pipeline.getValue().find("ns-precision="); at != std::string::npos) {
+    const std::string given = pipeline.getValue().substr(
+        at, pipeline.getValue().find_first_of(" }", at) - at);
+    return fail("give the Newton-Schulz precision to mfsdp-sim (--" + given +
+                "), not inside --pipeline: the simulator prices it too");
+  }
   if (!pipeline.empty())
     pipeline.setValue(pipeline.getValue() + " ns-precision=" + precisionText);
   if (compare && pipeline.empty())

@@ -44,12 +44,17 @@ std::string validateProfile(const SimProfile &p);
 /// than one node (op.ranks > p.gpusPerNode).
 bool isInterNode(const step::Op &op, const SimProfile &p);
 
-/// Compute and Optimizer ops:
+/// Compute ops:
 ///   launchSeconds + max(flops / (gemmFlops * eff(flops)),
 ///                       bytes / (hbmBytes * hbmEfficiency))
 /// with eff(f) = gemmEfficiency * f / (f + smallGemmFlops): small kernels are
 /// latency-bound. The FLOP term equals (flops + smallGemmFlops) /
-/// (gemmFlops * gemmEfficiency), and is 0 for flops = 0.
+/// (gemmFlops * gemmEfficiency), and is 0 for flops = 0. (A unit's compute
+/// that lists its kernels is priced kernel by kernel: KernelModel.h.)
+/// Optimizer ops add the two terms (separate kernels), their FLOPs being
+/// Newton-Schulz's at its rate: (flops + smallGemmFlops) /
+/// planner::nsFlopsRate(p), or, for torch.optim.Muon's (op.torchNs),
+/// gemmFlops * nsTorchEfficiency.
 /// 0 for every other kind.
 double computeSeconds(const step::Op &op, const SimProfile &p);
 
@@ -185,23 +190,26 @@ std::string renderText(const step::Step &s, const SimResult &r,
                        const SimProfile &p);
 
 /// The physical floor of the optimizer phase (PRODUCT.md): max over ranks of
-/// (sum of Optimizer ops' FLOPs / gemmFlops + their bytes / hbmBytes), at
-/// PEAK rates (no efficiency factors, no launch overhead).
+/// (sum of Optimizer ops' FLOPs / their peak + their bytes / hbmBytes), at
+/// PEAK rates (no efficiency factors, no launch overhead); Newton-Schulz's
+/// peak is its precision's (planner::nsPeakFlops; gemmFlops for torchNs).
 double optimizerFloorSeconds(const step::Step &s, const SimProfile &p);
-/// The same floor at the profile's sustained rates (peak x gemmEfficiency,
-/// peak x hbmEfficiency): what perfectly balanced, perfectly overlapped
+/// The same floor at the profile's sustained rates (Newton-Schulz at
+/// planner::nsFlopsRate or torch's, peak x hbmEfficiency): what perfectly
+/// balanced, perfectly overlapped
 /// optimizer kernels would take on this profile.
 double optimizerSustainedFloorSeconds(const step::Step &s, const SimProfile &p);
 
 /// Floor of one phase's compute: max over ranks of the FLOPs of that phase's
-/// Compute and Optimizer ops / gemmFlops (peak; no memory term, no comm).
+/// Compute ops / gemmFlops and Optimizer ops / their peak (as
+/// optimizerFloorSeconds; no memory term, no comm).
 double computeFloorSeconds(const step::Step &s, const SimProfile &p,
                            step::Phase phase);
 
 /// A phase on its slowest rank against the physical floor, and where the
 /// gap goes. Exactly span = floor + imbalance + belowPeak + exposedComm:
 ///  - floor: the phase's ops at datasheet peak (each op the larger of
-///    FLOPs / gemmFlops and bytes / hbmBytes: the roofline), averaged over
+///    FLOPs / its peak and bytes / hbmBytes: the roofline), averaged over
 ///    the ranks (what perfectly balanced work would take);
 ///  - imbalance: the slowest rank's floor above that average;
 ///  - belowPeak: the slowest rank's compute time above its floor (kernels

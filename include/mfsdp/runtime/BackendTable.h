@@ -33,8 +33,9 @@ extern "C" {
 
 /* The layout version of the structs below (their `version` field).
  * 2: the fused optimizer kernels (adamw_multi, sgd_multi); 5: the
- * rounding 2-D copy (cast_to_bf16_strided). */
-#define MFSDP_RT_BACKEND_TABLE_VERSION 5
+ * rounding 2-D copy (cast_to_bf16_strided); 6: Muon's symmetric-product
+ * strip rows (mfsdp_rt_muon_hyper.ns_syrk_strip). */
+#define MFSDP_RT_BACKEND_TABLE_VERSION 6
 
 /* Groups (Backend.h: Group). */
 #define MFSDP_RT_GROUP_SHARD 0
