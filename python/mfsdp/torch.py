@@ -57,15 +57,20 @@ _ADJUST_LR = {None: _C.ADJUST_LR_ORIGINAL, "original": _C.ADJUST_LR_ORIGINAL,
               "spectral_unclamped": _C.ADJUST_LR_SPECTRAL_UNCLAMPED}
 
 
+def _check_ns_args(grad, ns_steps):
+    """torch.optim.Muon's own checks of its Newton-Schulz arguments."""
+    if ns_steps >= 100:
+        raise ValueError("Number of steps must be less than 100 for computational efficiency")
+    if len(grad.shape) != 2:
+        raise ValueError("Input tensor gradient must be a 2D matrix")
+
+
 def newton_schulz_fp32(grad, ns_coefficients, ns_steps, eps):
     """torch.optim.Muon's Newton-Schulz (torch.optim._muon._zeropower_via_newtonschulz)
     with the iterate in fp32 instead of bf16, otherwise the same operations: the
     precision the host runtime iterates in, for comparisons with torch.optim.Muon
     (assign it to torch.optim._muon._zeropower_via_newtonschulz)."""
-    if ns_steps >= 100:
-        raise ValueError("Number of steps must be less than 100 for computational efficiency")
-    if len(grad.shape) != 2:
-        raise ValueError("Input tensor gradient must be a 2D matrix")
+    _check_ns_args(grad, ns_steps)
     a, b, c = ns_coefficients
     x = grad.to(dtype=torch.float32, copy=True)
     if grad.size(0) > grad.size(1):
@@ -78,6 +83,28 @@ def newton_schulz_fp32(grad, ns_coefficients, ns_steps, eps):
     if grad.size(0) > grad.size(1):
         x = x.T
     return x
+
+
+def newton_schulz_bf16(grad, ns_coefficients, ns_steps, eps):
+    """Newton-Schulz in bf16 as the runtime runs it with ns_precision='bf16': X, A and
+    B held in bf16, each product from bf16 operands summed in fp32, and each fused
+    combination (A = X X^T, B = b A + c A A, X = a X + B X) rounded once to bf16.
+    torch.optim.Muon rounds b A and c A A separately before adding them; this is the
+    reference for comparisons with the runtime's bf16 (assign it to
+    torch.optim._muon._zeropower_via_newtonschulz)."""
+    _check_ns_args(grad, ns_steps)
+    a, b, c = ns_coefficients
+    g = grad.to(dtype=torch.float32, copy=True)
+    if grad.size(0) > grad.size(1):
+        g = g.T
+    x = (g / g.norm().clamp(min=eps)).to(torch.bfloat16).float()
+    for _ in range(ns_steps):
+        gram = (x @ x.T).to(torch.bfloat16).float()
+        update = (b * gram + c * (gram @ gram)).to(torch.bfloat16).float()
+        x = (a * x + update @ x).to(torch.bfloat16).float()
+    if grad.size(0) > grad.size(1):
+        x = x.T
+    return x.to(torch.bfloat16)
 
 
 def _in_backward():
@@ -1097,31 +1124,6 @@ class MFSDPOptimizer(torch.optim.Optimizer):
         self._mfsdp.zero_grad(set_to_none)
         if self._external_opt is not None:
             self._external_opt.zero_grad(set_to_none)
-
-
-def newton_schulz_bf16(grad, ns_coefficients, ns_steps, eps):
-    """Newton-Schulz in bf16 as the runtime runs it with ns_precision='bf16': X, A and
-    B held in bf16, each product from bf16 operands summed in fp32, and each fused
-    combination (A = X X^T, B = b A + c A A, X = a X + B X) rounded once to bf16.
-    torch.optim.Muon rounds b A and c A A separately before adding them; this is the
-    reference for comparisons with the runtime's bf16 (assign it to
-    torch.optim._muon._zeropower_via_newtonschulz)."""
-    if ns_steps >= 100:
-        raise ValueError("Number of steps must be less than 100 for computational efficiency")
-    if len(grad.shape) != 2:
-        raise ValueError("Input tensor gradient must be a 2D matrix")
-    a, b, c = ns_coefficients
-    g = grad.to(dtype=torch.float32, copy=True)
-    if grad.size(0) > grad.size(1):
-        g = g.T
-    x = (g / g.norm().clamp(min=eps)).to(torch.bfloat16).float()
-    for _ in range(ns_steps):
-        gram = (x @ x.T).to(torch.bfloat16).float()
-        update = (b * gram + c * (gram @ gram)).to(torch.bfloat16).float()
-        x = (a * x + update @ x).to(torch.bfloat16).float()
-    if grad.size(0) > grad.size(1):
-        x = x.T
-    return x.to(torch.bfloat16)
 
 
 def _hparams(kind, g):
