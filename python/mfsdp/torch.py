@@ -1159,7 +1159,7 @@ def _groups(state, options, param_groups):
             kinds.setdefault(_OPT_NAMES[p.optimizer], []).append(p)
     base = {}
     # Every optimizer's options are checked, whether the plan uses it or not.
-    for kind in [k for k, v in options.items() if v] + [k for k in kinds if not options.get(k)]:
+    for kind in set(kinds) | {k for k, v in options.items() if v}:
         h = dict(TORCH_DEFAULTS[kind], **MFSDP_OPTIONS.get(kind, {}))
         for k, v in (options.get(kind) or {}).items():
             if k not in h:

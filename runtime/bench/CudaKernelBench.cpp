@@ -244,49 +244,44 @@ int main(int argc, char **argv) {
     cudaOk(cudaMalloc(&ws, cuda::newtonSchulzWorkspace(rows, cols)), "cudaMalloc");
     const double s = static_cast<double>(std::min(rows, cols));
     const double l = static_cast<double>(std::max(rows, cols));
+    auto time = [&](const NewtonSchulzHyper &h) {
+      return medianMs(reps, stream, [&] {
+        kernelOk(cuda::newtonSchulz(blas, in, out, rows, cols, h, ws, stream),
+                 "newtonSchulz");
+      });
+    };
     for (NsPrecision precision : {NsPrecision::FP32, NsPrecision::BF16}) {
+      const std::string spelling(enumName(precision));
       for (NsForm form : {NsForm::Syrk, NsForm::Gemm}) {
         NewtonSchulzHyper h;
         h.precision = precision;
         h.form = form;
-        const double ms = medianMs(reps, stream, [&] {
-          kernelOk(cuda::newtonSchulz(blas, in, out, rows, cols, h, ws, stream),
-                   "newtonSchulz");
-        });
+        const double ms = time(h);
         const double gemmFlops = 2.0 * h.steps * (2 * s * s * l + s * s * s);
         const double syrkFlops = 2.0 * h.steps * (1.5 * s * s * l + 0.5 * s * s * s);
         std::printf("{\"kind\":\"ns\",\"rows\":%lld,\"cols\":%lld,\"steps\":%lld,"
                     "\"precision\":\"%s\",\"form\":\"%s\",\"flops\":%.6g,"
                     "\"gemm_flops\":%.6g,\"ms\":%.5f}\n",
                     static_cast<long long>(rows), static_cast<long long>(cols),
-                    static_cast<long long>(h.steps),
-                    precision == NsPrecision::BF16 ? "bf16" : "fp32",
+                    static_cast<long long>(h.steps), spelling.c_str(),
                     form == NsForm::Syrk ? "syrk" : "gemm",
                     form == NsForm::Syrk ? syrkFlops : gemmFlops, gemmFlops, ms);
       }
-    }
-    // The symmetric form's strip rows (NewtonSchulzHyper::syrkStrip).
-    for (NsPrecision precision : {NsPrecision::FP32, NsPrecision::BF16}) {
-      for (int64_t strip : {int64_t(128), int64_t(256), int64_t(512), int64_t(1024),
-                            int64_t(2048)}) {
+      // The symmetric form's strip rows (NewtonSchulzHyper::syrkStrip).
+      const int64_t byDefault = cuda::syrkStripRows(static_cast<int64_t>(s), precision);
+      for (int64_t strip : {128, 256, 512, 1024, 2048}) {
         if (strip >= static_cast<int64_t>(s))
           continue;
         NewtonSchulzHyper h;
         h.precision = precision;
         h.syrkStrip = strip;
-        const double ms = medianMs(reps, stream, [&] {
-          kernelOk(cuda::newtonSchulz(blas, in, out, rows, cols, h, ws, stream),
-                   "newtonSchulz");
-        });
+        const double ms = time(h);
         std::printf("{\"kind\":\"ns_strip\",\"rows\":%lld,\"cols\":%lld,"
                     "\"precision\":\"%s\",\"strip\":%lld,\"default\":%lld,"
                     "\"ms\":%.5f}\n",
                     static_cast<long long>(rows), static_cast<long long>(cols),
-                    precision == NsPrecision::BF16 ? "bf16" : "fp32",
-                    static_cast<long long>(strip),
-                    static_cast<long long>(cuda::syrkStripRows(
-                        static_cast<int64_t>(s), precision)),
-                    ms);
+                    spelling.c_str(), static_cast<long long>(strip),
+                    static_cast<long long>(byDefault), ms);
       }
     }
     cudaFree(in);

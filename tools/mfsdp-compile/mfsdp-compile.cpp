@@ -263,7 +263,7 @@ int main(int argc, char **argv) {
     if (!layouts.empty())
       put(layouts);
     put("hardware=" + autotuneProfile);
-    put("ns-precision=" + std::string(mfsdp::enumName(nsPrecision.getValue())));
+    put("ns-precision=" + precision);
     if (!seqLen)
       put("tokens=1");
     put("reduce-dtype=" + std::string(mfsdp::enumName(reduceDtype.getValue())));
