@@ -64,7 +64,6 @@ struct AssignLayoutsPass
     if (!hw)
       return graph.emitError(planner::unknownHardwareMessage(hardware));
     opts.hw = *hw;
-    opts.hw.nsBf16 = nsPrecision == NsPrecision::BF16;
 
     // The mesh: from the option (replacing the graph's), else the graph's.
     if (!mesh.getValue().empty()) {
@@ -106,6 +105,10 @@ struct AssignLayoutsPass
     }
 
     optionsFromGraph(graph, opts);
+    // The Newton-Schulz precision: the option's (written into the graph's
+    // #plan.muon), else the graph's.
+    if (nsPrecision != NsPrecisionOption::Graph)
+      opts.hw.nsBf16 = nsPrecision == NsPrecisionOption::BF16;
     if (auto kind = policyOf(policy))
       opts.policy = *kind;
     if (zero != 0)

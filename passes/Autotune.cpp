@@ -5,6 +5,7 @@
 #include "dialects/sched/SchedOps.h"
 #include "dialects/sched/StepBridge.h"
 #include "passes/Pipeline.h"
+#include "passes/ScheduleStages.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/Pass/PassManager.h"
@@ -103,7 +104,7 @@ void evaluate(ModuleOp module, const std::string &options,
     }
     cost::SimOptions so;
     so.timings = false;
-    cost::SimResult r = cost::simulate(s, profile, so);
+    cost::SimResult r = cost::simulate(s, stepProfile(op, profile), so);
     if (!r.ok) {
       c.error = "cannot simulate: " + r.error;
       return;

@@ -9,6 +9,7 @@
 #include "passes/Passes.h"
 #include "passes/ScheduleStages.h"
 #include "dialects/plan/PlanOps.h"
+#include "dialects/plan/PlannerBridge.h"
 #include "dialects/sched/StepBridge.h"
 
 namespace mfsdp {
@@ -61,6 +62,12 @@ struct BuildAndScheduleStepPass
         graph.getSymNameAttr(),
         {FlatSymbolRefAttr::get(graph.getMesh().getSymNameAttr())}));
     recordReduceDtype(*op, build.reduceDtype);
+    FailureOr<NsPrecision> precision =
+        resolveNsPrecision(graph, getArgument(), nsPrecision, graphNsPrecision(graph),
+                           "the graph's #plan.muon");
+    if (failed(precision))
+      return failure();
+    recordNsPrecision(*op, *precision);
     ScheduleStepOptions schedule;
     schedule.bucketMB = bucketMB;
     schedule.prefetch = prefetch;

@@ -98,6 +98,45 @@ void mfsdp::recordReduceDtype(sched::StepOp op, ReduceDTypeOption dtype) {
                                                           : sched::ReduceDType::f32));
 }
 
+FailureOr<::mfsdp::NsPrecision> mfsdp::resolveNsPrecision(Operation *at, StringRef pass,
+                                                 NsPrecisionOption option,
+                                                 std::optional<::mfsdp::NsPrecision> recorded,
+                                                 StringRef recordedWhere) {
+  if (option == NsPrecisionOption::Graph)
+    return recorded.value_or(::mfsdp::NsPrecision::FP32);
+  const auto asked = static_cast<::mfsdp::NsPrecision>(option);
+  if (recorded && *recorded != asked)
+    return at->emitError() << pass << ": ns-precision=" << enumName(asked) << " contradicts "
+                           << recordedWhere << " (ns_precision " << enumName(*recorded)
+                           << "), which the step library runs; plan the graph with "
+                              "mfsdp-assign-layouts{ns-precision="
+                           << enumName(asked) << "} or leave ns-precision out";
+  return asked;
+}
+
+void mfsdp::recordNsPrecision(sched::StepOp op, ::mfsdp::NsPrecision precision) {
+  if (precision == ::mfsdp::NsPrecision::BF16)
+    op.setNsPrecisionAttr(
+        sched::NsPrecisionAttr::get(op.getContext(), sched::NsPrecision::bf16));
+}
+
+cost::SimProfile mfsdp::stepProfile(sched::StepOp op, cost::SimProfile profile) {
+  profile.nsBf16 = op.getNsPrecision() == sched::NsPrecision::bf16;
+  return profile;
+}
+
+FailureOr<::mfsdp::NsPrecision> mfsdp::stepNsPrecision(sched::StepOp op, StringRef pass,
+                                              NsPrecisionOption option) {
+  std::optional<::mfsdp::NsPrecision> recorded;
+  if (std::optional<sched::NsPrecision> p = op.getNsPrecision())
+    recorded = sched::toVocab(*p);
+  FailureOr<::mfsdp::NsPrecision> precision =
+      resolveNsPrecision(op, pass, option, recorded, "the step's ns_precision");
+  if (succeeded(precision) && !recorded)
+    recordNsPrecision(op, *precision);
+  return precision;
+}
+
 namespace {
 
 struct BuildStepPass : public mfsdp::impl::BuildStepBase<BuildStepPass> {
@@ -133,6 +172,10 @@ struct BuildStepPass : public mfsdp::impl::BuildStepBase<BuildStepPass> {
         graph.getSymNameAttr(),
         {FlatSymbolRefAttr::get(graph.getMesh().getSymNameAttr())}));
     recordReduceDtype(*written, o.reduceDtype);
+    // The precision the graph's Muon runs Newton-Schulz in, which the
+    // schedule prices.
+    recordNsPrecision(*written,
+                      graphNsPrecision(graph).value_or(::mfsdp::NsPrecision::FP32));
     return success();
   }
 };

@@ -92,12 +92,14 @@ def AssignLayouts : Pass<"mfsdp-assign-layouts", "::mfsdp::plan::GraphOp"> {
            "::mfsdp::clValues<::mfsdp::NsSplit>()">,
     Option<"hardware", "hardware", "std::string", /*default=*/"\"a100\"",
            "Hardware profile of the cost model: a100, h100, h100-ib, a100-pcie or h100-pcie">,
-    Option<"nsPrecision", "ns-precision", "::mfsdp::NsPrecision",
-           /*default=*/"::mfsdp::NsPrecision::FP32",
-           "The precision the runtime's Newton-Schulz runs in, which sets the "
-           "rate the cost model prices it at: fp32 (the runtime's default) or "
-           "bf16 (the trainer sets ns_precision bf16)",
-           "::mfsdp::clValues<::mfsdp::NsPrecision>()">,
+    Option<"nsPrecision", "ns-precision", "::mfsdp::NsPrecisionOption",
+           /*default=*/"::mfsdp::NsPrecisionOption::Graph",
+           "The precision Muon's Newton-Schulz runs in, which sets the rate "
+           "the cost model prices it at: graph (the default: the graph's "
+           "#plan.muon ns_precision, or the step's), fp32 or bf16; "
+           "mfsdp-assign-layouts writes it into the graph, the other passes "
+           "refuse one that contradicts what the graph or step records",
+           "::mfsdp::clValues<::mfsdp::NsPrecisionOption>()">,
     Option<"replicateUnder", "replicate-under-bytes", "int64_t",
            /*default=*/"0",
            "Replicate parameters smaller than this many bytes">,
@@ -134,12 +136,14 @@ def PlanReport : Pass<"mfsdp-plan-report", "::mlir::ModuleOp"> {
            "Where to write the report ('-' is stdout)">,
     Option<"hardware", "hardware", "std::string", /*default=*/"\"a100\"",
            "Hardware profile of the cost model: a100, h100, h100-ib, a100-pcie or h100-pcie">,
-    Option<"nsPrecision", "ns-precision", "::mfsdp::NsPrecision",
-           /*default=*/"::mfsdp::NsPrecision::FP32",
-           "The precision the runtime's Newton-Schulz runs in, which sets the "
-           "rate the cost model prices it at: fp32 (the runtime's default) or "
-           "bf16 (the trainer sets ns_precision bf16)",
-           "::mfsdp::clValues<::mfsdp::NsPrecision>()">,
+    Option<"nsPrecision", "ns-precision", "::mfsdp::NsPrecisionOption",
+           /*default=*/"::mfsdp::NsPrecisionOption::Graph",
+           "The precision Muon's Newton-Schulz runs in, which sets the rate "
+           "the cost model prices it at: graph (the default: the graph's "
+           "#plan.muon ns_precision, or the step's), fp32 or bf16; "
+           "mfsdp-assign-layouts writes it into the graph, the other passes "
+           "refuse one that contradicts what the graph or step records",
+           "::mfsdp::clValues<::mfsdp::NsPrecisionOption>()">,
   ];
 }
 
@@ -262,12 +266,14 @@ def ScheduleOverlap : Pass<"mfsdp-schedule-overlap", "::mfsdp::sched::StepOp"> {
     Option<"hardware", "hardware", "std::string", /*default=*/"\"a100\"",
            "Simulator profile for optimizer-order=first-units: a100, h100, "
            "h100-ib, a100-pcie or h100-pcie">,
-    Option<"nsPrecision", "ns-precision", "::mfsdp::NsPrecision",
-           /*default=*/"::mfsdp::NsPrecision::FP32",
-           "The precision the runtime's Newton-Schulz runs in, which sets the "
-           "rate the cost model prices it at: fp32 (the runtime's default) or "
-           "bf16 (the trainer sets ns_precision bf16)",
-           "::mfsdp::clValues<::mfsdp::NsPrecision>()">,
+    Option<"nsPrecision", "ns-precision", "::mfsdp::NsPrecisionOption",
+           /*default=*/"::mfsdp::NsPrecisionOption::Graph",
+           "The precision Muon's Newton-Schulz runs in, which sets the rate "
+           "the cost model prices it at: graph (the default: the graph's "
+           "#plan.muon ns_precision, or the step's), fp32 or bf16; "
+           "mfsdp-assign-layouts writes it into the graph, the other passes "
+           "refuse one that contradicts what the graph or step records",
+           "::mfsdp::clValues<::mfsdp::NsPrecisionOption>()">,
   ];
   let dependentDialects = ["::mfsdp::sched::SchedDialect"];
 }
@@ -346,12 +352,14 @@ def ScheduleStep : Pass<"mfsdp-schedule-step", "::mfsdp::sched::StepOp"> {
     Option<"hardware", "hardware", "std::string", /*default=*/"\"a100\"",
            "Simulator profile for optimizer-order=first-units: a100, h100, "
            "h100-ib, a100-pcie or h100-pcie">,
-    Option<"nsPrecision", "ns-precision", "::mfsdp::NsPrecision",
-           /*default=*/"::mfsdp::NsPrecision::FP32",
-           "The precision the runtime's Newton-Schulz runs in, which sets the "
-           "rate the cost model prices it at: fp32 (the runtime's default) or "
-           "bf16 (the trainer sets ns_precision bf16)",
-           "::mfsdp::clValues<::mfsdp::NsPrecision>()">,
+    Option<"nsPrecision", "ns-precision", "::mfsdp::NsPrecisionOption",
+           /*default=*/"::mfsdp::NsPrecisionOption::Graph",
+           "The precision Muon's Newton-Schulz runs in, which sets the rate "
+           "the cost model prices it at: graph (the default: the graph's "
+           "#plan.muon ns_precision, or the step's), fp32 or bf16; "
+           "mfsdp-assign-layouts writes it into the graph, the other passes "
+           "refuse one that contradicts what the graph or step records",
+           "::mfsdp::clValues<::mfsdp::NsPrecisionOption>()">,
     Option<"memoryCapMB", "memory-cap-mb", "int64_t", /*default=*/"0",
            "Per-rank memory cap in MiB (0: none)">,
   ];
@@ -411,12 +419,14 @@ def BuildAndScheduleStep
     Option<"hardware", "hardware", "std::string", /*default=*/"\"a100\"",
            "Simulator profile for optimizer-order=first-units: a100, h100, "
            "h100-ib, a100-pcie or h100-pcie">,
-    Option<"nsPrecision", "ns-precision", "::mfsdp::NsPrecision",
-           /*default=*/"::mfsdp::NsPrecision::FP32",
-           "The precision the runtime's Newton-Schulz runs in, which sets the "
-           "rate the cost model prices it at: fp32 (the runtime's default) or "
-           "bf16 (the trainer sets ns_precision bf16)",
-           "::mfsdp::clValues<::mfsdp::NsPrecision>()">,
+    Option<"nsPrecision", "ns-precision", "::mfsdp::NsPrecisionOption",
+           /*default=*/"::mfsdp::NsPrecisionOption::Graph",
+           "The precision Muon's Newton-Schulz runs in, which sets the rate "
+           "the cost model prices it at: graph (the default: the graph's "
+           "#plan.muon ns_precision, or the step's), fp32 or bf16; "
+           "mfsdp-assign-layouts writes it into the graph, the other passes "
+           "refuse one that contradicts what the graph or step records",
+           "::mfsdp::clValues<::mfsdp::NsPrecisionOption>()">,
     Option<"memoryCapMB", "memory-cap-mb", "int64_t", /*default=*/"0",
            "Per-rank memory cap in MiB (0: none)">,
   ];

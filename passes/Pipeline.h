@@ -77,11 +77,11 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
                               llvm::cl::init(0)};
   Option<std::string> hardware{*this, "hardware", llvm::cl::desc("a100, h100, h100-ib, a100-pcie or h100-pcie"),
                                llvm::cl::init("a100")};
-  Option<NsPrecision> nsPrecision{
+  Option<NsPrecisionOption> nsPrecision{
       *this, "ns-precision",
-      llvm::cl::desc("the runtime's Newton-Schulz precision the cost model prices: "
-                     "fp32 (the runtime's default) or bf16"),
-      llvm::cl::init(NsPrecision::FP32), clValues<NsPrecision>()};
+      llvm::cl::desc("Muon's Newton-Schulz precision, planned, priced and written into "
+                     "the graph's #plan.muon: graph (its own; fp32 if none), fp32 or bf16"),
+      llvm::cl::init(NsPrecisionOption::Graph), clValues<NsPrecisionOption>()};
 };
 
 /// Adds the default pipeline to `pm`.

@@ -1,6 +1,7 @@
 //===- PlanReport.cpp - mfsdp-plan-report ---------------------------------===//
 #include "passes/Passes.h"
 #include "dialects/plan/PlannerBridge.h"
+#include "passes/ScheduleStages.h"
 
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/ToolOutputFile.h"
@@ -45,10 +46,15 @@ struct PlanReportPass : public mfsdp::impl::PlanReportBase<PlanReportPass> {
                          "mfsdp-plan-report");
           return signalPassFailure();
         }
+      FailureOr<::mfsdp::NsPrecision> precision =
+          resolveNsPrecision(g, getArgument(), nsPrecision, graphNsPrecision(g),
+                             "the graph's #plan.muon");
+      if (failed(precision))
+        return signalPassFailure();
       planner::Options opts;
       opts.hw = *hw;
-      opts.hw.nsBf16 = nsPrecision == NsPrecision::BF16;
       optionsFromGraph(g, opts);
+      opts.hw.nsBf16 = *precision == ::mfsdp::NsPrecision::BF16;
       planner::Decisions d;
       opts.nsSplit = planner::Options::Split::Auto;
       std::string reason;

@@ -25,7 +25,11 @@ LogicalResult mfsdp::overlapStage(sched::StepOp op, step::Step &s,
   if (!found)
     return op.emitError(planner::unknownHardwareMessage(options.hardware));
   cost::SimProfile profile = *found;
-  profile.nsBf16 = options.nsPrecision == NsPrecision::BF16;
+  FailureOr<NsPrecision> precision =
+      stepNsPrecision(op, "mfsdp-schedule-overlap", options.nsPrecision);
+  if (failed(precision))
+    return failure();
+  profile.nsBf16 = *precision == NsPrecision::BF16;
   step::OverlapOptions o;
   o.prefetch = options.prefetch;
   o.maxInflightBytes = static_cast<double>(options.maxInflightMB) * 1024 * 1024;

@@ -16,6 +16,7 @@
 #include "passes/Passes.h"
 #include "dialects/plan/PlanOps.h"
 
+#include "mfsdp/cost/Simulator.h"
 #include "mfsdp/step/Schedule.h"
 #include "mfsdp/step/Step.h"
 
@@ -34,6 +35,32 @@ mlir::FailureOr<step::Step> buildStage(plan::GraphOp graph,
 /// (mfsdp-build-step's reduce-dtype): f32 or bf16 as `reduce_dtype`,
 /// nothing for param (each parameter its own dtype).
 void recordReduceDtype(sched::StepOp op, ReduceDTypeOption dtype);
+
+/// The Newton-Schulz precision a pass plans or prices with: `recorded`
+/// (what the graph's #plan.muon or the step's ns_precision says; nullopt:
+/// nothing recorded, fp32) unless `option` names one. An option that
+/// contradicts a recorded precision is an error on `at` from `pass`: the
+/// step library runs the recorded one, and a plan priced at another would
+/// be wrong without a word.
+mlir::FailureOr<NsPrecision> resolveNsPrecision(mlir::Operation *at, llvm::StringRef pass,
+                                                NsPrecisionOption option,
+                                                std::optional<NsPrecision> recorded,
+                                                llvm::StringRef recordedWhere);
+
+/// The precision `op` is priced at (resolveNsPrecision against its
+/// ns_precision), recorded on it as `ns_precision` when an option names
+/// bf16 for a step that records none (so that the step library refuses a
+/// graph that runs another).
+mlir::FailureOr<NsPrecision> stepNsPrecision(sched::StepOp op, llvm::StringRef pass,
+                                             NsPrecisionOption option);
+
+/// Records `precision` on `op` (`ns_precision`, only when bf16: without
+/// it a step runs fp32).
+void recordNsPrecision(sched::StepOp op, NsPrecision precision);
+
+/// `profile` pricing Newton-Schulz at the precision `op` records (fp32
+/// without `ns_precision`), as the schedule priced it.
+cost::SimProfile stepProfile(sched::StepOp op, cost::SimProfile profile);
 
 /// mfsdp-schedule-step's four stages on `s`, whose sched.step `op` has an
 /// empty body: bucket, overlap, plan memory, verify, then `s` written into

@@ -124,7 +124,7 @@ LogicalResult SGDAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 LogicalResult MuonAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                F64 lr, F64 momentum, F64 weightDecay,
                                bool nesterov, int64_t nsSteps,
-                               MuonScale scale) {
+                               MuonScale scale, NsPrecision nsPrecision) {
   RangeCheck c{emitError, "muon"};
   if (failed(c.positive(lr, "lr")) ||
       failed(c.unitInterval(momentum, "momentum")) ||

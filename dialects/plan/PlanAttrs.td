@@ -129,15 +129,24 @@ def Plan_MuonAttr : Plan_Attr<"Muon", "muon"> {
     EMA momentum buf = mu*buf + (1-mu)*g, Nesterov input g + mu*(buf - g),
     `ns_steps` quintic Newton-Schulz iterations with (a, b, c) = (3.4445,
     -4.7750, 2.0315), update scaled by `scale`, decoupled weight decay.
+    `ns_precision` is the precision of the Newton-Schulz products: `fp32`
+    (the default, left out when printed) or `bf16` (torch.optim.Muon's: X, A
+    and B in bf16, fp32 sums). The step library runs it (the plan's
+    `muon_ns_precision`, the default of each parameter's `ns_precision`
+    hyperparameter) and the cost model prices it.
 
     ```
     #plan.muon<lr = 0.02, momentum = 0.95, weight_decay = 0.01, nesterov = true,
                ns_steps = 5, scale = match_rms_adamw>
+    #plan.muon<lr = 0.02, momentum = 0.95, weight_decay = 0.01, nesterov = true,
+               ns_steps = 5, scale = match_rms_adamw, ns_precision = bf16>
     ```
   }];
   let parameters = (ins Plan_F64Param:$lr, Plan_F64Param:$momentum,
                         Plan_F64Param:$weight_decay, "bool":$nesterov,
-                        "int64_t":$ns_steps, "MuonScale":$scale);
+                        "int64_t":$ns_steps, "MuonScale":$scale,
+                        DefaultValuedParameter<"NsPrecision",
+                                               "NsPrecision::fp32">:$ns_precision);
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
 }

@@ -106,6 +106,14 @@ def Plan_MuonScale : I32EnumAttr<"MuonScale", "Muon update scale", [
   let cppNamespace = "::mfsdp::plan";
 }
 
+def Plan_NsPrecision : I32EnumAttr<"NsPrecision",
+    "precision of Muon's Newton-Schulz products", [
+      I32EnumAttrCase<"fp32", 0>,
+      I32EnumAttrCase<"bf16", 1>,
+    ]> {
+  let cppNamespace = "::mfsdp::plan";
+}
+
 def Plan_RowLayout : I32EnumAttr<"RowLayout",
     "how the row shards of a unit are laid out in its gather buffer", [
       I32EnumAttrCase<"per_param", 0>,

@@ -72,6 +72,8 @@ MFSDP_PLAN_TIE(PolicyKind::muon, ::mfsdp::PolicyKind::Muon)
 MFSDP_PLAN_TIE(PolicyKind::mixed_muon_adamw, ::mfsdp::PolicyKind::MixedMuonAdamW)
 MFSDP_PLAN_TIE(MuonScale::match_rms_adamw, ::mfsdp::MuonScale::MatchRmsAdamW)
 MFSDP_PLAN_TIE(MuonScale::original, ::mfsdp::MuonScale::Original)
+MFSDP_PLAN_TIE(NsPrecision::fp32, ::mfsdp::NsPrecision::FP32)
+MFSDP_PLAN_TIE(NsPrecision::bf16, ::mfsdp::NsPrecision::BF16)
 MFSDP_PLAN_TIE(RowLayout::per_param, ::mfsdp::RowLayout::PerParam)
 MFSDP_PLAN_TIE(RowLayout::flat, ::mfsdp::RowLayout::Flat)
 #undef MFSDP_PLAN_TIE
@@ -81,6 +83,8 @@ static_assert(getMaxEnumValForParamKind() + 1 ==
                   ::mfsdp::enumValues<::mfsdp::PolicyKind>().size() &&
               getMaxEnumValForMuonScale() + 1 ==
                   ::mfsdp::enumValues<::mfsdp::MuonScale>().size() &&
+              getMaxEnumValForNsPrecision() + 1 ==
+                  ::mfsdp::enumValues<::mfsdp::NsPrecision>().size() &&
               getMaxEnumValForRowLayout() + 1 ==
                   ::mfsdp::enumValues<::mfsdp::RowLayout>().size(),
               "the plan dialect's enums have the vocabulary's cases");
@@ -102,6 +106,12 @@ inline ::mfsdp::MuonScale toVocab(MuonScale s) {
 }
 inline MuonScale fromVocab(::mfsdp::MuonScale s) {
   return static_cast<MuonScale>(s);
+}
+inline ::mfsdp::NsPrecision toVocab(NsPrecision p) {
+  return static_cast<::mfsdp::NsPrecision>(p);
+}
+inline NsPrecision fromVocab(::mfsdp::NsPrecision p) {
+  return static_cast<NsPrecision>(p);
 }
 inline ::mfsdp::RowLayout toVocab(RowLayout l) {
   return static_cast<::mfsdp::RowLayout>(l);

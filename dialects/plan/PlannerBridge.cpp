@@ -103,8 +103,10 @@ void mfsdp::optionsFromGraph(GraphOp graph, planner::Options &opts) {
   if (PolicyOp policy = graph.getPolicy()) {
     opts.policy = toVocab(policy.getKind());
     opts.zero = static_cast<int64_t>(policy.getZero());
-    if (MuonAttr m = policy.getMuonAttr())
+    if (MuonAttr m = policy.getMuonAttr()) {
       opts.nsSteps = m.getNsSteps();
+      opts.hw.nsBf16 = m.getNsPrecision() == plan::NsPrecision::bf16;
+    }
     if (SGDAttr s = policy.getSgdAttr())
       opts.sgdMomentum = s.getMomentum();
     opts.fp32Master = !policy.getNoMaster();
@@ -117,8 +119,19 @@ void mfsdp::optionsFromGraph(GraphOp graph, planner::Options &opts) {
   for (ParamOp p : graph.getBody().front().getOps<ParamOp>())
     if (auto muon = dyn_cast_or_null<MuonAttr>(p.getOptimizerAttr())) {
       opts.nsSteps = muon.getNsSteps();
+      opts.hw.nsBf16 = muon.getNsPrecision() == plan::NsPrecision::bf16;
       break;
     }
+}
+
+std::optional<::mfsdp::NsPrecision> mfsdp::graphNsPrecision(GraphOp graph) {
+  for (ParamOp p : graph.getBody().front().getOps<ParamOp>())
+    if (auto muon = dyn_cast_or_null<MuonAttr>(p.getOptimizerAttr()))
+      return toVocab(muon.getNsPrecision());
+  if (PolicyOp policy = graph.getPolicy())
+    if (MuonAttr m = policy.getMuonAttr())
+      return toVocab(m.getNsPrecision());
+  return std::nullopt;
 }
 
 void mfsdp::writeGraph(GraphOp graph, const BridgedGraph &b,
@@ -163,13 +176,16 @@ void mfsdp::writeGraph(GraphOp graph, const BridgedGraph &b,
   if (!adamw && usesAdamW)
     adamw = AdamWAttr::get(ctx, 1e-3, 0.9, 0.999, 1e-8, 0.01);
   MuonAttr muon = policy.getMuonAttr();
+  const plan::NsPrecision nsPrecision =
+      opts.hw.nsBf16 ? plan::NsPrecision::bf16 : plan::NsPrecision::fp32;
   if (!muon && usesMuon)
     muon = MuonAttr::get(ctx, 0.02, 0.95, 0.01, true, opts.nsSteps,
-                         plan::MuonScale::match_rms_adamw);
-  else if (muon && muon.getNsSteps() != opts.nsSteps)
+                         plan::MuonScale::match_rms_adamw, nsPrecision);
+  else if (muon && (muon.getNsSteps() != opts.nsSteps ||
+                    muon.getNsPrecision() != nsPrecision))
     muon = MuonAttr::get(ctx, muon.getLr(), muon.getMomentum(),
                          muon.getWeightDecay(), muon.getNesterov(),
-                         opts.nsSteps, muon.getScale());
+                         opts.nsSteps, muon.getScale(), nsPrecision);
   SGDAttr sgd = policy.getSgdAttr();
   if (!sgd && usesSGD)
     sgd = SGDAttr::get(ctx, 1e-2, opts.sgdMomentum, 0.0, false);

@@ -31,9 +31,15 @@ struct MeshShape {
 };
 MeshShape meshShape(plan::MeshOp mesh, int64_t gpusPerNode);
 
-/// Fills policy, ZeRO, mesh, Newton-Schulz steps and SGD momentum of `opts`
-/// from the graph's plan.policy and plan.mesh (the mesh must exist).
+/// Fills policy, ZeRO, mesh, Newton-Schulz steps and precision
+/// (opts.hw.nsBf16) and SGD momentum of `opts` from the graph's plan.policy,
+/// its parameters' #plan.muon and plan.mesh (the mesh must exist).
 void optionsFromGraph(plan::GraphOp graph, planner::Options &opts);
+
+/// The precision the graph's Muon runs Newton-Schulz in (#plan.muon
+/// ns_precision: a Muon parameter's, else the policy's); nullopt where the
+/// graph has no #plan.muon.
+std::optional<NsPrecision> graphNsPrecision(plan::GraphOp graph);
 
 /// Writes placements, optimizers, row layouts, groups and the policy.
 void writeGraph(plan::GraphOp graph, const BridgedGraph &bridged,

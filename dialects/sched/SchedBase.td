@@ -92,4 +92,12 @@ def Sched_ReduceDType : I32EnumAttr<"ReduceDType",
   let cppNamespace = "::mfsdp::sched";
 }
 
+def Sched_NsPrecision : I32EnumAttr<"NsPrecision",
+    "precision Muon's Newton-Schulz products run in", [
+    I32EnumAttrCase<"fp32", 0>,
+    I32EnumAttrCase<"bf16", 1>,
+  ]> {
+  let cppNamespace = "::mfsdp::sched";
+}
+
 #endif // MFSDP_SCHED_BASE_TD

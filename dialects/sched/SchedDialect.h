@@ -30,6 +30,19 @@ static_assert(static_cast<int32_t>(ReduceDType::f32) ==
                   getMaxEnumValForReduceDType() + 1 ==
                       ::mfsdp::enumValues<::mfsdp::ReduceDType>().size(),
               "sched's reduce dtypes must be the vocabulary's");
+static_assert(static_cast<int32_t>(NsPrecision::fp32) ==
+                      static_cast<int32_t>(::mfsdp::NsPrecision::FP32) &&
+                  static_cast<int32_t>(NsPrecision::bf16) ==
+                      static_cast<int32_t>(::mfsdp::NsPrecision::BF16) &&
+                  getMaxEnumValForNsPrecision() + 1 ==
+                      ::mfsdp::enumValues<::mfsdp::NsPrecision>().size(),
+              "sched's Newton-Schulz precisions must be the vocabulary's");
+inline ::mfsdp::NsPrecision toVocab(NsPrecision p) {
+  return static_cast<::mfsdp::NsPrecision>(p);
+}
+inline NsPrecision fromVocab(::mfsdp::NsPrecision p) {
+  return static_cast<NsPrecision>(p);
+}
 inline ::mfsdp::ReduceDType toVocab(ReduceDType d) {
   return static_cast<::mfsdp::ReduceDType>(d);
 }

@@ -26,6 +26,11 @@ def Sched_StepOp : Sched_Op<"step", [
     dtype every gradient reduction of the step counts (`mfsdp-build-step`'s
     `reduce-dtype`, f32 or bf16); without it each parameter's reductions
     count its own dtype. The step library reduces in that dtype.
+    `ns_precision` is the precision Muon's Newton-Schulz products run in
+    (the graph's `#plan.muon` `ns_precision`, recorded by `mfsdp-build-step`
+    when it is `bf16`; without it, fp32): the schedule prices the owners'
+    Newton-Schulz kernels at that precision's rate, and the step library is
+    built only from a graph that runs the same.
 
     `mesh` names the `plan.mesh` of the graph the step was built from
     (`@graph::@mesh`; the step sits beside its graph). With it the step's
@@ -49,13 +54,15 @@ def Sched_StepOp : Sched_Op<"step", [
                        OptionalAttr<SymbolRefAttr>:$mesh, I64Attr:$world,
                        I64Attr:$tokens, I64Attr:$microbatches,
                        OptionalAttr<Sched_ReduceDType>:$reduce_dtype,
+                       OptionalAttr<Sched_NsPrecision>:$ns_precision,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$bucket_bytes,
                        OptionalAttr<DenseI64ArrayAttr>:$arena_bytes,
                        OptionalAttr<DenseI64ArrayAttr>:$peak_bytes);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $sym_name (`mesh` $mesh^)? `world` $world `tokens` $tokens `microbatches` $microbatches
-    (`reduce_dtype` $reduce_dtype^)? (`bucket_bytes` $bucket_bytes^)?
+    (`reduce_dtype` $reduce_dtype^)? (`ns_precision` $ns_precision^)?
+    (`bucket_bytes` $bucket_bytes^)?
     (`arena_bytes` $arena_bytes^)? (`peak_bytes` $peak_bytes^)?
     attr-dict-with-keyword $body
   }];

@@ -511,7 +511,8 @@ static FailureOr<StepOp> write(OpBuilder &b, Location loc, const step::Step &s,
                                SymbolRefAttr(), b.getI64IntegerAttr(s.world),
                                b.getI64IntegerAttr(s.tokens),
                                b.getI64IntegerAttr(s.microbatches),
-                               ReduceDTypeAttr(), IntegerAttr(), DenseI64ArrayAttr(),
+                               ReduceDTypeAttr(), NsPrecisionAttr(), IntegerAttr(),
+                               DenseI64ArrayAttr(),
                                DenseI64ArrayAttr());
   Block *body = new Block();
   stepOp.getBody().push_back(body);

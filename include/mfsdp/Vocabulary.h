@@ -81,8 +81,9 @@
  *  - BF16: torch.optim.Muon's: X, A = X X^T and B = b A + c A A held in
  *    bf16, every product from bf16 operands accumulated in fp32, each
  *    result rounded once to bf16.
- * The runtime's hyperparameter (mfsdp_hparams.ns_precision) and the cost
- * model's option `ns-precision` (the rate Newton-Schulz is priced at). */
+ * The plan's (#plan.muon ns_precision; mfsdp_plan.muon_ns_precision, the
+ * default of the runtime's hyperparameter mfsdp_hparams.ns_precision), and
+ * so the rate the cost model prices Newton-Schulz at. */
 #define MFSDP_NS_PRECISION_LIST(X)                                             \
   X(MFSDP_NS_PRECISION_FP32, FP32, "fp32", 0)                                  \
   X(MFSDP_NS_PRECISION_BF16, BF16, "bf16", 1)
@@ -174,6 +175,13 @@
 #define MFSDP_REDUCE_DTYPE_OPTION_LIST(X)                                      \
   X(_, Param, "param", -1)                                                     \
   MFSDP_REDUCE_DTYPE_LIST(X)
+
+/* Newton-Schulz precision option of the passes and tools: the graph's (its
+ * #plan.muon ns_precision, or the step's, recorded from it), or one to
+ * plan with (mfsdp-assign-layouts writes it into the graph). */
+#define MFSDP_NS_PRECISION_OPTION_LIST(X)                                      \
+  X(_, Graph, "graph", -1)                                                     \
+  MFSDP_NS_PRECISION_LIST(X)
 
 /* Row layout option of mfsdp-assign-layouts: chosen by cost, or forced. */
 #define MFSDP_ROW_MODE_LIST(X)                                                 \
@@ -315,6 +323,8 @@ MFSDP_VOCAB_ENUM(KernelKind, "kernel kind", MFSDP_KERNEL_KIND_LIST)
 
 MFSDP_VOCAB_ENUM(PolicyOption, "policy", MFSDP_POLICY_OPTION_LIST)
 MFSDP_VOCAB_ENUM(ReduceDTypeOption, "reduce dtype", MFSDP_REDUCE_DTYPE_OPTION_LIST)
+MFSDP_VOCAB_ENUM(NsPrecisionOption, "Newton-Schulz precision",
+                 MFSDP_NS_PRECISION_OPTION_LIST)
 MFSDP_VOCAB_ENUM(RowMode, "row layout", MFSDP_ROW_MODE_LIST)
 MFSDP_VOCAB_ENUM(NsSplit, "ns-split", MFSDP_NS_SPLIT_LIST)
 MFSDP_VOCAB_ENUM(OwnerStrategy, "owner strategy", MFSDP_OWNER_STRATEGY_LIST)

@@ -65,7 +65,7 @@ extern "C" {
 /* The version of this header (and of the library built with it):
  * MFSDP_VERSION_CODE = major * 10000 + minor * 100 + patch. */
 #define MFSDP_VERSION_MAJOR 0
-#define MFSDP_VERSION_MINOR 14
+#define MFSDP_VERSION_MINOR 15
 #define MFSDP_VERSION_PATCH 0
 #define MFSDP_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
 #define MFSDP_VERSION_CODE \
@@ -73,7 +73,7 @@ extern "C" {
 
 /* The layout versions of mfsdp_plan and mfsdp_config (their `version`
  * field), raised whenever a field is added, removed or changed. */
-#define MFSDP_PLAN_VERSION 2
+#define MFSDP_PLAN_VERSION 3
 #define MFSDP_CONFIG_VERSION 2
 
 typedef enum mfsdp_status {
@@ -415,6 +415,13 @@ typedef struct mfsdp_plan {
    * dtype"); grad_shard, masters and optimizer state stay fp32. Part of
    * the hash (mixed in only when bf16). Added in plan version 2. */
   int32_t reduce_dtype;
+  /* The precision Muon's Newton-Schulz runs in (mfsdp_ns_precision; the
+   * graph's #plan.muon ns_precision): MFSDP_NS_PRECISION_FP32 (what
+   * MFSDP_PLAN_INITIALIZER holds) or MFSDP_NS_PRECISION_BF16. The default of
+   * every parameter's mfsdp_hparams.ns_precision, so a library planned and
+   * priced in bf16 runs bf16 without a word from the trainer. Part of the
+   * hash (mixed in only when bf16). Added in plan version 3. */
+  int32_t muon_ns_precision;
 } mfsdp_plan;
 
 /* An empty plan of this header's layout: every field 0 or NULL but
@@ -430,7 +437,8 @@ typedef struct mfsdp_plan {
         0, NULL,                 /* ns_split, memory */                       \
         0, NULL, 0, NULL,        /* mesh_dims, buckets */                     \
         NULL, NULL,              /* host_kernels, cuda_kernels */             \
-        NULL, MFSDP_REDUCE_F32   /* program, reduce_dtype */                  \
+        NULL, MFSDP_REDUCE_F32,  /* program, reduce_dtype */                  \
+        MFSDP_NS_PRECISION_FP32  /* muon_ns_precision */                      \
   }
 
 typedef struct mfsdp_step mfsdp_step;
@@ -647,9 +655,9 @@ typedef struct mfsdp_hparams {
  * plan's constants: lr and weight_decay of the parameter's optimizer (0 for
  * MFSDP_OPT_NONE), beta1, beta2 and eps AdamW's, momentum and nesterov
  * SGD's for an SGD parameter and Muon's for the others, ns_steps and
- * adjust_lr Muon's (muon_ns_steps, muon_scale), the Newton-Schulz
- * coefficients and epsilon the defaults above with MFSDP_NS_NORM_ADD_EPS
- * and MFSDP_NS_PRECISION_FP32:
+ * adjust_lr Muon's (muon_ns_steps, muon_scale), ns_precision the plan's
+ * muon_ns_precision, the Newton-Schulz coefficients and epsilon the
+ * defaults above with MFSDP_NS_NORM_ADD_EPS:
  * a runtime whose hyperparameters are never set steps exactly as before
  * they existed. */
 mfsdp_status mfsdp_get_hparams(mfsdp_step *step, int32_t param,

@@ -284,6 +284,8 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
     if (failed(reduce))
       return failure();
     plan.reduce_dtype = static_cast<int32_t>(*reduce);
+    if (failed(checkLibraryNsPrecision(stepOp, plan)))
+      return failure();
     if (stepOp) {
       if (failed(readStep(stepOp, scheduled)))
         return failure();
@@ -628,6 +630,9 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
   if (plan.reduce_dtype != MFSDP_REDUCE_F32)
     os << "  .reduce_dtype = "
        << enumCName(static_cast<mfsdp::ReduceDType>(plan.reduce_dtype)) << ",\n";
+  if (plan.muon_ns_precision != MFSDP_NS_PRECISION_FP32)
+    os << "  .muon_ns_precision = "
+       << enumCName(static_cast<mfsdp::NsPrecision>(plan.muon_ns_precision)) << ",\n";
   os << "};\n\n";
   os << "const mfsdp_plan *mfsdp_step_plan(void) { return &mfsdp_the_plan; }\n\n"
      << "mfsdp_status mfsdp_step_create(mfsdp_step **out) {\n"

@@ -227,6 +227,7 @@ LogicalResult mfsdp::buildRuntimePlan(GraphOp graph, RuntimePlan &out) {
     plan.muon_nesterov = mu.getNesterov() ? 1 : 0;
     plan.muon_ns_steps = static_cast<int32_t>(mu.getNsSteps());
     plan.muon_scale = mu.getScale() == plan::MuonScale::original ? 1 : 0;
+    plan.muon_ns_precision = static_cast<int32_t>(plan::toVocab(mu.getNsPrecision()));
   }
   // HSDP Newton-Schulz split: the runtime derives which replica steps each
   // owned Muon matrix with the rule of plan.policy (runtime.h: ns_split).
@@ -297,4 +298,25 @@ FailureOr<ReduceDType> mfsdp::libraryReduceDtype(sched::StepOp step,
               "with mfsdp-build-step{reduce-dtype="
            << llvm::StringRef(enumName(*requested)) << "}, or leave the library's out)";
   return counted;
+}
+
+LogicalResult mfsdp::checkLibraryNsPrecision(sched::StepOp step, const mfsdp_plan &plan) {
+  if (!step)
+    return success();
+  const NsPrecision priced = step.getNsPrecision() ? sched::toVocab(*step.getNsPrecision())
+                                                   : NsPrecision::FP32;
+  const auto runs = static_cast<NsPrecision>(plan.muon_ns_precision);
+  const bool muon = llvm::any_of(llvm::ArrayRef(plan.params, plan.num_params),
+                                 [](const mfsdp_param_desc &d) {
+                                   return d.optimizer == MFSDP_OPT_MUON;
+                                 });
+  if (!muon || priced == runs)
+    return success();
+  return step.emitOpError()
+         << "was scheduled with Newton-Schulz in " << llvm::StringRef(enumName(priced))
+         << " (ns_precision), but its graph's #plan.muon runs it in "
+         << llvm::StringRef(enumName(runs))
+         << ": the library runs the graph's, so the schedule and its prediction would "
+            "not be of what runs (plan the graph with mfsdp-assign-layouts{ns-precision="
+         << llvm::StringRef(enumName(priced)) << "} and rebuild the step)";
 }

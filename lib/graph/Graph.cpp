@@ -77,7 +77,7 @@ bool SGD::operator==(const SGD &o) const {
 bool Muon::operator==(const Muon &o) const {
   return lr == o.lr && momentum == o.momentum &&
          weightDecay == o.weightDecay && nesterov == o.nesterov &&
-         nsSteps == o.nsSteps && scale == o.scale;
+         nsSteps == o.nsSteps && scale == o.scale && nsPrecision == o.nsPrecision;
 }
 bool Policy::operator==(const Policy &o) const {
   return kind == o.kind && zero == o.zero && adamw == o.adamw && sgd == o.sgd &&
@@ -656,7 +656,8 @@ Policy readPolicy(const Reader &r) {
   if (r.has("muon")) {
     Reader m = r.field("muon");
     m.expectObject(
-        {"lr", "momentum", "weight_decay", "nesterov", "ns_steps", "scale"});
+        {"lr", "momentum", "weight_decay", "nesterov", "ns_steps", "scale",
+         "ns_precision"});
     Muon v;
     num(m, "lr", v.lr);
     num(m, "momentum", v.momentum);
@@ -673,6 +674,15 @@ Policy readPolicy(const Reader &r) {
         sc.error(fmt::format(
             "unknown Muon scale '{}'; expected {}", s, enumSpellings<MuonScale>()));
       v.scale = *scale;
+    }
+    if (m.has("ns_precision")) {
+      Reader np = m.field("ns_precision");
+      std::string s = np.str();
+      auto precision = parseEnum<NsPrecision>(s);
+      if (!precision)
+        np.error(fmt::format("unknown Newton-Schulz precision '{}'; expected {}", s,
+                             enumSpellings<NsPrecision>()));
+      v.nsPrecision = *precision;
     }
     p.muon = v;
   }
@@ -868,6 +878,9 @@ json graphToJson(const Graph &g) {
                     {"nesterov", p.muon->nesterov},
                     {"ns_steps", p.muon->nsSteps},
                     {"scale", enumName(p.muon->scale)}};
+    // fp32, the default, is left out (graphs written before it read alike).
+    if (p.muon && p.muon->nsPrecision != NsPrecision::FP32)
+      jp["muon"]["ns_precision"] = enumName(p.muon->nsPrecision);
     root["policy"] = std::move(jp);
   }
   return root;

@@ -114,7 +114,8 @@ OwningOpRef<ModuleOp> mfsdp::importGraph(const graph::Graph &g,
       muon = MuonAttr::get(ctx, p.muon->lr, p.muon->momentum,
                            p.muon->weightDecay, p.muon->nesterov,
                            p.muon->nsSteps,
-                           fromVocab(p.muon->scale));
+                           fromVocab(p.muon->scale),
+                           fromVocab(p.muon->nsPrecision));
     PolicyOp::create(
         b, locOf("/policy"),
         PolicyKindAttr::get(ctx, fromVocab(p.kind)),
@@ -197,7 +198,8 @@ LogicalResult mfsdp::exportGraph(GraphOp op, graph::Graph &out) {
       p.muon = graph::Muon{m.getLr(),        m.getMomentum(),
                            m.getWeightDecay(), m.getNesterov(),
                            m.getNsSteps(),
-                           toVocab(m.getScale())};
+                           toVocab(m.getScale()),
+                           toVocab(m.getNsPrecision())};
     g.policy = p;
   }
   for (Operation &child : op.getBody().front()) {

@@ -38,6 +38,7 @@ mfsdp_hparams mfsdp::rt::planHparams(const mfsdp_plan &p, int32_t optimizer) {
   h.ns_eps = ns.eps;
   h.ns_norm = static_cast<int32_t>(ns.norm);
   h.adjust_lr = p.muon_scale ? MFSDP_ADJUST_LR_ORIGINAL : MFSDP_ADJUST_LR_MATCH_RMS_ADAMW;
+  h.ns_precision = p.muon_ns_precision;
   switch (optimizer) {
   case MFSDP_OPT_ADAMW:
     h.lr = p.adamw_lr;

@@ -324,6 +324,13 @@ mfsdp_status mfsdp::rt::createStep(const mfsdp_plan *plan,
                        "invalid plan: reduce_dtype is " +
                            std::to_string(plan->reduce_dtype) +
                            "; expected MFSDP_REDUCE_F32 (0) or MFSDP_REDUCE_BF16 (1)");
+  else if (plan->muon_ns_precision != MFSDP_NS_PRECISION_FP32 &&
+           plan->muon_ns_precision != MFSDP_NS_PRECISION_BF16)
+    local = step->fail(MFSDP_ERROR_PLAN,
+                       "invalid plan: muon_ns_precision is " +
+                           std::to_string(plan->muon_ns_precision) +
+                           "; expected MFSDP_NS_PRECISION_FP32 (0) or "
+                           "MFSDP_NS_PRECISION_BF16 (1)");
   // The mesh as the runtime sees it (the plan's, or the rest of the world
   // outermost); the dp_shard and dp_replicate groups follow its layout.
   std::vector<MeshDimSpec> mesh;

@@ -150,6 +150,34 @@ int main(int argc, char **argv) {
     expect(mfsdp_plan_hash(&half) != plan.hash, "the plan hash covers reduce_dtype");
   }
 
+  // Likewise the Newton-Schulz precision: neither fp32 nor bf16 is refused;
+  // the hash covers it, and not as it covers the reduce dtype; a bf16 plan
+  // makes bf16 every Muon parameter's default.
+  {
+    mfsdp_plan bad = plan;
+    bad.muon_ns_precision = 7;
+    bad.hash = mfsdp_plan_hash(&bad);
+    mfsdp_step *s = nullptr;
+    fails(s, mfsdp_create(&bad, &s), MFSDP_ERROR_PLAN,
+          "muon_ns_precision is 7; expected MFSDP_NS_PRECISION_FP32 (0) or "
+          "MFSDP_NS_PRECISION_BF16 (1)");
+    mfsdp_destroy(s);
+    s = nullptr;
+    mfsdp_plan bf16 = plan;
+    bf16.muon_ns_precision = MFSDP_NS_PRECISION_BF16;
+    bf16.hash = mfsdp_plan_hash(&bf16);
+    mfsdp_plan reduce = plan;
+    reduce.reduce_dtype = MFSDP_REDUCE_BF16;
+    expect(bf16.hash != plan.hash && bf16.hash != mfsdp_plan_hash(&reduce),
+           "the plan hash covers muon_ns_precision, apart from reduce_dtype");
+    expect(mfsdp_create(&bf16, &s) == MFSDP_OK, "create a bf16 Newton-Schulz plan");
+    mfsdp_hparams v{};
+    expect(mfsdp_get_hparams(s, 1, &v) == MFSDP_OK &&
+               v.ns_precision == MFSDP_NS_PRECISION_BF16,
+           "a plan's muon_ns_precision is its Muon parameters' default ns_precision");
+    mfsdp_destroy(s);
+  }
+
   // A library built for another world size is refused.
   mfsdp_plan other = plan;
   other.world = world * 4;

@@ -127,13 +127,13 @@ static cl::opt<std::string> optimizerOrder(cl::cat(toolOptions),
              "optimizer-order), which the library's program runs: first-units "
              "or landing"),
     cl::init("first-units"));
-static cl::opt<mfsdp::NsPrecision> nsPrecision(cl::cat(toolOptions),
+static cl::opt<mfsdp::NsPrecisionOption> nsPrecision(cl::cat(toolOptions),
     "ns-precision",
-    cl::desc("The precision the trainer runs Muon's Newton-Schulz in (the "
-             "runtime's ns_precision hyperparameter), which the cost model "
-             "prices layouts, the optimizer order and --autotune with: fp32 "
-             "(the runtime's default) or bf16"),
-    cl::init(mfsdp::NsPrecision::FP32), mfsdp::clValues<mfsdp::NsPrecision>());
+    cl::desc("the precision Muon's Newton-Schulz runs in: graph (the default: the "
+             "graph's #plan.muon ns_precision, fp32 if it has none), fp32 or bf16. "
+             "Written into the graph, planned and priced at its rate, and the "
+             "library's default (mfsdp_plan.muon_ns_precision)"),
+    cl::init(mfsdp::NsPrecisionOption::Graph), mfsdp::clValues<mfsdp::NsPrecisionOption>());
 static cl::opt<bool> cudaKernels(cl::cat(toolOptions), 
     "cuda",
     cl::desc("Also generate the plan's CUDA kernels (each row-shard bucket's "
@@ -263,17 +263,16 @@ int main(int argc, char **argv) {
     if (!layouts.empty())
       put(layouts);
     put("hardware=" + autotuneProfile);
-    put("ns-precision=" + precision);
+    if (nsPrecision != mfsdp::NsPrecisionOption::Graph)
+      put("ns-precision=" + precision);
     if (!seqLen)
       put("tokens=1");
     put("reduce-dtype=" + std::string(mfsdp::enumName(reduceDtype.getValue())));
     const int depth0 = prefetchDepth >= 0 ? prefetchDepth.getValue() : prefetchGathers ? 1 : 0;
     put("bucket-mb=" + std::to_string(std::max(bucketMB.getValue(), 1)));
     put("prefetch=" + std::to_string(std::max(depth0, 0)));
-    mfsdp::planner::HardwareProfile priced = *profile;
-    priced.nsBf16 = nsPrecision == mfsdp::NsPrecision::BF16;
     mfsdp::AutotuneResult tuned =
-        mfsdp::autotune(*module, base, priced, 0, {25, 100, 400});
+        mfsdp::autotune(*module, base, *profile, 0, {25, 100, 400});
     outs() << "predicted on " << profile->name << ": " << profile->description << "\n"
            << mfsdp::renderAutotune(tuned);
     if (!tuned.error.empty() || tuned.best < 0)
@@ -299,7 +298,8 @@ int main(int argc, char **argv) {
     add("zero", std::to_string(zero));
   if (!layouts.empty())
     options += (options.empty() ? "" : " ") + layouts;
-  add("ns-precision", precision);
+  if (nsPrecision != mfsdp::NsPrecisionOption::Graph)
+    add("ns-precision", precision);
   if (bucketMB < 0)
     return fail("--bucket-mb must be 0 or more, got " + Twine(bucketMB.getValue()));
   mlir::PassManager pm(&ctx);
@@ -330,8 +330,7 @@ int main(int argc, char **argv) {
     if (bucketMB > 0)
       pipeline += "mfsdp-bucket-collectives{bucket-mb=" + std::to_string(bucketMB) + "},";
     pipeline += "mfsdp-schedule-overlap{prefetch=" + std::to_string(depth) +
-                " optimizer-order=" + optimizerOrder + " ns-precision=" + precision +
-                "},mfsdp-plan-memory)";
+                " optimizer-order=" + optimizerOrder + "},mfsdp-plan-memory)";
   }
   if (failed(mlir::parsePassPipeline(pipeline, pm, errs())))
     return fail("bad layout options '" + options + "'");

@@ -20,6 +20,7 @@
 #include "mfsdp/import/PlanImport.h"
 #include "passes/Autotune.h"
 #include "passes/Pipeline.h"
+#include "passes/ScheduleStages.h"
 #include "dialects/sched/StepBridge.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -75,12 +76,14 @@ static cl::opt<bool> autotuneOptions(
              "best and its predicted gain over --pipeline's (needs "
              "--pipeline)"),
     cl::init(false));
-static cl::opt<mfsdp::NsPrecision> nsPrecision(
+static cl::opt<mfsdp::NsPrecisionOption> nsPrecision(
     cl::cat(toolOptions), "ns-precision",
-    cl::desc("the precision the runtime's Newton-Schulz runs in, priced at its "
-             "rate: fp32 (the runtime's default) or bf16 (the trainer sets "
-             "ns_precision bf16); passed to --pipeline"),
-    cl::init(mfsdp::NsPrecision::FP32), mfsdp::clValues<mfsdp::NsPrecision>());
+    cl::desc("the precision Muon's Newton-Schulz runs in, priced at its rate: "
+             "graph (the default: what each step records, from its graph's "
+             "#plan.muon; fp32 where nothing is), fp32 or bf16; passed to "
+             "--pipeline, which writes it into the graph"),
+    cl::init(mfsdp::NsPrecisionOption::Graph),
+    mfsdp::clValues<mfsdp::NsPrecisionOption>());
 static cl::opt<bool> brief(cl::cat(toolOptions), "brief", cl::desc("one summary line per step"),
                            cl::init(false));
 
@@ -95,6 +98,7 @@ struct Outcome {
   std::string label;
   mfsdp::step::Step step;
   mfsdp::cost::SimResult result;
+  mfsdp::cost::SimProfile profile; // Newton-Schulz at the step's precision
 };
 
 int fail(const std::string &message) {
@@ -110,7 +114,16 @@ LogicalResult simulateModule(ModuleOp module, const std::string &label,
     o.label = label;
     if (failed(mfsdp::readStep(op, o.step)))
       return failure();
-    o.result = mfsdp::cost::simulate(o.step, profile);
+    // Newton-Schulz at the precision the step was scheduled with (the
+    // option may name it for a step that records none).
+    FailureOr<mfsdp::NsPrecision> precision =
+        mfsdp::stepNsPrecision(op, "mfsdp-sim", nsPrecision);
+    if (failed(precision))
+      return failure();
+    mfsdp::cost::SimProfile priced = profile;
+    priced.nsBf16 = *precision == mfsdp::NsPrecision::BF16;
+    o.result = mfsdp::cost::simulate(o.step, priced);
+    o.profile = priced;
     if (!o.result.ok) {
       op.emitError("cannot be simulated: ") << o.result.error;
       return failure();
@@ -162,7 +175,6 @@ int main(int argc, char **argv) {
     if (!bad.empty())
       return fail("--profile-set: " + bad);
   }
-  overridden.nsBf16 = nsPrecision == mfsdp::NsPrecision::BF16;
   const mfsdp::cost::SimProfile *profile = &overridden;
   // The pipeline prices Newton-Schulz as the simulator does.
   const std::string precisionText(mfsdp::enumName(nsPrecision.getValue()));
@@ -172,7 +184,7 @@ int main(int argc, char **argv) {
     return fail("give the Newton-Schulz precision to mfsdp-sim (--" + given +
                 "), not inside --pipeline: the simulator prices it too");
   }
-  if (!pipeline.empty())
+  if (!pipeline.empty() && nsPrecision != mfsdp::NsPrecisionOption::Graph)
     pipeline.setValue(pipeline.getValue() + " ns-precision=" + precisionText);
   if (compare && pipeline.empty())
     return fail("--compare needs --pipeline (the options to plan with)");
@@ -261,10 +273,10 @@ int main(int argc, char **argv) {
                << "\n";
   for (const Outcome &o : outcomes) {
     if (!brief && outcomes.size() == 1) {
-      llvm::outs() << mfsdp::cost::renderText(o.step, o.result, *profile);
-      double floor = mfsdp::cost::optimizerFloorSeconds(o.step, *profile);
+      llvm::outs() << mfsdp::cost::renderText(o.step, o.result, o.profile);
+      double floor = mfsdp::cost::optimizerFloorSeconds(o.step, o.profile);
       double sustained =
-          mfsdp::cost::optimizerSustainedFloorSeconds(o.step, *profile);
+          mfsdp::cost::optimizerSustainedFloorSeconds(o.step, o.profile);
       llvm::outs() << fmt::format(
           "optimizer floor (max over ranks of Newton-Schulz FLOPs / its precision's rate "
           "+ optimizer bytes / memory bandwidth): {:.3f} ms at peak rates, "
@@ -274,7 +286,7 @@ int main(int argc, char **argv) {
           floor > 0 ? o.result.optimizer.span() / floor : 0.0,
           sustained > 0 ? o.result.optimizer.span() / sustained : 0.0);
     }
-    llvm::outs() << summary(o, *profile) << "\n";
+    llvm::outs() << summary(o, o.profile) << "\n";
   }
   if (!tracePath.empty()) {
     auto out = openOutputFile(tracePath, &error);

@@ -81,6 +81,12 @@ mlir::FailureOr<ReduceDType> libraryReduceDtype(sched::StepOp step,
                                                 const std::vector<mfsdp_param_desc> &descs,
                                                 std::optional<ReduceDType> requested);
 
+/// Whether the Newton-Schulz precision the sched.step `step` (null: none)
+/// was scheduled with (its `ns_precision`, fp32 without one) is the one the
+/// library runs (`plan.muon_ns_precision`, from the graph's #plan.muon);
+/// an error on `step` where they differ and a parameter runs Muon.
+mlir::LogicalResult checkLibraryNsPrecision(sched::StepOp step, const mfsdp_plan &plan);
+
 } // namespace mfsdp
 
 #endif // MFSDP_EMIT_RUNTIMEPLAN_H

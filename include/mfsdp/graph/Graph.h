@@ -98,6 +98,7 @@ struct Muon {
   bool nesterov = true;
   int64_t nsSteps = 5;
   MuonScale scale = MuonScale::MatchRmsAdamW;
+  NsPrecision nsPrecision = NsPrecision::FP32;
   bool operator==(const Muon &o) const;
 };
 

@@ -139,6 +139,10 @@ inline uint64_t planHash(const mfsdp_plan &p) {
   // hash it had before the field existed.
   if (p.reduce_dtype != MFSDP_REDUCE_F32)
     h = hashMix(h, p.reduce_dtype);
+  // The Newton-Schulz precision, likewise only when not fp32; tagged, so
+  // that it never hashes as a reduce dtype would.
+  if (p.muon_ns_precision != MFSDP_NS_PRECISION_FP32)
+    h = hashMix(hashMix(h, 0x6e73), p.muon_ns_precision);
   return h;
 }
 
