@@ -47,9 +47,11 @@ TORCH_DEFAULTS = {
              "ns_coefficients": (3.4445, -4.775, 2.0315), "eps": 1e-7, "ns_steps": 5,
              "adjust_lr_fn": None},
 }
-# mfsdp's own options beside torch's: Muon's Newton-Schulz precision, fp32 (the
-# runtime's default, exact against an fp32 reference) or bf16 (what
-# torch.optim.Muon runs, about 11x faster on an H100: docs/benchmarks.md).
+# mfsdp's own options beside torch's: Muon's Newton-Schulz precision, fp32
+# (exact against an fp32 reference) or bf16 (what torch.optim.Muon runs, about
+# 11x faster on an H100: docs/benchmarks.md). Its default is the library's
+# (mfsdp-compile --ns-precision; fp32 unless compiled otherwise); giving it
+# compiles the library with it.
 MFSDP_OPTIONS = {"muon": {"ns_precision": "fp32"}}
 _NS_PRECISION = {"fp32": _C.NS_PRECISION_FP32, "bf16": _C.NS_PRECISION_BF16}
 _ADJUST_LR = {None: _C.ADJUST_LR_ORIGINAL, "original": _C.ADJUST_LR_ORIGINAL,
@@ -1150,9 +1152,10 @@ def _hparams(kind, g):
     raise Error(f"unknown optimizer {kind!r}")
 
 
-def _groups(state, options, param_groups):
+def _groups(state, options, param_groups, library_defaults=None):
     """param_groups: one per optimizer the plan uses (hyperparameters: torch's
-    defaults, updated by options[kind]), split by the user's groups."""
+    defaults, then the library's own (library_defaults[kind]), updated by
+    options[kind]), split by the user's groups."""
     kinds = {}
     for p in state.params:
         if p.optimizer != _C.OPT_NONE:
@@ -1161,6 +1164,7 @@ def _groups(state, options, param_groups):
     # Every optimizer's options are checked, whether the plan uses it or not.
     for kind in set(kinds) | {k for k, v in options.items() if v}:
         h = dict(TORCH_DEFAULTS[kind], **MFSDP_OPTIONS.get(kind, {}))
+        h.update((library_defaults or {}).get(kind, {}))
         for k, v in (options.get(kind) or {}).items():
             if k not in h:
                 raise Error(f"{kind}: unknown option {k!r} (options: {', '.join(h)})")
@@ -1320,6 +1324,13 @@ def fully_shard(model, mesh="dp_shard=2", policy="adamw", zero=3, *, library=Non
     reduce_name = "bf16" if reduce_dtype == torch.bfloat16 else "f32"
     if reduce_dtype == torch.bfloat16 and library is None:
         compile_args = list(compile_args) + ["--reduce-dtype=bf16"]
+    # Muon's Newton-Schulz precision is the plan's (#plan.muon ns_precision):
+    # compiled in, priced by the schedule, the library's default.
+    ns_precision = (muon or {}).get("ns_precision") if isinstance(muon, dict) else None
+    if ns_precision is not None and ns_precision not in _NS_PRECISION:
+        raise Error(f"muon: ns_precision {ns_precision!r} is not supported ('fp32' or 'bf16')")
+    if ns_precision is not None and library is None:
+        compile_args = list(compile_args) + [f"--ns-precision={ns_precision}"]
     if library is None:
         lib_path = _compile(model, mesh, policy, zero, units, example_inputs, example_kwargs,
                             external, prefetch, accumulate, bucket_mb, layouts, work_dir,
@@ -1330,6 +1341,10 @@ def fully_shard(model, mesh="dp_shard=2", policy="adamw", zero=3, *, library=Non
     if reduce_dtype is not None and lib.info()["reduce_dtype"] != reduce_name:
         raise Error(f"fully_shard: reduce_dtype {reduce_dtype}, but {lib_path} reduces in "
                     f"{lib.info()['reduce_dtype']} (mfsdp-compile --reduce-dtype)")
+    lib_ns = lib.info()["muon"]["ns_precision"]
+    if ns_precision is not None and ns_precision != lib_ns:
+        raise Error(f"fully_shard: muon ns_precision {ns_precision!r}, but {lib_path} runs "
+                    f"Newton-Schulz in {lib_ns} (mfsdp-compile --ns-precision)")
     problems = check_model(model, lib, external)
     if problems:
         raise Error(f"the model does not match the plan of {lib_path}:\n  " +
@@ -1346,7 +1361,8 @@ def fully_shard(model, mesh="dp_shard=2", policy="adamw", zero=3, *, library=Non
     cls = model.__class__
     model.__class__ = type(f"MFSDP{cls.__name__}", (MFSDPModule, cls), {})
     model.__dict__["_mfsdp_state"] = state
-    groups = _groups(state, {"adamw": adamw, "muon": muon, "sgd": sgd}, param_groups)
+    groups = _groups(state, {"adamw": adamw, "muon": muon, "sgd": sgd}, param_groups,
+                     {"muon": {"ns_precision": lib_ns}})
     optimizer = MFSDPOptimizer(state, groups)
     return model, optimizer
 

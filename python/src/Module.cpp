@@ -125,6 +125,8 @@ struct Library {
     muon["nesterov"] = p.muon_nesterov != 0;
     muon["ns_steps"] = p.muon_ns_steps;
     muon["adjust_lr_fn"] = p.muon_scale ? "original" : "match_rms_adamw";
+    muon["ns_precision"] =
+        std::string(mfsdp::enumName(static_cast<mfsdp::NsPrecision>(p.muon_ns_precision)));
     d["muon"] = muon;
     d["ns_split"] = p.ns_split != 0;
     nb::list mesh;

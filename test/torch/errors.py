@@ -99,6 +99,33 @@ expect("a parameter of another dtype", bf16_model, "model.norm.weight", "dtype t
 expect("a Muon Newton-Schulz precision that does not exist",
        lambda: mt.fully_shard(llama(), library=lib, muon={"ns_precision": "fp16"}),
        "muon: ns_precision 'fp16' is not supported ('fp32' or 'bf16')")
+expect("a Newton-Schulz precision the library does not run",
+       lambda: mt.fully_shard(llama(), library=lib, muon={"ns_precision": "bf16"}),
+       "muon ns_precision 'bf16', but", "runs Newton-Schulz in fp32 (mfsdp-compile --ns-precision)")
+
+
+def ns_precision_is_the_library_s():
+    """Asked for, Newton-Schulz in bf16 is compiled into the library (its plan's
+    muon_ns_precision) and is every Muon group's default, also for the same
+    library given ahead of time without the option."""
+    wd = os.path.join(work, "ns-bf16")
+    os.makedirs(wd, exist_ok=True)
+    _, opt = mt.fully_shard(llama(), mesh=f"dp_shard={WORLD}", policy="mixed_muon_adamw",
+                            work_dir=wd, muon={"ns_precision": "bf16"})
+    path = os.path.join(wd, f"libstep.{os.environ.get('OMPI_COMM_WORLD_RANK', '0')}.so")
+    info = rt.Library(path).info()["muon"]["ns_precision"]
+    if info != "bf16":
+        return f"the library's muon ns_precision is {info!r}"
+    _, again = mt.fully_shard(llama(), library=path)
+    for o in (opt, again):
+        got = {g["ns_precision"] for g in o.param_groups if g["optimizer"] == "muon"}
+        if got != {"bf16"}:
+            return f"the Muon groups' ns_precision is {got}"
+    return None
+
+
+check("Newton-Schulz precision compiled in", ns_precision_is_the_library_s,
+      "a library compiled with ns_precision bf16 runs it by default")
 expect("an option torch's Muon does not have",
        lambda: mt.fully_shard(llama(), library=lib, muon={"ns_form": "gemm"}),
        "muon: unknown option 'ns_form'", "ns_precision")
