@@ -1326,7 +1326,7 @@ def fully_shard(model, mesh="dp_shard=2", policy="adamw", zero=3, *, library=Non
         compile_args = list(compile_args) + ["--reduce-dtype=bf16"]
     # Muon's Newton-Schulz precision is the plan's (#plan.muon ns_precision):
     # compiled in, priced by the schedule, the library's default.
-    ns_precision = (muon or {}).get("ns_precision") if isinstance(muon, dict) else None
+    ns_precision = muon.get("ns_precision") if isinstance(muon, dict) else None
     if ns_precision is not None and ns_precision not in _NS_PRECISION:
         raise Error(f"muon: ns_precision {ns_precision!r} is not supported ('fp32' or 'bf16')")
     if ns_precision is not None and library is None:
