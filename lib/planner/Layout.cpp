@@ -522,6 +522,8 @@ Report account(const Problem &pr, const Options &o, const Decisions &d) {
   r.shard = S;
   r.replicate = o.replicate;
   r.hardware = o.hw.name;
+  r.nsSteps = o.nsSteps;
+  r.nsBf16 = o.hw.nsBf16;
   r.ranks.resize(S);
   r.nsSplit = d.nsSplit;
   r.nsSplitReason = d.nsSplitReason;
@@ -804,6 +806,9 @@ std::string renderText(const Report &r) {
   for (auto &[k, v] : r.placementCounts)
     o += fmt::format(" {} {}", k, v);
   o += "\n";
+  if (r.optimizerCounts.count("muon"))
+    o += fmt::format("  Newton-Schulz: {} steps in {} (#plan.muon ns_precision)\n", r.nsSteps,
+                     r.nsBf16 ? "bf16" : "fp32");
   int64_t flat = 0, perParam = 0;
   for (const UnitStats &u : r.units)
     if (u.hasRowShards)
@@ -905,6 +910,9 @@ std::string renderJson(const Report &r) {
   };
   o += fmt::format("  \"optimizers\": {},\n  \"placements\": {},\n",
                    counts(r.optimizerCounts), counts(r.placementCounts));
+  if (r.optimizerCounts.count("muon"))
+    o += fmt::format("  \"newton_schulz\": {{\"steps\": {}, \"precision\": \"{}\"}},\n",
+                     r.nsSteps, r.nsBf16 ? "bf16" : "fp32");
   o += fmt::format(
       "  \"imbalance\": {{\"optimizer_work\": {}, \"memory\": {}, "
       "\"fanout_max\": {}, \"fanout_mean\": {}}},\n",

@@ -21,6 +21,8 @@
 // and goes back to fp32 when the option says so.
 // RUN: sed 's/scale = match_rms_adamw>/scale = match_rms_adamw, ns_precision = bf16>/' %s | mfsdp-opt --mfsdp-assign-layouts | FileCheck %s --check-prefix=KEPT
 // RUN: sed 's/scale = match_rms_adamw>/scale = match_rms_adamw, ns_precision = bf16>/' %s | mfsdp-opt --mfsdp-assign-layouts="ns-precision=fp32" | FileCheck %s --check-prefix=FP32-IR
+// The plan report says which precision its optimizer times are priced at.
+// RUN: mfsdp-opt %s --mfsdp-assign-layouts="ns-precision=bf16" --mfsdp-plan-report -o /dev/null | FileCheck %s --check-prefix=REPORT-BF16
 // An option that contradicts the graph or the step is refused.
 // RUN: mfsdp-opt %s --mfsdp-assign-layouts="ns-precision=bf16" | not mfsdp-opt --mfsdp-plan-report="ns-precision=fp32" 2>&1 | FileCheck %s --check-prefix=REPORT
 // RUN: mfsdp-opt %s --mfsdp-assign-layouts="ns-precision=bf16" --mfsdp-build-step="tokens=1" | not mfsdp-opt --pass-pipeline="builtin.module(sched.step(mfsdp-schedule-overlap{ns-precision=fp32}))" 2>&1 | FileCheck %s --check-prefix=OVERLAP
@@ -42,6 +44,8 @@
 // BF16-IR: plan.param @w {{.*}}optimizer #plan.muon<{{.*}}ns_precision = bf16>
 // BF16-IR: sched.step @nsp.step mesh @nsp::@mesh world 2 tokens 1 microbatches 1 {{.*}}ns_precision bf16
 // BF16: .muon_ns_precision = MFSDP_NS_PRECISION_BF16,
+
+// REPORT-BF16: Newton-Schulz: 5 steps in bf16 (#plan.muon ns_precision)
 
 // KEPT: plan.param @w {{.*}}optimizer #plan.muon<{{.*}}ns_precision = bf16>
 

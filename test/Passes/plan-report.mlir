@@ -17,6 +17,8 @@
 //   all-gather-v twice, everything but the successor's 128 B = 256 B; the
 //   reduce-scatter-v everything but its own = 128 B.
 // ZERO3: "optimizers": {"adamw": 1, "muon": 2},
+// ZERO3-NEXT: "placements"
+// ZERO3-NEXT: "newton_schulz": {"steps": 5, "precision": "fp32"},
 // ZERO3: "memory_bytes": {"max": 416, "mean": 416},
 // ZERO3: {"rank": 0, "owned": ["w1"], "ns_flops": 2240, "optimizer_seconds": {{[0-9.e-]+}}, "param_bytes": 136, "grad_bytes": 136, "master_bytes": 0, "optimizer_state_bytes": 144, "memory_bytes": 416, "comm_bytes": {"all_gather": 16, "all_gather_v": 256, "reduce_scatter": 8, "reduce_scatter_v": 128}},
 // ZERO3: {"rank": 1, "owned": ["w2"],
@@ -33,6 +35,7 @@
 // TEXT-LABEL: graph @hand
 // TEXT: plan report: policy mixed_muon_adamw, ZeRO-3, dp_shard 2 x dp_replicate 1; times predicted for a100
 // TEXT: optimizers: adamw 1 muon 2; placements: owner 2 row_shard 1
+// TEXT-NEXT: Newton-Schulz: 5 steps in fp32 (#plan.muon ns_precision)
 // TEXT: units: 2 in 1 gather groups; row layout: 1 flat, 0 per_param
 // TEXT: rank  owned
 // TEXT-NEXT: 0 1 {{.*}} 136 B 136 B 0 B 144 B 416 B

@@ -172,6 +172,10 @@ struct Report {
   PolicyKind policy = PolicyKind::AdamW;
   int64_t zero = 3, shard = 1, replicate = 1;
   std::string hardware;
+  /// Newton-Schulz of the owned Muon matrices: steps and precision (the
+  /// graph's #plan.muon), as the optimizer times are priced.
+  int64_t nsSteps = 5;
+  bool nsBf16 = false;
   std::vector<RankStats> ranks; // one per dp_shard rank
   std::vector<UnitStats> units;
   int64_t groups = 0;
