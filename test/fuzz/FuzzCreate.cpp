@@ -116,6 +116,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   plan.muon_scale = r.pick(3);
   plan.ns_split = r.pick(2);
   plan.reduce_dtype = r.pick(3);
+  plan.muon_ns_precision = r.pick(3);
 
   const uint8_t extras = r.u8();
   // A memory plan: one rank's arena and every buffer's offset.
