@@ -49,76 +49,35 @@ mlir::FailureOr<mlir::DenseI64ArrayAttr> parseShape(mlir::AsmParser &parser);
 #include "dialects/plan/PlanOpsDialect.h.inc"
 #include "dialects/plan/PlanEnums.h.inc"
 
-#include "mfsdp/Vocabulary.h"
+#include "dialects/VocabularyTie.h"
 
 namespace mfsdp::plan {
 // The plan dialect's enums carry the values of the shared vocabulary
-// (mfsdp/Vocabulary.h), case by case, so converting is a cast. Each ODS case
-// is spelled as its vocabulary value (checked by the round-trip lit tests and
-// test/unit/VocabularyTest.cpp through the graph format).
-#define MFSDP_PLAN_TIE(ods, vocab)                                             \
-  static_assert(static_cast<int32_t>(ods) == static_cast<int32_t>(vocab),     \
-                #ods " must have the value of " #vocab);
-MFSDP_PLAN_TIE(ParamKind::linear, ModuleKind::Linear)
-MFSDP_PLAN_TIE(ParamKind::embedding, ModuleKind::Embedding)
-MFSDP_PLAN_TIE(ParamKind::output, ModuleKind::Output)
-MFSDP_PLAN_TIE(ParamKind::norm, ModuleKind::Norm)
-MFSDP_PLAN_TIE(ParamKind::router, ModuleKind::Router)
-MFSDP_PLAN_TIE(ParamKind::expert, ModuleKind::Expert)
-MFSDP_PLAN_TIE(ParamKind::other, ModuleKind::Other)
-MFSDP_PLAN_TIE(PolicyKind::adamw, ::mfsdp::PolicyKind::AdamW)
-MFSDP_PLAN_TIE(PolicyKind::sgd, ::mfsdp::PolicyKind::SGD)
-MFSDP_PLAN_TIE(PolicyKind::muon, ::mfsdp::PolicyKind::Muon)
-MFSDP_PLAN_TIE(PolicyKind::mixed_muon_adamw, ::mfsdp::PolicyKind::MixedMuonAdamW)
-MFSDP_PLAN_TIE(MuonScale::match_rms_adamw, ::mfsdp::MuonScale::MatchRmsAdamW)
-MFSDP_PLAN_TIE(MuonScale::original, ::mfsdp::MuonScale::Original)
-MFSDP_PLAN_TIE(NsPrecision::fp32, ::mfsdp::NsPrecision::FP32)
-MFSDP_PLAN_TIE(NsPrecision::bf16, ::mfsdp::NsPrecision::BF16)
-MFSDP_PLAN_TIE(RowLayout::per_param, ::mfsdp::RowLayout::PerParam)
-MFSDP_PLAN_TIE(RowLayout::flat, ::mfsdp::RowLayout::Flat)
-#undef MFSDP_PLAN_TIE
-static_assert(getMaxEnumValForParamKind() + 1 ==
-                  ::mfsdp::enumValues<ModuleKind>().size() &&
-              getMaxEnumValForPolicyKind() + 1 ==
-                  ::mfsdp::enumValues<::mfsdp::PolicyKind>().size() &&
-              getMaxEnumValForMuonScale() + 1 ==
-                  ::mfsdp::enumValues<::mfsdp::MuonScale>().size() &&
-              getMaxEnumValForNsPrecision() + 1 ==
-                  ::mfsdp::enumValues<::mfsdp::NsPrecision>().size() &&
-              getMaxEnumValForRowLayout() + 1 ==
-                  ::mfsdp::enumValues<::mfsdp::RowLayout>().size(),
-              "the plan dialect's enums have the vocabulary's cases");
-
-inline ::mfsdp::ModuleKind toVocab(ParamKind k) {
-  return static_cast<::mfsdp::ModuleKind>(k);
-}
-inline ParamKind fromVocab(::mfsdp::ModuleKind k) {
-  return static_cast<ParamKind>(k);
-}
-inline ::mfsdp::PolicyKind toVocab(PolicyKind k) {
-  return static_cast<::mfsdp::PolicyKind>(k);
-}
-inline PolicyKind fromVocab(::mfsdp::PolicyKind k) {
-  return static_cast<PolicyKind>(k);
-}
-inline ::mfsdp::MuonScale toVocab(MuonScale s) {
-  return static_cast<::mfsdp::MuonScale>(s);
-}
-inline MuonScale fromVocab(::mfsdp::MuonScale s) {
-  return static_cast<MuonScale>(s);
-}
-inline ::mfsdp::NsPrecision toVocab(NsPrecision p) {
-  return static_cast<::mfsdp::NsPrecision>(p);
-}
-inline NsPrecision fromVocab(::mfsdp::NsPrecision p) {
-  return static_cast<NsPrecision>(p);
-}
-inline ::mfsdp::RowLayout toVocab(RowLayout l) {
-  return static_cast<::mfsdp::RowLayout>(l);
-}
-inline RowLayout fromVocab(::mfsdp::RowLayout l) {
-  return static_cast<RowLayout>(l);
-}
+// (dialects/VocabularyTie.h), case by case, so converting is a cast. Each ODS
+// case is spelled as its vocabulary value (checked by the round-trip lit
+// tests and test/unit/VocabularyTest.cpp through the graph format).
+MFSDP_TIE_CASE(ParamKind::linear, ModuleKind::Linear)
+MFSDP_TIE_CASE(ParamKind::embedding, ModuleKind::Embedding)
+MFSDP_TIE_CASE(ParamKind::output, ModuleKind::Output)
+MFSDP_TIE_CASE(ParamKind::norm, ModuleKind::Norm)
+MFSDP_TIE_CASE(ParamKind::router, ModuleKind::Router)
+MFSDP_TIE_CASE(ParamKind::expert, ModuleKind::Expert)
+MFSDP_TIE_CASE(ParamKind::other, ModuleKind::Other)
+MFSDP_TIE_ENUM(ParamKind, ::mfsdp::ModuleKind)
+MFSDP_TIE_CASE(PolicyKind::adamw, ::mfsdp::PolicyKind::AdamW)
+MFSDP_TIE_CASE(PolicyKind::sgd, ::mfsdp::PolicyKind::SGD)
+MFSDP_TIE_CASE(PolicyKind::muon, ::mfsdp::PolicyKind::Muon)
+MFSDP_TIE_CASE(PolicyKind::mixed_muon_adamw, ::mfsdp::PolicyKind::MixedMuonAdamW)
+MFSDP_TIE_ENUM(PolicyKind, ::mfsdp::PolicyKind)
+MFSDP_TIE_CASE(MuonScale::match_rms_adamw, ::mfsdp::MuonScale::MatchRmsAdamW)
+MFSDP_TIE_CASE(MuonScale::original, ::mfsdp::MuonScale::Original)
+MFSDP_TIE_ENUM(MuonScale, ::mfsdp::MuonScale)
+MFSDP_TIE_CASE(NsPrecision::fp32, ::mfsdp::NsPrecision::FP32)
+MFSDP_TIE_CASE(NsPrecision::bf16, ::mfsdp::NsPrecision::BF16)
+MFSDP_TIE_ENUM(NsPrecision, ::mfsdp::NsPrecision)
+MFSDP_TIE_CASE(RowLayout::per_param, ::mfsdp::RowLayout::PerParam)
+MFSDP_TIE_CASE(RowLayout::flat, ::mfsdp::RowLayout::Flat)
+MFSDP_TIE_ENUM(RowLayout, ::mfsdp::RowLayout)
 } // namespace mfsdp::plan
 
 #define GET_ATTRDEF_CLASSES

@@ -9,47 +9,20 @@
 #include "dialects/sched/SchedOpsDialect.h.inc"
 #include "dialects/sched/SchedEnums.h.inc"
 
-#include "mfsdp/Vocabulary.h"
+#include "dialects/VocabularyTie.h"
 
 namespace mfsdp::sched {
-// sched's phases carry the shared vocabulary's values (mfsdp/Vocabulary.h),
-// so converting is a cast.
-static_assert(static_cast<int32_t>(Phase::forward) ==
-                      static_cast<int32_t>(::mfsdp::Phase::Forward) &&
-                  static_cast<int32_t>(Phase::backward) ==
-                      static_cast<int32_t>(::mfsdp::Phase::Backward) &&
-                  static_cast<int32_t>(Phase::optimizer) ==
-                      static_cast<int32_t>(::mfsdp::Phase::Optimizer) &&
-                  getMaxEnumValForPhase() + 1 ==
-                      ::mfsdp::enumValues<::mfsdp::Phase>().size(),
-              "sched.phase must have the vocabulary's phases");
-static_assert(static_cast<int32_t>(ReduceDType::f32) ==
-                      static_cast<int32_t>(::mfsdp::ReduceDType::F32) &&
-                  static_cast<int32_t>(ReduceDType::bf16) ==
-                      static_cast<int32_t>(::mfsdp::ReduceDType::BF16) &&
-                  getMaxEnumValForReduceDType() + 1 ==
-                      ::mfsdp::enumValues<::mfsdp::ReduceDType>().size(),
-              "sched's reduce dtypes must be the vocabulary's");
-static_assert(static_cast<int32_t>(NsPrecision::fp32) ==
-                      static_cast<int32_t>(::mfsdp::NsPrecision::FP32) &&
-                  static_cast<int32_t>(NsPrecision::bf16) ==
-                      static_cast<int32_t>(::mfsdp::NsPrecision::BF16) &&
-                  getMaxEnumValForNsPrecision() + 1 ==
-                      ::mfsdp::enumValues<::mfsdp::NsPrecision>().size(),
-              "sched's Newton-Schulz precisions must be the vocabulary's");
-inline ::mfsdp::NsPrecision toVocab(NsPrecision p) {
-  return static_cast<::mfsdp::NsPrecision>(p);
-}
-inline NsPrecision fromVocab(::mfsdp::NsPrecision p) {
-  return static_cast<NsPrecision>(p);
-}
-inline ::mfsdp::ReduceDType toVocab(ReduceDType d) {
-  return static_cast<::mfsdp::ReduceDType>(d);
-}
-inline ::mfsdp::Phase toVocab(Phase p) {
-  return static_cast<::mfsdp::Phase>(p);
-}
-inline Phase fromVocab(::mfsdp::Phase p) { return static_cast<Phase>(p); }
+// sched's enums carry the shared vocabulary's values (dialects/VocabularyTie.h).
+MFSDP_TIE_CASE(Phase::forward, ::mfsdp::Phase::Forward)
+MFSDP_TIE_CASE(Phase::backward, ::mfsdp::Phase::Backward)
+MFSDP_TIE_CASE(Phase::optimizer, ::mfsdp::Phase::Optimizer)
+MFSDP_TIE_ENUM(Phase, ::mfsdp::Phase)
+MFSDP_TIE_CASE(ReduceDType::f32, ::mfsdp::ReduceDType::F32)
+MFSDP_TIE_CASE(ReduceDType::bf16, ::mfsdp::ReduceDType::BF16)
+MFSDP_TIE_ENUM(ReduceDType, ::mfsdp::ReduceDType)
+MFSDP_TIE_CASE(NsPrecision::fp32, ::mfsdp::NsPrecision::FP32)
+MFSDP_TIE_CASE(NsPrecision::bf16, ::mfsdp::NsPrecision::BF16)
+MFSDP_TIE_ENUM(NsPrecision, ::mfsdp::NsPrecision)
 } // namespace mfsdp::sched
 
 #define GET_TYPEDEF_CLASSES
