@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "mfsdp/graph/Graph.h"
 #include "mfsdp/graph/TextLimits.h"
+#include "JsonText.h"
 #include "mfsdp/Vocabulary.h"
 
 #include <fmt/format.h>
@@ -341,27 +342,7 @@ struct ReadError {
   std::string message;
 };
 
-std::string typeName(const json &v) {
-  switch (v.type()) {
-  case json::value_t::null:
-    return "null";
-  case json::value_t::boolean:
-    return "a boolean";
-  case json::value_t::number_integer:
-  case json::value_t::number_unsigned:
-    return "an integer";
-  case json::value_t::number_float:
-    return "a number";
-  case json::value_t::string:
-    return "a string";
-  case json::value_t::array:
-    return "an array";
-  case json::value_t::object:
-    return "an object";
-  default:
-    return "something else";
-  }
-}
+std::string typeName(const json &v) { return jsonTypeName(v.type()); }
 
 std::string show(const json &v) {
   std::string s = v.dump();

@@ -114,6 +114,7 @@
 //===----------------------------------------------------------------------===//
 #include "mfsdp/graph/HFConfig.h"
 #include "mfsdp/graph/TextLimits.h"
+#include "JsonText.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -165,27 +166,7 @@ std::string show(const json &v) {
   return s;
 }
 
-std::string typeName(const json &v) {
-  switch (v.type()) {
-  case json::value_t::null:
-    return "null";
-  case json::value_t::boolean:
-    return "a boolean";
-  case json::value_t::number_integer:
-  case json::value_t::number_unsigned:
-    return "an integer";
-  case json::value_t::number_float:
-    return "a number";
-  case json::value_t::string:
-    return "a string";
-  case json::value_t::array:
-    return "an array";
-  case json::value_t::object:
-    return "an object";
-  default:
-    return "a value";
-  }
-}
+std::string typeName(const json &v) { return jsonTypeName(v.type()); }
 
 std::string pointerTo(std::string_view key) {
   std::string p = "/";

@@ -1,0 +1,42 @@
+//===- JsonText.h - Words for JSON values in the readers' messages -*- C++ -*-===//
+//
+// Shared by the graph format's reader (Graph.cpp) and the HF config
+// importer (HFConfig.cpp), which name what they found where they expected
+// something else ("expected an integer, got a string").
+//
+//===----------------------------------------------------------------------===//
+#ifndef MFSDP_LIB_GRAPH_JSONTEXT_H
+#define MFSDP_LIB_GRAPH_JSONTEXT_H
+
+#include <nlohmann/json.hpp>
+
+namespace mfsdp::graph {
+
+/// "a string", "an integer", ...: the kind of a JSON value, with its article
+/// (json and ordered_json share the value_t).
+inline const char *jsonTypeName(nlohmann::json::value_t t) {
+  using V = nlohmann::json::value_t;
+  switch (t) {
+  case V::null:
+    return "null";
+  case V::boolean:
+    return "a boolean";
+  case V::number_integer:
+  case V::number_unsigned:
+    return "an integer";
+  case V::number_float:
+    return "a number";
+  case V::string:
+    return "a string";
+  case V::array:
+    return "an array";
+  case V::object:
+    return "an object";
+  default:
+    return "a value";
+  }
+}
+
+} // namespace mfsdp::graph
+
+#endif // MFSDP_LIB_GRAPH_JSONTEXT_H
