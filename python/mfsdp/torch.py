@@ -1342,7 +1342,8 @@ def fully_shard(model, mesh="dp_shard=2", policy="adamw", zero=3, *, library=Non
         raise Error(f"fully_shard: reduce_dtype {reduce_dtype}, but {lib_path} reduces in "
                     f"{lib.info()['reduce_dtype']} (mfsdp-compile --reduce-dtype)")
     lib_ns = lib.info()["muon"]["ns_precision"]
-    if ns_precision is not None and ns_precision != lib_ns:
+    runs_muon = any(e["optimizer"] == _C.OPT_MUON for e in lib.params())
+    if ns_precision is not None and ns_precision != lib_ns and runs_muon:
         raise Error(f"fully_shard: muon ns_precision {ns_precision!r}, but {lib_path} runs "
                     f"Newton-Schulz in {lib_ns} (mfsdp-compile --ns-precision)")
     problems = check_model(model, lib, external)

@@ -99,9 +99,25 @@ expect("a parameter of another dtype", bf16_model, "model.norm.weight", "dtype t
 expect("a Muon Newton-Schulz precision that does not exist",
        lambda: mt.fully_shard(llama(), library=lib, muon={"ns_precision": "fp16"}),
        "muon: ns_precision 'fp16' is not supported ('fp32' or 'bf16')")
-expect("a Newton-Schulz precision the library does not run",
-       lambda: mt.fully_shard(llama(), library=lib, muon={"ns_precision": "bf16"}),
+
+
+def ns_precision_of_a_muon_library():
+    """Asked of a library given ahead of time that runs Muon in another
+    precision: refused (an AdamW-only library, `lib`, has no Newton-Schulz to
+    disagree with: its Muon options are checked and kept, as before)."""
+    wd = os.path.join(work, "ns-fp32")
+    os.makedirs(wd, exist_ok=True)
+    mt.fully_shard(llama(), mesh=f"dp_shard={WORLD}", policy="mixed_muon_adamw", work_dir=wd)
+    path = os.path.join(wd, f"libstep.{os.environ.get('OMPI_COMM_WORLD_RANK', '0')}.so")
+    mt.fully_shard(llama(), library=path, muon={"ns_precision": "bf16"})
+
+
+expect("a Newton-Schulz precision the library does not run", ns_precision_of_a_muon_library,
        "muon ns_precision 'bf16', but", "runs Newton-Schulz in fp32 (mfsdp-compile --ns-precision)")
+check("Muon options for a library without Muon",
+      lambda: None if mt.fully_shard(llama(), library=lib, muon={"ns_precision": "bf16"})
+      else "fully_shard returned nothing",
+      "an AdamW library takes Muon's ns_precision without a word")
 
 
 def ns_precision_is_the_library_s():
