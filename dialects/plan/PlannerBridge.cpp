@@ -103,10 +103,8 @@ void mfsdp::optionsFromGraph(GraphOp graph, planner::Options &opts) {
   if (PolicyOp policy = graph.getPolicy()) {
     opts.policy = toVocab(policy.getKind());
     opts.zero = static_cast<int64_t>(policy.getZero());
-    if (MuonAttr m = policy.getMuonAttr()) {
+    if (MuonAttr m = policy.getMuonAttr())
       opts.nsSteps = m.getNsSteps();
-      opts.hw.nsBf16 = m.getNsPrecision() == plan::NsPrecision::bf16;
-    }
     if (SGDAttr s = policy.getSgdAttr())
       opts.sgdMomentum = s.getMomentum();
     opts.fp32Master = !policy.getNoMaster();
@@ -119,9 +117,10 @@ void mfsdp::optionsFromGraph(GraphOp graph, planner::Options &opts) {
   for (ParamOp p : graph.getBody().front().getOps<ParamOp>())
     if (auto muon = dyn_cast_or_null<MuonAttr>(p.getOptimizerAttr())) {
       opts.nsSteps = muon.getNsSteps();
-      opts.hw.nsBf16 = muon.getNsPrecision() == plan::NsPrecision::bf16;
       break;
     }
+  if (std::optional<::mfsdp::NsPrecision> precision = graphNsPrecision(graph))
+    opts.hw.nsBf16 = *precision == ::mfsdp::NsPrecision::BF16;
 }
 
 std::optional<::mfsdp::NsPrecision> mfsdp::graphNsPrecision(GraphOp graph) {

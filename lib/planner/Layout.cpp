@@ -523,7 +523,7 @@ Report account(const Problem &pr, const Options &o, const Decisions &d) {
   r.replicate = o.replicate;
   r.hardware = o.hw.name;
   r.nsSteps = o.nsSteps;
-  r.nsBf16 = o.hw.nsBf16;
+  r.nsPrecision = o.hw.nsBf16 ? NsPrecision::BF16 : NsPrecision::FP32;
   r.ranks.resize(S);
   r.nsSplit = d.nsSplit;
   r.nsSplitReason = d.nsSplitReason;
@@ -808,7 +808,7 @@ std::string renderText(const Report &r) {
   o += "\n";
   if (r.optimizerCounts.count("muon"))
     o += fmt::format("  Newton-Schulz: {} steps in {} (#plan.muon ns_precision)\n", r.nsSteps,
-                     r.nsBf16 ? "bf16" : "fp32");
+                     enumName(r.nsPrecision));
   int64_t flat = 0, perParam = 0;
   for (const UnitStats &u : r.units)
     if (u.hasRowShards)
@@ -912,7 +912,7 @@ std::string renderJson(const Report &r) {
                    counts(r.optimizerCounts), counts(r.placementCounts));
   if (r.optimizerCounts.count("muon"))
     o += fmt::format("  \"newton_schulz\": {{\"steps\": {}, \"precision\": \"{}\"}},\n",
-                     r.nsSteps, r.nsBf16 ? "bf16" : "fp32");
+                     r.nsSteps, enumName(r.nsPrecision));
   o += fmt::format(
       "  \"imbalance\": {{\"optimizer_work\": {}, \"memory\": {}, "
       "\"fanout_max\": {}, \"fanout_mean\": {}}},\n",

@@ -1338,10 +1338,11 @@ def fully_shard(model, mesh="dp_shard=2", policy="adamw", zero=3, *, library=Non
     else:
         lib_path = os.fspath(library)
     lib = _rt.Library(lib_path)
-    if reduce_dtype is not None and lib.info()["reduce_dtype"] != reduce_name:
+    info = lib.info()
+    if reduce_dtype is not None and info["reduce_dtype"] != reduce_name:
         raise Error(f"fully_shard: reduce_dtype {reduce_dtype}, but {lib_path} reduces in "
-                    f"{lib.info()['reduce_dtype']} (mfsdp-compile --reduce-dtype)")
-    lib_ns = lib.info()["muon"]["ns_precision"]
+                    f"{info['reduce_dtype']} (mfsdp-compile --reduce-dtype)")
+    lib_ns = info["muon"]["ns_precision"]
     runs_muon = any(e["optimizer"] == _C.OPT_MUON for e in lib.params())
     if ns_precision is not None and ns_precision != lib_ns and runs_muon:
         raise Error(f"fully_shard: muon ns_precision {ns_precision!r}, but {lib_path} runs "

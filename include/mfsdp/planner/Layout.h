@@ -175,7 +175,7 @@ struct Report {
   /// Newton-Schulz of the owned Muon matrices: steps and precision (the
   /// graph's #plan.muon), as the optimizer times are priced.
   int64_t nsSteps = 5;
-  bool nsBf16 = false;
+  NsPrecision nsPrecision = NsPrecision::FP32;
   std::vector<RankStats> ranks; // one per dp_shard rank
   std::vector<UnitStats> units;
   int64_t groups = 0;
