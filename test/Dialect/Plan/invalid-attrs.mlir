@@ -90,6 +90,13 @@
 
 // -----
 
+// Newton-Schulz runs in fp32 or bf16, nothing else.
+// expected-error @+2 {{expected one of [fp32, bf16] for precision of Muon's Newton-Schulz products, got: fp16}}
+// expected-error @+1 {{failed to parse Plan_MuonAttr parameter 'ns_precision'}}
+"test.use"() {o = #plan.muon<lr = 0.02, momentum = 0.95, weight_decay = 0, nesterov = true, ns_steps = 5, scale = original, ns_precision = fp16>} : () -> ()
+
+// -----
+
 // Unknown Muon scales do not parse.
 // expected-error @+2 {{expected one of [match_rms_adamw, original] for Muon update scale, got: huge}}
 // expected-error @+1 {{failed to parse Plan_MuonAttr parameter 'scale'}}
