@@ -138,15 +138,15 @@ typedef struct mfsdp_bucket_offsets {
 
 /* The static memory plan the compiler computed: one arena per rank, every
  * buffer at a fixed offset, buffers whose lifetimes cannot overlap sharing
- * space. The lifetimes assume the hook protocol of a training step: units
- * one at a time (a unit that encloses others, like FSDP2's root, does not
- * fit), forward in order, backward in reverse (a recomputation's
+ * space. The lifetimes are those of the plan's program (mfsdp_program, or
+ * the one mfsdp_create derives for a plan without one) replayed in a
+ * training step's order: forward in order, backward in reverse (a unit
+ * that encloses others, like FSDP2's root, does not fit; a recomputation's
  * pre_forward after the unit's pre_backward reuses its backward gather);
- * under ZeRO-3 a unit's gathered copy lives from pre_forward to
- * post_forward and from pre_backward to post_backward; gradients from
- * pre_backward to post_backward unless keep_grads, and then a unit's
- * gradients are reduced once per step (zero_grad before the next
- * backward). A trainer that holds two units whose space is shared gets
+ * under ZeRO-3 a unit's gathered copy lives from the op that gathers it to
+ * the op that releases it; gradients from pre_backward until their
+ * reduction is waited for unless keep_grads, and then a unit's gradients
+ * are reduced once per step (zero_grad before the next backward). A trainer that holds two units whose space is shared gets
  * MFSDP_ERROR_ORDER naming both, never corrupt data. */
 typedef struct mfsdp_memory_plan {
   int32_t num_shard_ranks;           /* = dp_shard */
@@ -237,9 +237,11 @@ typedef struct mfsdp_mesh_dim {
  * --emit-step-c builds carries all four hooks of every unit, for steps
  * that accumulate microbatches too (one set of hooks for every
  * microbatch: under no-sync a START_REDUCTION reduces nothing). A plan
- * with no program, or one with no forward or backward entry (built by
- * hand), leaves those hooks to the runtime's own protocol
- * (docs/runtime.md). What the trainer
+ * with no program, or one with no forward or backward entry or no
+ * optimizer step (built by hand), runs those parts as mfsdp_create derives
+ * them from the plan: one unit in flight at a time, prefetch depth 1 where
+ * the memory plan has room for it, every parameter stepped after every
+ * reduction (mfsdp/runtime/DefaultProgram.h, docs/runtime.md). What the trainer
  * calls is still checked against the unit's state (MFSDP_ERROR_ORDER), and
  * a pre_forward during the unit's backward (activation recomputation) runs
  * no ops: the backward gather is in place. */

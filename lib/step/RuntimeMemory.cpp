@@ -2,6 +2,7 @@
 #include "mfsdp/step/RuntimeMemory.h"
 
 #include "mfsdp/runtime/BufferSizes.h"
+#include "mfsdp/runtime/DefaultProgram.h"
 #include "mfsdp/runtime/ProgramHooks.h"
 #include "mfsdp/step/Schedule.h"
 
@@ -276,126 +277,90 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
     if (bucketOf[p] >= 0)
       op(kind, staged[bucketOf[p]][k == Full ? 0 : k == FullBackward ? 1 : 2]);
   };
-  // Forward, units in order; backward in reverse, a unit's gathered copy
-  // (the recomputation's or the backward gather's) and its gradients
-  // together; then a load or store outside the hooks. With prefetch (ZeRO-3)
-  // the next unit's copy is allocated in the current unit's pre-hook:
-  // forward unit u + 1's at pre_forward(u), backward unit u - 1's at
-  // pre_backward(u); and unit u's gradients and backward copy stay live
-  // until post_backward(u - 1), while its reduction overlaps that backward.
+  // Forward, units in order; backward in reverse; then the optimizer step:
+  // the lifetimes the program gives (a plan without one runs the program
+  // the runtime derives, runtime/DefaultProgram.h, with the same prefetch),
+  // its hooks replayed in a training step's order, each op's buffers
+  // allocated or freed as the runtime's executor does
+  // (runtime/common/Execute.cpp). With prefetch (ZeRO-3) the next unit's
+  // copy is allocated in the current unit's pre-hook: forward unit u + 1's
+  // at pre_forward(u), backward unit u - 1's at pre_backward(u); and unit
+  // u's gradients and backward copy stay live until its reduction is
+  // waited for, post_backward(u - 1), while it overlaps that backward.
   const int32_t N = plan.num_units;
-  if (runtime::programHasHooks(program)) {
-    // The lifetimes the compiled program gives: the hooks replayed in a
-    // training step's order, each op's buffers allocated or freed as the
-    // runtime's executor does (runtime/common/Execute.cpp).
-    const std::vector<int32_t> entry = runtime::hookEntries(*program, N);
-    const mfsdp_program_hook *optimizerHook = nullptr;
-    for (int32_t h = 0; h < program->num_hooks; ++h)
-      if (program->hooks[h].hook == MFSDP_HOOK_OPTIMIZER_STEP)
-        optimizerHook = &program->hooks[h];
-    std::vector<int32_t> inFlight; // units whose reductions are in flight
-    // A unit's reduction lands (its backward copy and gradients freed)
-    // where the runtime waits for it: a WAIT_REDUCTION of that unit, or
-    // any other op on the unit (Execute.cpp, Optimizer.cpp); the others
-    // stay in flight.
-    auto land = [&](int32_t u) {
-      auto it = std::find(inFlight.begin(), inFlight.end(), u);
-      if (it == inFlight.end())
-        return;
-      inFlight.erase(it);
-      for (int32_t p : unitParams[u]) {
-        both(OpKind::Free, p, FullBackward);
-        both(OpKind::Free, p, Grad);
-      }
-    };
-    auto landAll = [&]() {
-      while (!inFlight.empty())
-        land(inFlight.front());
-    };
-    auto run = [&](const mfsdp_program_hook &k) {
-      const bool backward =
-          k.hook == MFSDP_HOOK_PRE_BACKWARD || k.hook == MFSDP_HOOK_POST_BACKWARD;
-      const int copy = backward ? FullBackward : Full;
-      for (int32_t i = k.first_op; i < k.first_op + k.num_ops; ++i) {
-        const mfsdp_program_op &o = program->ops[i];
-        if (o.unit < 0 || o.unit >= N)
-          continue;
-        if (o.kind != MFSDP_PROGRAM_START_REDUCTION && o.kind != MFSDP_PROGRAM_PACK)
-          land(o.unit);
-        switch (o.kind) {
-        case MFSDP_PROGRAM_START_GATHER:
-        case MFSDP_PROGRAM_WAIT_GATHER:
-          for (int32_t p : unitParams[o.unit])
-            both(OpKind::Alloc, p, copy);
-          break;
-        case MFSDP_PROGRAM_RELEASE:
-          for (int32_t p : unitParams[o.unit])
-            both(OpKind::Free, p, copy);
-          break;
-        case MFSDP_PROGRAM_PLACE_GRADS:
-          for (int32_t p : unitParams[o.unit])
-            both(OpKind::Alloc, p, Grad);
-          break;
-        case MFSDP_PROGRAM_START_REDUCTION:
-          if (std::find(inFlight.begin(), inFlight.end(), o.unit) == inFlight.end())
-            inFlight.push_back(o.unit);
-          break;
-        default:
-          break;
-        }
-      }
-    };
-    auto runHook = [&](int32_t u, int32_t hook) {
-      if (const int32_t h = entry[runtime::hookSlot(u, hook)]; h >= 0)
-        run(program->hooks[h]);
-    };
-    for (int32_t u = 0; u < N; ++u)
-      for (int32_t h : {MFSDP_HOOK_PRE_FORWARD, MFSDP_HOOK_POST_FORWARD})
-        runHook(u, h);
-    for (int32_t u = N; u-- > 0;)
-      for (int32_t h : {MFSDP_HOOK_PRE_BACKWARD, MFSDP_HOOK_POST_BACKWARD})
-        runHook(u, h);
-    if (optimizerHook)
-      run(*optimizerHook);
-    landAll();
-  } else {
-    const bool ahead = prefetch == 1 && zero3;
-    const int32_t N = plan.num_units;
-    for (int32_t u = 0; u < N; ++u) {
-      if (!ahead || u == 0)
-        for (int32_t p : unitParams[u])
-          both(OpKind::Alloc, p, Full);
-      if (ahead && u + 1 < N)
-        for (int32_t p : unitParams[u + 1])
-          both(OpKind::Alloc, p, Full);
-      for (int32_t p : unitParams[u])
-        both(OpKind::Free, p, Full);
+  std::unique_ptr<runtime::OwnedProgram> completed =
+      runtime::completeProgram(plan, program, prefetch == 1 && zero3);
+  program = &completed->program;
+  const std::vector<int32_t> entry = runtime::hookEntries(*program, N);
+  const mfsdp_program_hook *optimizerHook = nullptr;
+  for (int32_t h = 0; h < program->num_hooks; ++h)
+    if (program->hooks[h].hook == MFSDP_HOOK_OPTIMIZER_STEP)
+      optimizerHook = &program->hooks[h];
+  std::vector<int32_t> inFlight; // units whose reductions are in flight
+  // A unit's reduction lands (its backward copy and gradients freed)
+  // where the runtime waits for it: a WAIT_REDUCTION of that unit, or
+  // any other op on the unit (Execute.cpp, Optimizer.cpp); the others
+  // stay in flight.
+  auto land = [&](int32_t u) {
+    auto it = std::find(inFlight.begin(), inFlight.end(), u);
+    if (it == inFlight.end())
+      return;
+    inFlight.erase(it);
+    for (int32_t p : unitParams[u]) {
+      both(OpKind::Free, p, FullBackward);
+      both(OpKind::Free, p, Grad);
     }
-    for (int32_t u = N; u-- > 0;) {
-      for (int32_t p : unitParams[u]) {
-        if (!ahead || u == N - 1)
-          both(OpKind::Alloc, p, FullBackward);
-        both(OpKind::Alloc, p, Grad);
+  };
+  auto landAll = [&]() {
+    while (!inFlight.empty())
+      land(inFlight.front());
+  };
+  auto run = [&](const mfsdp_program_hook &k) {
+    const bool backward =
+        k.hook == MFSDP_HOOK_PRE_BACKWARD || k.hook == MFSDP_HOOK_POST_BACKWARD;
+    const int copy = backward ? FullBackward : Full;
+    for (int32_t i = k.first_op; i < k.first_op + k.num_ops; ++i) {
+      const mfsdp_program_op &o = program->ops[i];
+      if (o.unit < 0 || o.unit >= N)
+        continue;
+      if (o.kind != MFSDP_PROGRAM_START_REDUCTION && o.kind != MFSDP_PROGRAM_PACK)
+        land(o.unit);
+      switch (o.kind) {
+      case MFSDP_PROGRAM_START_GATHER:
+      case MFSDP_PROGRAM_WAIT_GATHER:
+        for (int32_t p : unitParams[o.unit])
+          both(OpKind::Alloc, p, copy);
+        break;
+      case MFSDP_PROGRAM_RELEASE:
+        for (int32_t p : unitParams[o.unit])
+          both(OpKind::Free, p, copy);
+        break;
+      case MFSDP_PROGRAM_PLACE_GRADS:
+        for (int32_t p : unitParams[o.unit])
+          both(OpKind::Alloc, p, Grad);
+        break;
+      case MFSDP_PROGRAM_START_REDUCTION:
+        if (std::find(inFlight.begin(), inFlight.end(), o.unit) == inFlight.end())
+          inFlight.push_back(o.unit);
+        break;
+      default:
+        break;
       }
-      if (ahead && u > 0)
-        for (int32_t p : unitParams[u - 1])
-          both(OpKind::Alloc, p, FullBackward);
-      // With prefetch the reduction of unit u runs until post_backward(u - 1)
-      // (which waits for it before starting its own): unit u's backward copy
-      // and gradients are freed there, unit 0's after the backward.
-      const int32_t freed = ahead ? u + 1 : u;
-      if (freed < N)
-        for (int32_t p : unitParams[freed]) {
-          both(OpKind::Free, p, FullBackward);
-          both(OpKind::Free, p, Grad);
-        }
     }
-    if (ahead && N > 0)
-      for (int32_t p : unitParams[0]) {
-        both(OpKind::Free, p, FullBackward);
-        both(OpKind::Free, p, Grad);
-      }
-  }
+  };
+  auto runHook = [&](int32_t u, int32_t hook) {
+    if (const int32_t h = entry[runtime::hookSlot(u, hook)]; h >= 0)
+      run(program->hooks[h]);
+  };
+  for (int32_t u = 0; u < N; ++u)
+    for (int32_t h : {MFSDP_HOOK_PRE_FORWARD, MFSDP_HOOK_POST_FORWARD})
+      runHook(u, h);
+  for (int32_t u = N; u-- > 0;)
+    for (int32_t h : {MFSDP_HOOK_PRE_BACKWARD, MFSDP_HOOK_POST_BACKWARD})
+      runHook(u, h);
+  if (optimizerHook)
+    run(*optimizerHook);
+  landAll();
   op(OpKind::Alloc, staging);
   op(OpKind::Free, staging);
 

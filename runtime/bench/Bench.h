@@ -232,8 +232,8 @@ struct ProgramResult {
   int64_t ops = 0;
 };
 
-/// 4. A whole step: the compiled program against the runtime's own order
-/// (BenchSteps.cpp).
+/// 4. A whole step: the compiled program against the one the runtime
+/// derives for the plan without a program (BenchSteps.cpp).
 ProgramResult benchProgram(int world);
 
 /// `ns`: the two Newton-Schulz forms, rank 0 only (BenchNS.cpp).

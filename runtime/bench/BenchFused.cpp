@@ -73,7 +73,7 @@ FusedResult benchFused(int world, const char *shape, int32_t vectors, int64_t ve
   auto run = [&](bool fused, std::vector<double> &opt, std::vector<double> &whole) {
     mfsdp_plan plan = zero3Plan(world, kUnits, descs, buckets);
     plan.adamw_weight_decay = 0.1f;
-    plan.program = &program; // the optimizer step only: the hooks' protocol
+    plan.program = &program; // the optimizer step only: the hooks derived
     const Planned planned(plan, /*prefetch=*/1);
     mfsdp_step *step = nullptr;
     checkOk(step, mfsdp_create(&plan, &step), "create");

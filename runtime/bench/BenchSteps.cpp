@@ -83,7 +83,7 @@ BucketResult benchBuckets(int world) {
 }
 
 
-//===-- 4. A whole step: the compiled program against the runtime's order ===//
+//===-- 4. A whole step: the compiled program against the derived one ----===//
 
 
 /// The plan of 3. (8 units, each 12 AdamW row-shard vectors of 2048 floats
@@ -94,8 +94,9 @@ BucketResult benchBuckets(int world) {
 /// the optimizer step as the compiler lowers a landing-order schedule of
 /// one group per unit (the last unit first, each owner's Muon on its rank,
 /// unit 0's kernels after the wait for its reduction, which the others
-/// overlap); without: the runtime's own order (every reduction waited for
-/// first, then every parameter in table order).
+/// overlap); without: the program the runtime derives for a plan without
+/// one (DefaultProgram.h: every reduction waited for first, then every
+/// parameter in table order).
 /// The forward and backward hooks of `units` units as step::lowerStepProgram
 /// lowers a ZeRO-3 schedule with prefetch 1 (one unit per gather group):
 /// each gather started one unit ahead, released in post_forward, each

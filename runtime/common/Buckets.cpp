@@ -240,16 +240,12 @@ mfsdp_status mfsdp_step::packBucket(int32_t b) {
 
 mfsdp_status mfsdp_step::packedForReduction(int32_t b) {
   BucketState &bs = buckets[b];
-  if (!bs.packed) {
-    // A compiled program packs in an op of its own before the start.
-    if (programmed)
-      return fail(MFSDP_ERROR_PLAN,
-                  "the reduction of bucket " + std::to_string(b) + " (unit " +
-                      std::to_string(bs.unit) +
-                      ") starts before the program packed it (MFSDP_PROGRAM_PACK)");
-    if (auto s = packBucket(b))
-      return s;
-  }
+  // The program packs in an op of its own before the start.
+  if (!bs.packed)
+    return fail(MFSDP_ERROR_PLAN,
+                "the reduction of bucket " + std::to_string(b) + " (unit " +
+                    std::to_string(bs.unit) +
+                    ") starts before the program packed it (MFSDP_PROGRAM_PACK)");
   bs.packed = false; // the staging is the collective's now
   return MFSDP_OK;
 }

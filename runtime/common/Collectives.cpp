@@ -216,7 +216,8 @@ mfsdp_status mfsdp_step::finishBF16(const BF16Reduction &r, const std::string &w
   return s;
 }
 
-mfsdp_status mfsdp_step::reduceParamBF16(int32_t p, bool async) {
+mfsdp_status mfsdp_step::reduceParamBF16(int32_t p) {
+  bool async = true; // started, but for block shards packed in staging
   ParamState &ps = params[p];
   const int64_t n = ps.elements();
   const std::string what = "'" + ps.name + "'";
@@ -381,20 +382,16 @@ mfsdp_status mfsdp_step::gather(int32_t unit, bool forBackward, bool defer) {
   return MFSDP_OK;
 }
 
-mfsdp_status mfsdp_step::reduce(int32_t unit, bool async) {
+mfsdp_status mfsdp_step::reduce(int32_t unit) {
   const float scale = 1.f / static_cast<float>(S * R);
   for (int32_t b : unitBuckets[unit]) {
     CommHandle handle = 0;
-    const bool start = async;
     about(b, -1);
     BF16Reduction bf16;
-    if (auto s = reduceBF16() ? reduceBucketBF16(b, start ? &handle : nullptr, bf16)
-                              : reduceBucket(b, start ? &handle : nullptr))
+    if (auto s = reduceBF16() ? reduceBucketBF16(b, &handle, bf16) : reduceBucket(b, &handle))
       return s;
-    if (start) {
-      reduceStarted.push_back({-1, b, handle, unit, bf16});
-      ++work.reduceStarts;
-    }
+    reduceStarted.push_back({-1, b, handle, unit, bf16});
+    ++work.reduceStarts;
   }
   for (int32_t p : unitParams[unit]) {
     ParamState &ps = params[p];
@@ -402,7 +399,7 @@ mfsdp_status mfsdp_step::reduce(int32_t unit, bool async) {
       continue;
     about(-1, p);
     if (reduceBF16()) {
-      if (auto s = reduceParamBF16(p, async))
+      if (auto s = reduceParamBF16(p))
         return s;
       continue;
     }
@@ -418,7 +415,7 @@ mfsdp_status mfsdp_step::reduce(int32_t unit, bool async) {
     // Every placement sends the whole (padded) gradient once.
     work.reduceBytes +=
         4 * (ps.desc.placement == MFSDP_ROW_SHARD ? S * ps.localSize : n);
-    if (async && (ps.desc.placement != MFSDP_BLOCK_SHARD || packInCopy)) {
+    if (ps.desc.placement != MFSDP_BLOCK_SHARD || packInCopy) {
       CommHandle handle = 0;
       int rc = 0;
       if (packInCopy) {
@@ -449,27 +446,10 @@ mfsdp_status mfsdp_step::reduce(int32_t unit, bool async) {
       ++work.reduceStarts;
       continue;
     }
-    switch (ps.desc.placement) {
-    case MFSDP_ROW_SHARD:
-      // grad is padded with zeros to S whole chunks.
-      if (auto s = comm(backend->reduceScatter(Group::Shard, ps.grad,
-                                               ps.gradShard, ps.localSize),
-                        "reduce-scatter"))
-        return s;
-      break;
-    case MFSDP_OWNER: {
-      std::vector<int64_t> counts(S, 0);
-      counts[ps.desc.owner] = n;
-      if (auto s = comm(backend->reduceScatterV(Group::Shard, ps.grad,
-                                                ps.ownsAny ? ps.gradShard : nullptr,
-                                                counts),
-                        "reduce-scatter-v"))
-        return s;
-      break;
-    }
-    case MFSDP_BLOCK_SHARD: {
-      // The whole gradient packed by rank, then each rank's blocks
-      // reduced to it.
+    // A block shard without a copy to pack into (ZeRO-1/2's copy is the
+    // parameter itself): the whole gradient packed by rank through the
+    // staging buffer, then each rank's blocks reduced to it, at once.
+    {
       float *packed = nullptr;
       if (auto s = blockStaging(ps, packed, "reducing"))
         return s;
@@ -483,16 +463,6 @@ mfsdp_status mfsdp_step::reduce(int32_t unit, bool async) {
                  "reduce-scatter-v of blocks");
       backend->release(packed);
       if (s)
-        return s;
-      break;
-    }
-    default:
-      // Reduced in the shard buffer, so the trainer's gradient (kept for
-      // accumulation) is never summed twice.
-      if (auto s = device(backend->copy(ps.gradShard, ps.grad, n), "copy"))
-        return s;
-      if (auto s = comm(backend->allReduce(Group::Shard, ps.gradShard, n),
-                        "all-reduce"))
         return s;
     }
     if (R > 1) {

@@ -1,9 +1,11 @@
-//===- Execute.cpp - The forward and backward hooks' compiled ops ---------===//
+//===- Execute.cpp - The forward and backward hooks' program ops ----------===//
 //
-// Where the step library carries them (mfsdp_plan.program, runtime.h), a
-// unit's forward and backward hooks run the ops the compiler lowered from
-// the scheduled sched.step, in their order: the starts and waits of the
-// unit's gathers and reductions, the frees, the gradient buffers. The
+// A unit's forward and backward hooks run the ops of the plan's program
+// (mfsdp_plan.program, runtime.h: what the compiler lowered from the
+// scheduled sched.step, or for a plan built by hand without them the
+// hooks mfsdp_create derived, DefaultProgram.h), in their order: the
+// starts and waits of the unit's gathers and reductions, the frees, the
+// gradient buffers. The
 // hooks (Runtime.cpp) still check what the trainer calls against each
 // unit's state; which collective starts and which is waited for where is
 // the program's.
@@ -98,7 +100,7 @@ mfsdp_status mfsdp::rt::runHook(mfsdp_step *step, int32_t hook, int32_t unit) {
       }
       if (step->reductionInFlight(u))
         break; // started already
-      if (auto s = step->reduce(u, /*async=*/true)) {
+      if (auto s = step->reduce(u)) {
         const std::string why = step->error;
         step->completeReduction(); // waits for what was started
         step->error = why;

@@ -5,8 +5,9 @@
 // matrices it owns, one by one (under ns_split on one dp_replicate
 // replica, which broadcasts the updated master to the others); then the
 // gathered copies are refreshed.
-// With a compiled program (mfsdp_plan.program) in the schedule's order,
-// each group's update as soon as its reduction has landed; without, every
+// The program's optimizer step (mfsdp_plan.program) in the schedule's
+// order, each group's update as soon as its reduction has landed; a plan
+// built by hand without one runs the derived one (DefaultProgram.h): every
 // reduction waited for first, then the parameters in table order.
 //
 //===----------------------------------------------------------------------===//
@@ -266,7 +267,7 @@ mfsdp_status broadcastUpdates(mfsdp_step *step, const std::vector<ParamState *> 
   return MFSDP_OK;
 }
 
-/// The optimizer step as the compiled program says (runtime.h,
+/// The optimizer step as the program says (runtime.h,
 /// mfsdp_program): its ops in their order, each group's kernels as soon as
 /// its gradients have landed, while the reductions still in flight (those
 /// the last post_backward hooks left running) go on until an op waits for
@@ -342,21 +343,10 @@ void mfsdp::rt::setFusedOptimizer(mfsdp_step *step, bool fused) {
 mfsdp_status mfsdp::rt::optimizerStep(mfsdp_step *step) {
   if (!step)
     return MFSDP_ERROR_INVALID;
-  if (const mfsdp_program_hook *hook = mfsdp::rt::optimizerHook(step->plan)) {
-    // The reduction in flight is left running: the program waits for it.
-    if (auto st = step->enter(/*keepReduction=*/true))
-      return st;
-    if (auto st = step->checkReduced("optimizer_step", /*inFlight=*/true))
-      return st;
-    step->stepped = true;
-    ++step->steps;
-    if (auto st = step->chooseStepped())
-      return st;
-    return runProgram(step, *hook);
-  }
-  if (auto st = step->enter())
+  // The reductions in flight are left running: the program waits for them.
+  if (auto st = step->enter(/*keepReduction=*/true))
     return st;
-  if (auto st = step->checkReduced("optimizer_step"))
+  if (auto st = step->checkReduced("optimizer_step", /*inFlight=*/true))
     return st;
   // The reduced gradients are consumed from here on, even if a kernel
   // fails below: a second step would move what was stepped again.
@@ -364,30 +354,7 @@ mfsdp_status mfsdp::rt::optimizerStep(mfsdp_step *step) {
   ++step->steps;
   if (auto st = step->chooseStepped())
     return st;
-  const mfsdp_plan &p = step->plan;
-  // The whole table as one group: one fused call per optimizer.
-  std::vector<int32_t> all(step->params.size());
-  for (size_t i = 0; i < all.size(); ++i)
-    all[i] = static_cast<int32_t>(i);
-  if (auto s = stepParams(step, all.data(), static_cast<int32_t>(all.size())))
-    return s;
-  // ns_split: every replica has stepped its share of the owned matrices;
-  // now each updated master goes from its replica to the same owner on
-  // the others (in table order on every rank), in one call.
-  std::vector<ParamState *> split;
-  for (ParamState &ps : step->params)
-    if (ps.ownsAny && ps.nsReplica >= 0)
-      split.push_back(&ps);
-  if (auto s = broadcastUpdates(step, split))
-    return s;
-  // Gathered copies are stale now: ZeRO-1/2 keep parameters whole, so
-  // gather the updated ones; ZeRO-3 gathers at the next use.
-  step->about(-1, -1);
-  for (ParamState &ps : step->params)
-    step->releaseFull(ps);
-  if (p.zero < 3)
-    for (int32_t u = 0; u < p.num_units; ++u)
-      if (auto st = step->gather(u))
-        return st;
-  return step->finish();
+  // mfsdp_create completed the program with an optimizer step where the
+  // plan's had none (DefaultProgram.h).
+  return runProgram(step, *mfsdp::rt::optimizerHook(step->plan));
 }

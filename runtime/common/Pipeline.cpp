@@ -1,10 +1,10 @@
 //===- Pipeline.cpp - Prefetched gathers, overlapped reductions -----------===//
 //
-// With a memory plan that made room for it (prefetch 1, ZeRO-3) a hook
-// starts the next unit's gather, and post_backward leaves its reduction
-// running during the previous unit's backward. The next call that touches
-// buffers waits for both (enter), so no collective is left unwaited and
-// every rank waits in the same order.
+// The program's hooks start gathers ahead of their waits and leave
+// reductions running (MFSDP_PROGRAM_START_GATHER, START_REDUCTION) until
+// an op waits for them; a call outside the hooks waits for both first
+// (enter), so no collective is left unwaited and every rank waits in the
+// same order.
 //
 //===----------------------------------------------------------------------===//
 #include "Step.h"
@@ -94,13 +94,6 @@ mfsdp_status mfsdp_step::completeReduction(int32_t unit) {
   if (first)
     error = firstError;
   return first;
-}
-
-mfsdp_status mfsdp_step::startPrefetch(int32_t unit, bool forBackward) {
-  if (!prefetching() || unit < 0 || unit >= plan.num_units ||
-      !prefetchStarted.empty())
-    return MFSDP_OK;
-  return startGather(unit, forBackward);
 }
 
 mfsdp_status mfsdp_step::startGather(int32_t unit, bool forBackward) {

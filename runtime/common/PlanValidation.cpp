@@ -12,6 +12,7 @@
 
 #include "mfsdp/runtime/BufferSizes.h"
 #include "mfsdp/runtime/ControlPlane.h"
+#include "mfsdp/runtime/DefaultProgram.h"
 #include "mfsdp/runtime/HostComm.h"
 #include "mfsdp/runtime/PlanHash.h"
 #include "mfsdp/runtime/ProgramHooks.h"
@@ -421,9 +422,13 @@ mfsdp_status mfsdp::rt::createStep(const mfsdp_plan *plan,
     }
     step->unitParams.resize(plan->num_units);
     step->state.assign(plan->num_units, UnitState::Idle);
-    if (plan->program)
-      step->hookEntry = mfsdp::runtime::hookEntries(*plan->program, plan->num_units);
-    step->programmed = mfsdp::runtime::programHasHooks(plan->program);
+    // The program the hooks and the optimizer step run: the library's, with
+    // what a plan built by hand leaves out derived (DefaultProgram.h), at
+    // the prefetch depth its memory plan made room for.
+    step->program = mfsdp::runtime::completeProgram(*plan, plan->program,
+                                                    step->prefetching());
+    step->plan.program = &step->program->program;
+    step->hookEntry = mfsdp::runtime::hookEntries(step->program->program, plan->num_units);
     step->reduced.assign(plan->num_units, false);
     step->reducedBeforeForward.assign(plan->num_units, false);
     for (int32_t i = 0; i < plan->num_params; ++i) {

@@ -260,18 +260,15 @@ const char *mfsdp_last_error(mfsdp_step *step) {
 }
 
 /// The start of a hook: a runtime, a unit in range, and the runtime's work
-/// ordered after the trainer's.
-// `keep`: a reduction in flight stays so (see mfsdp_step::enter). A
-// compiled program's hooks keep every collective in flight: their ops say
-// where each is waited for.
-#define ENTER_UNIT(step, unit, keep)                                            \
+/// ordered after the trainer's. The program's hooks keep every collective
+/// in flight: their ops say where each is waited for.
+#define ENTER_UNIT(step, unit)                                                  \
   do {                                                                          \
     if (!(step))                                                                \
       return MFSDP_ERROR_INVALID;                                               \
     if (auto bad = (step)->checkUnit(unit))                                     \
       return bad;                                                               \
-    if (auto entered = (step)->enter((keep) || (step)->programmed,              \
-                                     (step)->programmed))                      \
+    if (auto entered = (step)->enter(/*keepReduction=*/true, /*keepGathers=*/true)) \
       return entered;                                                           \
   } while (0)
 
@@ -288,7 +285,7 @@ mfsdp_status mfsdp_pre_forward(mfsdp_step *step, int32_t unit) {
   return barrier(step, "mfsdp_pre_forward", [&]() -> mfsdp_status {
     CHECK_CALL(step, "pre_forward", unit);
     Trace::Span hook = traced(step, "pre_forward", unit);
-    ENTER_UNIT(step, unit, step->keepsReductionFor(unit, UnitState::Backward));
+    ENTER_UNIT(step, unit);
     UnitState &s = step->state[unit];
     if (s == UnitState::Forward || s == UnitState::ForwardDone)
       return step->fail(MFSDP_ERROR_ORDER,
@@ -305,26 +302,20 @@ mfsdp_status mfsdp_pre_forward(mfsdp_step *step, int32_t unit) {
     if (!recomputing && !step->reducing.empty())
       if (auto st = step->completeReduction())
         return st;
-    if (step->programmed && !recomputing) {
-      if (auto st = runHook(step, MFSDP_HOOK_PRE_FORWARD, unit))
+    if (recomputing) {
+      // The unit's backward copy, gathered by its pre_backward: the
+      // recomputation runs no ops of the program.
+      if (auto st = step->completePrefetch(unit))
         return st;
-    } else {
-      if (recomputing)
-        if (auto st = step->completePrefetch(unit))
-          return st;
-      if (auto st = step->gather(unit, recomputing))
+      if (auto st = step->gather(unit, true))
         return st;
+    } else if (auto st = runHook(step, MFSDP_HOOK_PRE_FORWARD, unit)) {
+      return st;
     }
     s = recomputing ? UnitState::Backward : UnitState::Forward;
     if (!recomputing)
       step->reducedBeforeForward[unit] = step->reduced[unit];
     step->reduced[unit] = false;
-    // Prefetch: the next unit's gather runs while the trainer computes this
-    // one (waited for by the next call).
-    if (!step->programmed && !recomputing && unit + 1 < step->plan.num_units &&
-        step->state[unit + 1] == UnitState::Idle)
-      if (auto st = step->startPrefetch(unit + 1, false))
-        return st;
     return step->finish();
   });
 }
@@ -333,7 +324,7 @@ mfsdp_status mfsdp_post_forward(mfsdp_step *step, int32_t unit) {
   return barrier(step, "mfsdp_post_forward", [&]() -> mfsdp_status {
     CHECK_CALL(step, "post_forward", unit);
     Trace::Span hook = traced(step, "post_forward", unit);
-    ENTER_UNIT(step, unit, step->keepsReductionFor(unit, UnitState::Backward));
+    ENTER_UNIT(step, unit);
     UnitState &s = step->state[unit];
     if (s == UnitState::Backward)
       return MFSDP_OK; // end of a recomputation: keep the gathered parameters
@@ -341,12 +332,8 @@ mfsdp_status mfsdp_post_forward(mfsdp_step *step, int32_t unit) {
       return step->fail(MFSDP_ERROR_ORDER, "post_forward of unit " +
                                                std::to_string(unit) +
                                                " without its pre_forward");
-    if (step->programmed) {
-      if (auto st = runHook(step, MFSDP_HOOK_POST_FORWARD, unit))
-        return st;
-    } else {
-      step->release(unit);
-    }
+    if (auto st = runHook(step, MFSDP_HOOK_POST_FORWARD, unit))
+      return st;
     s = UnitState::ForwardDone;
     return MFSDP_OK;
   });
@@ -355,7 +342,7 @@ mfsdp_status mfsdp_post_forward(mfsdp_step *step, int32_t unit) {
 mfsdp_status mfsdp_end_forward(mfsdp_step *step, int32_t unit) {
   return barrier(step, "mfsdp_end_forward", [&]() -> mfsdp_status {
     Trace::Span hook = traced(step, "end_forward", unit);
-    ENTER_UNIT(step, unit, step->keepsReductionFor(unit, UnitState::Backward));
+    ENTER_UNIT(step, unit);
     UnitState &s = step->state[unit];
     if (s == UnitState::Forward) { // a forward that stopped (an exception)
       step->release(unit);
@@ -415,33 +402,15 @@ mfsdp_status mfsdp_pre_backward(mfsdp_step *step, int32_t unit) {
   return barrier(step, "mfsdp_pre_backward", [&]() -> mfsdp_status {
     CHECK_CALL(step, "pre_backward", unit);
     Trace::Span hook = traced(step, "pre_backward", unit);
-    ENTER_UNIT(step, unit, step->keepsReductionFor(unit, UnitState::ForwardDone));
+    ENTER_UNIT(step, unit);
     UnitState &s = step->state[unit];
     if (s != UnitState::ForwardDone)
       return step->fail(MFSDP_ERROR_ORDER,
                         "pre_backward of unit " + std::to_string(unit) +
                             " before its forward finished (post_forward)");
-    if (step->programmed) {
-      if (auto st = runHook(step, MFSDP_HOOK_PRE_BACKWARD, unit))
-        return st;
-      s = UnitState::Backward;
-      return step->finish();
-    }
-    if (auto st = step->gather(unit, true))
+    if (auto st = runHook(step, MFSDP_HOOK_PRE_BACKWARD, unit))
       return st;
-    // The gradient buffers are zero from mfsdp_create or the last zero_grad,
-    // or placed and zeroed now when the memory plan keeps them only during
-    // the unit's backward.
-    if (auto st = step->placeGrads(unit))
-      return st;
-    for (int32_t p : step->unitParams[unit])
-      step->params[p].gradLive = true;
     s = UnitState::Backward;
-    // Prefetch: the backward gather of the unit before runs while the
-    // trainer computes this one's backward.
-    if (unit > 0 && step->state[unit - 1] == UnitState::ForwardDone)
-      if (auto st = step->startPrefetch(unit - 1, true))
-        return st;
     return step->finish();
   });
 }
@@ -450,42 +419,16 @@ mfsdp_status mfsdp_post_backward(mfsdp_step *step, int32_t unit) {
   return barrier(step, "mfsdp_post_backward", [&]() -> mfsdp_status {
     CHECK_CALL(step, "post_backward", unit);
     Trace::Span hook = traced(step, "post_backward", unit);
-    ENTER_UNIT(step, unit, false);
+    ENTER_UNIT(step, unit);
     UnitState &s = step->state[unit];
     if (s != UnitState::Backward)
       return step->fail(MFSDP_ERROR_ORDER, "post_backward of unit " +
                                                std::to_string(unit) +
                                                " without its pre_backward");
     step->noteGradients(unit);
-    if (step->programmed) {
-      if (auto st = runHook(step, MFSDP_HOOK_POST_BACKWARD, unit))
-        return st;
-      s = UnitState::Idle;
-      return step->finish();
-    }
-    if (!step->noSync) {
-      // Overlap: this unit's reductions run during the previous unit's
-      // backward; its gathered copy and gradients are released when they
-      // are waited for (completeReduction).
-      const bool overlap = step->overlapping();
-      if (auto st = step->reduce(unit, overlap)) {
-        const std::string why = step->error;
-        step->completeReduction(); // waits for what was started (no unit yet)
-        step->error = why;
-        return st;
-      }
-      if (overlap) {
-        step->reducing = {unit};
-        s = UnitState::Idle;
-        return step->finish();
-      }
-      step->markReduced(unit);
-    }
-    step->release(unit);
-    step->releaseGrads(unit);
+    if (auto st = runHook(step, MFSDP_HOOK_POST_BACKWARD, unit))
+      return st;
     s = UnitState::Idle;
-    // The trainer adds into the gradient buffers next: the reduction that
-    // reads them is done first.
     return step->finish();
   });
 }

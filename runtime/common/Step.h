@@ -24,6 +24,7 @@
 #include "mfsdp/runtime/Backend.h"
 #include "mfsdp/runtime/ControlPlane.h"
 #include "mfsdp/runtime/Counters.h"
+#include "mfsdp/runtime/DefaultProgram.h"
 #include "Trace.h"
 
 #include <memory>
@@ -244,30 +245,28 @@ struct mfsdp_step {
   WorkCounters work;       // for tests (Counters.h)
   bool fusedOptimizer = true; // Counters.h: setFusedOptimizer
   bool noSync = false;
-  /// Gathers in flight (started ahead of their wait: the runtime's
-  /// prefetch, or a compiled program's MFSDP_PROGRAM_START_GATHER), each
-  /// bucket's or parameter's collective with its unit. The runtime's own
-  /// protocol completes them (completePrefetch) at the start of the next
-  /// call that touches buffers; a compiled program where it says
-  /// (MFSDP_PROGRAM_WAIT_GATHER), and any other call first. So no
-  /// collective is ever left unwaited and every rank waits in the same
-  /// order.
+  /// Gathers in flight (started ahead of their wait by the program's
+  /// MFSDP_PROGRAM_START_GATHER), each bucket's or parameter's collective
+  /// with its unit. The program completes them where it says
+  /// (MFSDP_PROGRAM_WAIT_GATHER, completePrefetch), and any call outside
+  /// the hooks first. So no collective is ever left unwaited and every
+  /// rank waits in the same order.
   std::vector<Started> prefetchStarted;
-  /// The forward and backward hooks run the compiled program (runHook).
-  bool programmed = false;
+  /// What the hooks and the optimizer step run (runHook, optimizerStep):
+  /// the library's program, completed where a plan built by hand leaves
+  /// hooks out (DefaultProgram.h); plan.program points to it.
+  std::unique_ptr<mfsdp::runtime::OwnedProgram> program;
   /// plan.program's hook entry per unit and mfsdp_hook
   /// (mfsdp::runtime::hookEntries; -1: none, the hook runs no ops).
   std::vector<int32_t> hookEntry;
-  /// Gradient reductions in flight (the runtime's protocol with prefetch 1:
-  /// one, overlapped with the previous unit's backward; a compiled program:
-  /// those it started and has not waited for): the units whose reductions
-  /// run (empty: none) and each parameter's or bucket's started collective.
-  /// Completed (completeReduction: wait, scale, then the unit's gathered
-  /// copy and transient gradients released) one unit at a time where a
-  /// program waits for that unit's (the others stay in flight, so a
-  /// group's optimizer kernel runs while later reductions go on), and all
-  /// together by the protocol's next post_backward before its own
-  /// reduction, or by any call that needs them (enter()).
+  /// Gradient reductions in flight (those the program started and has not
+  /// waited for): the units whose reductions run (empty: none) and each
+  /// parameter's or bucket's started collective. Completed
+  /// (completeReduction: wait, scale, then the unit's gathered copy and
+  /// transient gradients released) one unit at a time where the program
+  /// waits for that unit's (the others stay in flight, so a group's
+  /// optimizer kernel runs while later reductions go on), and all together
+  /// by any call that needs them (enter()).
   std::vector<int32_t> reducing;
   std::vector<Started> reduceStarted;
   /// Whether `unit`'s reduction is in flight.
@@ -324,15 +323,6 @@ struct mfsdp_step {
     return false;
   }
 
-  /// Whether post_backward(u) leaves unit u's reduction running until
-  /// post_backward(u - 1) (or the next call that needs it): the same flag.
-  bool overlapping() const { return prefetching(); }
-  /// Whether a hook of `unit` may leave the reduction in flight running:
-  /// the unit right before it (its backward, or its recomputation, in
-  /// state `during`), whose buffers the memory plan keeps apart from it.
-  bool keepsReductionFor(int32_t unit, UnitState during) const {
-    return reducing.size() == 1 && unit + 1 == reducing.front() && state[unit] == during;
-  }
   /// Whether a reduction in flight reads `param`'s buffers.
   bool reductionPending(int32_t param) const {
     return reductionInFlight(params[param].desc.unit);
@@ -388,9 +378,7 @@ struct mfsdp_step {
   /// collective but bf16 rounding: row shards and owned matrices not yet
   /// gathered. Block shards (reordered after the collective) and
   /// replicated tensors (a copy) are gathered at the unit's own hook.
-  /// The runtime's own protocol starts one unit ahead (prefetching());
-  /// startGather starts whatever a compiled program says.
-  mfsdp_status startPrefetch(int32_t unit, bool forBackward);
+  /// What the program's MFSDP_PROGRAM_START_GATHER starts.
   mfsdp_status startGather(int32_t unit, bool forBackward);
 
   /// Waits for the gathers in flight of `unit` (-1: all), if any (then
@@ -441,8 +429,8 @@ struct mfsdp_step {
   /// of the reduction sends the staging as it is.
   mfsdp_status packBucket(int32_t b);
   /// A row-shard bucket's staging, packed for the start of its reduction:
-  /// by the program's MFSDP_PROGRAM_PACK (a compiled program that did not
-  /// pack it is an error), else packed now.
+  /// by the program's MFSDP_PROGRAM_PACK (a program that did not pack it
+  /// is MFSDP_ERROR_PLAN).
   mfsdp_status packedForReduction(int32_t b);
   /// Whether a started reduction of block shard `ps` packs its gradient
   /// into its gathered copy: only ZeRO-3's backward copy, which nothing
@@ -565,10 +553,9 @@ struct mfsdp_step {
                      const std::string &what);
   /// The start of a call that touches buffers the trainer may still be
   /// using: the runtime's work goes after the trainer's.
-  /// With `keepReduction` a reduction in flight stays so (the hooks of the
-  /// unit before it, whose buffers the memory plan keeps apart from it);
-  /// with `keepGathers` the gathers in flight too (a compiled program's
-  /// hooks, whose ops say where each is waited for).
+  /// With `keepReduction` the reductions in flight stay so, with
+  /// `keepGathers` the gathers in flight too (the program's hooks, whose
+  /// ops say where each is waited for).
   mfsdp_status enter(bool keepReduction = false, bool keepGathers = false);
   /// MFSDP_ERROR_INVALID unless mfsdp_create succeeded on this runtime.
   mfsdp_status usable() {
@@ -627,9 +614,10 @@ struct mfsdp_step {
   mfsdp_status narrowInPlace(float *buf, int64_t n, const std::string &what);
   mfsdp_status widenInPlace(float *buf, int64_t n, const std::string &what);
   /// A parameter's reduction in bf16 (reduce() under reduceBF16(), not a
-  /// bucket's): narrowed, reduced over dp_shard in bf16, with `async`
-  /// only started (completeReduction finishes it).
-  mfsdp_status reduceParamBF16(int32_t p, bool async);
+  /// bucket's): narrowed and its reduction over dp_shard in bf16 started
+  /// (completeReduction finishes it); a block shard packed in staging is
+  /// reduced at once.
+  mfsdp_status reduceParamBF16(int32_t p);
   /// After a bf16 reduction's dp_shard collective: the trainer's buffer
   /// widened back, HSDP's all-reduce over replicas in bf16 (every rank
   /// calls it, after a failure too), the kept span widened to fp32.
@@ -708,14 +696,14 @@ struct mfsdp_step {
   mfsdp_status placeGrad(ParamState &ps);
   void releaseGrad(ParamState &ps);
 
-  /// Reduces a unit's gradients into the shards. With `async`, the
-  /// dp_shard reduction of every bucket and parameter is started and left
-  /// to completeReduction (recorded in reduceStarted), which runs HSDP's
-  /// all-reduce over replicas and the scaling once it has landed; block
-  /// shards are packed into their gathered copy first (a block shard with
-  /// no copy, which a hook protocol kept by the runtime never leaves, is
-  /// packed through the shared staging buffer and reduced here).
-  mfsdp_status reduce(int32_t unit, bool async = false);
+  /// Reduces a unit's gradients into the shards: the dp_shard reduction of
+  /// every bucket and parameter is started and left to completeReduction
+  /// (recorded in reduceStarted), which runs HSDP's all-reduce over
+  /// replicas and the scaling once it has landed. Block shards are packed
+  /// into their gathered copy first (packsBlocksInCopy); one with no copy
+  /// to pack into (ZeRO-1/2, or a bf16 copy) is packed through the shared
+  /// staging buffer and reduced here, at once.
+  mfsdp_status reduce(int32_t unit);
   /// A row-shard bucket's gradients packed into its reduce staging buffer
   /// (Buckets.cpp).
   mfsdp_status packGradients(int32_t bucket, BucketState &bs);

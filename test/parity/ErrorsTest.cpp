@@ -668,7 +668,7 @@ int main(int argc, char **argv) {
                std::to_string(w.reduceStarts) + " / " +
                std::to_string(w.reduceWaits) + ")");
     // A reduction in flight and a far hook (unit 1 again, not the unit
-    // before): the reduction completes first, and the step is correct.
+    // before): the hook is refused and the step stays correct.
     expect(mfsdp_zero_grad(s) == MFSDP_OK && mfsdp_pre_forward(s, 0) == MFSDP_OK &&
                mfsdp_post_forward(s, 0) == MFSDP_OK &&
                mfsdp_pre_forward(s, 1) == MFSDP_OK &&
@@ -682,14 +682,21 @@ int main(int argc, char **argv) {
                std::to_string(w.reduceStarts) + " / " +
                std::to_string(w.reduceWaits) + ")");
     // v's gradient is still held for the reduction; pre_backward of v again
-    // waits for it and then refuses (v was reduced, its gradient freed).
+    // is refused before it runs any op (v's backward is over), and v's
+    // reduction stays in flight where the program leaves it.
     fails(s, mfsdp_pre_backward(s, 1), MFSDP_ERROR_ORDER,
           "pre_backward of unit 1 before its forward finished");
     w = mfsdp::rt::workCounters(s);
-    expect(w.reduceWaits == 3, "prefetch: the far hook waited for the reduction (" +
+    expect(w.reduceWaits == 2, "prefetch: the refused hook left the reduction in flight (" +
                                    std::to_string(w.reduceWaits) + ")");
     expect(mfsdp_pre_backward(s, 0) == MFSDP_OK && mfsdp_post_backward(s, 0) == MFSDP_OK,
            std::string("prefetch: w's backward: ") + mfsdp_last_error(s));
+    // post_backward(0) waited for v's reduction before starting w's.
+    w = mfsdp::rt::workCounters(s);
+    expect(w.reduceStarts == 4 && w.reduceWaits == 3,
+           "prefetch: post_backward 0 waited for v's reduction (" +
+               std::to_string(w.reduceStarts) + " / " + std::to_string(w.reduceWaits) +
+               ")");
     // Destroyed with w's reduction in flight: waited for there (no hang,
     // nothing left unwaited; the other rank does the same).
     mfsdp_destroy(s);

@@ -88,10 +88,11 @@
 // hooks and optimizer step execute it, as they do a step library's. With
 // `order=landing` or `order=K`, the step is scheduled with that optimizer
 // order (the groups in the order their reductions land, or K groups in
-// landing order and then the first unit first). With `protocol` the plan
-// has no program and the runtime's own hook protocol decides the order
-// (what plans built by hand without a program get); a case dumped with
-// and without a program must train bit for bit alike. With `depth=N` the schedule
+// landing order and then the first unit first). With `derived` the plan
+// has no program and the runtime derives one (DefaultProgram.h: one unit
+// in flight at a time, prefetch depth 1 where the memory plan has room
+// for it), what plans built by hand without a program get; a case dumped
+// with the compiled and the derived program must train bit for bit alike. With `depth=N` the schedule
 // gathers N groups ahead (mfsdp-schedule-overlap's prefetch; default: 1
 // with `prefetch`, else 0), another program.
 // Every case also checks, with the engine's work counters, how many
@@ -372,8 +373,8 @@ int main(int argc, char **argv) {
   bool reduceBf16 = false;
   bool nsSplit = false, prefetch = false, bucketed = false, external = false;
   bool hparams = false, clip = false, nsBf16 = false, eval = false;
-  bool withProgram = false;        // order= (or no `protocol`): the plan carries the program
-  bool protocol = false;           // protocol: no program, the runtime's own order
+  bool withProgram = false;        // order= (or no `derived`): the plan carries the program
+  bool derived = false;            // derived: no program, the runtime derives one
   int64_t orderFill = -1;          // its optimizer order (-1: landing)
   int64_t depth = -1;              // depth=: its gather prefetch depth
   int64_t replicateUnder = 0;      // replicate=BYTES: replicate smaller tensors
@@ -415,7 +416,7 @@ int main(int argc, char **argv) {
     restart |= std::strcmp(argv[i], "restart") == 0;
     bf16 |= std::strcmp(argv[i], "bf16") == 0;
     reduceBf16 |= std::strcmp(argv[i], "reduce_bf16") == 0;
-    protocol |= std::strcmp(argv[i], "protocol") == 0;
+    derived |= std::strcmp(argv[i], "derived") == 0;
     if (std::strncmp(argv[i], "depth=", 6) == 0) {
       char *end = nullptr;
       depth = std::strtoll(argv[i] + 6, &end, 10);
@@ -440,10 +441,10 @@ int main(int argc, char **argv) {
       withProgram = true;
     }
   }
-  if (!protocol)
+  if (!derived)
     withProgram = true;
   else if (withProgram) {
-    std::fprintf(stderr, "protocol runs the runtime's own hook protocol: no order= or depth=\n");
+    std::fprintf(stderr, "derived runs the program the runtime derives: no order= or depth=\n");
     ranks.abort(2);
   }
   // fp32 compute matches the double-precision reference to 1e-5 of each
@@ -847,14 +848,15 @@ int main(int argc, char **argv) {
     expect(total == wantTotal, "Muon steps over all ranks " + when + ": " +
                                    std::to_string(total) + ", expected " +
                                    std::to_string(wantTotal));
-    // Gather prefetch (ZeRO-3 with a static plan that has room for it):
-    // per microbatch, pre_forward(u) starts unit u + 1's gathers and
-    // pre_backward(u) unit u - 1's, for row shards and owned matrices
-    // (block shards and replicated tensors are gathered at their hook).
-    // A bucket's members share one collective.
-    // A compiled program that runs the hooks starts every gather of a row
-    // shard or owned matrix ahead of its wait (ZeRO-3, forward and
-    // backward) and every reduction (below), as the schedule says.
+    // Gathers started ahead of their wait. A compiled program that runs the
+    // hooks starts every gather of a row shard or owned matrix so (ZeRO-3,
+    // forward and backward), as the schedule says. The program the runtime
+    // derives for a plan without one (DefaultProgram.h), where a static
+    // plan has room for prefetch under ZeRO-3: per microbatch,
+    // pre_forward(u) starts unit u + 1's gathers and pre_backward(u) unit
+    // u - 1's, for row shards and owned matrices (block shards and
+    // replicated tensors are gathered at their hook). A bucket's members
+    // share one collective.
     const bool hooked = withProgram;
     int64_t perMicro = 0;
     if (hooked && zero >= 3) {
@@ -887,21 +889,20 @@ int main(int argc, char **argv) {
                std::to_string(wantStarts));
     if (prefetch && zero >= 3 && !dynamic)
       expect(wantStarts > 0, "the plan has gathers to prefetch");
-    // Reductions overlapped with the previous unit's backward (the same
-    // flag): one asynchronous dp_shard collective per parameter or bucket
-    // in the last microbatch's backward (the others run under no-sync),
-    // block shards included (packed into their gathered copy) unless that
-    // copy is bf16 (half the bytes of their fp32 gradient) or ZeRO-1/2's
-    // (the parameter itself): reduced at the hook; under HSDP the
-    // all-reduce over replicas follows at the wait. All waited for (the
-    // last by optimizer_step).
+    // Reductions, started by the program's START_REDUCTION (a plan without
+    // a program runs the one the runtime derives, which starts them the
+    // same way) and waited for where it says: one asynchronous dp_shard
+    // collective per parameter or bucket in the last microbatch's backward
+    // (the others run under no-sync), block shards included (packed into
+    // their gathered copy) unless that copy is bf16 (half the bytes of
+    // their fp32 gradient) or ZeRO-1/2's (the parameter itself): reduced
+    // at the hook; under HSDP the all-reduce over replicas follows at the
+    // wait. All waited for (the last by optimizer_step at the latest).
     int64_t perStep = 0;
-    if (hooked || (prefetch && zero >= 3 && !dynamic)) {
-      for (int32_t i = 0; i < plan.num_params; ++i)
-        perStep += !inBucket[i] && !((bf16 || zero < 3) &&
-                                     descs[i].placement == MFSDP_BLOCK_SHARD);
-      perStep += static_cast<int64_t>(buckets.size());
-    }
+    for (int32_t i = 0; i < plan.num_params; ++i)
+      perStep += !inBucket[i] &&
+                 !((bf16 || zero < 3) && descs[i].placement == MFSDP_BLOCK_SHARD);
+    perStep += static_cast<int64_t>(buckets.size());
     const int64_t wantReduces = stepsRun * perStep;
     if (hooked || (prefetch && zero >= 3 && !dynamic))
       expect(perStep > 0, "the plan has reductions to overlap");

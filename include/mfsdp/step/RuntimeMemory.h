@@ -3,8 +3,9 @@
 // Places every buffer the step runtime keeps for a plan (fp32 masters,
 // optimizer state, reduced gradient shards, gathered copies, gradients, a
 // staging buffer for load and store) at a fixed offset of one arena per
-// dp_shard rank, with planMemory (Schedule.h) over the lifetimes the hook
-// protocol gives them (mfsdp_memory_plan in mfsdp/runtime.h). The compiler
+// dp_shard rank, with planMemory (Schedule.h) over the lifetimes the plan's
+// program gives them (mfsdp_memory_plan in mfsdp/runtime.h; a plan without
+// one: the program the runtime derives, mfsdp/runtime/DefaultProgram.h). The compiler
 // writes the result into the step library; the runtime places its buffers
 // there and checks, as it goes, that the trainer's hooks fit it.
 //
@@ -81,20 +82,21 @@ std::vector<mfsdp_bucket> bucketViews(const std::vector<RuntimeBucket> &buckets)
 /// The plan for `plan` (its params, units, dp_shard and ZeRO level). With
 /// `keepGrads` the gradients stay allocated all run (no-sync gradient
 /// accumulation); without, each unit's gradients share space with the
-/// other units'. Every size is a multiple of `alignment` bytes. With
-/// `prefetch` 1 under ZeRO-3, unit u + 1's gathered copy is live from
-/// pre_forward(u) and unit u - 1's backward copy from pre_backward(u), so
-/// the runtime can gather them while the trainer computes unit u (the
-/// plan's prefetch field); 0 is one unit's copy at a time. Under ZeRO-1/2
-/// (gathered copies kept all step) it changes no lifetime. The plan's
+/// other units'. Every size is a multiple of `alignment` bytes. The plan's
 /// buckets (mfsdp_bucket) are laid out as the runtime needs them: their
-/// members' buffers in one piece, with staging for row-shard buckets.
-/// With a compiled `program` that carries the forward and backward hooks
-/// (mfsdp_program), the lifetimes are the program's instead: its hooks
-/// replayed in a training step's order (forward units in order, backward in
-/// reverse, then the optimizer step), each gather's copy live from its
+/// members' buffers in one piece, with staging for row-shard buckets. The
+/// lifetimes are those of `program` (mfsdp_program), completed where it
+/// leaves hooks out as the runtime completes it
+/// (runtime::completeProgram; NULL: the whole program derived): its hooks
+/// replayed in a training step's order (forward units in order, backward
+/// in reverse, then the optimizer step), each gather's copy live from its
 /// start to its release or its reduction's wait, each unit's gradients
-/// from MFSDP_PROGRAM_PLACE_GRADS to the wait of its reduction.
+/// from MFSDP_PROGRAM_PLACE_GRADS to the wait of its reduction. `prefetch`
+/// (the plan's prefetch field) is the derived hooks' depth: with 1 under
+/// ZeRO-3, unit u + 1's gathered copy is live from pre_forward(u) and unit
+/// u - 1's backward copy from pre_backward(u), so the runtime can gather
+/// them while the trainer computes unit u; 0 is one unit's copy at a time.
+/// Under ZeRO-1/2 (gathered copies kept all step) it changes no lifetime.
 RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
                                     int64_t alignment = 256, int32_t prefetch = 0,
                                     const mfsdp_program *program = nullptr);
