@@ -250,7 +250,7 @@ mfsdp_status mfsdp_step::packedForReduction(int32_t b) {
   return MFSDP_OK;
 }
 
-mfsdp_status mfsdp_step::reduceBucketBF16(int32_t b, CommHandle *handle,
+mfsdp_status mfsdp_step::reduceBucketBF16(int32_t b, CommHandle &handle,
                                           BF16Reduction &r) {
   BucketState &bs = buckets[b];
   const std::string what = "bucket " + std::to_string(b) + " (unit " +
@@ -268,7 +268,7 @@ mfsdp_status mfsdp_step::reduceBucketBF16(int32_t b, CommHandle *handle,
   int64_t total = 0;
   std::vector<int64_t> counts;
   if (bs.rows) {
-    // Packed by the program's MFSDP_PROGRAM_PACK, or here (packBucket).
+    // Packed by the program's MFSDP_PROGRAM_PACK.
     if (auto s = packedForReduction(b))
       return s;
     total = S * bs.chunk;
@@ -293,39 +293,24 @@ mfsdp_status mfsdp_step::reduceBucketBF16(int32_t b, CommHandle *handle,
   if (!from)
     from = reinterpret_cast<const uint16_t *>(send) + total;
   uint16_t *to = r.recv ? reinterpret_cast<uint16_t *>(r.recv) + r.recvCount : nullptr;
-  const int rc = backend->reduceScatterBF16(Group::Shard, from, to, counts, handle);
+  const int rc = backend->reduceScatterBF16(Group::Shard, from, to, counts, &handle);
   ++work.bucketReductions;
   work.reduceBytes += 2 * total;
-  mfsdp_status s = comm(rc, ((handle ? "starting the bf16 reduce-scatter of "
-                                     : "the bf16 reduce-scatter of ") + what).c_str());
-  if (handle && !s)
-    return MFSDP_OK; // staging released and r finished by completeReduction
-  if (bs.rows)
+  mfsdp_status s = comm(rc, ("starting the bf16 reduce-scatter of " + what).c_str());
+  // Started: the staging is released and `r` finished by completeReduction.
+  // A start that failed, with others in flight, is not finished here: its
+  // all-reduce over replicas would come before theirs on this rank only.
+  if (s && bs.rows)
     releaseStaging(bs);
-  // After a synchronous failure too, as completeReduction does: the
-  // trainer's buffer is widened back, and every rank issues the same
-  // all-reduce over replicas, in the same place (no replica waits for one
-  // that never comes); the first failure is the one reported. (A start
-  // that failed, with others in flight, is not finished here: its
-  // all-reduce would come before theirs on this rank only.)
-  if (!s || !handle)
-    s = finishBF16After(s, r, what);
-  const float scale = 1.f / static_cast<float>(S * R);
-  for (size_t j = 0; !s && j < bs.members.size(); ++j) {
-    ParamState &ps = params[bs.members[j]];
-    s = device(backend->scale(ps.gradShard, ps.localCount, scale), "scaling");
-    if (!s)
-      ps.gradReduced = true;
-  }
   return s;
 }
 
-mfsdp_status mfsdp_step::reduceBucket(int32_t b, CommHandle *handle) {
+mfsdp_status mfsdp_step::reduceBucket(int32_t b, CommHandle &handle) {
   BucketState &bs = buckets[b];
   const std::string what = "bucket " + std::to_string(b) + " (unit " +
                            std::to_string(bs.unit) + ")";
   if (bs.rows) {
-    // Packed by the program's MFSDP_PROGRAM_PACK, or here (packBucket).
+    // Packed by the program's MFSDP_PROGRAM_PACK.
     if (auto s = packedForReduction(b))
       return s;
   } else {
@@ -337,39 +322,17 @@ mfsdp_status mfsdp_step::reduceBucket(int32_t b, CommHandle *handle) {
   float *shards = nullptr; // this rank's grad_shard span
   int64_t count = 0;
   shardSpan(bs, shards, count);
-  int rc = 0;
-  if (bs.rows) {
-    rc = handle ? backend->startReduceScatter(Group::Shard, bs.staging, shards, count,
-                                              *handle)
-                : backend->reduceScatter(Group::Shard, bs.staging, shards, count);
-  } else {
-    rc = handle ? backend->startReduceScatterV(Group::Shard, first.grad, shards,
-                                               bs.counts, *handle)
-                : backend->reduceScatterV(Group::Shard, first.grad, shards, bs.counts);
-  }
+  const int rc =
+      bs.rows ? backend->startReduceScatter(Group::Shard, bs.staging, shards, count, handle)
+              : backend->startReduceScatterV(Group::Shard, first.grad, shards, bs.counts,
+                                             handle);
   ++work.bucketReductions;
   work.reduceBytes += 4 * (bs.rows ? S * bs.chunk : bs.span);
-  mfsdp_status s = comm(rc, ((handle ? "starting the reduce-scatter of "
-                                     : "the reduce-scatter of ") + what).c_str());
-  if (handle && !s)
-    return MFSDP_OK; // staging released by completeReduction
-  if (bs.rows)
+  mfsdp_status s = comm(rc, ("starting the reduce-scatter of " + what).c_str());
+  // Started: the staging is released by completeReduction.
+  if (s && bs.rows)
     releaseStaging(bs);
-  if (s)
-    return s;
-  if (R > 1)
-    // Every rank calls it, with nothing when it keeps nothing.
-    if (auto st = comm(backend->allReduce(Group::Replicate, shards, count),
-                       ("the all-reduce over replicas of " + what).c_str()))
-      return st;
-  const float scale = 1.f / static_cast<float>(S * R);
-  for (int32_t p : bs.members) {
-    ParamState &ps = params[p];
-    if (auto st = device(backend->scale(ps.gradShard, ps.localCount, scale), "scaling"))
-      return st;
-    ps.gradReduced = true;
-  }
-  return MFSDP_OK;
+  return s;
 }
 
 mfsdp_status mfsdp_step::layOutBuckets() {

@@ -388,7 +388,7 @@ mfsdp_status mfsdp_step::reduce(int32_t unit) {
     CommHandle handle = 0;
     about(b, -1);
     BF16Reduction bf16;
-    if (auto s = reduceBF16() ? reduceBucketBF16(b, &handle, bf16) : reduceBucket(b, &handle))
+    if (auto s = reduceBF16() ? reduceBucketBF16(b, handle, bf16) : reduceBucket(b, handle))
       return s;
     reduceStarted.push_back({-1, b, handle, unit, bf16});
     ++work.reduceStarts;

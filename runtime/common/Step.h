@@ -468,17 +468,17 @@ struct mfsdp_step {
 
   /// Reduces bucket `b`'s gradients into the members' shards: row shards
   /// packed by rank into staging, one reduce-scatter into the grad_shard
-  /// span; owners one reduce-scatter-v from the gradient span. With
-  /// `handle` it is only started; completeReduction runs HSDP's all-reduce
-  /// over replicas and the scaling. Otherwise they follow here.
-  mfsdp_status reduceBucket(int32_t b, CommHandle *handle);
+  /// span; owners one reduce-scatter-v from the gradient span. Only
+  /// started (`handle`); completeReduction runs HSDP's all-reduce over
+  /// replicas and the scaling.
+  mfsdp_status reduceBucket(int32_t b, CommHandle &handle);
   /// reduceBucket under the reduce dtype bf16: row shards packed in fp32
   /// as above and narrowed in the staging buffer, owners' gradient span
   /// narrowed in place (widened back once sent); one bf16 reduce-scatter
   /// (-v) into the upper half of the grad_shard span, widened to fp32 by
-  /// finishBF16 (here, or with `handle` by completeReduction, which
-  /// records it in `started`).
-  mfsdp_status reduceBucketBF16(int32_t b, CommHandle *handle, BF16Reduction &started);
+  /// finishBF16 when completeReduction waits for it (recorded in
+  /// `started`).
+  mfsdp_status reduceBucketBF16(int32_t b, CommHandle &handle, BF16Reduction &started);
 
   /// Checks the plan's buckets against the parameters and the memory
   /// plan's offsets (mfsdp_bucket) and lays them out for this rank; a
