@@ -9,6 +9,7 @@
 #include "llvm/ADT/DenseSet.h"
 
 #include <cmath>
+#include <limits>
 
 using namespace mlir;
 using namespace mfsdp::sched;
@@ -113,6 +114,14 @@ LogicalResult OptimizerOp::verify() {
     return emitOpError("flops and bytes must be finite and non-negative");
   if (getOnlyRank() && static_cast<int64_t>(*getOnlyRank()) < 0)
     return emitOpError("only_rank must be non-negative");
+  if (auto k = getNsKernels()) {
+    const int64_t n = static_cast<int64_t>(*k);
+    if (n < 0 || n > std::numeric_limits<int32_t>::max())
+      return emitOpError("ns_kernels must be in [0, 2^31), got ") << n;
+    if (getTorchNs())
+      return emitOpError("ns_kernels counts the runtime's Newton-Schulz kernels; a "
+                         "torch_ns op (torch.optim.Muon's) has none");
+  }
   return success();
 }
 

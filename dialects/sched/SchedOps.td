@@ -257,10 +257,13 @@ def Sched_OptimizerOp : Sched_Op<"optimizer", [HasParent<"StepOp">,
     owner of the matrices). `flops` are Newton-Schulz's, as the runtime
     runs it (priced at the rate of the precision the cost model is told);
     `torch_ns` marks them as torch.optim.Muon's instead (a peer's baseline:
-    bf16, three GEMMs per iteration, priced at that rate).
+    bf16, three GEMMs per iteration, priced at that rate). `ns_kernels`
+    counts the kernels the runtime's Newton-Schulz launches for the op's
+    matrices (priced at the profile's time per kernel beside the FLOPs; the
+    latency that dominates small matrices); left out, none.
 
     ```mlir
-    sched.optimizer muon "layers.0.mlp" reads(%grad) writes(%state) flops 6.2e12 bytes 1300000000 only_rank 3 phase optimizer
+    sched.optimizer muon "layers.0.mlp" reads(%grad) writes(%state) flops 6.2e12 bytes 1300000000 only_rank 3 phase optimizer ns_kernels 218
     sched.optimizer muon "muon (gathered) w" reads(%g) writes(%w) flops 3.2e3 torch_ns bytes 1600 phase optimizer
     ```
   }];
@@ -271,11 +274,13 @@ def Sched_OptimizerOp : Sched_Op<"optimizer", [HasParent<"StepOp">,
                        F64Attr:$flops, UnitProp:$torch_ns, I64Attr:$bytes,
                        OptionalAttr<I64Attr>:$only_rank,
                        Sched_Phase:$phase, OptionalAttr<I64Attr>:$group,
-                       OptionalAttr<FlatSymbolRefArrayAttr>:$params);
+                       OptionalAttr<FlatSymbolRefArrayAttr>:$params,
+                       OptionalAttr<I64Attr>:$ns_kernels);
   let assemblyFormat = [{
     prop-dict `` $kind custom<FastString>($name) `reads` `(` $reads `)` `writes` `(` $writes `)`
     `flops` custom<FastF64>($flops) (`torch_ns` $torch_ns^)? `bytes` custom<FastI64>($bytes) (`only_rank` custom<FastI64>($only_rank)^)? `phase` $phase
-    (`group` custom<FastI64>($group)^)? (`params` custom<FastSymbols>($params)^)? attr-dict
+    (`group` custom<FastI64>($group)^)? (`params` custom<FastSymbols>($params)^)?
+    (`ns_kernels` custom<FastI64>($ns_kernels)^)? attr-dict
   }];
   let extraClassDeclaration = QuietPropertiesDecl;
   let hasVerifier = 1;

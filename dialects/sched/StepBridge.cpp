@@ -205,6 +205,8 @@ LogicalResult mfsdp::readStep(StepOp op, step::Step &s,
           o.name = c.getName().str();
           o.flops = c.getFlops().convertToDouble();
           o.torchNs = c.getTorchNs();
+          if (auto k = c.getNsKernels())
+            o.nsKernels = static_cast<int32_t>(*k);
           o.bytes = static_cast<double>(static_cast<int64_t>(c.getBytes()));
           if (auto r = c.getOnlyRank())
             o.onlyRank = static_cast<int64_t>(*r);
@@ -491,7 +493,7 @@ static void fillBody(Block *body, const step::Step &s,
                           values(o.writes), f64(o.flops), o.torchNs,
                           i64(trafficBytes(o.bytes)),
                           optI64(o.onlyRank), phaseAttr(o.phase), optI64(o.group),
-                          symbolArray(o.params));
+                          symbolArray(o.params), o.nsKernels > 0 ? optI64(o.nsKernels) : nullptr);
       break;
     }
     }
@@ -652,6 +654,7 @@ LogicalResult mfsdp::asWritten(step::Step &s, plan::GraphOp graph, Location loc)
       o.name = std::move(in.name);
       o.flops = in.flops;
       o.torchNs = in.torchNs;
+      o.nsKernels = in.nsKernels;
       o.bytes = static_cast<double>(trafficBytes(in.bytes));
       o.onlyRank = nonNegative(in.onlyRank);
       o.group = nonNegative(in.group);

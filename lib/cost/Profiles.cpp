@@ -43,6 +43,8 @@ std::string validateProfile(const SimProfile &p) {
                          r.what, r.value);
   for (Rate r : {Rate{"smallGemmFlops", p.smallGemmFlops},
                  Rate{"launchSeconds", p.launchSeconds},
+                 Rate{"nsFp32KernelSeconds", p.nsFp32KernelSeconds},
+                 Rate{"nsBf16KernelSeconds", p.nsBf16KernelSeconds},
                  Rate{"dispatchSeconds", p.dispatchSeconds},
                  Rate{"intraHopSeconds", p.intraHopSeconds},
                  Rate{"interHopSeconds", p.interHopSeconds},

@@ -64,10 +64,13 @@ double computeSeconds(const Op &op, const SimProfile &p) {
   double byteTime =
       op.bytes > 0 ? op.bytes / (p.hbmBytes * p.hbmEfficiency) : 0.0;
   // An optimizer op stands for separate kernels (the momentum update, the
-  // Newton-Schulz GEMMs, the elementwise update): their times add. A
+  // Newton-Schulz GEMMs, the elementwise update): their times add, and each
+  // of the runtime's Newton-Schulz kernels has its time floor
+  // (nsKernelSeconds: the latency that dominates small matrices). A
   // trainer op is one roofline-bound kernel sequence.
   if (op.kind == OpKind::Optimizer)
-    return p.launchSeconds + flopTime + byteTime;
+    return p.launchSeconds + flopTime + byteTime +
+           (op.torchNs ? 0.0 : op.nsKernels * planner::nsKernelSeconds(p));
   return p.launchSeconds + std::max(flopTime, byteTime);
 }
 

@@ -31,9 +31,12 @@ HardwareProfile a100() {
   // Assumed, no A100 measured: Newton-Schulz in fp32 reaches the fraction
   // of the fp32 peak it reached on the H100 (h100 below); in bf16 (ours and
   // torch.optim.Muon's) the H100's fraction relative to its GEMM
-  // efficiency, times this GPU's: 0.75 x 0.470 / 0.7 and 0.75 x 0.584 / 0.7.
-  p.nsFp32Efficiency = 0.656;
-  p.nsBf16Efficiency = 0.504;
+  // efficiency, times this GPU's: 0.75 x 0.551 / 0.7 and 0.75 x 0.584 / 0.7;
+  // its time per kernel the H100's.
+  p.nsFp32Efficiency = 0.681;
+  p.nsBf16Efficiency = 0.590;
+  p.nsFp32KernelSeconds = 10.7e-6;
+  p.nsBf16KernelSeconds = 6.3e-6;
   p.nsTorchEfficiency = 0.626;
   // Assumed fraction of peak the trainer's forward/backward/recomputation
   // reach as a whole (hardware FLOP utilisation, attention and elementwise
@@ -96,14 +99,20 @@ HardwareProfile h100() {
   // Datasheet peak fp32 without tensor cores (TF32 off), SXM: 67 TFLOP/s.
   p.fp32Flops = 67e12;
   // Newton-Schulz (5 iterations, the CUDA backend's symmetric form, counted
-  // with the compiler's FLOPs 3 s^2 l + s^3 per iteration), measured on one
-  // H100 80GB HBM3 on 2026-11-27 (docs/benchmarks.md, "CUDA optimizer
-  // kernels against PyTorch's") and fitted on the 4096x4096 matrix alone:
-  // 31.27 ms in fp32 (43.9 TFLOP/s, 0.656 of 67), 2.956 ms in bf16 (465
-  // TFLOP/s, 0.470 of 989). The other shapes measured are the check
-  // ("Newton-Schulz priced by precision" there).
-  p.nsFp32Efficiency = 0.656;
-  p.nsBf16Efficiency = 0.470;
+  // with the compiler's FLOPs 3 s^2 l + s^3 per iteration and the kernels
+  // it launches, rt::newtonSchulzKernels), measured on one H100 80GB HBM3
+  // on 2026-11-27 (docs/benchmarks.md, "CUDA optimizer kernels against
+  // PyTorch's"). Time = kernels x per-kernel seconds + FLOPs / rate, both
+  // fitted per precision on two square matrices: 4096x4096 (31.27 ms fp32,
+  // 2.956 ms bf16; 109 and 69 kernels) and 1024x1024 (0.996 ms, 0.348 ms;
+  // 49 kernels): fp32 45.7 TFLOP/s (0.681 of 67) and 10.7 us a kernel,
+  // bf16 545 TFLOP/s (0.551 of 989) and 6.3 us. The 4096x14336 shapes
+  // measured in the same run are the check ("Newton-Schulz priced by
+  // precision" there).
+  p.nsFp32Efficiency = 0.681;
+  p.nsBf16Efficiency = 0.551;
+  p.nsFp32KernelSeconds = 10.7e-6;
+  p.nsBf16KernelSeconds = 6.3e-6;
   // torch.optim.Muon's own Newton-Schulz (PyTorch 2.11, bf16, three GEMMs
   // an iteration) on the same GPU in the same run, fitted on 4096x4096:
   // 3.567 ms for 2.06e12 FLOPs, 578 TFLOP/s, 0.584 of 989.
@@ -201,8 +210,8 @@ HardwareProfile a100pcie() {
   // GEMMs than the 400 W SXM part.
   p.gemmEfficiency = 0.7;
   // Newton-Schulz in bf16 by the a100 rule with this GEMM efficiency:
-  // 0.7 x 0.470 / 0.7 and 0.7 x 0.584 / 0.7.
-  p.nsBf16Efficiency = 0.470;
+  // 0.7 x 0.551 / 0.7 and 0.7 x 0.584 / 0.7.
+  p.nsBf16Efficiency = 0.551;
   p.nsTorchEfficiency = 0.584;
   p.trainerEfficiency = 0.45;
   // PCIe Gen4 x16: 32 GB/s per direction (64 GB/s both ways, datasheet).
@@ -280,6 +289,10 @@ double nsFlopsRate(const HardwareProfile &p) {
   return nsPeakFlops(p) * (p.nsBf16 ? p.nsBf16Efficiency : p.nsFp32Efficiency);
 }
 
+double nsKernelSeconds(const HardwareProfile &p) {
+  return p.nsBf16 ? p.nsBf16KernelSeconds : p.nsFp32KernelSeconds;
+}
+
 bool applyProfileOverrides(HardwareProfile &p, std::string_view spec, std::string &error) {
   struct Field {
     const char *name;
@@ -289,6 +302,8 @@ bool applyProfileOverrides(HardwareProfile &p, std::string_view spec, std::strin
                 {"gemmEfficiency", &p.gemmEfficiency},
                 {"nsFp32Efficiency", &p.nsFp32Efficiency},
                 {"nsBf16Efficiency", &p.nsBf16Efficiency},
+                {"nsFp32KernelSeconds", &p.nsFp32KernelSeconds},
+                {"nsBf16KernelSeconds", &p.nsBf16KernelSeconds},
                 {"nsTorchEfficiency", &p.nsTorchEfficiency},
                 {"trainerEfficiency", &p.trainerEfficiency},
                 {"smallGemmFlops", &p.smallGemmFlops},

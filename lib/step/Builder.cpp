@@ -1,5 +1,6 @@
 //===- Builder.cpp - Build one training step from a plan ------------------===//
 #include "mfsdp/step/Builder.h"
+#include "mfsdp/runtime/Kernels.h"
 #include "mfsdp/step/Schedule.h"
 
 #include <fmt/format.h>
@@ -1105,13 +1106,18 @@ private:
       if (!g.owned.empty()) {
         for (int64_t r = 0; r < S; ++r) {
           double flops = 0, bytes = 0;
+          int64_t kernels = 0; // Newton-Schulz's, at the graph's precision
           std::vector<std::string> names;
           for (const Param *p : g.owned) {
             if (p->ownerRank != r || p->optim == Optim::None)
               continue;
             double n = static_cast<double>(p->numElements());
-            if (p->optim == Optim::Muon)
+            if (p->optim == Optim::Muon) {
               flops += planner::newtonSchulzFlops(p->shape[0], p->shape[1], o.nsSteps);
+              kernels += rt::newtonSchulzKernels(
+                  p->shape[0], p->shape[1], o.nsSteps,
+                  o.hw.nsBf16 ? rt::NsPrecision::BF16 : rt::NsPrecision::FP32);
+            }
             bytes += n * planner::optimBytesPerElem(*p, o);
             names.push_back(p->name);
           }
@@ -1122,6 +1128,10 @@ private:
                       flops / split, bytes / split, r,
                       sharedIfSame(g.ownedNames, names),
                       g.ownedLocal, g.ownedLocal);
+          // Under ns_split each replica runs its share of the matrices.
+          st.ops.back().nsKernels = static_cast<int32_t>(std::min<int64_t>(
+              (kernels + static_cast<int64_t>(split) - 1) / static_cast<int64_t>(split),
+              std::numeric_limits<int32_t>::max()));
         }
         if (d.nsSplit && o.replicate > 1) {
           double largest = *std::max_element(g.chunks.begin(), g.chunks.end());

@@ -268,7 +268,7 @@ int main(int argc, char **argv) {
                     form == NsForm::Syrk ? syrkFlops : gemmFlops, gemmFlops, ms);
       }
       // The symmetric form's strip rows (NewtonSchulzHyper::syrkStrip).
-      const int64_t byDefault = cuda::syrkStripRows(static_cast<int64_t>(s), precision);
+      const int64_t byDefault = syrkStripRows(static_cast<int64_t>(s), precision);
       for (int64_t strip : {128, 256, 512, 1024, 2048}) {
         if (strip >= static_cast<int64_t>(s))
           continue;

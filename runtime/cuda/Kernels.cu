@@ -595,16 +595,6 @@ int muonMomentum(const float *g, float *buf, float *out, int64_t n, float mu,
   return check(cudaGetLastError(), "momentumKernel");
 }
 
-// Measured on one H100 (docs/benchmarks.md, "CUDA optimizer kernels against
-// PyTorch's"): short strips leave the tensor cores idle on bf16 (at 4096,
-// 1024-row strips took 3.07 ms against 3.80 ms for 256-row ones), while fp32
-// GEMMs are efficient at 256-512 rows and longer strips only add the tiles
-// above the diagonal; half the side below those caps was best at 1024.
-int64_t syrkStripRows(int64_t n, NsPrecision precision) {
-  const int64_t cap = precision == NsPrecision::BF16 ? 1024 : 512;
-  return std::clamp<int64_t>(n / 2, 256, cap);
-}
-
 int64_t newtonSchulzWorkspace(int64_t rows, int64_t cols) {
   int64_t s = std::min(rows, cols), l = std::max(rows, cols);
   // The norm, then X and the new X (s x l), A and B (s x s), in fp32 (the

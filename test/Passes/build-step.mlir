@@ -9,7 +9,9 @@
 // (rows by all_gather, owners' matrices by all_gather_v with each rank's
 // chunk), freed after each use; gradients are reduced after backward
 // (reduce_scatter for rows, reduce_scatter_v to the owners), then AdamW on
-// the row shard on every rank and Muon on each owner alone.
+// the row shard on every rank and Muon on each owner alone, with the
+// kernels its Newton-Schulz launches on an 8x4 matrix (4 around 5
+// iterations of one strip: 4 + 5 x 7), which the simulator prices.
 // CHECK-LABEL: sched.step @hand.step mesh @hand::@mesh world 2 tokens 8 microbatches 1
 // CHECK: %[[G:.*]] = sched.alloc "gathered g0 (forward)"
 // CHECK: sched.all_gather_v "{{.*}}" %{{.*}} -> %[[G]] on ["dp_shard"] ranks 2 bytes 128 chunks [128, 0] comm 0 phase forward
@@ -25,8 +27,8 @@
 // CHECK: sched.reduce_scatter_v "{{.*}}" %[[GRADS]] -> %{{.*}} chunks [0, 128]
 // CHECK: sched.reduce_scatter_v "{{.*}}" %[[GRADS]] -> %{{.*}} chunks [128, 0]
 // CHECK: sched.optimizer adamw "adamw rows g0"
-// CHECK: sched.optimizer muon "muon g0 owner 0" {{.*}} only_rank 0
-// CHECK: sched.optimizer muon "muon g0 owner 1" {{.*}} only_rank 1
+// CHECK: sched.optimizer muon "muon g0 owner 0" {{.*}} only_rank 0 {{.*}} ns_kernels 39
+// CHECK: sched.optimizer muon "muon g0 owner 1" {{.*}} only_rank 1 {{.*}} ns_kernels 39
 
 // ZeRO-2 keeps parameters whole: no gathers before compute, an all-gather
 // of the updated parameters after the optimizer.

@@ -69,6 +69,11 @@ struct HardwareProfile {
   /// compiler counts (planner::newtonSchulzFlops, the symmetric form's).
   double nsFp32Efficiency = 1;
   double nsBf16Efficiency = 1;
+  /// Its time per kernel launched beside the FLOPs (the latency floor of
+  /// the short kernels of a small matrix), per precision: a call's time is
+  /// kernels x this + FLOPs / rate (rt::newtonSchulzKernels counts them).
+  double nsFp32KernelSeconds = 0;
+  double nsBf16KernelSeconds = 0;
   /// torch.optim.Muon's Newton-Schulz (the baselines of mfsdp-sim
   /// --compare): bf16, three GEMMs per iteration, counted with their FLOPs
   /// (4 s^2 l + 2 s^3), as a fraction of gemmFlops.
@@ -101,11 +106,14 @@ std::string unknownHardwareMessage(std::string_view name);
 /// times the efficiency; nsPeakFlops is the peak alone (the floor).
 double nsFlopsRate(const HardwareProfile &p);
 double nsPeakFlops(const HardwareProfile &p);
+/// Newton-Schulz's time per kernel on `p` at its precision (nsBf16).
+double nsKernelSeconds(const HardwareProfile &p);
 
 /// Overrides rates of `p` from "key=value[,key=value...]" (for fitting the
 /// model, e.g. mfsdp-sim --profile-set): the keys are the numeric fields'
 /// names (gemmFlops, fp32Flops, gemmEfficiency, trainerEfficiency,
 /// nsFp32Efficiency, nsBf16Efficiency, nsTorchEfficiency, smallGemmFlops,
+/// nsFp32KernelSeconds, nsBf16KernelSeconds,
 /// hbmBytes, hbmEfficiency, launchSeconds, dispatchSeconds, intraBusBytes,
 /// interBusBytes, intraHopSeconds, interHopSeconds, collBaseSeconds,
 /// allocatorReserve),

@@ -54,9 +54,6 @@ int sgdMulti(const SGDTensor *tensors, int64_t n, MultiTensorTable &table,
              cudaStream_t stream);
 int muonMomentum(const float *grad, float *buf, float *out, int64_t n,
                  float momentum, bool nesterov, cudaStream_t stream);
-/// The rows of each GEMM of a symmetric product of side n (NsForm::Syrk)
-/// when NewtonSchulzHyper::syrkStrip is 0.
-int64_t syrkStripRows(int64_t n, NsPrecision precision);
 /// Bytes of device workspace newtonSchulz needs.
 int64_t newtonSchulzWorkspace(int64_t rows, int64_t cols);
 int newtonSchulz(cublasHandle_t blas, const float *in, float *out, int64_t rows,

@@ -127,6 +127,34 @@ struct MuonHyper {
   MuonScale scale = MuonScale::MatchRmsAdamW;
 };
 
+/// The rows of each GEMM of the CUDA backend's symmetric product of side n
+/// (NsForm::Syrk) when NewtonSchulzHyper::syrkStrip is 0. Measured on one
+/// H100 (docs/benchmarks.md, "CUDA optimizer kernels against PyTorch's"):
+/// short strips leave the tensor cores idle on bf16 (at 4096, 1024-row
+/// strips took 3.07 ms against 3.80 ms for 256-row ones), while fp32 GEMMs
+/// are efficient at 256-512 rows and longer strips only add the tiles above
+/// the diagonal; half the side below those caps was best at 1024.
+inline int64_t syrkStripRows(int64_t n, NsPrecision precision) {
+  const int64_t cap = precision == NsPrecision::BF16 ? 1024 : 512;
+  return std::clamp<int64_t>(n / 2, 256, cap);
+}
+
+/// The kernels the CUDA backend launches for one Newton-Schulz call on a
+/// rows x cols matrix in the symmetric form with the default strips
+/// (runtime/cuda/Kernels.cu, newtonSchulz): the norm's memset and sum, the
+/// normalisation and the final store, and per iteration the two symmetric
+/// products (one GEMM per strip and one mirror each), two copies and one
+/// GEMM. What the cost model prices as latency beside the FLOPs.
+inline int64_t newtonSchulzKernels(int64_t rows, int64_t cols, int64_t steps,
+                                   NsPrecision precision) {
+  if (rows <= 0 || cols <= 0 || steps <= 0)
+    return 0;
+  const int64_t s = std::min(rows, cols);
+  const int64_t strip = std::clamp<int64_t>(syrkStripRows(s, precision), 1, s);
+  const int64_t strips = (s + strip - 1) / strip;
+  return 4 + steps * (2 * strips + 5);
+}
+
 #if defined(__CUDACC__)
 #define MFSDP_HOST_DEVICE __host__ __device__
 #else

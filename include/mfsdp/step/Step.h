@@ -40,7 +40,7 @@
 
 namespace mfsdp::step {
 
-enum class OpKind { Compute, Collective, Wait, Optimizer, Alloc, Free };
+enum class OpKind : uint8_t { Compute, Collective, Wait, Optimizer, Alloc, Free };
 // Phases and collective kinds are the shared vocabulary (mfsdp/Vocabulary.h),
 // spelled with enumName / parseEnum.
 using ::mfsdp::CollKind;
@@ -153,11 +153,9 @@ struct Buffer {
 };
 
 struct Op {
+  // The small fields together (a step holds millions of ops).
   OpKind kind = OpKind::Compute;
-  Phase phase = Phase::Forward;
-  // Collective (kept beside the other small fields: a step holds millions
-  // of ops).
-  CollKind coll = CollKind::AllGather;
+  // Collective:
   bool interNode = false;            // the group spans nodes
   bool async = false;
   /// Optimizer: its FLOPs are torch.optim.Muon's Newton-Schulz (bf16, three
@@ -165,6 +163,12 @@ struct Op {
   /// gemmFlops * nsTorchEfficiency; otherwise an optimizer's FLOPs are the
   /// runtime's Newton-Schulz, at planner::nsFlopsRate.
   bool torchNs = false;
+  Phase phase = Phase::Forward;
+  CollKind coll = CollKind::AllGather; // Collective
+  /// Optimizer: the kernels the runtime's Newton-Schulz launches for it
+  /// (rt::newtonSchulzKernels over its matrices), each priced at
+  /// planner::nsKernelSeconds beside the FLOPs; 0 for torch's.
+  int32_t nsKernels = 0;
   std::string name; // shown in reports and traces ("forward layers.3")
   int64_t unit = -1;
   int64_t group = -1;

@@ -10,7 +10,7 @@
 // EXACT: {{^ +}}%0 = sched.alloc "shard" bytes 64 persistent offset 0{{$}}
 // EXACT: {{^ +}}%4 = sched.all_gather "all gather" %0 -> %3 on ["dp_shard"] ranks 2 bytes 128 comm 0 phase forward group 0 params [@n] async : !sched.token{{$}}
 // EXACT: {{^ +}}sched.compute forward "forward u" unit @u reads(%3) writes() flops 1.000000e+09 bytes 0 phase forward group 0{{$}}
-// EXACT: {{^ +}}sched.optimizer muon "muon" reads(%1) writes(%1) flops 1.000000e+06 bytes 2560 only_rank 1 phase optimizer params [@w]{{$}}
+// EXACT: {{^ +}}sched.optimizer muon "muon" reads(%1) writes(%1) flops 1.000000e+06 bytes 2560 only_rank 1 phase optimizer params [@w] ns_kernels 39{{$}}
 // EXACT: {{^ +}}%{{[0-9]+}} = sched.alloc "noted" bytes 8 {note = "kept"}{{$}}
 
 // Every sched op prints and parses back.
@@ -44,8 +44,8 @@ sched.step @s world 2 tokens 8 microbatches 1 arena_bytes [1024, 1024] peak_byte
   sched.all_reduce "all reduce" %shard -> %shard on ["dp_replicate"] ranks 2 bytes 64 comm 1 phase backward inter_node
   // CHECK: sched.dealloc %[[G]]
   sched.dealloc %g
-  // CHECK: sched.optimizer muon "muon" reads(%[[OWNED]]) writes(%[[OWNED]]) flops 1.000000e+06 bytes 2560 only_rank 1 phase optimizer params [@w]
-  sched.optimizer muon "muon" reads(%owned) writes(%owned) flops 1.0e6 bytes 2560 only_rank 1 phase optimizer params [@w]
+  // CHECK: sched.optimizer muon "muon" reads(%[[OWNED]]) writes(%[[OWNED]]) flops 1.000000e+06 bytes 2560 only_rank 1 phase optimizer params [@w] ns_kernels 39
+  sched.optimizer muon "muon" reads(%owned) writes(%owned) flops 1.0e6 bytes 2560 only_rank 1 phase optimizer params [@w] ns_kernels 39
   // CHECK: sched.alloc "noted" bytes 8 {note = "kept"}
   %noted = sched.alloc "noted" bytes 8 {note = "kept"}
 }
