@@ -64,7 +64,8 @@ struct PlanReportPass : public mfsdp::impl::PlanReportBase<PlanReportPass> {
       if (opts.replicate > 1)
         d.nsSplitReason = std::string(d.nsSplit ? "plan splits" : "plan does not split") +
                           (model == d.nsSplit ? " (as the cost model would): "
-                                              : " (the cost model would not): ") +
+                          : d.nsSplit ? " (the cost model would not split): "
+                                      : " (the cost model would split): ") +
                           reason;
       planner::Report r = planner::account(b.problem, opts, d);
       if (json) {

@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "mfsdp/planner/Layout.h"
+#include "mfsdp/runtime/Kernels.h"
 
 #include <fmt/format.h>
 
@@ -104,13 +105,16 @@ namespace {
 
 /// A parameter's optimizer step at the profile's sustained rates (as the
 /// simulator prices it): elementwise bytes at hbmBytes x hbmEfficiency,
-/// Newton-Schulz at the rate of its precision.
+/// Newton-Schulz at the rate of its precision plus its kernels' time.
 double optimSecondsWhole(const Param &p, const Options &opts) {
   double n = static_cast<double>(p.numElements());
   double t = n * optimBytesPerElem(p, opts) / (opts.hw.hbmBytes * opts.hw.hbmEfficiency);
   if (p.optim == Optim::Muon)
-    t += newtonSchulzFlops(p.shape[0], p.shape[1], opts.nsSteps) /
-         nsFlopsRate(opts.hw);
+    t += newtonSchulzFlops(p.shape[0], p.shape[1], opts.nsSteps) / nsFlopsRate(opts.hw) +
+         static_cast<double>(rt::newtonSchulzKernels(
+             p.shape[0], p.shape[1], opts.nsSteps,
+             opts.hw.nsBf16 ? rt::NsPrecision::BF16 : rt::NsPrecision::FP32)) *
+             nsKernelSeconds(opts.hw);
   return t;
 }
 
@@ -296,7 +300,10 @@ bool decideNsSplit(const Problem &pr, const Options &o, std::string &reason) {
   }
   double R = static_cast<double>(o.replicate);
   double saved = ownerSeconds / S * (1 - 1 / R);
-  double cost = ownerBytes / S * (R - 1) / R / o.hw.interBytes;
+  // The updates go in one call over the replicas (one ring across nodes):
+  // its latency, and each rank's share of the bytes.
+  double cost = o.hw.collBaseSeconds + (R - 1) * o.hw.interHopSeconds +
+                ownerBytes / S * (R - 1) / R / o.hw.interBytes;
   bool split = o.nsSplit == Options::Split::On ||
                (o.nsSplit == Options::Split::Auto && saved > cost);
   reason = fmt::format(

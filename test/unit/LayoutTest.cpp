@@ -178,19 +178,30 @@ TEST(Layout, HsdpSplitsNewtonSchulzWhenItPays) {
   Report r = account(big, o, d);
   EXPECT_GT(r.ranks[0].commBytes["ns_split_all_gather"], 0);
 
-  // A 64x64 matrix: with bf16 Newton-Schulz (0.504 of A100's 312 TFLOP/s)
-  // its 5.2 MFLOP take less than sending its update; in fp32 (0.656 of
-  // 19.5 TFLOP/s, 12x slower) splitting them pays.
+  // A 64x64 matrix: its Newton-Schulz is 39 kernels (the profile's 6.3 us
+  // each in bf16, 10.7 us in fp32), far longer than one broadcast of its
+  // update over the replicas (collective base + one hop, 15 us): splitting
+  // pays in either precision.
   Problem small;
   small.units = {{"u"}};
   small.params = {param("w", {64, 64}, "linear", 0)};
   o.hw.nsBf16 = true;
   ASSERT_TRUE(planLayouts(small, o, d, err));
-  EXPECT_FALSE(d.nsSplit) << d.nsSplitReason;
+  EXPECT_TRUE(d.nsSplit) << d.nsSplitReason;
   o.hw.nsBf16 = false;
   ASSERT_TRUE(planLayouts(small, o, d, err));
   EXPECT_TRUE(d.nsSplit) << d.nsSplitReason;
+  // Priced by its 5.2 MFLOP alone (no time per kernel), it takes less than
+  // the broadcast's latency in either precision: not split.
+  Options flopsOnly = o;
+  flopsOnly.hw.nsFp32KernelSeconds = flopsOnly.hw.nsBf16KernelSeconds = 0;
+  for (bool bf16 : {true, false}) {
+    flopsOnly.hw.nsBf16 = bf16;
+    ASSERT_TRUE(planLayouts(small, flopsOnly, d, err));
+    EXPECT_FALSE(d.nsSplit) << d.nsSplitReason;
+  }
   o.hw.nsBf16 = true;
+  o.hw.nsBf16KernelSeconds = 0;
   o.nsSplit = Options::Split::On;
   ASSERT_TRUE(planLayouts(small, o, d, err));
   EXPECT_TRUE(d.nsSplit);
