@@ -268,7 +268,8 @@ const char *mfsdp_last_error(mfsdp_step *step) {
       return MFSDP_ERROR_INVALID;                                               \
     if (auto bad = (step)->checkUnit(unit))                                     \
       return bad;                                                               \
-    if (auto entered = (step)->enter(/*keepReduction=*/true, /*keepGathers=*/true)) \
+    if (auto entered = (step)->enter(/*keepReduction=*/true,                    \
+                                     /*keepGathers=*/true))                     \
       return entered;                                                           \
   } while (0)
 
