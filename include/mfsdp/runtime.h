@@ -146,7 +146,8 @@ typedef struct mfsdp_bucket_offsets {
  * under ZeRO-3 a unit's gathered copy lives from the op that gathers it to
  * the op that releases it; gradients from pre_backward until their
  * reduction is waited for unless keep_grads, and then a unit's gradients
- * are reduced once per step (zero_grad before the next backward). A trainer that holds two units whose space is shared gets
+ * are reduced once per step (zero_grad before the next backward). A
+ * trainer that holds two units whose space is shared gets
  * MFSDP_ERROR_ORDER naming both, never corrupt data. */
 typedef struct mfsdp_memory_plan {
   int32_t num_shard_ranks;           /* = dp_shard */
@@ -241,10 +242,11 @@ typedef struct mfsdp_mesh_dim {
  * optimizer step (built by hand), runs those parts as mfsdp_create derives
  * them from the plan: one unit in flight at a time, prefetch depth 1 where
  * the memory plan has room for it, every parameter stepped after every
- * reduction (mfsdp/runtime/DefaultProgram.h, docs/runtime.md). What the trainer
- * calls is still checked against the unit's state (MFSDP_ERROR_ORDER), and
- * a pre_forward during the unit's backward (activation recomputation) runs
- * no ops: the backward gather is in place. */
+ * reduction (mfsdp/runtime/DefaultProgram.h, docs/runtime.md). What the
+ * trainer calls is still checked against the unit's state
+ * (MFSDP_ERROR_ORDER), and a pre_forward during the unit's backward
+ * (activation recomputation) runs no ops: the backward gather is in
+ * place. */
 typedef enum mfsdp_hook {
   MFSDP_HOOK_PRE_FORWARD = 0,
   MFSDP_HOOK_POST_FORWARD = 1,
