@@ -786,6 +786,10 @@ PhaseGap phaseGap(const Step &s, const SimResult &r, const SimProfile &p,
   g.imbalance = floorOf[st.rank] - mean;
   g.exposedComm = st.exposedComm;
   g.belowPeak = st.computeBusy - floorOf[st.rank];
+  for (const Op &op : s.ops)
+    if (op.phase == phase && op.kind == OpKind::Optimizer && !op.torchNs &&
+        (op.onlyRank < 0 || op.onlyRank == st.rank))
+      g.nsKernels += op.nsKernels * planner::nsKernelSeconds(p);
   return g;
 }
 
@@ -1005,6 +1009,11 @@ std::string renderText(const Step &s, const SimResult &r, const SimProfile &p) {
                        mfsdp::enumName(ph), ms(g.span), ms(g.floor),
                        ms(g.imbalance), ms(g.belowPeak), ms(g.exposedComm),
                        g.span > 0 ? 100.0 * g.floor / g.span : 0.0);
+    if (g.nsKernels > 0)
+      out += fmt::format("  {:<10} below peak includes {:.3f} ms of Newton-Schulz kernel "
+                         "latency ({:.1f} us a kernel in {})\n",
+                         "", ms(g.nsKernels), planner::nsKernelSeconds(p) * 1e6,
+                         p.nsBf16 ? "bf16" : "fp32");
   }
 
   constexpr double GiB = 1024.0 * 1024.0 * 1024.0;

@@ -1000,12 +1000,39 @@ TEST(Output, PhaseAgainstItsFloor) {
   EXPECT_NEAR(o.floor, 1.0, kTol);
   EXPECT_NEAR(o.span, 1.0, kTol);
   EXPECT_NEAR(o.belowPeak + o.imbalance + o.exposedComm, 0.0, kTol);
+  EXPECT_NEAR(o.nsKernels, 0.0, kTol);
   // No backward ops: nothing to say.
   EXPECT_EQ(phaseGap(s, r, p, Phase::Backward).rank, -1);
   std::string text = renderText(s, r, p);
   EXPECT_NE(text.find("forward    predicted    4000.000 ms = floor 1500.000 + "
                       "imbalance 500.000 + below peak 2000.000 + exposed comm "
                       "0.000 ms (floor / predicted 37.5%)"),
+            std::string::npos)
+      << text;
+}
+
+// The optimizer's gap on its slowest rank names the Newton-Schulz
+// kernels' latency, part of what runs below peak: an owner on rank 1 with
+// 100 kernels of 1 ms each.
+TEST(Output, NewtonSchulzKernelsInTheGap) {
+  Step s;
+  s.name = "kernels";
+  s.world = 2;
+  Op owner = optimizer(1e12, 0, 1);
+  owner.nsKernels = 100;
+  s.ops = {optimizer(0, 1e11), owner};
+  SimProfile p = P();
+  p.nsFp32KernelSeconds = 1e-3;
+  SimResult r = simulate(s, p);
+  ASSERT_TRUE(r.ok) << r.error;
+  PhaseGap o = phaseGap(s, r, p, Phase::Optimizer);
+  EXPECT_EQ(o.rank, 1);
+  EXPECT_NEAR(o.nsKernels, 0.1, kTol);
+  EXPECT_LE(o.nsKernels, o.belowPeak + kTol);
+  EXPECT_NEAR(o.floor + o.imbalance + o.belowPeak + o.exposedComm, o.span, kTol);
+  const std::string text = renderText(s, r, p);
+  EXPECT_NE(text.find("below peak includes 100.000 ms of Newton-Schulz kernel latency "
+                      "(1000.0 us a kernel in fp32)"),
             std::string::npos)
       << text;
 }

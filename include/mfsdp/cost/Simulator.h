@@ -218,6 +218,9 @@ double computeFloorSeconds(const step::Step &s, const SimProfile &p,
 /// All zero for a phase without ops.
 struct PhaseGap {
   double span = 0, floor = 0, imbalance = 0, belowPeak = 0, exposedComm = 0;
+  /// Of belowPeak: the time of the runtime's Newton-Schulz kernels (their
+  /// count x the profile's time per kernel) on that rank.
+  double nsKernels = 0;
   int64_t rank = -1;
 };
 PhaseGap phaseGap(const step::Step &s, const SimResult &r, const SimProfile &p,
