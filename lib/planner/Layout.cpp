@@ -112,8 +112,7 @@ double optimSecondsWhole(const Param &p, const Options &opts) {
   if (p.optim == Optim::Muon)
     t += newtonSchulzFlops(p.shape[0], p.shape[1], opts.nsSteps) / nsFlopsRate(opts.hw) +
          static_cast<double>(rt::newtonSchulzKernels(
-             p.shape[0], p.shape[1], opts.nsSteps,
-             opts.hw.nsBf16 ? rt::NsPrecision::BF16 : rt::NsPrecision::FP32)) *
+             p.shape[0], p.shape[1], opts.nsSteps, nsPrecision(opts.hw))) *
              nsKernelSeconds(opts.hw);
   return t;
 }

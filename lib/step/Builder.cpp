@@ -1114,9 +1114,8 @@ private:
             double n = static_cast<double>(p->numElements());
             if (p->optim == Optim::Muon) {
               flops += planner::newtonSchulzFlops(p->shape[0], p->shape[1], o.nsSteps);
-              kernels += rt::newtonSchulzKernels(
-                  p->shape[0], p->shape[1], o.nsSteps,
-                  o.hw.nsBf16 ? rt::NsPrecision::BF16 : rt::NsPrecision::FP32);
+              kernels += rt::newtonSchulzKernels(p->shape[0], p->shape[1], o.nsSteps,
+                                                 planner::nsPrecision(o.hw));
             }
             bytes += n * planner::optimBytesPerElem(*p, o);
             names.push_back(p->name);

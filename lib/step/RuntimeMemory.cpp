@@ -292,10 +292,7 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
       runtime::completeProgram(plan, program, prefetch == 1 && zero3);
   program = &completed->program;
   const std::vector<int32_t> entry = runtime::hookEntries(*program, N);
-  const mfsdp_program_hook *optimizerHook = nullptr;
-  for (int32_t h = 0; h < program->num_hooks; ++h)
-    if (program->hooks[h].hook == MFSDP_HOOK_OPTIMIZER_STEP)
-      optimizerHook = &program->hooks[h];
+  const mfsdp_program_hook *optimizerHook = runtime::optimizerStepEntry(program);
   std::vector<int32_t> inFlight; // units whose reductions are in flight
   // A unit's reduction lands (its backward copy and gradients freed)
   // where the runtime waits for it: a WAIT_REDUCTION of that unit, or

@@ -18,13 +18,7 @@ using mfsdp::runtime::hookName;
 using mfsdp::runtime::programKindName;
 
 const mfsdp_program_hook *mfsdp::rt::optimizerHook(const mfsdp_plan &plan) {
-  const mfsdp_program *g = plan.program;
-  if (!g || !g->hooks)
-    return nullptr;
-  for (int32_t i = 0; i < g->num_hooks; ++i)
-    if (g->hooks[i].hook == MFSDP_HOOK_OPTIMIZER_STEP)
-      return &g->hooks[i];
-  return nullptr;
+  return mfsdp::runtime::optimizerStepEntry(plan.program);
 }
 
 namespace {

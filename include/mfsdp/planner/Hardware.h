@@ -10,6 +10,8 @@
 #ifndef MFSDP_PLANNER_HARDWARE_H
 #define MFSDP_PLANNER_HARDWARE_H
 
+#include "mfsdp/Vocabulary.h"
+
 #include <string>
 #include <string_view>
 #include <vector>
@@ -108,6 +110,10 @@ double nsFlopsRate(const HardwareProfile &p);
 double nsPeakFlops(const HardwareProfile &p);
 /// Newton-Schulz's time per kernel on `p` at its precision (nsBf16).
 double nsKernelSeconds(const HardwareProfile &p);
+/// The precision `p` prices Newton-Schulz in (nsBf16).
+inline NsPrecision nsPrecision(const HardwareProfile &p) {
+  return p.nsBf16 ? NsPrecision::BF16 : NsPrecision::FP32;
+}
 
 /// Overrides rates of `p` from "key=value[,key=value...]" (for fitting the
 /// model, e.g. mfsdp-sim --profile-set): the keys are the numeric fields'

@@ -57,16 +57,6 @@ struct OwnedProgram {
   OwnedProgram &operator=(const OwnedProgram &) = delete;
 };
 
-/// Whether `program` (may be NULL) has an entry for the optimizer step.
-inline bool programHasOptimizerStep(const mfsdp_program *program) {
-  if (!program || !program->hooks)
-    return false;
-  for (int32_t i = 0; i < program->num_hooks; ++i)
-    if (program->hooks[i].hook == MFSDP_HOOK_OPTIMIZER_STEP)
-      return true;
-  return false;
-}
-
 /// `given` (may be NULL; a program mfsdp_create has accepted for `plan`)
 /// with the hooks it leaves out derived as the file comment says: every
 /// unit's forward and backward hooks where it has none, the optimizer step
@@ -79,7 +69,7 @@ inline std::unique_ptr<OwnedProgram> completeProgram(const mfsdp_plan &plan,
                                                      bool prefetch) {
   auto out = std::make_unique<OwnedProgram>();
   const bool unitHooks = !programHasHooks(given);
-  const bool optimizerStep = !programHasOptimizerStep(given);
+  const bool optimizerStep = !optimizerStepEntry(given);
   if (given && given->ops)
     out->ops.assign(given->ops, given->ops + given->num_ops);
   if (given && given->hooks)

@@ -85,6 +85,17 @@ inline bool programHasHooks(const mfsdp_program *program) {
   return false;
 }
 
+/// `program`'s entry for the optimizer step (may be NULL; NULL when it has
+/// none). mfsdp_create refuses a program with two.
+inline const mfsdp_program_hook *optimizerStepEntry(const mfsdp_program *program) {
+  if (!program || !program->hooks)
+    return nullptr;
+  for (int32_t i = 0; i < program->num_hooks; ++i)
+    if (program->hooks[i].hook == MFSDP_HOOK_OPTIMIZER_STEP)
+      return &program->hooks[i];
+  return nullptr;
+}
+
 /// Per hookSlot of `units` units, the index of its entry in
 /// program.hooks (-1: none, the hook runs no ops). Entries whose unit or
 /// hook is out of range are left out (mfsdp_create refuses them).
