@@ -118,9 +118,6 @@ LogicalResult OptimizerOp::verify() {
     const int64_t n = static_cast<int64_t>(*k);
     if (n < 0 || n > std::numeric_limits<int32_t>::max())
       return emitOpError("ns_kernels must be in [0, 2^31), got ") << n;
-    if (getTorchNs())
-      return emitOpError("ns_kernels counts the runtime's Newton-Schulz kernels; a "
-                         "torch_ns op (torch.optim.Muon's) has none");
   }
   return success();
 }

@@ -260,11 +260,14 @@ def Sched_OptimizerOp : Sched_Op<"optimizer", [HasParent<"StepOp">,
     bf16, three GEMMs per iteration, priced at that rate). `ns_kernels`
     counts the kernels the runtime's Newton-Schulz launches for the op's
     matrices (priced at the profile's time per kernel beside the FLOPs; the
-    latency that dominates small matrices); left out, none.
+    latency that dominates small matrices); on a `torch_ns` op, the kernels
+    torch.optim.Muon launches for it (eager PyTorch launches them from the
+    host: the op takes at least that many times the profile's time per
+    launch); left out, none.
 
     ```mlir
     sched.optimizer muon "layers.0.mlp" reads(%grad) writes(%state) flops 6.2e12 bytes 1300000000 only_rank 3 phase optimizer ns_kernels 218
-    sched.optimizer muon "muon (gathered) w" reads(%g) writes(%w) flops 3.2e3 torch_ns bytes 1600 phase optimizer
+    sched.optimizer muon "muon (gathered) w" reads(%g) writes(%w) flops 3.2e3 torch_ns bytes 1600 phase optimizer ns_kernels 33
     ```
   }];
   let arguments = (ins Sched_OptimizerKind:$kind, StringProp:$name,

@@ -45,6 +45,7 @@ std::string validateProfile(const SimProfile &p) {
                  Rate{"launchSeconds", p.launchSeconds},
                  Rate{"nsFp32KernelSeconds", p.nsFp32KernelSeconds},
                  Rate{"nsBf16KernelSeconds", p.nsBf16KernelSeconds},
+                 Rate{"nsTorchKernelSeconds", p.nsTorchKernelSeconds},
                  Rate{"dispatchSeconds", p.dispatchSeconds},
                  Rate{"intraHopSeconds", p.intraHopSeconds},
                  Rate{"interHopSeconds", p.interHopSeconds},

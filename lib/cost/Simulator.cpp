@@ -66,11 +66,17 @@ double computeSeconds(const Op &op, const SimProfile &p) {
   // An optimizer op stands for separate kernels (the momentum update, the
   // Newton-Schulz GEMMs, the elementwise update): their times add, and each
   // of the runtime's Newton-Schulz kernels has its time floor
-  // (nsKernelSeconds: the latency that dominates small matrices). A
-  // trainer op is one roofline-bound kernel sequence.
-  if (op.kind == OpKind::Optimizer)
-    return p.launchSeconds + flopTime + byteTime +
-           (op.torchNs ? 0.0 : op.nsKernels * planner::nsKernelSeconds(p));
+  // (nsKernelSeconds: the latency that dominates small matrices).
+  // torch.optim.Muon's (torchNs) are launched one by one from eager
+  // PyTorch while the GPU works through the earlier ones: the slower of
+  // the host's launches and the GPU's work sets the time. A trainer op is
+  // one roofline-bound kernel sequence.
+  if (op.kind == OpKind::Optimizer) {
+    const double gpu = p.launchSeconds + flopTime + byteTime;
+    if (op.torchNs)
+      return std::max(gpu, op.nsKernels * p.nsTorchKernelSeconds);
+    return gpu + op.nsKernels * planner::nsKernelSeconds(p);
+  }
   return p.launchSeconds + std::max(flopTime, byteTime);
 }
 

@@ -38,6 +38,9 @@ HardwareProfile a100() {
   p.nsFp32KernelSeconds = 10.7e-6;
   p.nsBf16KernelSeconds = 6.3e-6;
   p.nsTorchEfficiency = 0.626;
+  // Assumed, no A100 measured: torch.optim.Muon's time per kernel the
+  // H100 machine's (h100 below); it is the host's time to launch them.
+  p.nsTorchKernelSeconds = 17.9e-6;
   // Assumed fraction of peak the trainer's forward/backward/recomputation
   // reach as a whole (hardware FLOP utilisation, attention and elementwise
   // work included). Published bf16 transformer training on A100 with fused
@@ -117,6 +120,10 @@ HardwareProfile h100() {
   // an iteration) on the same GPU in the same run, fitted on 4096x4096:
   // 3.567 ms for 2.06e12 FLOPs, 578 TFLOP/s, 0.584 of 989.
   p.nsTorchEfficiency = 0.584;
+  // Its time per kernel, fitted on 1024x1024 in the same run: 0.519 ms for
+  // its 29 kernels (planner::torchNewtonSchulzKernels), where its FLOPs at
+  // the rate above take 0.056 ms: the host's launches set the time.
+  p.nsTorchKernelSeconds = 17.9e-6;
   // Assumed fraction of peak large bf16 GEMMs reach on H100 (~0.7; H100
   // sits further from its peak than A100). Checked against one H100 80GB
   // HBM3 (docs/benchmarks.md, "Per-op rates on the same H100"): bf16 GEMMs
@@ -305,6 +312,7 @@ bool applyProfileOverrides(HardwareProfile &p, std::string_view spec, std::strin
                 {"nsFp32KernelSeconds", &p.nsFp32KernelSeconds},
                 {"nsBf16KernelSeconds", &p.nsBf16KernelSeconds},
                 {"nsTorchEfficiency", &p.nsTorchEfficiency},
+                {"nsTorchKernelSeconds", &p.nsTorchKernelSeconds},
                 {"trainerEfficiency", &p.trainerEfficiency},
                 {"smallGemmFlops", &p.smallGemmFlops},
                 {"hbmBytes", &p.hbmBytes},

@@ -903,13 +903,18 @@ private:
     std::vector<DTensorNsOp> ns =
         dtensorNewtonSchulz(rows, cols, S, o.nsSteps, o.shardIntraNode,
                             b.dtensorForm);
+    // Each op names the CUDA kernels torch launches for it
+    // (planner::torchMuonKernels; DTensor's own dispatch on top of eager
+    // PyTorch's is not counted).
     auto op = [&](std::string name, double flops, double bytes,
-                  std::vector<int64_t> reads, std::vector<int64_t> writes) {
+                  std::vector<int64_t> reads, std::vector<int64_t> writes,
+                  int64_t kernels) {
       Op k;
       k.kind = OpKind::Optimizer;
       k.phase = Phase::Optimizer;
       k.optimizer = "muon";
       k.torchNs = true; // torch.optim.Muon's Newton-Schulz
+      k.nsKernels = static_cast<int32_t>(kernels);
       k.name = std::move(name);
       k.group = static_cast<int64_t>(gi);
       k.flops = flops;
@@ -922,8 +927,9 @@ private:
     // X: the momentum-updated gradient in bf16, Shard(0) like the gradient.
     int64_t x = alloc(fmt::format("dtensor X {}", p.name), ns.front().outBytes,
                       false);
+    // The momentum's lerp_ and lerp, then Newton-Schulz's bf16 copy.
     op(fmt::format("muon momentum {}", p.name), 0, momentumBytes, {g.rowGrad},
-       {x});
+       {x}, planner::kTorchMuonMomentumKernels + 1);
     int64_t a = -1, bb = -1;
     // Mm form: the iteration's other temporaries (bA, cA, cAA, aX, BX).
     std::map<std::string, int64_t> named;
@@ -990,7 +996,7 @@ private:
         int64_t res = alloc(fmt::format("dtensor {} {}", n.result, where),
                             n.outBytes, false);
         op(fmt::format("muon ns {} {}", where, n.op), n.flops, n.bytes, reads,
-           {res});
+           {res}, 1);
         // Each temporary is read once; A, B and the old X go when the
         // iteration's new X exists.
         for (const std::string &t : bases)
@@ -1014,18 +1020,18 @@ private:
       } else if (n.op == "normalise") {
         reads.push_back(x);
         op(fmt::format("muon ns {} normalise", p.name), 0, 2 * n.outBytes,
-           reads, {x});
+           reads, {x}, planner::kTorchNsNormaliseKernels);
       } else if (n.op == "X @ X^T") {
         if (redistributed({"X", "X^T"}) < 2)
           reads.push_back(x);
         a = alloc(fmt::format("dtensor A {}", where), n.outBytes, false);
-        op(fmt::format("muon ns {} X @ X^T", where), n.flops, 0, reads, {a});
+        op(fmt::format("muon ns {} X @ X^T", where), n.flops, 0, reads, {a}, 1);
       } else if (n.op == "addmm(A, A, A)") {
         if (redistributed({"A"}) < 3)
           reads.push_back(a);
         bb = alloc(fmt::format("dtensor B {}", where), n.outBytes, false);
         op(fmt::format("muon ns {} addmm(A, A, A)", where), n.flops, 0, reads,
-           {bb});
+           {bb}, 2);
       } else if (n.op == "addmm(X, B, X)") {
         if (redistributed({"B"}) < 1)
           reads.push_back(bb);
@@ -1034,7 +1040,7 @@ private:
         int64_t next = alloc(fmt::format("dtensor X {}", where), n.outBytes,
                              false);
         op(fmt::format("muon ns {} addmm(X, B, X)", where), n.flops, 0, reads,
-           {next});
+           {next}, 2);
         free(a);
         free(bb);
         free(x);
@@ -1044,7 +1050,7 @@ private:
         if (redistributed({"update"}) < 1)
           reads.push_back(x);
         op(fmt::format("muon update {}", p.name), 0, updateBytes, reads,
-           {g.rowShard});
+           {g.rowShard}, planner::kTorchMuonUpdateKernels);
       }
       for (int64_t t : tmps)
         free(t);
@@ -1100,6 +1106,7 @@ private:
                             planner::optimBytesPerElem(whole, o) +
                         2 * bytes * o.nsSteps,
                     -1, {p->name}, full, g.rowShard, /*torchNs=*/true);
+        st.ops.back().nsKernels = static_cast<int32_t>(planner::torchMuonKernels(o.nsSteps));
         free(full);
       }
       // Owners: Muon on each owner's matrices of the group.

@@ -760,8 +760,9 @@ TEST(Floors, NewtonSchulzOnH100AgainstMeasured) {
   // optimizer kernels against PyTorch's"). The two 4096x14336 shapes
   // measured in the same run are held out: each precision's prediction
   // (kernels x time per kernel + FLOPs / rate) within 10% of its
-  // measurement. torch.optim.Muon's (FLOPs / rate, no kernel count) was
-  // fitted on 4096x4096 alone and is checked on the large shapes only.
+  // measurement. torch.optim.Muon's (the larger of its kernels x time per
+  // kernel and FLOPs / rate) has its rate fitted on 4096x4096 and its time
+  // per kernel on 1024x1024; the large shapes are held out.
   SimProfile h = *planner::findHardwareProfile("h100");
   struct Measured {
     int64_t rows, cols;
@@ -782,15 +783,22 @@ TEST(Floors, NewtonSchulzOnH100AgainstMeasured) {
               ours / planner::nsFlopsRate(h)) *
              1e3;
     };
-    const double torchPredicted = torchFlops / (h.gemmFlops * h.nsTorchEfficiency) * 1e3;
+    const double torchPredicted =
+        std::max(torchFlops / (h.gemmFlops * h.nsTorchEfficiency),
+                 static_cast<double>(planner::torchNewtonSchulzKernels(5)) *
+                     h.nsTorchKernelSeconds) *
+        1e3;
     const double tol = m.fitted ? 0.01 : 0.10;
     EXPECT_NEAR(predicted(false) / m.fp32Ms, 1, tol) << m.rows << "x" << m.cols << " fp32";
     EXPECT_NEAR(predicted(true) / m.bf16Ms, 1, tol) << m.rows << "x" << m.cols << " bf16";
-    if (m.rows == 4096 || m.cols == 4096) {
-      EXPECT_NEAR(torchPredicted / m.torchMs, 1, m.cols == m.rows ? 0.005 : 0.10)
-          << m.rows << "x" << m.cols << " torch";
-    }
+    EXPECT_NEAR(torchPredicted / m.torchMs, 1, m.cols == m.rows ? 0.005 : 0.10)
+        << m.rows << "x" << m.cols << " torch";
   }
+  // torch's: the bf16 copy, norm, clamp and div_, then an mm and two addmm
+  // (a copy and a GEMM each) a step; its whole step adds the momentum's
+  // two lerps and the update's mul_ and add_.
+  EXPECT_EQ(planner::torchNewtonSchulzKernels(5), 29);
+  EXPECT_EQ(planner::torchMuonKernels(5), 33);
   // The kernels counted are those of runtime/cuda/Kernels.cu: 4 around the
   // iterations, 2 strips + 5 an iteration (two symmetric products of one
   // GEMM a strip and a mirror, two copies, one GEMM); strips of 512 rows in
@@ -801,7 +809,8 @@ TEST(Floors, NewtonSchulzOnH100AgainstMeasured) {
 }
 
 // A Muon owner's optimizer op pays its Newton-Schulz kernels' time beside
-// the FLOPs; torch.optim.Muon's (torch_ns) does not.
+// the FLOPs; torch.optim.Muon's (torch_ns) the larger of its launches' time
+// and the FLOPs'.
 TEST(Floors, NewtonSchulzKernelsPriced) {
   SimProfile h = *planner::findHardwareProfile("h100");
   Op op;
@@ -818,10 +827,23 @@ TEST(Floors, NewtonSchulzKernelsPriced) {
     return computeSeconds(o, h);
   }();
   EXPECT_NEAR(computeSeconds(op, h) - bf16Without, 100 * h.nsBf16KernelSeconds, 1e-12);
+  // torch.optim.Muon's kernels are launched by the host while the GPU
+  // works: its op takes the larger of the two, not their sum.
   op.torchNs = true;
+  op.flops = 1e12;
   Op torchOp = op;
   torchOp.nsKernels = 0;
-  EXPECT_DOUBLE_EQ(computeSeconds(op, h), computeSeconds(torchOp, h));
+  const double gpu = computeSeconds(torchOp, h);
+  op.nsKernels = 2;
+  ASSERT_LT(2 * h.nsTorchKernelSeconds, gpu);
+  EXPECT_DOUBLE_EQ(computeSeconds(op, h), gpu);
+  op.nsKernels = 1000;
+  ASSERT_GT(1000 * h.nsTorchKernelSeconds, gpu);
+  EXPECT_DOUBLE_EQ(computeSeconds(op, h), 1000 * h.nsTorchKernelSeconds);
+  // A negative time per kernel is refused, as any profile override is.
+  h.nsTorchKernelSeconds = -1e-6;
+  EXPECT_NE(validateProfile(h).find("nsTorchKernelSeconds must be non-negative"),
+            std::string::npos);
 }
 
 TEST(Floors, ComputeFloorPerPhase) {

@@ -53,8 +53,10 @@ bool isInterNode(const step::Op &op, const SimProfile &p);
 /// that lists its kernels is priced kernel by kernel: KernelModel.h.)
 /// Optimizer ops add the two terms (separate kernels), their FLOPs being
 /// Newton-Schulz's at its rate: (flops + smallGemmFlops) /
-/// planner::nsFlopsRate(p), or, for torch.optim.Muon's (op.torchNs),
-/// gemmFlops * nsTorchEfficiency.
+/// planner::nsFlopsRate(p), plus op.nsKernels * planner::nsKernelSeconds(p);
+/// or, for torch.optim.Muon's (op.torchNs), the larger of the terms with
+/// FLOPs at gemmFlops * nsTorchEfficiency and op.nsKernels *
+/// nsTorchKernelSeconds (eager PyTorch launching them from the host).
 /// 0 for every other kind.
 double computeSeconds(const step::Op &op, const SimProfile &p);
 

@@ -80,6 +80,12 @@ struct HardwareProfile {
   /// --compare): bf16, three GEMMs per iteration, counted with their FLOPs
   /// (4 s^2 l + 2 s^3), as a fraction of gemmFlops.
   double nsTorchEfficiency = 1;
+  /// torch.optim.Muon's time per CUDA kernel it launches
+  /// (planner::torchMuonKernels): eager PyTorch launches them from Python,
+  /// one at a time, while the GPU runs what was launched before, so an op's
+  /// time is the larger of its kernels x this (the host) and its FLOPs and
+  /// bytes at their rates (the GPU). 0: no floor.
+  double nsTorchKernelSeconds = 0;
   /// The precision the runtime's Newton-Schulz runs in, which sets its
   /// rate: the runtime's `ns_precision` hyperparameter, fp32 unless the
   /// trainer sets bf16 (tool and pass option `ns-precision`).
@@ -118,7 +124,7 @@ inline NsPrecision nsPrecision(const HardwareProfile &p) {
 /// Overrides rates of `p` from "key=value[,key=value...]" (for fitting the
 /// model, e.g. mfsdp-sim --profile-set): the keys are the numeric fields'
 /// names (gemmFlops, fp32Flops, gemmEfficiency, trainerEfficiency,
-/// nsFp32Efficiency, nsBf16Efficiency, nsTorchEfficiency, smallGemmFlops,
+/// nsFp32Efficiency, nsBf16Efficiency, nsTorchEfficiency, nsTorchKernelSeconds, smallGemmFlops,
 /// nsFp32KernelSeconds, nsBf16KernelSeconds,
 /// hbmBytes, hbmEfficiency, launchSeconds, dispatchSeconds, intraBusBytes,
 /// interBusBytes, intraHopSeconds, interHopSeconds, collBaseSeconds,

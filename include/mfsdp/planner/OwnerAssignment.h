@@ -20,6 +20,7 @@
 
 #include "mfsdp/Vocabulary.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -36,6 +37,25 @@ double newtonSchulzFlops(int64_t rows, int64_t cols, int64_t steps);
 /// The same iterations as three general products (X X^T, A A, B X):
 /// 4 s^2 l + 2 s^3 per step, what torch.optim.Muon runs.
 double newtonSchulzGemmFlops(int64_t rows, int64_t cols, int64_t steps);
+
+/// The CUDA kernels torch.optim.Muon launches for one matrix (PyTorch's
+/// torch/optim/_muon.py, eager): its Newton-Schulz
+/// (_zeropower_via_newtonschulz) the bf16 copy, norm, clamp and div_, then
+/// per step one mm and two addmm, each addmm a copy of its input and a
+/// GEMM: 4 + 5 steps. Its whole step (_single_tensor_muon, Nesterov) adds
+/// the momentum's lerp_ and lerp before and the weight decay's mul_ and the
+/// update's add_ after: 8 + 5 steps.
+constexpr int64_t kTorchMuonMomentumKernels = 2; // lerp_, lerp
+constexpr int64_t kTorchMuonUpdateKernels = 2;   // mul_, add_
+constexpr int64_t kTorchNsNormaliseKernels = 3;  // norm, clamp, div_
+constexpr int64_t kTorchNsStepKernels = 5;       // mm, addmm (copy, GEMM) twice
+inline int64_t torchNewtonSchulzKernels(int64_t steps) {
+  return 1 + kTorchNsNormaliseKernels + kTorchNsStepKernels * std::max<int64_t>(steps, 0);
+}
+inline int64_t torchMuonKernels(int64_t steps) {
+  return kTorchMuonMomentumKernels + torchNewtonSchulzKernels(steps) +
+         kTorchMuonUpdateKernels;
+}
 
 /// One matrix to place.
 struct OwnerItem {

@@ -167,7 +167,9 @@ struct Op {
   CollKind coll = CollKind::AllGather; // Collective
   /// Optimizer: the kernels the runtime's Newton-Schulz launches for it
   /// (rt::newtonSchulzKernels over its matrices), each priced at
-  /// planner::nsKernelSeconds beside the FLOPs; 0 for torch's.
+  /// planner::nsKernelSeconds beside the FLOPs; for a torchNs op the
+  /// kernels torch.optim.Muon launches for it (planner::torchMuonKernels),
+  /// its time at least that many times the profile's nsTorchKernelSeconds.
   int32_t nsKernels = 0;
   std::string name; // shown in reports and traces ("forward layers.3")
   int64_t unit = -1;

@@ -107,15 +107,6 @@ sched.step @s world 2 tokens 1 microbatches 1 {
 
 // -----
 
-// torch.optim.Muon's Newton-Schulz (torch_ns) is priced by its FLOPs alone:
-// the runtime's kernels are not its.
-sched.step @s world 2 tokens 1 microbatches 1 {
-  // expected-error @+1 {{'sched.optimizer' op ns_kernels counts the runtime's Newton-Schulz kernels; a torch_ns op (torch.optim.Muon's) has none}}
-  sched.optimizer muon "m" reads() writes() flops 1.0 torch_ns bytes 8 phase optimizer ns_kernels 5
-}
-
-// -----
-
 // Collectives need a group of at least one rank.
 sched.step @s world 2 tokens 1 microbatches 1 {
   %a = sched.alloc "a" bytes 8 persistent

@@ -46,6 +46,9 @@ sched.step @s world 2 tokens 8 microbatches 1 arena_bytes [1024, 1024] peak_byte
   sched.dealloc %g
   // CHECK: sched.optimizer muon "muon" reads(%[[OWNED]]) writes(%[[OWNED]]) flops 1.000000e+06 bytes 2560 only_rank 1 phase optimizer params [@w] ns_kernels 39
   sched.optimizer muon "muon" reads(%owned) writes(%owned) flops 1.0e6 bytes 2560 only_rank 1 phase optimizer params [@w] ns_kernels 39
+  // torch.optim.Muon's (a baseline's) counts the kernels torch launches.
+  // CHECK: sched.optimizer muon "muon (gathered) w" reads(%[[OWNED]]) writes(%[[SHARD]]) flops 3.200000e+03 torch_ns bytes 1600 phase optimizer ns_kernels 33
+  sched.optimizer muon "muon (gathered) w" reads(%owned) writes(%shard) flops 3.2e3 torch_ns bytes 1600 phase optimizer ns_kernels 33
   // CHECK: sched.alloc "noted" bytes 8 {note = "kept"}
   %noted = sched.alloc "noted" bytes 8 {note = "kept"}
 }
