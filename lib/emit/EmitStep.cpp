@@ -244,13 +244,13 @@ void emitCudaKernels(raw_ostream &os, const RowBucketLayout &b, bool launchers) 
 LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
                                            const EmitStepOptions &options,
                                            raw_ostream *cuda) {
-  GraphOp graph = findSingleGraph(module);
-  if (!graph)
+  // The plan, its buckets, program and memory plan, as mfsdp-sim reports
+  // them too.
+  LibraryPlan library;
+  if (failed(buildLibraryPlan(module, options, library)))
     return failure();
-  // The plan's constants, as mfsdp-verify-schedule builds them too.
-  RuntimePlan runtimePlan;
-  if (failed(buildRuntimePlan(graph, runtimePlan)))
-    return failure();
+  GraphOp graph = library.graph;
+  RuntimePlan &runtimePlan = library.runtime;
   mfsdp_plan &plan = runtimePlan.plan;
   MeshOp mesh = runtimePlan.mesh;
   PolicyOp policy = runtimePlan.policy;
@@ -258,81 +258,11 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
   const std::vector<mfsdp_mesh_dim> &meshDims = runtimePlan.meshDims;
   const int64_t numExternal = runtimePlan.numExternal;
   const std::vector<std::string> &externalDims = runtimePlan.externalDims;
-  // Buckets: from the step program, when the module has one (after
-  // mfsdp-build-step and mfsdp-bucket-collectives), its bucketed gradient
-  // reductions; the runtime gathers and reduces each with one collective.
   const std::vector<step::RuntimeBucket> &buckets = runtimePlan.buckets;
-  // The step as the schedule orders it (each unit's forward and backward
-  // hooks, and the optimizer step), when the step program is scheduled and
-  // its memory planned (mfsdp-schedule-overlap, then mfsdp-plan-memory):
-  // the runtime executes it (mfsdp_program).
-  step::RuntimeProgram program;
-  bool withProgram = false;
-  bool accumulates = false; // the step runs several microbatches
-  {
-    sched::StepOp stepOp;
-    step::Step scheduled;
-    for (sched::StepOp s : module.getOps<sched::StepOp>()) {
-      if (stepOp)
-        return s.emitOpError() << "is a second sched.step; the step library "
-                                  "lowers one";
-      stepOp = s;
-    }
-    // The dtype of the gradient reductions (runtime.h: reduce_dtype): the
-    // step's, so that the library moves the bytes the step counts.
-    FailureOr<ReduceDType> reduce = libraryReduceDtype(stepOp, descs, options.reduceDtype);
-    if (failed(reduce))
-      return failure();
-    plan.reduce_dtype = static_cast<int32_t>(*reduce);
-    if (failed(checkLibraryNsPrecision(stepOp, plan)))
-      return failure();
-    if (stepOp) {
-      if (failed(readStep(stepOp, scheduled)))
-        return failure();
-      accumulates = scheduled.microbatches > 1;
-      if (options.buckets) {
-        FailureOr<double> limit = libraryBucketBytes(stepOp, options.bucketBytes);
-        if (failed(limit))
-          return failure();
-        // The buckets first: the program packs and unpacks the units that
-        // have row-shard buckets.
-        setLibraryBuckets(runtimePlan, scheduled, *limit);
-      }
-      withProgram = llvm::any_of(scheduled.buffers, [](const step::Buffer &b) {
-        return b.offset >= 0;
-      });
-    }
-    if (withProgram) {
-      program = step::lowerStepProgram(scheduled, plan, runtimePlan.unitNames);
-      if (!program.error.empty())
-        return stepOp.emitOpError()
-               << "cannot be lowered into the runtime's program: " << program.error;
-      // What the library will run, checked against the step it runs.
-      step::RuntimeProgram::View check;
-      program.view(check);
-      const step::ProgramIssue issue =
-          step::verifyProgram(scheduled, plan, check.program, runtimePlan.unitNames);
-      if (!issue.message.empty())
-        return stepOp.emitOpError()
-               << "lowers to a runtime program that does not run as scheduled: "
-               << issue.message;
-    }
-  }
-  step::RuntimeProgram::View programView;
-  if (withProgram) {
-    program.view(programView);
-    plan.program = &programView.program;
-  }
-  // The static memory plan: every buffer of the runtime at its offset.
-  step::RuntimeMemoryPlan memory =
-      step::planRuntimeMemory(plan, options.accumulate || accumulates, 256, options.prefetch,
-                              plan.program);
-  if (!memory.error.empty())
-    return graph.emitOpError() << "cannot plan the runtime's memory: "
-                               << memory.error;
-  const mfsdp_memory_plan memoryPlan = memory.view();
-  plan.memory = &memoryPlan;
-  plan.hash = runtime::planHash(plan);
+  const step::RuntimeProgram &program = library.program;
+  const bool withProgram = library.withProgram;
+  const step::RuntimeMemoryPlan &memory = library.memory;
+  const mfsdp_memory_plan &memoryPlan = library.memoryView;
 
   // The row-shard buckets' layouts, for their generated kernels: one
   // rank's chunk is the members' masters as the memory plan lays them out.

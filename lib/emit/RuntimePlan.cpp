@@ -4,14 +4,20 @@
 // placement, owner rank and optimizer; the mesh; the ZeRO level; the
 // optimizer hyperparameters) built from the planned IR, once, for the
 // emitter (EmitStep.cpp) and for mfsdp-verify-schedule, which lowers the
-// scheduled step to the program the library would carry and checks it.
+// scheduled step to the program the library would carry and checks it;
+// and the whole of what a library states (buildLibraryPlan: buckets,
+// program, memory plan, hash), for the emitter and mfsdp-sim.
 //
 //===----------------------------------------------------------------------===//
 #include "mfsdp/emit/RuntimePlan.h"
 
+#include "dialects/sched/StepBridge.h"
+#include "mfsdp/import/PlanImport.h"
+#include "mfsdp/runtime/PlanHash.h"
+#include "mfsdp/step/Schedule.h"
+
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinTypes.h"
-#include "mfsdp/step/Schedule.h"
 
 #include "llvm/ADT/StringMap.h"
 
@@ -319,4 +325,82 @@ LogicalResult mfsdp::checkLibraryNsPrecision(sched::StepOp step, const mfsdp_pla
          << ": the library runs the graph's, so the schedule and its prediction would "
             "not be of what runs (plan the graph with mfsdp-assign-layouts{ns-precision="
          << llvm::StringRef(enumName(priced)) << "} and rebuild the step)";
+}
+
+LogicalResult mfsdp::buildLibraryPlan(ModuleOp module, const EmitStepOptions &options,
+                                      LibraryPlan &out) {
+  out.graph = findSingleGraph(module);
+  if (!out.graph)
+    return failure();
+  // The plan's constants, as mfsdp-verify-schedule builds them too.
+  RuntimePlan &runtimePlan = out.runtime;
+  if (failed(buildRuntimePlan(out.graph, runtimePlan)))
+    return failure();
+  mfsdp_plan &plan = runtimePlan.plan;
+  // The step as the schedule orders it (each unit's forward and backward
+  // hooks, and the optimizer step), when the step program is scheduled and
+  // its memory planned (mfsdp-schedule-overlap, then mfsdp-plan-memory):
+  // the runtime executes it (mfsdp_program).
+  sched::StepOp stepOp;
+  step::Step scheduled;
+  for (sched::StepOp s : module.getOps<sched::StepOp>()) {
+    if (stepOp)
+      return s.emitOpError() << "is a second sched.step; the step library "
+                                "lowers one";
+    stepOp = s;
+  }
+  // The dtype of the gradient reductions (runtime.h: reduce_dtype): the
+  // step's, so that the library moves the bytes the step counts.
+  FailureOr<ReduceDType> reduce =
+      libraryReduceDtype(stepOp, runtimePlan.descs, options.reduceDtype);
+  if (failed(reduce))
+    return failure();
+  plan.reduce_dtype = static_cast<int32_t>(*reduce);
+  if (failed(checkLibraryNsPrecision(stepOp, plan)))
+    return failure();
+  if (stepOp) {
+    if (failed(readStep(stepOp, scheduled)))
+      return failure();
+    out.accumulates = scheduled.microbatches > 1;
+    // Buckets: the step's bucketed gradient reductions (after
+    // mfsdp-build-step and mfsdp-bucket-collectives); the runtime gathers
+    // and reduces each with one collective. They come first: the program
+    // packs and unpacks the units that have row-shard buckets.
+    if (options.buckets) {
+      FailureOr<double> limit = libraryBucketBytes(stepOp, options.bucketBytes);
+      if (failed(limit))
+        return failure();
+      setLibraryBuckets(runtimePlan, scheduled, *limit);
+    }
+    out.withProgram = llvm::any_of(scheduled.buffers, [](const step::Buffer &b) {
+      return b.offset >= 0;
+    });
+  }
+  if (out.withProgram) {
+    out.program = step::lowerStepProgram(scheduled, plan, runtimePlan.unitNames);
+    if (!out.program.error.empty())
+      return stepOp.emitOpError()
+             << "cannot be lowered into the runtime's program: " << out.program.error;
+    // What the library will run, checked against the step it runs.
+    step::RuntimeProgram::View check;
+    out.program.view(check);
+    const step::ProgramIssue issue =
+        step::verifyProgram(scheduled, plan, check.program, runtimePlan.unitNames);
+    if (!issue.message.empty())
+      return stepOp.emitOpError()
+             << "lowers to a runtime program that does not run as scheduled: "
+             << issue.message;
+    out.program.view(out.programView);
+    plan.program = &out.programView.program;
+  }
+  // The static memory plan: every buffer of the runtime at its offset.
+  out.memory = step::planRuntimeMemory(plan, options.accumulate || out.accumulates, 256,
+                                       options.prefetch, plan.program);
+  if (!out.memory.error.empty())
+    return out.graph.emitOpError() << "cannot plan the runtime's memory: "
+                                   << out.memory.error;
+  out.memoryView = out.memory.view();
+  plan.memory = &out.memoryView;
+  plan.hash = runtime::planHash(plan);
+  return success();
 }

@@ -17,6 +17,7 @@
 #include "dialects/plan/PlanDialect.h"
 #include "dialects/sched/SchedOps.h"
 #include "mfsdp/cost/Simulator.h"
+#include "mfsdp/emit/RuntimePlan.h"
 #include "mfsdp/import/PlanImport.h"
 #include "passes/Autotune.h"
 #include "passes/Pipeline.h"
@@ -24,6 +25,7 @@
 #include "dialects/sched/StepBridge.h"
 
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
@@ -35,6 +37,11 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
 
 using namespace mlir;
 namespace cl = llvm::cl;
@@ -155,6 +162,30 @@ std::string summary(const Outcome &o, const mfsdp::cost::SimProfile &p) {
   (void)fb;
 }
 
+/// What the step library built from `module` allocates (mfsdp-compile's
+/// library of this plan, with the emitter's default options): its arena on
+/// the dp_shard rank that needs the most, the runtime's buffers at the
+/// offsets the library gives them. Or why no library can be built.
+std::string libraryArena(ModuleOp module) {
+  std::string why;
+  ScopedDiagnosticHandler quiet(module.getContext(), [&](Diagnostic &d) {
+    if (why.empty())
+      why = d.str();
+    return success();
+  });
+  auto library = std::make_unique<mfsdp::LibraryPlan>();
+  if (failed(mfsdp::buildLibraryPlan(module, mfsdp::EmitStepOptions{}, *library)))
+    return "step library: none can be built (" + why + ")";
+  const std::vector<int64_t> &arena = library->memory.arenaBytes;
+  const int64_t largest = arena.empty() ? 0 : *std::max_element(arena.begin(), arena.end());
+  return fmt::format("step library arena {} bytes ({:.2f} GiB) on the largest of {} dp_shard "
+                     "ranks: the runtime's buffers as the compiled library places them "
+                     "(the trainer's activations come on top; the peak memory above is the "
+                     "step's own memory plan, activations included)",
+                     largest, static_cast<double>(largest) / (1024.0 * 1024 * 1024),
+                     arena.size());
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -221,6 +252,7 @@ int main(int argc, char **argv) {
   else
     variants.push_back({"mfsdp (owners)", ""});
   std::vector<Outcome> outcomes;
+  std::string arenaLine;
   for (size_t i = 0; i < variants.size(); ++i) {
     const Variant v = variants[i];
     OwningOpRef<ModuleOp> work = module->clone();
@@ -237,6 +269,10 @@ int main(int argc, char **argv) {
     }
     if (failed(simulateModule(*work, v.label, *profile, outcomes)))
       return 1;
+    // The plan's own library (not the baselines', which the runtime does
+    // not run).
+    if (i == 0)
+      arenaLine = libraryArena(*work);
     if (i == 0 && compare) {
       // The baselines run the optimizer the user's plan runs: a plan with
       // Muon is compared with MatrixFSDP and with FSDP2 running Muon on
@@ -287,6 +323,8 @@ int main(int argc, char **argv) {
           sustained > 0 ? o.result.optimizer.span() / sustained : 0.0);
     }
     llvm::outs() << summary(o, o.profile) << "\n";
+    if (&o == &outcomes.front())
+      llvm::outs() << arenaLine << "\n";
   }
   if (!tracePath.empty()) {
     auto out = openOutputFile(tracePath, &error);

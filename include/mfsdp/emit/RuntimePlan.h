@@ -11,8 +11,10 @@
 
 #include "dialects/plan/PlanOps.h"
 #include "dialects/sched/SchedOps.h"
+#include "mfsdp/emit/EmitStep.h"
 #include "mfsdp/runtime.h"
 #include "mfsdp/step/RuntimeMemory.h"
+#include "mfsdp/step/RuntimeProgram.h"
 
 #include "mlir/Support/LLVM.h"
 
@@ -47,6 +49,39 @@ struct RuntimePlan {
   std::vector<step::RuntimeBucket> buckets;
   std::vector<mfsdp_bucket> bucketViews;
 };
+
+/// Everything a step library states (what the emitter writes): the runtime
+/// plan of the module's one plan.graph, with the reduce dtype and the
+/// buckets of its sched.step (if any); the program lowered from that step
+/// once it is scheduled and its memory planned, checked against it
+/// (step::verifyProgram); the static memory plan of the runtime's buffers
+/// over the program's lifetimes (step::planRuntimeMemory); and the plan's
+/// hash. `plan` points into it, so it neither copies nor moves.
+struct LibraryPlan {
+  LibraryPlan() = default;
+  LibraryPlan(const LibraryPlan &) = delete;
+  LibraryPlan &operator=(const LibraryPlan &) = delete;
+
+  plan::GraphOp graph;
+  RuntimePlan runtime;
+  /// The program (with withProgram) and its C view (plan.program).
+  bool withProgram = false;
+  step::RuntimeProgram program;
+  step::RuntimeProgram::View programView;
+  /// The step runs several microbatches: the gradients are kept.
+  bool accumulates = false;
+  /// The memory plan and its C view (plan.memory).
+  step::RuntimeMemoryPlan memory;
+  mfsdp_memory_plan memoryView{};
+};
+
+/// Fills `out` for `module` with `options` (the emitter's). Fails, with an
+/// error at the op concerned, where the emitter would: no single plan.graph
+/// or sched.step, a graph the runtime does not run, a step whose program
+/// does not run as scheduled, options that contradict the step, a memory
+/// plan that cannot be made.
+mlir::LogicalResult buildLibraryPlan(mlir::ModuleOp module, const EmitStepOptions &options,
+                                     LibraryPlan &out);
 
 /// Fills `out` from `graph`. Fails, with an error on the offending op, when
 /// the graph is not planned or uses what the step runtime does not run
