@@ -743,6 +743,40 @@ double optimizerFloorSeconds(const Step &s, const SimProfile &p) {
       });
 }
 
+double activationPeakBytes(const Step &s) {
+  std::vector<bool> activation(s.buffers.size(), false);
+  for (const Op &op : s.ops)
+    if (op.kind == OpKind::Compute &&
+        (op.compute == "forward" || op.compute == "recompute"))
+      for (int64_t b : op.writes)
+        if (b >= 0 && b < static_cast<int64_t>(activation.size()))
+          activation[b] = true;
+  // Live bytes on every rank, and on each rank of its own beyond them.
+  double common = 0, peak = 0;
+  std::map<int64_t, double> own;
+  double ownMost = 0;
+  for (const Op &op : s.ops) {
+    if ((op.kind != OpKind::Alloc && op.kind != OpKind::Free) || op.writes.empty())
+      continue;
+    const int64_t b = op.writes.front();
+    if (b < 0 || b >= static_cast<int64_t>(activation.size()) || !activation[b])
+      continue;
+    const step::Buffer &buf = s.buffers[b];
+    const double delta = op.kind == OpKind::Alloc ? buf.bytes : -buf.bytes;
+    if (buf.onlyRank >= 0) {
+      double &mine = own[buf.onlyRank];
+      mine += delta;
+      ownMost = 0;
+      for (const auto &[rank, bytes] : own)
+        ownMost = std::max(ownMost, bytes);
+    } else {
+      common += delta;
+    }
+    peak = std::max(peak, common + ownMost);
+  }
+  return peak;
+}
+
 double optimizerSustainedFloorSeconds(const Step &s, const SimProfile &p) {
   return maxOverRanks(
       s, [](const Op &op) { return op.kind == OpKind::Optimizer; },

@@ -846,6 +846,41 @@ TEST(Floors, NewtonSchulzKernelsPriced) {
             std::string::npos);
 }
 
+// The trainer's activations: the buffers forward and recomputing compute
+// ops write, live from alloc to free; gathered copies and gradients (the
+// step library's) are not counted, and a rank's own buffers count on the
+// rank that holds the most.
+TEST(Memory, ActivationPeak) {
+  auto writing = [](const char *kind, Phase ph, std::vector<int64_t> writes) {
+    Op op = compute(1e9, 0, ph);
+    op.compute = kind;
+    op.writes = std::move(writes);
+    return op;
+  };
+  // 0: gathered copy, 1-2: activations of two units, 3: gradients,
+  // 4: an activation of rank 1 only, 5: rank 0's.
+  Step s = program(2, {mem(OpKind::Alloc, 0), mem(OpKind::Alloc, 1),
+                       writing("forward", Phase::Forward, {1}), mem(OpKind::Alloc, 2),
+                       writing("forward", Phase::Forward, {2}), mem(OpKind::Alloc, 4, 1),
+                       mem(OpKind::Alloc, 5, 0), writing("recompute", Phase::Backward, {4, 5}),
+                       mem(OpKind::Free, 4, 1), mem(OpKind::Free, 5, 0), mem(OpKind::Free, 2),
+                       mem(OpKind::Alloc, 3), writing("backward", Phase::Backward, {3}),
+                       mem(OpKind::Free, 1), mem(OpKind::Free, 3), mem(OpKind::Free, 0)});
+  const double bytes[] = {1000, 10, 20, 5000, 7, 3};
+  const int64_t only[] = {-1, -1, -1, -1, 1, 0};
+  for (size_t b = 0; b < 6; ++b) {
+    step::Buffer buf;
+    buf.name = "b" + std::to_string(b);
+    buf.bytes = bytes[b];
+    buf.onlyRank = only[b];
+    s.buffers.push_back(buf);
+  }
+  // Both units' activations and rank 1's recomputed one: 10 + 20 + 7.
+  EXPECT_DOUBLE_EQ(activationPeakBytes(s), 37);
+  // Without activations, nothing.
+  EXPECT_DOUBLE_EQ(activationPeakBytes(program(1, {mem(OpKind::Alloc, 0)})), 0);
+}
+
 TEST(Floors, ComputeFloorPerPhase) {
   // Forward: 2e12 everywhere + 1e12 on rank 1 = 3 s. Backward: 4e12 = 4 s;
   // its bytes do not count.

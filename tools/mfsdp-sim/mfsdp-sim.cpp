@@ -165,8 +165,10 @@ std::string summary(const Outcome &o, const mfsdp::cost::SimProfile &p) {
 /// What the step library built from `module` allocates (mfsdp-compile's
 /// library of this plan, with the emitter's default options): its arena on
 /// the dp_shard rank that needs the most, the runtime's buffers at the
-/// offsets the library gives them. Or why no library can be built.
-std::string libraryArena(ModuleOp module) {
+/// offsets the library gives them; and with it the device memory the plan
+/// needs, that arena beside the trainer's activations of `step` (their
+/// peak). Or why no library can be built.
+std::string libraryArena(ModuleOp module, const mfsdp::step::Step &step) {
   std::string why;
   ScopedDiagnosticHandler quiet(module.getContext(), [&](Diagnostic &d) {
     if (why.empty())
@@ -178,12 +180,15 @@ std::string libraryArena(ModuleOp module) {
     return "step library: none can be built (" + why + ")";
   const std::vector<int64_t> &arena = library->memory.arenaBytes;
   const int64_t largest = arena.empty() ? 0 : *std::max_element(arena.begin(), arena.end());
+  const double gib = 1024.0 * 1024 * 1024;
+  const double activations = mfsdp::cost::activationPeakBytes(step);
   return fmt::format("step library arena {} bytes ({:.2f} GiB) on the largest of {} dp_shard "
-                     "ranks: the runtime's buffers as the compiled library places them "
-                     "(the trainer's activations come on top; the peak memory above is the "
-                     "step's own memory plan, activations included)",
-                     largest, static_cast<double>(largest) / (1024.0 * 1024 * 1024),
-                     arena.size());
+                     "ranks: the runtime's buffers as the compiled library places them; "
+                     "with the trainer's activations beside it (peak {:.2f} GiB) the plan "
+                     "needs {:.2f} GiB (predicted; the peak memory above is the step's own "
+                     "memory plan, activations and buffers in one arena)",
+                     largest, static_cast<double>(largest) / gib, arena.size(),
+                     activations / gib, (static_cast<double>(largest) + activations) / gib);
 }
 
 } // namespace
@@ -271,8 +276,8 @@ int main(int argc, char **argv) {
       return 1;
     // The plan's own library (not the baselines', which the runtime does
     // not run).
-    if (i == 0)
-      arenaLine = libraryArena(*work);
+    if (i == 0 && !outcomes.empty())
+      arenaLine = libraryArena(*work, outcomes.front().step);
     if (i == 0 && compare) {
       // The baselines run the optimizer the user's plan runs: a plan with
       // Muon is compared with MatrixFSDP and with FSDP2 running Muon on

@@ -202,6 +202,14 @@ double optimizerFloorSeconds(const step::Step &s, const SimProfile &p);
 /// optimizer kernels would take on this profile.
 double optimizerSustainedFloorSeconds(const step::Step &s, const SimProfile &p);
 
+/// The most bytes of the trainer's activations live at once in `s`: the
+/// buffers its forward and recomputing compute ops write, each from its
+/// sched.alloc to its dealloc in step order; buffers of one rank counted
+/// on the rank that holds the most. They are the trainer's (its framework
+/// allocates them), not the step library's: a plan that runs through the
+/// library needs them beside its arena.
+double activationPeakBytes(const step::Step &s);
+
 /// Floor of one phase's compute: max over ranks of the FLOPs of that phase's
 /// Compute ops / gemmFlops and Optimizer ops / their peak (as
 /// optimizerFloorSeconds; no memory term, no comm).
