@@ -271,11 +271,19 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
     s.ops.push_back(std::move(o));
   };
   // A parameter's gathered copy (kind Full or FullBackward) or gradient,
-  // with its bucket's staging buffer.
-  auto both = [&](OpKind kind, int32_t p, int k) {
-    op(kind, index[p][k]);
+  // and its bucket's staging buffer for that kind: the gather's (forward
+  // or backward) or the reduction's. The runtime holds a gather's staging
+  // from the gather's start to its unpack (Buckets.cpp: gatherBucket,
+  // unpackBucket) and a reduction's from the pack to the reduction's
+  // landing; the copies and gradients as long as the unit needs them.
+  auto own = [&](OpKind kind, int32_t p, int k) { op(kind, index[p][k]); };
+  auto stagingOf = [&](OpKind kind, int32_t p, int k) {
     if (bucketOf[p] >= 0)
       op(kind, staged[bucketOf[p]][k == Full ? 0 : k == FullBackward ? 1 : 2]);
+  };
+  auto both = [&](OpKind kind, int32_t p, int k) {
+    own(kind, p, k);
+    stagingOf(kind, p, k);
   };
   // Forward, units in order; backward in reverse; then the optimizer step:
   // the lifetimes the program gives (a plan without one runs the program
@@ -328,13 +336,31 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
         for (int32_t p : unitParams[o.unit])
           both(OpKind::Alloc, p, copy);
         break;
+      case MFSDP_PROGRAM_UNPACK:
+        // The gather's chunks are in the copies: its staging goes.
+        for (int32_t p : unitParams[o.unit])
+          stagingOf(OpKind::Free, p, copy);
+        break;
+      case MFSDP_PROGRAM_GATHER:
+        // The optimizer step's gather of the updated rows (ZeRO-1/2): it
+        // gathers into staging and unpacks at once.
+        for (int32_t p : unitParams[o.unit])
+          stagingOf(OpKind::Alloc, p, Full);
+        for (int32_t p : unitParams[o.unit])
+          stagingOf(OpKind::Free, p, Full);
+        break;
       case MFSDP_PROGRAM_RELEASE:
         for (int32_t p : unitParams[o.unit])
           both(OpKind::Free, p, copy);
         break;
       case MFSDP_PROGRAM_PLACE_GRADS:
         for (int32_t p : unitParams[o.unit])
-          both(OpKind::Alloc, p, Grad);
+          own(OpKind::Alloc, p, Grad);
+        break;
+      case MFSDP_PROGRAM_PACK:
+        // The gradients packed into the reduction's staging.
+        for (int32_t p : unitParams[o.unit])
+          stagingOf(OpKind::Alloc, p, Grad);
         break;
       case MFSDP_PROGRAM_START_REDUCTION:
         if (std::find(inFlight.begin(), inFlight.end(), o.unit) == inFlight.end())

@@ -625,6 +625,39 @@ TEST(RuntimeMemory, BF16ReductionStagesHalf) {
   }
 }
 
+// A row-shard bucket's gather staging lives from the gather's start to its
+// unpack, and its reduce staging from the pack to the reduction's landing,
+// as the runtime holds them (runtime/common/Buckets.cpp): the buckets of
+// different units share one place. Under ZeRO-2 the gathered copies are
+// kept all step, and the staging once was too (every bucket's at once).
+// 2 ranks, two units, each a bucket of two 64x64 matrices.
+TEST(RuntimeMemory, BucketStagingLivesFromGatherToUnpack) {
+  std::vector<mfsdp_param_desc> ps = {param("a", 64, 64, 0), param("b", 64, 64, 0),
+                                      param("c", 64, 64, 1), param("d", 64, 64, 1)};
+  const std::vector<int32_t> first = {0, 1}, second = {2, 3};
+  const mfsdp_bucket buckets[2] = {{0, MFSDP_ROW_SHARD, 2, first.data()},
+                                   {1, MFSDP_ROW_SHARD, 2, second.data()}};
+  for (int32_t zero : {2, 3}) {
+    mfsdp_plan plan = planOf(ps, 2, zero, 2);
+    plan.num_buckets = 2;
+    plan.buckets = buckets;
+    step::RuntimeMemoryPlan m = step::planRuntimeMemory(plan, false);
+    ASSERT_TRUE(m.error.empty()) << m.error;
+    ASSERT_EQ(m.buckets.size(), 2u);
+    EXPECT_EQ(m.buckets[0].gather, m.buckets[1].gather) << "ZeRO-" << zero;
+    EXPECT_EQ(m.buckets[0].reduce, m.buckets[1].reduce) << "ZeRO-" << zero;
+    // What the arena holds: per rank 4 masters, states and reduced
+    // gradients of 32 x 64 floats (persistent); the copies (ZeRO-2: all
+    // four kept; ZeRO-3: one unit's, forward or backward), one unit's
+    // gradients, and one staging buffer of 2 x 32 x 64 floats at a time.
+    const int64_t shard = 32 * 64 * 4, whole = 64 * 64 * 4, chunk = 2 * shard;
+    const int64_t persistent = 4 * 4 * shard;
+    const int64_t kept = zero == 2 ? 4 * whole : 0;
+    EXPECT_LE(m.arenaBytes[0], persistent + kept + 2 * 2 * whole + 2 * chunk)
+        << "ZeRO-" << zero;
+  }
+}
+
 // Buckets the runtime could not run are refused with what is wrong.
 TEST(RuntimeMemory, BadBucketsAreRefused) {
   std::vector<mfsdp_param_desc> ps = {
