@@ -31,8 +31,9 @@ echo "== the same plan with MatrixFSDP's owner assignment, for comparison"
     --mfsdp-plan-report=text -o /dev/null | grep -E "imbalance|optimizer step"
 echo
 echo "== mfsdp-sim: the whole step, predicted on 8x A100, against the baselines"
+echo "   (Newton-Schulz in bf16 for every plan, as torch.optim.Muon runs it: --ns-precision=bf16)"
 "$BIN/mfsdp-translate" --import-mfsdp-graph "$EX/matrixfsdp-32l.json" -o "$BUILD/32l.mlir"
-"$BIN/mfsdp-sim" "$BUILD/32l.mlir" --profile=a100 --compare --brief \
+"$BIN/mfsdp-sim" "$BUILD/32l.mlir" --profile=a100 --compare --brief --ns-precision=bf16 \
   --pipeline="policy=mixed_muon_adamw mesh=dp_shard=8"
 echo
 echo "== plan: HSDP (dp_replicate=2 x dp_shard=8) for the EP MoE model, ZeRO-2"
