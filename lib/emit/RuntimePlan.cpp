@@ -328,7 +328,7 @@ LogicalResult mfsdp::checkLibraryNsPrecision(sched::StepOp step, const mfsdp_pla
 }
 
 LogicalResult mfsdp::buildLibraryPlan(ModuleOp module, const EmitStepOptions &options,
-                                      LibraryPlan &out) {
+                                      LibraryPlan &out, const step::Step *given) {
   out.graph = findSingleGraph(module);
   if (!out.graph)
     return failure();
@@ -342,7 +342,8 @@ LogicalResult mfsdp::buildLibraryPlan(ModuleOp module, const EmitStepOptions &op
   // its memory planned (mfsdp-schedule-overlap, then mfsdp-plan-memory):
   // the runtime executes it (mfsdp_program).
   sched::StepOp stepOp;
-  step::Step scheduled;
+  step::Step read;
+  const step::Step &scheduled = given ? *given : read;
   for (sched::StepOp s : module.getOps<sched::StepOp>()) {
     if (stepOp)
       return s.emitOpError() << "is a second sched.step; the step library "
@@ -359,7 +360,7 @@ LogicalResult mfsdp::buildLibraryPlan(ModuleOp module, const EmitStepOptions &op
   if (failed(checkLibraryNsPrecision(stepOp, plan)))
     return failure();
   if (stepOp) {
-    if (failed(readStep(stepOp, scheduled)))
+    if (!given && failed(readStep(stepOp, read)))
       return failure();
     out.accumulates = scheduled.microbatches > 1;
     // Buckets: the step's bucketed gradient reductions (after

@@ -929,7 +929,7 @@ private:
                       false);
     // The momentum's lerp_ and lerp, then Newton-Schulz's bf16 copy.
     op(fmt::format("muon momentum {}", p.name), 0, momentumBytes, {g.rowGrad},
-       {x}, planner::kTorchMuonMomentumKernels + 1);
+       {x}, planner::kTorchMuonMomentumKernels + planner::kTorchNsCopyKernels);
     int64_t a = -1, bb = -1;
     // Mm form: the iteration's other temporaries (bA, cA, cAA, aX, BX).
     std::map<std::string, int64_t> named;
@@ -995,6 +995,7 @@ private:
         }
         int64_t res = alloc(fmt::format("dtensor {} {}", n.result, where),
                             n.outBytes, false);
+        // One kernel: a matmul or a pointwise op.
         op(fmt::format("muon ns {} {}", where, n.op), n.flops, n.bytes, reads,
            {res}, 1);
         // Each temporary is read once; A, B and the old X go when the
@@ -1025,13 +1026,14 @@ private:
         if (redistributed({"X", "X^T"}) < 2)
           reads.push_back(x);
         a = alloc(fmt::format("dtensor A {}", where), n.outBytes, false);
-        op(fmt::format("muon ns {} X @ X^T", where), n.flops, 0, reads, {a}, 1);
+        op(fmt::format("muon ns {} X @ X^T", where), n.flops, 0, reads, {a},
+           planner::kTorchMmKernels);
       } else if (n.op == "addmm(A, A, A)") {
         if (redistributed({"A"}) < 3)
           reads.push_back(a);
         bb = alloc(fmt::format("dtensor B {}", where), n.outBytes, false);
         op(fmt::format("muon ns {} addmm(A, A, A)", where), n.flops, 0, reads,
-           {bb}, 2);
+           {bb}, planner::kTorchAddmmKernels);
       } else if (n.op == "addmm(X, B, X)") {
         if (redistributed({"B"}) < 1)
           reads.push_back(bb);
@@ -1040,7 +1042,7 @@ private:
         int64_t next = alloc(fmt::format("dtensor X {}", where), n.outBytes,
                              false);
         op(fmt::format("muon ns {} addmm(X, B, X)", where), n.flops, 0, reads,
-           {next}, 2);
+           {next}, planner::kTorchAddmmKernels);
         free(a);
         free(bb);
         free(x);

@@ -167,7 +167,8 @@ std::string summary(const Outcome &o, const mfsdp::cost::SimProfile &p) {
 /// the dp_shard rank that needs the most, the runtime's buffers at the
 /// offsets the library gives them; and with it the device memory the plan
 /// needs, that arena beside the trainer's activations of `step` (their
-/// peak). Or why no library can be built.
+/// peak). `step` is the module's sched.step as the simulator read it. Or
+/// why no library can be built.
 std::string libraryArena(ModuleOp module, const mfsdp::step::Step &step) {
   std::string why;
   ScopedDiagnosticHandler quiet(module.getContext(), [&](Diagnostic &d) {
@@ -176,7 +177,7 @@ std::string libraryArena(ModuleOp module, const mfsdp::step::Step &step) {
     return success();
   });
   auto library = std::make_unique<mfsdp::LibraryPlan>();
-  if (failed(mfsdp::buildLibraryPlan(module, mfsdp::EmitStepOptions{}, *library)))
+  if (failed(mfsdp::buildLibraryPlan(module, mfsdp::EmitStepOptions{}, *library, &step)))
     return "step library: none can be built (" + why + ")";
   const std::vector<int64_t> &arena = library->memory.arenaBytes;
   const int64_t largest = arena.empty() ? 0 : *std::max_element(arena.begin(), arena.end());

@@ -79,9 +79,11 @@ struct LibraryPlan {
 /// error at the op concerned, where the emitter would: no single plan.graph
 /// or sched.step, a graph the runtime does not run, a step whose program
 /// does not run as scheduled, options that contradict the step, a memory
-/// plan that cannot be made.
+/// plan that cannot be made. `scheduled`, if given, is the module's
+/// sched.step as readStep read it (the caller's copy, not read again).
 mlir::LogicalResult buildLibraryPlan(mlir::ModuleOp module, const EmitStepOptions &options,
-                                     LibraryPlan &out);
+                                     LibraryPlan &out,
+                                     const step::Step *scheduled = nullptr);
 
 /// Fills `out` from `graph`. Fails, with an error on the offending op, when
 /// the graph is not planned or uses what the step runtime does not run

@@ -47,10 +47,14 @@ double newtonSchulzGemmFlops(int64_t rows, int64_t cols, int64_t steps);
 /// update's add_ after: 8 + 5 steps.
 constexpr int64_t kTorchMuonMomentumKernels = 2; // lerp_, lerp
 constexpr int64_t kTorchMuonUpdateKernels = 2;   // mul_, add_
+constexpr int64_t kTorchNsCopyKernels = 1;       // the bf16 copy
 constexpr int64_t kTorchNsNormaliseKernels = 3;  // norm, clamp, div_
-constexpr int64_t kTorchNsStepKernels = 5;       // mm, addmm (copy, GEMM) twice
+constexpr int64_t kTorchMmKernels = 1;           // a GEMM
+constexpr int64_t kTorchAddmmKernels = 2;        // a copy of its input, a GEMM
+constexpr int64_t kTorchNsStepKernels = kTorchMmKernels + 2 * kTorchAddmmKernels;
 inline int64_t torchNewtonSchulzKernels(int64_t steps) {
-  return 1 + kTorchNsNormaliseKernels + kTorchNsStepKernels * std::max<int64_t>(steps, 0);
+  return kTorchNsCopyKernels + kTorchNsNormaliseKernels +
+         kTorchNsStepKernels * std::max<int64_t>(steps, 0);
 }
 inline int64_t torchMuonKernels(int64_t steps) {
   return kTorchMuonMomentumKernels + torchNewtonSchulzKernels(steps) +
