@@ -43,12 +43,33 @@ int64_t &field(mfsdp_param_offsets &o, int k) {
   }
 }
 
+int64_t field(const mfsdp_param_offsets &o, int k) {
+  return field(const_cast<mfsdp_param_offsets &>(o), k);
+}
+
 } // namespace
 
 RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
                                     int64_t alignment, int32_t prefetch,
-                                    const mfsdp_program *program) {
+                                    const mfsdp_program *program,
+                                    const mfsdp_memory_plan *given) {
   RuntimeMemoryPlan out;
+  if (given) {
+    if (given->num_shard_ranks != plan.dp_shard || !given->arena_bytes ||
+        (plan.num_params > 0 && !given->params)) {
+      out.error = fmt::format("the given memory plan is for {} dp_shard ranks (the plan "
+                              "has {}) or lacks its arena or offsets",
+                              given->num_shard_ranks, plan.dp_shard);
+      return out;
+    }
+    if (keepGrads && !given->keep_grads && plan.zero >= 2) {
+      out.error = "the given memory plan frees each unit's gradients once they are "
+                  "reduced, but this library keeps them between microbatches "
+                  "(accumulation): plan it with gradients kept";
+      return out;
+    }
+    keepGrads = keepGrads || given->keep_grads;
+  }
   out.keepGrads = keepGrads || plan.zero < 2;
   out.prefetch = prefetch;
   if (prefetch != 0 && prefetch != 1) {
@@ -387,7 +408,109 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
   op(OpKind::Alloc, staging);
   op(OpKind::Free, staging);
 
-  MemoryPlan placed = planMemory(s, alignment);
+  // The placement: planMemory's, or the given plan's offsets and arena.
+  MemoryPlan placed;
+  if (!given) {
+    placed = planMemory(s, alignment);
+  } else {
+    constexpr int64_t unset = std::numeric_limits<int64_t>::min();
+    std::vector<int64_t> at(s.buffers.size(), unset);
+    // `buffer` (which holds `what` at `within` bytes) is at `offset - within`.
+    auto take = [&](int64_t buffer, int64_t offset, int64_t inside,
+                    const std::string &what) {
+      if (offset < 0) {
+        out.error = fmt::format("the given memory plan has no place for {} (offset {})",
+                                what, offset);
+        return false;
+      }
+      const int64_t start = offset - inside;
+      if (at[buffer] == unset) {
+        at[buffer] = start;
+      } else if (at[buffer] != start) {
+        out.error = fmt::format(
+            "the given memory plan puts {} at {}, but buffer '{}', which holds it {} bytes "
+            "in, lies at {} by its other members",
+            what, offset, s.buffers[buffer].name, inside, at[buffer]);
+        return false;
+      }
+      return true;
+    };
+    for (int32_t i = 0; i < plan.num_params; ++i) {
+      const char *name = plan.params[i].name ? plan.params[i].name : "";
+      for (int k = 0; k < NumKinds; ++k) {
+        const int64_t o = field(given->params[i], k);
+        const std::string what =
+            fmt::format("parameter {} ('{}')'s {}", i, name, kKindNames[k]);
+        if (index[i][k] >= 0) {
+          if (!take(index[i][k], o, within[i][k], what))
+            return out;
+          continue;
+        }
+        // No buffer of that kind: the plan says so (-1); without ZeRO-3
+        // the backward copy is the forward one.
+        const int64_t expected = k == FullBackward && !zero3 ? given->params[i].full : -1;
+        if (o != expected) {
+          out.error = fmt::format("the given memory plan places {} at {}, which this "
+                                  "library has no buffer for (expected {})",
+                                  what, o, expected);
+          return out;
+        }
+      }
+    }
+    if (staging >= 0 ? !take(staging, given->staging, 0, "the staging buffer")
+                     : given->staging != -1) {
+      if (out.error.empty())
+        out.error = fmt::format("the given memory plan places a staging buffer at {}, "
+                                "which this library has none of",
+                                given->staging);
+      return out;
+    }
+    if (B > 0 && !given->buckets) {
+      out.error = "the given memory plan has no bucket staging for the plan's buckets";
+      return out;
+    }
+    for (int32_t b = 0; b < B; ++b) {
+      const mfsdp_bucket_offsets &g = given->buckets[b];
+      const int64_t offsets[3] = {g.gather, g.gather_backward, g.reduce};
+      const char *const what[3] = {"gather staging", "backward gather staging",
+                                   "reduce staging"};
+      for (int j = 0; j < 3; ++j) {
+        const std::string name = fmt::format("bucket {}'s {}", b, what[j]);
+        if (staged[b][j] >= 0 ? !take(staged[b][j], offsets[j], 0, name)
+                              : offsets[j] != -1) {
+          if (out.error.empty())
+            out.error = fmt::format("the given memory plan places {} at {}, which this "
+                                    "library has none of",
+                                    name, offsets[j]);
+          return out;
+        }
+      }
+    }
+    placed.arenaBytes.assign(S, 0);
+    for (int64_t r = 0; r < S; ++r)
+      placed.arenaBytes[r] = static_cast<double>(given->arena_bytes[r]);
+    for (size_t b = 0; b < s.buffers.size(); ++b) {
+      Buffer &buf = s.buffers[b];
+      if (at[b] == unset) {
+        out.error = fmt::format("the given memory plan has no place for buffer '{}'",
+                                buf.name);
+        return out;
+      }
+      buf.offset = at[b];
+      for (int64_t r = 0; r < S; ++r) {
+        if (buf.onlyRank >= 0 && buf.onlyRank != r)
+          continue;
+        const int64_t end = at[b] + static_cast<int64_t>(buf.bytes);
+        if (end > given->arena_bytes[r]) {
+          out.error = fmt::format("the given memory plan puts buffer '{}' ({} bytes at "
+                                  "{}) past the end of rank {}'s arena ({} bytes)",
+                                  buf.name, static_cast<int64_t>(buf.bytes), at[b], r,
+                                  given->arena_bytes[r]);
+          return out;
+        }
+      }
+    }
+  }
   // What the library will run with, checked before it is written: no two
   // buffers live at once share a byte (verifyPlacement, independent of the
   // placement), and every parameter's part of a shared (bucket) buffer

@@ -8,6 +8,8 @@
 #include "mfsdp/runtime/BufferSizes.h"
 #include "mfsdp/step/RuntimeMemory.h"
 
+#include <cstring>
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -595,6 +597,86 @@ TEST(RuntimeMemory, BucketsLieInOnePiece) {
   }
   // The view hands the staging offsets to the runtime.
   EXPECT_EQ(m.view().buckets, m.buckets.data());
+}
+
+// A plan made before (the one mfsdp-plan-memory records on the sched.step)
+// is taken as it is once it fits the library's buffers, and refused,
+// saying where, when it does not: two buffers live at once on one byte, a
+// bucket member out of its place beside the others, a buffer past the
+// arena, a buffer the library does not have, gradients freed that must be
+// kept. Buckets of both kinds on 2 ranks, ZeRO-3 (as BucketsLieInOnePiece).
+static bool contains(const std::string &text, const char *part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST(RuntimeMemory, GivenPlanIsTakenOnceItFits) {
+  std::vector<mfsdp_param_desc> ps = {
+      param("a", 4, 64, 0), param("b", 3, 10, 0),
+      param("w0", 8, 8, 0, MFSDP_OWNER, 1, MFSDP_OPT_MUON),
+      param("w1", 8, 16, 0, MFSDP_OWNER, 0, MFSDP_OPT_MUON),
+      param("w2", 4, 8, 0, MFSDP_OWNER, 1, MFSDP_OPT_MUON),
+      param("c", 4, 64, 1)};
+  mfsdp_plan plan = planOf(ps, 2, 3, 2);
+  const std::vector<int32_t> rows = {0, 1}, owners = {3, 2, 4};
+  const mfsdp_bucket buckets[2] = {{0, MFSDP_ROW_SHARD, 2, rows.data()},
+                                   {0, MFSDP_OWNER, 3, owners.data()}};
+  plan.num_buckets = 2;
+  plan.buckets = buckets;
+  const step::RuntimeMemoryPlan m = step::planRuntimeMemory(plan, false);
+  ASSERT_TRUE(m.error.empty()) << m.error;
+
+  // Taken: the same offsets, arena and staging, whatever planMemory would
+  // choose now. A larger arena than needed is kept as given.
+  step::RuntimeMemoryPlan copy = m;
+  copy.arenaBytes[1] += 4096;
+  const mfsdp_memory_plan given = copy.view();
+  const step::RuntimeMemoryPlan taken =
+      step::planRuntimeMemory(plan, false, 256, 0, nullptr, &given);
+  ASSERT_TRUE(taken.error.empty()) << taken.error;
+  EXPECT_EQ(taken.arenaBytes, copy.arenaBytes);
+  EXPECT_EQ(taken.staging, m.staging);
+  ASSERT_EQ(taken.params.size(), m.params.size());
+  for (size_t i = 0; i < m.params.size(); ++i)
+    EXPECT_EQ(std::memcmp(&taken.params[i], &m.params[i], sizeof(mfsdp_param_offsets)), 0)
+        << "parameter " << i;
+  ASSERT_EQ(taken.buckets.size(), 2u);
+  EXPECT_EQ(taken.buckets[0].gather, m.buckets[0].gather);
+  EXPECT_EQ(taken.buckets[0].reduce, m.buckets[0].reduce);
+
+  auto refused = [&](auto change) {
+    step::RuntimeMemoryPlan bad = m;
+    change(bad);
+    const mfsdp_memory_plan view = bad.view();
+    return step::planRuntimeMemory(plan, false, 256, 0, nullptr, &view).error;
+  };
+  // c's master on a's: both persistent.
+  EXPECT_PRED2(contains, refused([](step::RuntimeMemoryPlan &p) { p.params[5].master = p.params[0].master; }),
+               "unsound");
+  // b 256 bytes further from a than the row bucket lays them out.
+  EXPECT_PRED2(contains, refused([](step::RuntimeMemoryPlan &p) { p.params[1].master += 256; }),
+               "parameter 1 ('b')'s master");
+  EXPECT_PRED2(contains, refused([](step::RuntimeMemoryPlan &p) { p.arenaBytes[0] = 1024; }),
+               "past the end of rank 0's arena (1024 bytes)");
+  // The owner bucket has no gather staging.
+  EXPECT_PRED2(contains, refused([](step::RuntimeMemoryPlan &p) { p.buckets[1].gather = 0; }),
+               "bucket 1's gather staging at 0, which this library has none of");
+  EXPECT_PRED2(contains, refused([](step::RuntimeMemoryPlan &p) { p.params[5].grad = -1; }),
+               "no place for parameter 5 ('c')'s grad");
+  EXPECT_PRED2(contains, refused([](step::RuntimeMemoryPlan &p) { p.arenaBytes.pop_back(); }),
+               "for 1 dp_shard ranks (the plan has 2)");
+  // Gradients freed after each reduction, where the library keeps them.
+  const mfsdp_memory_plan freeing = m.view();
+  EXPECT_PRED2(contains, step::planRuntimeMemory(plan, true, 256, 0, nullptr, &freeing).error,
+               "frees each unit's gradients");
+  // A plan that keeps them is taken for a library that need not.
+  const step::RuntimeMemoryPlan kept = step::planRuntimeMemory(plan, true);
+  ASSERT_TRUE(kept.error.empty()) << kept.error;
+  const mfsdp_memory_plan keeping = kept.view();
+  const step::RuntimeMemoryPlan keptTaken =
+      step::planRuntimeMemory(plan, false, 256, 0, nullptr, &keeping);
+  ASSERT_TRUE(keptTaken.error.empty()) << keptTaken.error;
+  EXPECT_TRUE(keptTaken.keepGrads);
+  EXPECT_EQ(keptTaken.arenaBytes, kept.arenaBytes);
 }
 
 // The reduce dtype bf16: a row-shard bucket's reduction packs its

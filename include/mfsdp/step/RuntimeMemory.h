@@ -97,9 +97,20 @@ std::vector<mfsdp_bucket> bucketViews(const std::vector<RuntimeBucket> &buckets)
 /// u - 1's backward copy from pre_backward(u), so the runtime can gather
 /// them while the trainer computes unit u; 0 is one unit's copy at a time.
 /// Under ZeRO-1/2 (gathered copies kept all step) it changes no lifetime.
+///
+/// With `placed` (a plan made before, as the sched.step of the library
+/// records it: mfsdp-plan-memory's `runtime_*` attributes), nothing is
+/// placed: the same buffers and lifetimes are built and `placed`'s offsets
+/// and arena taken, and the result is that plan once it is checked to fit
+/// them: one place per buffer (every member of a bucket's buffer at its
+/// distance from the others), every buffer inside its rank's arena, no two
+/// buffers live at once sharing a byte, gradients kept if `keepGrads` asks
+/// for it (a plan that keeps them where it need not is taken as it is).
+/// Otherwise `error` says what does not fit.
 RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
                                     int64_t alignment = 256, int32_t prefetch = 0,
-                                    const mfsdp_program *program = nullptr);
+                                    const mfsdp_program *program = nullptr,
+                                    const mfsdp_memory_plan *placed = nullptr);
 
 } // namespace mfsdp::step
 
