@@ -285,7 +285,29 @@ def PlanMemory : Pass<"mfsdp-plan-memory", "::mfsdp::sched::StepOp"> {
     between buffers whose lifetimes (alloc to dealloc, extended to the wait
     of any collective using them) do not overlap, and records on the
     `sched.step` the arena size and the exact peak of live bytes per rank.
+
+    Where the module holds the `plan.graph` the step was built from and a
+    step library can be built from both, it places the library's own
+    buffers too (fp32 masters, optimizer state, reduced gradient shards,
+    gathered copies, gradients, bucket and load/store staging, sized as the
+    runtime holds them) over the lifetimes of the program the library
+    lowers the step to, and records that plan on the `sched.step`
+    (`runtime_arena_bytes`, `runtime_offsets`, ...): the emitter writes it
+    into the library as it is, and `mfsdp-verify-schedule` checks it.
+    `accumulate` keeps the gradients between steps (a library for no-sync
+    accumulation); a step of several microbatches keeps them anyway.
+    `buckets=false` plans a library that reduces and gathers each
+    parameter with its own collective (`mfsdp-compile --bucket-mb=0`)
+    rather than the step's buckets.
   }];
+  let options = [
+    Option<"accumulate", "accumulate", "bool", /*default=*/"false",
+           "The step library's memory plan keeps gradients between steps "
+           "(no-sync accumulation)">,
+    Option<"buckets", "buckets", "bool", /*default=*/"true",
+           "The step library's runtime buckets are the step's (false: one "
+           "collective per parameter)">,
+  ];
   let dependentDialects = ["::mfsdp::sched::SchedDialect"];
 }
 
@@ -305,7 +327,10 @@ def VerifySchedule : Pass<"mfsdp-verify-schedule", "::mfsdp::sched::StepOp"> {
     it, a start not waited for or a wait for nothing, a parameter stepped
     before its reduction lands or not exactly once, ZeRO-1/2 gathers not
     once per unit, gathered copies allocated or freed in another order
-    (docs/schedule.md, "Verifying what runs").
+    (docs/schedule.md, "Verifying what runs"). A step that records the
+    library's memory plan (`mfsdp-plan-memory`'s `runtime_*`) has it
+    checked against the buffers and lifetimes of that program: one place a
+    buffer, inside the rank's arena, no two live buffers on one byte.
   }];
   let options = [
     Option<"memoryCapMB", "memory-cap-mb", "int64_t", /*default=*/"0",

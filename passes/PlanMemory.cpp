@@ -3,6 +3,7 @@
 #include "passes/ScheduleStages.h"
 #include "dialects/sched/StepBridge.h"
 
+#include "mfsdp/emit/RuntimePlan.h"
 #include "mfsdp/step/Schedule.h"
 
 #include <cmath>
@@ -38,9 +39,15 @@ struct PlanMemoryPass : public mfsdp::impl::PlanMemoryBase<PlanMemoryPass> {
     if (failed(readStep(op, s, &locations)))
       return signalPassFailure();
     step::MemoryPlan plan = step::planMemory(s);
+    // The step library's own buffers, over the lifetimes of the program
+    // the step lowers to (which needs the offsets just planned).
+    recordRuntimeMemory(op, nullptr);
+    std::optional<step::RuntimeMemoryPlan> library =
+        libraryMemoryStage(op, s, accumulate, buckets);
     if (failed(rewriteStep(op, s, locations)))
       return signalPassFailure();
     setMemoryPlan(op, plan);
+    recordRuntimeMemory(op, library ? &*library : nullptr);
   }
 };
 } // namespace

@@ -17,9 +17,11 @@
 #include "dialects/plan/PlanOps.h"
 
 #include "mfsdp/cost/Simulator.h"
+#include "mfsdp/step/RuntimeMemory.h"
 #include "mfsdp/step/Schedule.h"
 #include "mfsdp/step/Step.h"
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -95,12 +97,27 @@ mlir::LogicalResult verifyStage(sched::StepOp op, const step::Step &s,
 /// verifyStage in two halves, so that the step can be checked before it is
 /// written (and released as it is): what is wrong with `s` (its schedule,
 /// then the runtime program it lowers to), found without a diagnostic...
+/// With `planLibraryMemory`, once the program checks out, `libraryMemory`
+/// makes the step library's memory plan over it when called (after the step
+/// is written and its op array released: the plan needs only the program);
+/// a step that records one has it checked instead.
 struct VerifyFindings {
   std::vector<step::ScheduleIssue> issues;
   std::optional<std::string> program; // an error on the step op
+  std::function<std::optional<step::RuntimeMemoryPlan>()> libraryMemory;
 };
 VerifyFindings checkStage(sched::StepOp op, const step::Step &s,
-                          const VerifyScheduleOptions &options);
+                          const VerifyScheduleOptions &options,
+                          bool planLibraryMemory = false);
+/// The step library's memory plan for `s`, the planned step of `op`
+/// (mfsdp-plan-memory): its buffers placed over the lifetimes of the
+/// program the library lowers `s` to, gradients kept with `keepGrads` or
+/// microbatches, with the step's buckets or (without `buckets`) one
+/// collective per parameter; nothing where no library can be built from
+/// the module (the emitter then says why).
+std::optional<step::RuntimeMemoryPlan> libraryMemoryStage(sched::StepOp op,
+                                                          const step::Step &s,
+                                                          bool keepGrads, bool buckets);
 /// ...and reported once `op`'s body holds the step op for op.
 mlir::LogicalResult reportStage(sched::StepOp op, const VerifyFindings &f);
 

@@ -3,6 +3,7 @@
 #include "passes/ScheduleStages.h"
 #include "dialects/sched/StepBridge.h"
 
+#include "mfsdp/emit/RuntimePlan.h"
 #include "mfsdp/step/Schedule.h"
 
 namespace mfsdp {
@@ -32,12 +33,20 @@ LogicalResult mfsdp::scheduleStages(sched::StepOp op, step::Step &&s,
   step::MemoryPlan plan = step::planMemory(s);
   // Checked before it is written, so that each op is released as it is
   // written; the findings are reported on the written ops.
-  VerifyFindings findings = checkStage(op, s, verify);
+  // The check also places the step library's buffers (as
+  // mfsdp-plan-memory does), over the program it has lowered.
+  recordRuntimeMemory(op, nullptr);
+  VerifyFindings findings = checkStage(op, s, verify, /*planLibraryMemory=*/true);
   // Ops a stage made keep the step's location, and a wait its
   // collective's, as when each pass writes and the next one reads.
   if (failed(rewriteStep(op, std::move(s), locations)))
     return failure();
   setMemoryPlan(op, plan);
+  if (findings.libraryMemory) {
+    std::optional<step::RuntimeMemoryPlan> library = findings.libraryMemory();
+    findings.libraryMemory = nullptr; // the program goes
+    recordRuntimeMemory(op, library ? &*library : nullptr);
+  }
   return reportStage(op, findings);
 }
 

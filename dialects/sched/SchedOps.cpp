@@ -128,6 +128,39 @@ LogicalResult StepOp::verifyRegions() {
     return emitOpError("world must be at least 1, got ") << world;
   if (static_cast<int64_t>(getMicrobatches()) < 1)
     return emitOpError("microbatches must be at least 1");
+  // The step library's memory plan: all of it or none, one arena per rank,
+  // seven offsets a parameter and three a bucket, each -1 or an offset.
+  const bool runtimeMemory = getRuntimeArenaBytesAttr() || getRuntimeOffsetsAttr() ||
+                             getRuntimeStagingAttr() || getRuntimeKeepGrads() ||
+                             getRuntimeBucketOffsetsAttr();
+  if (runtimeMemory) {
+    if (!getRuntimeArenaBytesAttr() || !getRuntimeOffsetsAttr() || !getRuntimeStagingAttr())
+      return emitOpError("has a part of the runtime's memory plan without the rest "
+                         "(runtime_arena_bytes, runtime_staging and runtime_offsets go "
+                         "together)");
+    ArrayRef<int64_t> arena = *getRuntimeArenaBytes();
+    if (static_cast<int64_t>(arena.size()) != world)
+      return emitOpError("runtime_arena_bytes has ")
+             << arena.size() << " arenas; expected one per rank (" << world << ")";
+    for (int64_t bytes : arena)
+      if (bytes < 0)
+        return emitOpError("runtime_arena_bytes has a negative arena (") << bytes << ")";
+    ArrayRef<int64_t> offsets = *getRuntimeOffsets();
+    if (offsets.size() % 7 != 0)
+      return emitOpError("runtime_offsets has ")
+             << offsets.size() << " offsets; expected seven per parameter";
+    ArrayRef<int64_t> buckets =
+        getRuntimeBucketOffsets() ? *getRuntimeBucketOffsets() : ArrayRef<int64_t>();
+    if (buckets.size() % 3 != 0)
+      return emitOpError("runtime_bucket_offsets has ")
+             << buckets.size() << " offsets; expected three per bucket";
+    const int64_t staging = static_cast<int64_t>(*getRuntimeStaging());
+    for (ArrayRef<int64_t> list : {offsets, buckets, ArrayRef<int64_t>(staging)})
+      for (int64_t o : list)
+        if (o < -1)
+          return emitOpError("the runtime's memory plan has offset ")
+                 << o << "; expected an offset or -1 (none)";
+  }
   // Tokens: each waited exactly once, after its collective (SSA order
   // guarantees the after). Buffers: deallocated at most once, never used
   // after, persistent ones never.

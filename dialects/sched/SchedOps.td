@@ -32,6 +32,22 @@ def Sched_StepOp : Sched_Op<"step", [
     Newton-Schulz kernels at that precision's rate, and the step library is
     built only from a graph that runs the same.
 
+    `runtime_arena_bytes`, `runtime_staging`, `runtime_offsets` (and
+    `runtime_bucket_offsets`, `runtime_keep_grads`) are the static memory
+    plan of the step library built from this step: where the runtime keeps
+    each of its own buffers in one arena per `dp_shard` rank, placed by
+    `mfsdp-plan-memory` over the lifetimes the step's program gives them,
+    and what the library carries (`mfsdp_memory_plan` in `runtime.h`).
+    `runtime_arena_bytes` holds one arena per rank; `runtime_staging` the
+    load/store staging buffer's offset (-1: none); `runtime_offsets` seven
+    offsets per parameter of the library's table (the graph's `plan.param`s
+    in order, `#plan.external` ones left out): master, exp_avg, exp_avg_sq,
+    grad_shard, full, full_backward, grad, -1 where it has no such buffer;
+    `runtime_bucket_offsets` three per runtime bucket (gather, backward
+    gather and reduce staging); `runtime_keep_grads` that gradients are kept
+    between steps (no-sync accumulation). A step the runtime cannot run (a
+    baseline's, or one written without a graph) has none.
+
     `mesh` names the `plan.mesh` of the graph the step was built from
     (`@graph::@mesh`; the step sits beside its graph). With it the step's
     symbol uses are verified: `world` is the size of `dp_shard`, every
@@ -57,13 +73,21 @@ def Sched_StepOp : Sched_Op<"step", [
                        OptionalAttr<Sched_NsPrecision>:$ns_precision,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$bucket_bytes,
                        OptionalAttr<DenseI64ArrayAttr>:$arena_bytes,
-                       OptionalAttr<DenseI64ArrayAttr>:$peak_bytes);
+                       OptionalAttr<DenseI64ArrayAttr>:$peak_bytes,
+                       OptionalAttr<DenseI64ArrayAttr>:$runtime_arena_bytes,
+                       OptionalAttr<I64Attr>:$runtime_staging,
+                       UnitAttr:$runtime_keep_grads,
+                       OptionalAttr<DenseI64ArrayAttr>:$runtime_offsets,
+                       OptionalAttr<DenseI64ArrayAttr>:$runtime_bucket_offsets);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $sym_name (`mesh` $mesh^)? `world` $world `tokens` $tokens `microbatches` $microbatches
     (`reduce_dtype` $reduce_dtype^)? (`ns_precision` $ns_precision^)?
     (`bucket_bytes` $bucket_bytes^)?
     (`arena_bytes` $arena_bytes^)? (`peak_bytes` $peak_bytes^)?
+    (`runtime_arena_bytes` $runtime_arena_bytes^ `runtime_staging` $runtime_staging
+     (`runtime_keep_grads` $runtime_keep_grads^)? `runtime_offsets` $runtime_offsets
+     (`runtime_bucket_offsets` $runtime_bucket_offsets^)?)?
     attr-dict-with-keyword $body
   }];
   let hasRegionVerifier = 1;

@@ -514,8 +514,9 @@ static FailureOr<StepOp> write(OpBuilder &b, Location loc, const step::Step &s,
                                b.getI64IntegerAttr(s.tokens),
                                b.getI64IntegerAttr(s.microbatches),
                                ReduceDTypeAttr(), NsPrecisionAttr(), IntegerAttr(),
-                               DenseI64ArrayAttr(),
-                               DenseI64ArrayAttr());
+                               DenseI64ArrayAttr(), DenseI64ArrayAttr(),
+                               DenseI64ArrayAttr(), IntegerAttr(), UnitAttr(),
+                               DenseI64ArrayAttr(), DenseI64ArrayAttr());
   Block *body = new Block();
   stepOp.getBody().push_back(body);
   fillBody(body, s, locations, loc, consumed);

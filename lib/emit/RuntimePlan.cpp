@@ -394,14 +394,102 @@ LogicalResult mfsdp::buildLibraryPlan(ModuleOp module, const EmitStepOptions &op
     out.program.view(out.programView);
     plan.program = &out.programView.program;
   }
-  // The static memory plan: every buffer of the runtime at its offset.
-  out.memory = step::planRuntimeMemory(plan, options.accumulate || out.accumulates, 256,
-                                       options.prefetch, plan.program);
-  if (!out.memory.error.empty())
-    return out.graph.emitOpError() << "cannot plan the runtime's memory: "
-                                   << out.memory.error;
+  // The static memory plan: every buffer of the runtime at its offset,
+  // where mfsdp-plan-memory placed it (the step records it), checked to fit
+  // the buffers and lifetimes of what the library runs.
+  const bool keepGrads = options.accumulate || out.accumulates;
+  if (stepOp && hasRuntimeMemory(stepOp)) {
+    RecordedRuntimeMemory recorded;
+    if (std::string why = readRuntimeMemory(stepOp, plan, recorded); !why.empty())
+      return stepOp.emitOpError() << "records a runtime memory plan that is not of this "
+                                     "library: "
+                                  << why;
+    out.memory = step::planRuntimeMemory(plan, keepGrads, 256, options.prefetch,
+                                         plan.program, &recorded.view);
+    if (!out.memory.error.empty())
+      return stepOp.emitOpError()
+             << "records a runtime memory plan (mfsdp-plan-memory) that does not fit "
+                "the library: "
+             << out.memory.error
+             << (keepGrads && !recorded.view.keep_grads
+                     ? " (mfsdp-plan-memory{accumulate=true} keeps them)"
+                     : "");
+  } else {
+    out.memory = step::planRuntimeMemory(plan, keepGrads, 256, options.prefetch,
+                                         plan.program);
+    if (!out.memory.error.empty())
+      return out.graph.emitOpError() << "cannot plan the runtime's memory: "
+                                     << out.memory.error;
+  }
   out.memoryView = out.memory.view();
   plan.memory = &out.memoryView;
   plan.hash = runtime::planHash(plan);
   return success();
+}
+
+bool mfsdp::hasRuntimeMemory(sched::StepOp step) {
+  return step.getRuntimeArenaBytesAttr() && step.getRuntimeOffsetsAttr() &&
+         step.getRuntimeStagingAttr();
+}
+
+std::string mfsdp::readRuntimeMemory(sched::StepOp step, const mfsdp_plan &plan,
+                                     RecordedRuntimeMemory &out) {
+  ArrayRef<int64_t> arena = *step.getRuntimeArenaBytes();
+  ArrayRef<int64_t> offsets = *step.getRuntimeOffsets();
+  ArrayRef<int64_t> buckets =
+      step.getRuntimeBucketOffsets() ? *step.getRuntimeBucketOffsets() : ArrayRef<int64_t>();
+  const int64_t params = std::max<int64_t>(plan.num_params, 0);
+  const int64_t numBuckets = plan.buckets ? std::max<int64_t>(plan.num_buckets, 0) : 0;
+  if (static_cast<int64_t>(offsets.size()) != 7 * params)
+    return "runtime_offsets places " + std::to_string(offsets.size() / 7) +
+           " parameters; the library's table has " + std::to_string(params);
+  if (static_cast<int64_t>(buckets.size()) != 3 * numBuckets)
+    return "runtime_bucket_offsets places " + std::to_string(buckets.size() / 3) +
+           " buckets; the library has " + std::to_string(numBuckets);
+  out.arenaBytes.assign(arena.begin(), arena.end());
+  out.params.resize(static_cast<size_t>(params));
+  for (int64_t i = 0; i < params; ++i) {
+    const int64_t *o = offsets.data() + 7 * i;
+    out.params[i] = {o[0], o[1], o[2], o[3], o[4], o[5], o[6]};
+  }
+  out.buckets.resize(static_cast<size_t>(numBuckets));
+  for (int64_t b = 0; b < numBuckets; ++b)
+    out.buckets[b] = {buckets[3 * b], buckets[3 * b + 1], buckets[3 * b + 2]};
+  out.view = mfsdp_memory_plan{};
+  out.view.num_shard_ranks = static_cast<int32_t>(out.arenaBytes.size());
+  out.view.arena_bytes = out.arenaBytes.data();
+  out.view.params = out.params.data();
+  out.view.staging = static_cast<int64_t>(*step.getRuntimeStaging());
+  out.view.keep_grads = step.getRuntimeKeepGrads() ? 1 : 0;
+  out.view.buckets = out.buckets.empty() ? nullptr : out.buckets.data();
+  return {};
+}
+
+void mfsdp::recordRuntimeMemory(sched::StepOp step, const step::RuntimeMemoryPlan *memory) {
+  if (!memory) {
+    step.removeRuntimeArenaBytesAttr();
+    step.removeRuntimeStagingAttr();
+    step.removeRuntimeKeepGradsAttr();
+    step.removeRuntimeOffsetsAttr();
+    step.removeRuntimeBucketOffsetsAttr();
+    return;
+  }
+  Builder b(step.getContext());
+  std::vector<int64_t> offsets;
+  offsets.reserve(7 * memory->params.size());
+  for (const mfsdp_param_offsets &o : memory->params)
+    offsets.insert(offsets.end(), {o.master, o.exp_avg, o.exp_avg_sq, o.grad_shard, o.full,
+                                   o.full_backward, o.grad});
+  step.setRuntimeArenaBytesAttr(b.getDenseI64ArrayAttr(memory->arenaBytes));
+  step.setRuntimeStagingAttr(b.getI64IntegerAttr(memory->staging));
+  step.setRuntimeKeepGrads(memory->keepGrads);
+  step.setRuntimeOffsetsAttr(b.getDenseI64ArrayAttr(offsets));
+  if (memory->buckets.empty()) {
+    step.removeRuntimeBucketOffsetsAttr();
+  } else {
+    std::vector<int64_t> buckets;
+    for (const mfsdp_bucket_offsets &o : memory->buckets)
+      buckets.insert(buckets.end(), {o.gather, o.gather_backward, o.reduce});
+    step.setRuntimeBucketOffsetsAttr(b.getDenseI64ArrayAttr(buckets));
+  }
 }

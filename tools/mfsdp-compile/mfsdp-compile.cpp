@@ -329,8 +329,13 @@ int main(int argc, char **argv) {
                 ",sched.step(";
     if (bucketMB > 0)
       pipeline += "mfsdp-bucket-collectives{bucket-mb=" + std::to_string(bucketMB) + "},";
+    // The library's memory plan is placed with the step's: with the
+    // gradients kept (--accumulate) and the buckets (--bucket-mb=0: none)
+    // the library is emitted with below.
     pipeline += "mfsdp-schedule-overlap{prefetch=" + std::to_string(depth) +
-                " optimizer-order=" + optimizerOrder + "},mfsdp-plan-memory)";
+                " optimizer-order=" + optimizerOrder + "},mfsdp-plan-memory{accumulate=" +
+                (accumulateGrads ? "true" : "false") +
+                " buckets=" + (bucketMB > 0 ? "true" : "false") + "})";
   }
   if (failed(mlir::parsePassPipeline(pipeline, pm, errs())))
     return fail("bad layout options '" + options + "'");

@@ -55,8 +55,10 @@ struct RuntimePlan {
 /// buckets of its sched.step (if any); the program lowered from that step
 /// once it is scheduled and its memory planned, checked against it
 /// (step::verifyProgram); the static memory plan of the runtime's buffers
-/// over the program's lifetimes (step::planRuntimeMemory); and the plan's
-/// hash. `plan` points into it, so it neither copies nor moves.
+/// over the program's lifetimes: the one the step records
+/// (mfsdp-plan-memory's `runtime_*`), checked to fit them, else planned
+/// here (step::planRuntimeMemory); and the plan's hash. `plan` points into
+/// it, so it neither copies nor moves.
 struct LibraryPlan {
   LibraryPlan() = default;
   LibraryPlan(const LibraryPlan &) = delete;
@@ -123,6 +125,34 @@ mlir::FailureOr<ReduceDType> libraryReduceDtype(sched::StepOp step,
 /// library runs (`plan.muon_ns_precision`, from the graph's #plan.muon);
 /// an error on `step` where they differ and a parameter runs Muon.
 mlir::LogicalResult checkLibraryNsPrecision(sched::StepOp step, const mfsdp_plan &plan);
+
+/// The step library's memory plan as a sched.step records it
+/// (mfsdp-plan-memory's `runtime_*` attributes), with the C view
+/// (mfsdp_memory_plan) that points into it.
+struct RecordedRuntimeMemory {
+  RecordedRuntimeMemory() = default;
+  RecordedRuntimeMemory(const RecordedRuntimeMemory &) = delete;
+  RecordedRuntimeMemory &operator=(const RecordedRuntimeMemory &) = delete;
+
+  std::vector<int64_t> arenaBytes;
+  std::vector<mfsdp_param_offsets> params;
+  std::vector<mfsdp_bucket_offsets> buckets;
+  mfsdp_memory_plan view{};
+};
+
+/// Whether `step` records the step library's memory plan.
+bool hasRuntimeMemory(sched::StepOp step);
+
+/// The memory plan `step` records (hasRuntimeMemory), read for the
+/// runtime's `plan` (its parameters and buckets) into `out`; an empty
+/// string, or what does not match (offsets for another number of
+/// parameters or buckets).
+std::string readRuntimeMemory(sched::StepOp step, const mfsdp_plan &plan,
+                              RecordedRuntimeMemory &out);
+
+/// Records `memory` on `step` (the `runtime_*` attributes), or, with a
+/// null `memory`, removes them.
+void recordRuntimeMemory(sched::StepOp step, const step::RuntimeMemoryPlan *memory);
 
 } // namespace mfsdp
 
