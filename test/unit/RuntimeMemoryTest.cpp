@@ -552,19 +552,33 @@ TEST(RuntimeMemory, InvalidPlans) {
 // backward gathers, the reduction); an owner bucket's gathered copies and
 // gradients lie in owner order, and each owner's masters as they lie in its
 // span of the gathered copy. 2 ranks, ZeRO-3.
-TEST(RuntimeMemory, BucketsLieInOnePiece) {
+/// Unit 0: a row-shard bucket (a, b) and an owner bucket (w1 on rank 0, w0
+/// and w2 on rank 1, in owner order); unit 1: c alone. 2 ranks, ZeRO-3.
+struct TwoBucketPlan {
+  TwoBucketPlan() {
+    plan = planOf(ps, 2, 3, 2);
+    buckets[0] = {0, MFSDP_ROW_SHARD, 2, rows.data()};
+    buckets[1] = {0, MFSDP_OWNER, 3, owners.data()};
+    plan.num_buckets = 2;
+    plan.buckets = buckets;
+  }
+  TwoBucketPlan(const TwoBucketPlan &) = delete;
+  TwoBucketPlan &operator=(const TwoBucketPlan &) = delete;
+
   std::vector<mfsdp_param_desc> ps = {
       param("a", 4, 64, 0), param("b", 3, 10, 0),
       param("w0", 8, 8, 0, MFSDP_OWNER, 1, MFSDP_OPT_MUON),
       param("w1", 8, 16, 0, MFSDP_OWNER, 0, MFSDP_OPT_MUON),
       param("w2", 4, 8, 0, MFSDP_OWNER, 1, MFSDP_OPT_MUON),
       param("c", 4, 64, 1)};
-  mfsdp_plan plan = planOf(ps, 2, 3, 2);
   const std::vector<int32_t> rows = {0, 1}, owners = {3, 2, 4};
-  const mfsdp_bucket buckets[2] = {{0, MFSDP_ROW_SHARD, 2, rows.data()},
-                                   {0, MFSDP_OWNER, 3, owners.data()}};
-  plan.num_buckets = 2;
-  plan.buckets = buckets;
+  mfsdp_bucket buckets[2];
+  mfsdp_plan plan;
+};
+
+TEST(RuntimeMemory, BucketsLieInOnePiece) {
+  const TwoBucketPlan two;
+  const mfsdp_plan &plan = two.plan;
   step::RuntimeMemoryPlan m = step::planRuntimeMemory(plan, false);
   ASSERT_TRUE(m.error.empty()) << m.error;
   const std::vector<mfsdp_param_offsets> &o = m.params;
@@ -604,24 +618,14 @@ TEST(RuntimeMemory, BucketsLieInOnePiece) {
 // saying where, when it does not: two buffers live at once on one byte, a
 // bucket member out of its place beside the others, a buffer past the
 // arena, a buffer the library does not have, gradients freed that must be
-// kept. Buckets of both kinds on 2 ranks, ZeRO-3 (as BucketsLieInOnePiece).
+// kept. Buckets of both kinds on 2 ranks, ZeRO-3 (TwoBucketPlan).
 static bool contains(const std::string &text, const char *part) {
   return text.find(part) != std::string::npos;
 }
 
 TEST(RuntimeMemory, GivenPlanIsTakenOnceItFits) {
-  std::vector<mfsdp_param_desc> ps = {
-      param("a", 4, 64, 0), param("b", 3, 10, 0),
-      param("w0", 8, 8, 0, MFSDP_OWNER, 1, MFSDP_OPT_MUON),
-      param("w1", 8, 16, 0, MFSDP_OWNER, 0, MFSDP_OPT_MUON),
-      param("w2", 4, 8, 0, MFSDP_OWNER, 1, MFSDP_OPT_MUON),
-      param("c", 4, 64, 1)};
-  mfsdp_plan plan = planOf(ps, 2, 3, 2);
-  const std::vector<int32_t> rows = {0, 1}, owners = {3, 2, 4};
-  const mfsdp_bucket buckets[2] = {{0, MFSDP_ROW_SHARD, 2, rows.data()},
-                                   {0, MFSDP_OWNER, 3, owners.data()}};
-  plan.num_buckets = 2;
-  plan.buckets = buckets;
+  const TwoBucketPlan two;
+  const mfsdp_plan &plan = two.plan;
   const step::RuntimeMemoryPlan m = step::planRuntimeMemory(plan, false);
   ASSERT_TRUE(m.error.empty()) << m.error;
 
