@@ -83,8 +83,8 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
     return out;
   }
   const bool zero3 = plan.zero >= 3;
-  Step s;
-  s.name = "runtime memory";
+  // The buffers and the order the program allocates and frees them in.
+  BufferEvents s;
   s.world = S;
   auto rounded = [&](int64_t bytes) {
     return (bytes + alignment - 1) / alignment * alignment;
@@ -312,11 +312,7 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
         live[buffer] == (kind == OpKind::Alloc))
       return;
     live[buffer] = kind == OpKind::Alloc;
-    Op o;
-    o.kind = kind;
-    o.name = kind == OpKind::Alloc ? "alloc" : "free";
-    o.writes = {buffer};
-    s.ops.push_back(std::move(o));
+    s.events.push_back({kind == OpKind::Alloc, buffer});
   };
   // A parameter's gathered copy (kind Full or FullBackward) or gradient,
   // and its bucket's staging buffer for that kind: the gather's (forward

@@ -630,13 +630,43 @@ struct Lifetimes {
   }
 };
 
-Lifetimes lifetimes(const Step &s) {
-  const int64_t last = static_cast<int64_t>(s.ops.size());
-  const size_t n = s.buffers.size();
+/// The ops memory planning reads, whatever holds them: a step's ops
+/// (StepOps) or bare allocations and frees (EventOps).
+struct StepOps {
+  const Step &s;
+  size_t size() const { return s.ops.size(); }
+  OpKind kind(size_t i) const { return s.ops[i].kind; }
+  /// The buffer an Alloc or Free names (-1: none).
+  int64_t target(size_t i) const {
+    return s.ops[i].writes.empty() ? -1 : s.ops[i].writes.front();
+  }
+  template <typename F> void eachUsed(size_t i, F f) const {
+    for (const auto *list : {&s.ops[i].reads, &s.ops[i].writes})
+      for (int64_t b : *list)
+        f(b);
+  }
+  int64_t waitFor(size_t i) const { return s.ops[i].waitFor; }
+};
+
+struct EventOps {
+  const BufferEvents &e;
+  size_t size() const { return e.events.size(); }
+  OpKind kind(size_t i) const {
+    return e.events[i].alloc ? OpKind::Alloc : OpKind::Free;
+  }
+  int64_t target(size_t i) const { return e.events[i].buffer; }
+  template <typename F> void eachUsed(size_t, F) const {}
+  int64_t waitFor(size_t) const { return -1; }
+};
+
+template <typename Ops>
+Lifetimes lifetimes(const std::vector<Buffer> &buffers, const Ops &ops) {
+  const int64_t last = static_cast<int64_t>(ops.size());
+  const size_t n = buffers.size();
   Lifetimes life;
   life.first.resize(n);
   for (size_t b = 0; b < n; ++b)
-    if (s.buffers[b].persistent)
+    if (buffers[b].persistent)
       life.first[b] = {0, last, true};
   // The span open now per buffer: 0 none, 1 its first, k + 2 the k-th of
   // its later ones.
@@ -646,13 +676,13 @@ Lifetimes lifetimes(const Step &s) {
   };
   // The spans a collective in flight uses, until its wait.
   std::unordered_map<int64_t, std::vector<std::pair<size_t, int32_t>>> inFlight;
-  for (size_t i = 0; i < s.ops.size(); ++i) {
-    const Op &op = s.ops[i];
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const OpKind kind = ops.kind(i);
     const int64_t at = static_cast<int64_t>(i);
     auto valid = [&](int64_t b) { return b >= 0 && b < static_cast<int64_t>(n); };
-    if (op.kind == OpKind::Alloc && !op.writes.empty()) {
-      const int64_t b = op.writes.front();
-      if (valid(b) && !s.buffers[b].persistent && open[b] == 0) {
+    if (kind == OpKind::Alloc) {
+      const int64_t b = ops.target(i);
+      if (valid(b) && !buffers[b].persistent && open[b] == 0) {
         if (!life.first[b].live) {
           life.first[b] = {at, last, true};
           open[b] = 1;
@@ -663,25 +693,25 @@ Lifetimes lifetimes(const Step &s) {
         }
       }
     }
-    if (op.kind == OpKind::Free && !op.writes.empty()) {
-      const int64_t b = op.writes.front();
+    if (kind == OpKind::Free) {
+      const int64_t b = ops.target(i);
       if (valid(b) && open[b] != 0) {
         span(b, open[b]).end = at;
         open[b] = 0;
       }
     }
-    if (op.kind == OpKind::Collective) {
+    if (kind == OpKind::Collective) {
       std::vector<std::pair<size_t, int32_t>> used;
-      for (const auto *list : {&op.reads, &op.writes})
-        for (int64_t b : *list)
-          if (valid(b) && (open[b] != 0 || s.buffers[b].persistent))
-            used.push_back({static_cast<size_t>(b), s.buffers[b].persistent ? 1 : open[b]});
+      ops.eachUsed(i, [&](int64_t b) {
+        if (valid(b) && (open[b] != 0 || buffers[b].persistent))
+          used.push_back({static_cast<size_t>(b), buffers[b].persistent ? 1 : open[b]});
+      });
       if (!used.empty())
         inFlight[at] = std::move(used);
     }
     // A collective in flight keeps its buffers until its wait.
-    if (op.kind == OpKind::Wait && op.waitFor >= 0)
-      if (auto it = inFlight.find(op.waitFor); it != inFlight.end()) {
+    if (kind == OpKind::Wait && ops.waitFor(i) >= 0)
+      if (auto it = inFlight.find(ops.waitFor(i)); it != inFlight.end()) {
         for (auto [b, id] : it->second) {
           Lifetime &l = span(b, id);
           l.end = std::max(l.end, at);
@@ -918,16 +948,18 @@ private:
 };
 } // namespace
 
-MemoryPlan planMemory(Step &s, int64_t alignment) {
-  const Lifetimes life = lifetimes(s);
-  const int64_t last = static_cast<int64_t>(s.ops.size());
-  std::vector<int64_t> sizes(s.buffers.size());
-  for (size_t b = 0; b < s.buffers.size(); ++b) {
-    double bytes = std::ceil(std::max(0.0, s.buffers[b].bytes));
+namespace {
+/// planMemory over any ops: `buffers` placed for `life`, over `last` ops
+/// on `world` ranks.
+MemoryPlan placeBuffers(std::vector<Buffer> &buffers, int64_t world, const Lifetimes &life,
+                        int64_t last, int64_t alignment) {
+  std::vector<int64_t> sizes(buffers.size());
+  for (size_t b = 0; b < buffers.size(); ++b) {
+    double bytes = std::ceil(std::max(0.0, buffers[b].bytes));
     sizes[b] = (static_cast<int64_t>(bytes) + alignment - 1) / alignment * alignment;
   }
   std::vector<size_t> order;
-  for (size_t b = 0; b < s.buffers.size(); ++b)
+  for (size_t b = 0; b < buffers.size(); ++b)
     if (life.first[b].live)
       order.push_back(b);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
@@ -959,11 +991,11 @@ MemoryPlan planMemory(Step &s, int64_t alignment) {
   // for a rank's own partial buffers: with none (the usual plan), they are
   // not kept.
   const bool ownedPartial = std::any_of(order.begin(), order.end(), [&](size_t b) {
-    return s.buffers[b].onlyRank >= 0 && !whole(b) && sizes[b] > 0;
+    return buffers[b].onlyRank >= 0 && !whole(b) && sizes[b] > 0;
   });
   std::vector<const OffsetSet *> sets;
   for (size_t b : order) {
-    const int64_t rank = s.buffers[b].onlyRank;
+    const int64_t rank = buffers[b].onlyRank;
     const int64_t size = sizes[b];
     int64_t offset = 0;
     if (size > 0) {
@@ -989,7 +1021,7 @@ MemoryPlan planMemory(Step &s, int64_t alignment) {
       }
       offset = firstFit(sets, size);
     }
-    s.buffers[b].offset = offset;
+    buffers[b].offset = offset;
     const int64_t hi = offset + size;
     all.insert(offset, hi);
     (rank < 0 ? shared : owned[rank]).insert(offset, hi);
@@ -1010,7 +1042,7 @@ MemoryPlan planMemory(Step &s, int64_t alignment) {
 
   // Arena and peak per rank: the buffers every rank has, plus its own.
   MemoryPlan plan;
-  const int64_t W = std::max<int64_t>(s.world, 1);
+  const int64_t W = std::max<int64_t>(world, 1);
   plan.arenaBytes.assign(W, 0);
   plan.peakBytes.assign(W, 0);
   plan.peakOp.assign(W, -1);
@@ -1018,13 +1050,13 @@ MemoryPlan planMemory(Step &s, int64_t alignment) {
   int64_t commonArena = 0;
   std::map<int64_t, std::vector<size_t>> byRank;
   for (size_t b : order) {
-    const int64_t rank = s.buffers[b].onlyRank;
+    const int64_t rank = buffers[b].onlyRank;
     if (rank >= 0) {
       if (rank < W)
         byRank[rank].push_back(b);
       continue;
     }
-    commonArena = std::max(commonArena, s.buffers[b].offset + sizes[b]);
+    commonArena = std::max(commonArena, buffers[b].offset + sizes[b]);
     life.each(b, [&](const Lifetime &l) {
       common[l.begin] += sizes[b];
       common[l.end + 1] -= sizes[b];
@@ -1056,7 +1088,7 @@ MemoryPlan planMemory(Step &s, int64_t alignment) {
     int64_t arena = commonArena;
     std::map<int64_t, int64_t> delta;
     for (size_t b : it->second) {
-      arena = std::max(arena, s.buffers[b].offset + sizes[b]);
+      arena = std::max(arena, buffers[b].offset + sizes[b]);
       life.each(b, [&](const Lifetime &l) {
         delta[l.begin] += sizes[b];
         delta[l.end + 1] -= sizes[b];
@@ -1081,19 +1113,33 @@ MemoryPlan planMemory(Step &s, int64_t alignment) {
   }
   return plan;
 }
+} // namespace
+
+MemoryPlan planMemory(Step &s, int64_t alignment) {
+  return placeBuffers(s.buffers, s.world, lifetimes(s.buffers, StepOps{s}),
+                      static_cast<int64_t>(s.ops.size()), alignment);
+}
+
+MemoryPlan planMemory(BufferEvents &e, int64_t alignment) {
+  return placeBuffers(e.buffers, e.world, lifetimes(e.buffers, EventOps{e}),
+                      static_cast<int64_t>(e.events.size()), alignment);
+}
 
 //===----------------------------------------------------------------------===//
 // Verification
 //===----------------------------------------------------------------------===//
 
-std::vector<ScheduleIssue> verifyPlacement(const Step &s, size_t maxIssues) {
+namespace {
+template <typename Ops>
+std::vector<ScheduleIssue> verifyPlacementOf(const std::vector<Buffer> &buffers,
+                                             const Ops &ops, size_t maxIssues) {
   std::vector<ScheduleIssue> issues;
-  const int64_t nbuf = static_cast<int64_t>(s.buffers.size());
+  const int64_t nbuf = static_cast<int64_t>(buffers.size());
   auto placed = [&](int64_t b) {
-    return b >= 0 && b < nbuf && s.buffers[b].offset >= 0 && s.buffers[b].bytes > 0;
+    return b >= 0 && b < nbuf && buffers[b].offset >= 0 && buffers[b].bytes > 0;
   };
   auto end = [&](int64_t b) {
-    return s.buffers[b].offset + static_cast<int64_t>(std::ceil(s.buffers[b].bytes));
+    return buffers[b].offset + static_cast<int64_t>(std::ceil(buffers[b].bytes));
   };
   // The live placed buffers by the rank that holds them (-1: every rank),
   // each map by start offset; within one map the intervals are disjoint
@@ -1111,7 +1157,7 @@ std::vector<ScheduleIssue> verifyPlacement(const Step &s, size_t maxIssues) {
   auto enter = [&](int64_t b, int64_t op) {
     if (!placed(b) || issues.size() >= maxIssues)
       return;
-    const Buffer &buf = s.buffers[b];
+    const Buffer &buf = buffers[b];
     const int64_t lo = buf.offset, hi = end(b);
     int64_t other = -1;
     if (buf.onlyRank >= 0) {
@@ -1125,7 +1171,7 @@ std::vector<ScheduleIssue> verifyPlacement(const Step &s, size_t maxIssues) {
           other = conflictIn(m, lo, hi);
     }
     if (other >= 0) {
-      const Buffer &o = s.buffers[other];
+      const Buffer &o = buffers[other];
       const int64_t on = buf.onlyRank >= 0 ? buf.onlyRank : o.onlyRank;
       issues.push_back(
           {op, fmt::format("buffer '{}' at bytes [{}, {}) of the arena overlaps '{}' at "
@@ -1137,28 +1183,37 @@ std::vector<ScheduleIssue> verifyPlacement(const Step &s, size_t maxIssues) {
     live[buf.onlyRank][lo] = b;
   };
   for (int64_t b = 0; b < nbuf; ++b)
-    if (s.buffers[b].persistent)
+    if (buffers[b].persistent)
       enter(b, -1);
-  for (size_t i = 0; i < s.ops.size() && issues.size() < maxIssues; ++i) {
-    const Op &op = s.ops[i];
-    if ((op.kind != OpKind::Alloc && op.kind != OpKind::Free) || op.writes.empty())
+  for (size_t i = 0; i < ops.size() && issues.size() < maxIssues; ++i) {
+    const OpKind kind = ops.kind(i);
+    if (kind != OpKind::Alloc && kind != OpKind::Free)
       continue;
-    const int64_t b = op.writes.front();
-    if (!placed(b) || s.buffers[b].persistent)
+    const int64_t b = ops.target(i);
+    if (!placed(b) || buffers[b].persistent)
       continue;
-    auto m = live.find(s.buffers[b].onlyRank);
+    auto m = live.find(buffers[b].onlyRank);
     auto at = m == live.end() ? std::map<int64_t, int64_t>::iterator()
-                              : m->second.find(s.buffers[b].offset);
+                              : m->second.find(buffers[b].offset);
     const bool isLive = m != live.end() && at != m->second.end() && at->second == b;
-    if (op.kind == OpKind::Alloc && !isLive)
+    if (kind == OpKind::Alloc && !isLive)
       enter(b, static_cast<int64_t>(i));
-    else if (op.kind == OpKind::Free && isLive) {
+    else if (kind == OpKind::Free && isLive) {
       m->second.erase(at);
       if (m->second.empty())
         live.erase(m);
     }
   }
   return issues;
+}
+} // namespace
+
+std::vector<ScheduleIssue> verifyPlacement(const Step &s, size_t maxIssues) {
+  return verifyPlacementOf(s.buffers, StepOps{s}, maxIssues);
+}
+
+std::vector<ScheduleIssue> verifyPlacement(const BufferEvents &e, size_t maxIssues) {
+  return verifyPlacementOf(e.buffers, EventOps{e}, maxIssues);
 }
 
 std::vector<ScheduleIssue> verifySchedule(const Step &s, double capBytes) {

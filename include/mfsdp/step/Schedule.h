@@ -83,6 +83,23 @@ struct MemoryPlan {
 /// different ranks (onlyRank) never conflict.
 MemoryPlan planMemory(Step &s, int64_t alignment = 256);
 
+/// Buffers with only the order they are allocated and freed in (no other
+/// op): what the step library's memory plan places
+/// (step::planRuntimeMemory), a tenth of a step's ops in memory.
+struct BufferEvents {
+  struct Event {
+    bool alloc = true; // else a free
+    int64_t buffer = -1;
+  };
+  int64_t world = 1;
+  std::vector<Buffer> buffers;
+  std::vector<Event> events;
+};
+
+/// planMemory for `e`: its buffers placed as a step's with the same
+/// buffers, whose allocs and frees come in the same order, would be.
+MemoryPlan planMemory(BufferEvents &e, int64_t alignment = 256);
+
 struct ScheduleIssue {
   int64_t op = -1;
   std::string message;
@@ -96,6 +113,8 @@ struct ScheduleIssue {
 /// Alloc that makes the overlap (-1: persistent buffers); an overlap on
 /// several ranks is named on one.
 std::vector<ScheduleIssue> verifyPlacement(const Step &s, size_t maxIssues = 16);
+/// verifyPlacement for `e` (the issues' `op` index its events).
+std::vector<ScheduleIssue> verifyPlacement(const BufferEvents &e, size_t maxIssues = 16);
 
 /// Everything that would make the step wrong: a buffer used before the
 /// wait of the collective that fills it, or freed or overwritten while a
