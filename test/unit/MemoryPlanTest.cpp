@@ -360,3 +360,44 @@ TEST(MemoryPlan, VerifyPlacementFindsOverlaps) {
   op(s, OpKind::Alloc, 1);
   EXPECT_TRUE(verifyPlacement(s).empty());
 }
+
+// The same buffers allocated and freed in the same order, as a step's ops
+// or as bare events (BufferEvents, what the step library's memory plan is
+// placed over): the same offsets, arenas, peaks and peak ops, and the
+// same overlaps found once two buffers are moved onto one place.
+TEST(MemoryPlan, BufferEventsPlaceAsAStepOfTheirAllocsAndFrees) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    Step random = randomStep(rng, 1 + trial % 4, 2 + trial % 30);
+    Step s;
+    s.world = random.world;
+    s.buffers = random.buffers;
+    BufferEvents e;
+    e.world = random.world;
+    e.buffers = random.buffers;
+    for (const Op &op : random.ops) {
+      if ((op.kind != OpKind::Alloc && op.kind != OpKind::Free) || op.writes.empty())
+        continue;
+      s.ops.push_back(op);
+      e.events.push_back({op.kind == OpKind::Alloc, op.writes.front()});
+    }
+    const MemoryPlan fromStep = planMemory(s, 64);
+    const MemoryPlan fromEvents = planMemory(e, 64);
+    EXPECT_EQ(fromEvents.arenaBytes, fromStep.arenaBytes);
+    EXPECT_EQ(fromEvents.peakBytes, fromStep.peakBytes);
+    EXPECT_EQ(fromEvents.peakOp, fromStep.peakOp);
+    for (size_t b = 0; b < s.buffers.size(); ++b)
+      EXPECT_EQ(e.buffers[b].offset, s.buffers[b].offset) << "buffer " << b;
+    EXPECT_TRUE(verifyPlacement(e).empty());
+    // Every buffer at offset 0: the overlaps of both forms are the same.
+    for (size_t b = 0; b < s.buffers.size(); ++b)
+      s.buffers[b].offset = e.buffers[b].offset = 0;
+    const std::vector<ScheduleIssue> a = verifyPlacement(s), c = verifyPlacement(e);
+    ASSERT_EQ(a.size(), c.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].op, c[i].op);
+      EXPECT_EQ(a[i].message, c[i].message);
+    }
+  }
+}
