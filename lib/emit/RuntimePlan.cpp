@@ -415,6 +415,14 @@ LogicalResult mfsdp::buildLibraryPlan(ModuleOp module, const EmitStepOptions &op
                      ? " (mfsdp-plan-memory{accumulate=true} keeps them)"
                      : "");
   } else {
+    // A scheduled step's buffers are placed by mfsdp-plan-memory, nowhere
+    // else; only a library without a program (the runtime derives it) is
+    // planned here, over the derived program's lifetimes.
+    if (out.withProgram)
+      return stepOp.emitOpError()
+             << "is scheduled but records no memory plan of the step library "
+                "(runtime_offsets): run mfsdp-plan-memory after scheduling it, which "
+                "places the library's buffers over the program it runs";
     out.memory = step::planRuntimeMemory(plan, keepGrads, 256, options.prefetch,
                                          plan.program);
     if (!out.memory.error.empty())

@@ -20,6 +20,10 @@
 // RUN: sed -E 's/runtime_offsets \[([0-9]+), ([0-9]+)/runtime_offsets [\2, \2/' %t.mlir > %t.clash.mlir
 // RUN: not mfsdp-translate --emit-step-c %t.clash.mlir 2>&1 | FileCheck %s --check-prefix=CLASH
 // RUN: not mfsdp-opt %t.clash.mlir --mfsdp-verify-schedule 2>&1 | FileCheck %s --check-prefix=CLASH
+// A scheduled step without its library's memory plan is refused: the
+// emitter places nothing of a scheduled step itself.
+// RUN: sed -E 's/ runtime_arena_bytes .* \{$/ {/' %t.mlir > %t.none.mlir
+// RUN: not mfsdp-translate --emit-step-c %t.none.mlir 2>&1 | FileCheck %s --check-prefix=NONE
 // One arena for two ranks is malformed IR.
 // RUN: sed -E 's/runtime_arena_bytes \[([0-9]+), [0-9]+\]/runtime_arena_bytes [\1]/' %t.mlir | not mfsdp-opt 2>&1 | FileCheck %s --check-prefix=MALFORMED
 // A library that accumulates keeps its gradients: a plan that frees them
@@ -56,6 +60,8 @@
 // SMALL-VERIFY: error: 'sched.step' op records a runtime memory plan (runtime_*) that does not fit the step library's buffers: the given memory plan puts buffer
 
 // CLASH: the memory plan is unsound: buffer 'emb exp_avg' at bytes {{.*}} of the arena overlaps 'emb master' at {{.*}} while both are live
+
+// NONE: error: 'sched.step' op is scheduled but records no memory plan of the step library (runtime_offsets): run mfsdp-plan-memory after scheduling it
 
 // MALFORMED: error: 'sched.step' op runtime_arena_bytes has 1 arenas; expected one per rank (2)
 

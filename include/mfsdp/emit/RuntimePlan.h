@@ -56,8 +56,9 @@ struct RuntimePlan {
 /// once it is scheduled and its memory planned, checked against it
 /// (step::verifyProgram); the static memory plan of the runtime's buffers
 /// over the program's lifetimes: the one the step records
-/// (mfsdp-plan-memory's `runtime_*`), checked to fit them, else planned
-/// here (step::planRuntimeMemory); and the plan's hash. `plan` points into
+/// (mfsdp-plan-memory's `runtime_*`), checked to fit them (a library
+/// without a program: planned here over the derived program's,
+/// step::planRuntimeMemory); and the plan's hash. `plan` points into
 /// it, so it neither copies nor moves.
 struct LibraryPlan {
   LibraryPlan() = default;
@@ -80,9 +81,11 @@ struct LibraryPlan {
 /// Fills `out` for `module` with `options` (the emitter's). Fails, with an
 /// error at the op concerned, where the emitter would: no single plan.graph
 /// or sched.step, a graph the runtime does not run, a step whose program
-/// does not run as scheduled, options that contradict the step, a memory
-/// plan that cannot be made. `scheduled`, if given, is the module's
-/// sched.step as readStep read it (the caller's copy, not read again).
+/// does not run as scheduled, options that contradict the step, a
+/// scheduled step that records no memory plan of the library or one that
+/// does not fit it, a memory plan that cannot be made. `scheduled`, if
+/// given, is the module's sched.step as readStep read it (the caller's
+/// copy, not read again).
 mlir::LogicalResult buildLibraryPlan(mlir::ModuleOp module, const EmitStepOptions &options,
                                      LibraryPlan &out,
                                      const step::Step *scheduled = nullptr);
