@@ -77,6 +77,8 @@ struct BuildAndScheduleStepPass
     schedule.hardware = hardware;
     schedule.nsPrecision = nsPrecision;
     schedule.memoryCapMB = memoryCapMB;
+    schedule.accumulate = accumulate;
+    schedule.buckets = buckets;
     // Every op gets the step's location, as when mfsdp-build-step writes
     // them all at the graph's and mfsdp-schedule-step keeps them.
     return scheduleStages(*op, std::move(*s), schedule, {});

@@ -387,6 +387,12 @@ def ScheduleStep : Pass<"mfsdp-schedule-step", "::mfsdp::sched::StepOp"> {
            "::mfsdp::clValues<::mfsdp::NsPrecisionOption>()">,
     Option<"memoryCapMB", "memory-cap-mb", "int64_t", /*default=*/"0",
            "Per-rank memory cap in MiB (0: none)">,
+    Option<"accumulate", "accumulate", "bool", /*default=*/"false",
+           "mfsdp-plan-memory's: the step library's memory plan keeps "
+           "gradients between steps (no-sync accumulation)">,
+    Option<"buckets", "buckets", "bool", /*default=*/"true",
+           "mfsdp-plan-memory's: the step library's runtime buckets are the "
+           "step's (false: one collective per parameter)">,
   ];
   let dependentDialects = ["::mfsdp::sched::SchedDialect"];
 }
@@ -454,6 +460,12 @@ def BuildAndScheduleStep
            "::mfsdp::clValues<::mfsdp::NsPrecisionOption>()">,
     Option<"memoryCapMB", "memory-cap-mb", "int64_t", /*default=*/"0",
            "Per-rank memory cap in MiB (0: none)">,
+    Option<"accumulate", "accumulate", "bool", /*default=*/"false",
+           "mfsdp-plan-memory's: the step library's memory plan keeps "
+           "gradients between steps (no-sync accumulation)">,
+    Option<"buckets", "buckets", "bool", /*default=*/"true",
+           "mfsdp-plan-memory's: the step library's runtime buckets are the "
+           "step's (false: one collective per parameter)">,
   ];
   let dependentDialects = ["::mfsdp::sched::SchedDialect"];
 }

@@ -106,9 +106,12 @@ struct VerifyFindings {
   std::optional<std::string> program; // an error on the step op
   std::function<std::optional<step::RuntimeMemoryPlan>()> libraryMemory;
 };
+/// `keepGrads` and `buckets` are mfsdp-plan-memory's `accumulate` and
+/// `buckets` for that plan.
 VerifyFindings checkStage(sched::StepOp op, const step::Step &s,
                           const VerifyScheduleOptions &options,
-                          bool planLibraryMemory = false);
+                          bool planLibraryMemory = false, bool keepGrads = false,
+                          bool buckets = true);
 /// The step library's memory plan for `s`, the planned step of `op`
 /// (mfsdp-plan-memory): its buffers placed over the lifetimes of the
 /// program the library lowers `s` to, gradients kept with `keepGrads` or

@@ -36,7 +36,8 @@ LogicalResult mfsdp::scheduleStages(sched::StepOp op, step::Step &&s,
   // The check also places the step library's buffers (as
   // mfsdp-plan-memory does), over the program it has lowered.
   recordRuntimeMemory(op, nullptr);
-  VerifyFindings findings = checkStage(op, s, verify, /*planLibraryMemory=*/true);
+  VerifyFindings findings = checkStage(op, s, verify, /*planLibraryMemory=*/true,
+                                       options.accumulate, options.buckets);
   // Ops a stage made keep the step's location, and a wait its
   // collective's, as when each pass writes and the next one reads.
   if (failed(rewriteStep(op, std::move(s), locations)))
@@ -71,6 +72,8 @@ struct ScheduleStepPass : public mfsdp::impl::ScheduleStepBase<ScheduleStepPass>
     options.hardware = hardware;
     options.nsPrecision = nsPrecision;
     options.memoryCapMB = memoryCapMB;
+    options.accumulate = accumulate;
+    options.buckets = buckets;
     if (failed(scheduleStages(op, std::move(s), options, locations)))
       return signalPassFailure();
   }

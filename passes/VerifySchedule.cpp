@@ -123,7 +123,8 @@ static step::RuntimeMemoryPlan libraryMemoryOf(sched::StepOp op, const LibraryPr
 
 VerifyFindings mfsdp::checkStage(sched::StepOp op, const step::Step &s,
                                  const VerifyScheduleOptions &options,
-                                 bool planLibraryMemory) {
+                                 bool planLibraryMemory, bool keepGradsOption,
+                                 bool bucketsOption) {
   VerifyFindings f;
   f.issues = step::verifySchedule(
       s, static_cast<double>(options.memoryCapMB) * 1024 * 1024);
@@ -135,15 +136,15 @@ VerifyFindings mfsdp::checkStage(sched::StepOp op, const step::Step &s,
   // buckets (mfsdp-plan-memory{buckets=false}) or, if the library has
   // them, not of it (readRuntimeMemory says so either way).
   const bool recorded = hasRuntimeMemory(op);
-  std::unique_ptr<LibraryProgram> lib =
-      libraryProgramOf(op, s, !recorded || op.getRuntimeBucketOffsetsAttr());
+  std::unique_ptr<LibraryProgram> lib = libraryProgramOf(
+      op, s, recorded ? static_cast<bool>(op.getRuntimeBucketOffsetsAttr()) : bucketsOption);
   if (!lib)
     return f;
   if (lib->issue) {
     f.program = lib->issue;
     return f;
   }
-  const bool keepGrads = s.microbatches > 1;
+  const bool keepGrads = s.microbatches > 1 || (!recorded && keepGradsOption);
   if (recorded) {
     step::RuntimeMemoryPlan m = libraryMemoryOf(op, *lib, keepGrads, /*recorded=*/true);
     if (!m.error.empty())

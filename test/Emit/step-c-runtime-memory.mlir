@@ -33,11 +33,15 @@
 // RUN: mfsdp-opt %s --mfsdp-build-step=tokens=1 --mfsdp-bucket-collectives --mfsdp-schedule-overlap=prefetch=1 --mfsdp-plan-memory=accumulate=true -o %t.acc.mlir
 // RUN: FileCheck %s --check-prefix=KEEPS-IR < %t.acc.mlir
 // RUN: mfsdp-translate --emit-step-c --emit-step-accumulate %t.acc.mlir | FileCheck %s --check-prefix=KEEPS
+// mfsdp-schedule-step (the default pipeline's stages) takes the same
+// options and records the same plan as the passes in a row.
+// RUN: mfsdp-opt %s --mfsdp-build-step=tokens=1 --mfsdp-schedule-step="prefetch=1 bucket-mb=0 accumulate=true" | diff - %t.acc.mlir
 // buckets=false plans a library with one collective per parameter: no
 // bucket staging; the emitter, which takes the step's buckets, refuses it,
 // and mfsdp-verify-schedule checks it as a library without buckets.
 // RUN: mfsdp-opt %s --mfsdp-build-step=tokens=1 --mfsdp-bucket-collectives --mfsdp-schedule-overlap=prefetch=1 --mfsdp-plan-memory=buckets=false -o %t.nob.mlir
 // RUN: FileCheck %s --check-prefix=NOB < %t.nob.mlir
+// RUN: mfsdp-opt %s --mfsdp-build-step=tokens=1 --mfsdp-schedule-step="prefetch=1 bucket-mb=0 buckets=false" | diff - %t.nob.mlir
 // RUN: mfsdp-opt %t.nob.mlir --mfsdp-verify-schedule -o /dev/null
 // RUN: not mfsdp-translate --emit-step-c %t.nob.mlir 2>&1 | FileCheck %s --check-prefix=NOB-LIB
 // The default pipeline records it too.
