@@ -49,6 +49,8 @@ void mfsdp::buildDefaultPipeline(OpPassManager &pm, const PipelineOptions &o) {
   step.hardware = o.hardware;
   step.nsPrecision = o.nsPrecision;
   step.memoryCapMB = o.memoryCapMB;
+  step.accumulate = o.accumulate;
+  step.buckets = o.buckets;
   pm.addPass(createBuildAndScheduleStep(step));
 }
 

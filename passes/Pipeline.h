@@ -77,6 +77,16 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
                               llvm::cl::init(0)};
   Option<std::string> hardware{*this, "hardware", llvm::cl::desc("a100, h100, h100-ib, a100-pcie or h100-pcie"),
                                llvm::cl::init("a100")};
+  Option<bool> accumulate{
+      *this, "accumulate",
+      llvm::cl::desc("mfsdp-plan-memory's: the step library's memory plan keeps gradients "
+                     "between steps (no-sync accumulation)"),
+      llvm::cl::init(false)};
+  Option<bool> buckets{
+      *this, "buckets",
+      llvm::cl::desc("mfsdp-plan-memory's: the step library's runtime buckets are the "
+                     "step's (false: one collective per parameter)"),
+      llvm::cl::init(true)};
   Option<NsPrecisionOption> nsPrecision{
       *this, "ns-precision",
       llvm::cl::desc("Muon's Newton-Schulz precision, planned, priced and written into "

@@ -25,8 +25,7 @@ using namespace mfsdp;
 
 namespace {
 /// The step library's runtime plan and program for a step, as the emitter
-/// builds them (buildLibraryPlan): the plan of the module's plan.graph with
-/// the step's reduce dtype and buckets, and the step lowered into it.
+/// builds them (buildLibraryRuntimePlan, lowerLibraryProgram).
 struct LibraryProgram {
   RuntimePlan runtime;
   step::RuntimeProgram program;
@@ -40,7 +39,10 @@ struct LibraryProgram {
 /// null where the module has no single plan.graph (a step written by hand)
 /// or no step library can be built from it or from the step (a baseline's
 /// step with ops the runtime does not run, as mfsdp-sim --compare
-/// schedules): the emitter says why.
+/// schedules): the emitter says why. Nothing asked for: the step's own
+/// reduce dtype and bucket limit, never an error. The program is kept
+/// without each op's origin (a text per program op, the larger part of the
+/// program on a large step).
 static std::unique_ptr<LibraryProgram> libraryProgramOf(sched::StepOp op,
                                                         const step::Step &s,
                                                         bool buckets = true) {
@@ -56,52 +58,20 @@ static std::unique_ptr<LibraryProgram> libraryProgramOf(sched::StepOp op,
   if (!graph)
     return nullptr;
   auto out = std::make_unique<LibraryProgram>();
-  RuntimePlan &runtimePlan = out->runtime;
   {
     ScopedDiagnosticHandler quiet(op.getContext(),
                                   [](Diagnostic &) { return success(); });
-    if (failed(buildRuntimePlan(graph, runtimePlan)))
+    if (failed(buildLibraryRuntimePlan(graph, op, &s, std::nullopt, buckets, std::nullopt,
+                                       out->runtime)))
       return nullptr;
-    // The reduce dtype the library runs: the step's.
-    FailureOr<ReduceDType> reduce =
-        libraryReduceDtype(op, runtimePlan.descs, std::nullopt);
-    if (failed(reduce))
-      return nullptr;
-    runtimePlan.plan.reduce_dtype = static_cast<int32_t>(*reduce);
   }
-  // The library's buckets: the step's bucketed reductions within the limit
-  // they were bucketed with, as the emitter takes them (the program packs
-  // and unpacks the units with row-shard buckets).
-  // Nothing asked for: the step's own limit, never an error. Without
-  // buckets, one collective per parameter (mfsdp-compile --bucket-mb=0).
-  if (buckets)
-    setLibraryBuckets(runtimePlan, s, *libraryBucketBytes(op, std::nullopt));
-  // Lowered without each op's origin (a text per program op, the larger
-  // part of the program on a large step), and again with them only to
-  // name an op in a message.
-  auto lower = [&](bool origins) {
-    return step::lowerStepProgram(s, runtimePlan.plan, runtimePlan.unitNames, origins);
-  };
-  out->program = lower(/*origins=*/false);
-  if (out->program.unsupported)
+  bool unsupported = false;
+  std::string issue = lowerLibraryProgram(s, out->runtime, /*origins=*/false, out->program,
+                                          out->view, &unsupported);
+  if (unsupported)
     return nullptr;
-  if (!out->program.error.empty()) {
-    out->issue = "cannot be lowered into the runtime's program: " + lower(true).error;
-    return out;
-  }
-  out->program.view(out->view);
-  const step::ProgramIssue issue = step::verifyProgram(
-      s, runtimePlan.plan, out->view.program, runtimePlan.unitNames);
-  if (!issue.message.empty()) {
-    std::string message =
-        "lowers to a runtime program that does not run as scheduled: " + issue.message;
-    if (issue.op >= 0 && issue.op < static_cast<int32_t>(out->program.ops.size()))
-      message += " (op " + std::to_string(issue.op) + " is lowered from '" +
-                 lower(true).ops[issue.op].from + "')";
-    out->issue = message;
-    return out;
-  }
-  runtimePlan.plan.program = &out->view.program;
+  if (!issue.empty())
+    out->issue = std::move(issue);
   return out;
 }
 
@@ -113,12 +83,7 @@ static step::RuntimeMemoryPlan libraryMemoryOf(sched::StepOp op, const LibraryPr
   const mfsdp_plan &plan = lib.runtime.plan;
   if (!recorded)
     return step::planRuntimeMemory(plan, keepGrads, 256, 0, plan.program);
-  RecordedRuntimeMemory given;
-  step::RuntimeMemoryPlan out;
-  out.error = readRuntimeMemory(op, plan, given);
-  if (out.error.empty())
-    out = step::planRuntimeMemory(plan, keepGrads, 256, 0, plan.program, &given.view);
-  return out;
+  return recordedLibraryMemory(op, plan, keepGrads, 0).memory;
 }
 
 VerifyFindings mfsdp::checkStage(sched::StepOp op, const step::Step &s,

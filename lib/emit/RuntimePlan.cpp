@@ -327,16 +327,89 @@ LogicalResult mfsdp::checkLibraryNsPrecision(sched::StepOp step, const mfsdp_pla
          << llvm::StringRef(enumName(priced)) << "} and rebuild the step)";
 }
 
+LogicalResult mfsdp::buildLibraryRuntimePlan(GraphOp graph, sched::StepOp step,
+                                             const step::Step *s,
+                                             std::optional<ReduceDType> reduce,
+                                             bool buckets,
+                                             std::optional<double> bucketBytes,
+                                             RuntimePlan &out) {
+  if (failed(buildRuntimePlan(graph, out)))
+    return failure();
+  mfsdp_plan &plan = out.plan;
+  // The dtype of the gradient reductions (runtime.h: reduce_dtype): the
+  // step's, so that the library moves the bytes the step counts.
+  FailureOr<ReduceDType> reduceDtype = libraryReduceDtype(step, out.descs, reduce);
+  if (failed(reduceDtype))
+    return failure();
+  plan.reduce_dtype = static_cast<int32_t>(*reduceDtype);
+  if (failed(checkLibraryNsPrecision(step, plan)))
+    return failure();
+  // Buckets: the step's bucketed gradient reductions (after
+  // mfsdp-build-step and mfsdp-bucket-collectives) within the limit they
+  // were bucketed with; the runtime gathers and reduces each with one
+  // collective. They come before the program, which packs and unpacks the
+  // units that have row-shard buckets. Without buckets, one collective per
+  // parameter (mfsdp-compile --bucket-mb=0).
+  if (step && s && buckets) {
+    FailureOr<double> limit = libraryBucketBytes(step, bucketBytes);
+    if (failed(limit))
+      return failure();
+    setLibraryBuckets(out, *s, *limit);
+  }
+  return success();
+}
+
+std::string mfsdp::lowerLibraryProgram(const step::Step &s, RuntimePlan &rp, bool origins,
+                                       step::RuntimeProgram &program,
+                                       step::RuntimeProgram::View &view,
+                                       bool *unsupported) {
+  auto lower = [&](bool withOrigins) {
+    return step::lowerStepProgram(s, rp.plan, rp.unitNames, withOrigins);
+  };
+  program = lower(origins);
+  if (unsupported)
+    *unsupported = program.unsupported;
+  if (!program.error.empty())
+    return "cannot be lowered into the runtime's program: " +
+           (origins ? program.error : lower(true).error);
+  // What the library will run, checked against the step it runs.
+  program.view(view);
+  const step::ProgramIssue issue =
+      step::verifyProgram(s, rp.plan, view.program, rp.unitNames);
+  if (!issue.message.empty()) {
+    std::string message =
+        "lowers to a runtime program that does not run as scheduled: " + issue.message;
+    if (issue.op >= 0 && issue.op < static_cast<int32_t>(program.ops.size()))
+      message += " (op " + std::to_string(issue.op) + " is lowered from '" +
+                 (origins ? program.ops[issue.op].from : lower(true).ops[issue.op].from) +
+                 "')";
+    return message;
+  }
+  rp.plan.program = &view.program;
+  return {};
+}
+
+RecordedLibraryMemory mfsdp::recordedLibraryMemory(sched::StepOp step,
+                                                   const mfsdp_plan &plan, bool keepGrads,
+                                                   int32_t prefetch) {
+  RecordedLibraryMemory out;
+  RecordedRuntimeMemory recorded;
+  if (std::string why = readRuntimeMemory(step, plan, recorded); !why.empty()) {
+    out.ofLibrary = false;
+    out.memory.error = std::move(why);
+    return out;
+  }
+  out.keepsGrads = recorded.view.keep_grads != 0;
+  out.memory = step::planRuntimeMemory(plan, keepGrads, 256, prefetch, plan.program,
+                                       &recorded.view);
+  return out;
+}
+
 LogicalResult mfsdp::buildLibraryPlan(ModuleOp module, const EmitStepOptions &options,
                                       LibraryPlan &out, const step::Step *given) {
   out.graph = findSingleGraph(module);
   if (!out.graph)
     return failure();
-  // The plan's constants, as mfsdp-verify-schedule builds them too.
-  RuntimePlan &runtimePlan = out.runtime;
-  if (failed(buildRuntimePlan(out.graph, runtimePlan)))
-    return failure();
-  mfsdp_plan &plan = runtimePlan.plan;
   // The step as the schedule orders it (each unit's forward and backward
   // hooks, and the optimizer step), when the step program is scheduled and
   // its memory planned (mfsdp-schedule-overlap, then mfsdp-plan-memory):
@@ -350,70 +423,48 @@ LogicalResult mfsdp::buildLibraryPlan(ModuleOp module, const EmitStepOptions &op
                                 "lowers one";
     stepOp = s;
   }
-  // The dtype of the gradient reductions (runtime.h: reduce_dtype): the
-  // step's, so that the library moves the bytes the step counts.
-  FailureOr<ReduceDType> reduce =
-      libraryReduceDtype(stepOp, runtimePlan.descs, options.reduceDtype);
-  if (failed(reduce))
+  if (stepOp && !given && failed(readStep(stepOp, read)))
     return failure();
-  plan.reduce_dtype = static_cast<int32_t>(*reduce);
-  if (failed(checkLibraryNsPrecision(stepOp, plan)))
+  // The plan's constants, reduce dtype and buckets, as
+  // mfsdp-verify-schedule builds them too.
+  RuntimePlan &runtimePlan = out.runtime;
+  if (failed(buildLibraryRuntimePlan(out.graph, stepOp, stepOp ? &scheduled : nullptr,
+                                     options.reduceDtype, options.buckets,
+                                     options.bucketBytes, runtimePlan)))
     return failure();
+  mfsdp_plan &plan = runtimePlan.plan;
   if (stepOp) {
-    if (!given && failed(readStep(stepOp, read)))
-      return failure();
     out.accumulates = scheduled.microbatches > 1;
-    // Buckets: the step's bucketed gradient reductions (after
-    // mfsdp-build-step and mfsdp-bucket-collectives); the runtime gathers
-    // and reduces each with one collective. They come first: the program
-    // packs and unpacks the units that have row-shard buckets.
-    if (options.buckets) {
-      FailureOr<double> limit = libraryBucketBytes(stepOp, options.bucketBytes);
-      if (failed(limit))
-        return failure();
-      setLibraryBuckets(runtimePlan, scheduled, *limit);
-    }
     out.withProgram = llvm::any_of(scheduled.buffers, [](const step::Buffer &b) {
       return b.offset >= 0;
     });
   }
   if (out.withProgram) {
-    out.program = step::lowerStepProgram(scheduled, plan, runtimePlan.unitNames);
-    if (!out.program.error.empty())
-      return stepOp.emitOpError()
-             << "cannot be lowered into the runtime's program: " << out.program.error;
-    // What the library will run, checked against the step it runs.
-    step::RuntimeProgram::View check;
-    out.program.view(check);
-    const step::ProgramIssue issue =
-        step::verifyProgram(scheduled, plan, check.program, runtimePlan.unitNames);
-    if (!issue.message.empty())
-      return stepOp.emitOpError()
-             << "lowers to a runtime program that does not run as scheduled: "
-             << issue.message;
-    out.program.view(out.programView);
-    plan.program = &out.programView.program;
+    if (std::string issue = lowerLibraryProgram(scheduled, runtimePlan, /*origins=*/true,
+                                                out.program, out.programView);
+        !issue.empty())
+      return stepOp.emitOpError() << issue;
   }
   // The static memory plan: every buffer of the runtime at its offset,
   // where mfsdp-plan-memory placed it (the step records it), checked to fit
   // the buffers and lifetimes of what the library runs.
   const bool keepGrads = options.accumulate || out.accumulates;
   if (stepOp && hasRuntimeMemory(stepOp)) {
-    RecordedRuntimeMemory recorded;
-    if (std::string why = readRuntimeMemory(stepOp, plan, recorded); !why.empty())
+    RecordedLibraryMemory recorded =
+        recordedLibraryMemory(stepOp, plan, keepGrads, options.prefetch);
+    if (!recorded.ofLibrary)
       return stepOp.emitOpError() << "records a runtime memory plan that is not of this "
                                      "library: "
-                                  << why;
-    out.memory = step::planRuntimeMemory(plan, keepGrads, 256, options.prefetch,
-                                         plan.program, &recorded.view);
-    if (!out.memory.error.empty())
+                                  << recorded.memory.error;
+    if (!recorded.memory.error.empty())
       return stepOp.emitOpError()
              << "records a runtime memory plan (mfsdp-plan-memory) that does not fit "
                 "the library: "
-             << out.memory.error
-             << (keepGrads && !recorded.view.keep_grads
+             << recorded.memory.error
+             << (keepGrads && !recorded.keepsGrads
                      ? " (mfsdp-plan-memory{accumulate=true} keeps them)"
                      : "");
+    out.memory = std::move(recorded.memory);
   } else {
     // A scheduled step's buffers are placed by mfsdp-plan-memory, nowhere
     // else; only a library without a program (the runtime derives it) is

@@ -47,6 +47,11 @@
 // The default pipeline records it too.
 // RUN: mfsdp-opt %s --mfsdp-pipeline="mesh=dp_shard=2 tokens=1" -o %t.pipe.mlir
 // RUN: mfsdp-translate --emit-step-c %t.pipe.mlir | cat %t.pipe.mlir - | FileCheck %s --check-prefix=PIPELINE
+// The pipeline forwards mfsdp-plan-memory's accumulate and buckets.
+// RUN: mfsdp-opt %s --mfsdp-pipeline="mesh=dp_shard=2 tokens=1 accumulate=true" -o %t.pacc.mlir
+// RUN: FileCheck %s --check-prefix=KEEPS-IR < %t.pacc.mlir
+// RUN: mfsdp-translate --emit-step-c --emit-step-accumulate %t.pacc.mlir | FileCheck %s --check-prefix=KEEPS
+// RUN: mfsdp-opt %s --mfsdp-pipeline="mesh=dp_shard=2 tokens=1 buckets=false" | FileCheck %s --check-prefix=NOB
 
 // IR-LABEL: sched.step @mem.step
 // IR-SAME: runtime_arena_bytes [[[ARENA:[0-9]+, [0-9]+]]] runtime_staging {{[0-9]+}}

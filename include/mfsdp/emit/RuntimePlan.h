@@ -143,6 +143,53 @@ struct RecordedRuntimeMemory {
   mfsdp_memory_plan view{};
 };
 
+/// The step library's runtime plan for `graph` and its sched.step `step`
+/// (null: none) whose step is `s` (null with it): buildRuntimePlan; the
+/// reduce dtype (libraryReduceDtype, `reduce` as asked); the Newton-Schulz
+/// precision checked (checkLibraryNsPrecision); and, with `buckets` and a
+/// step, the library's buckets (libraryBucketBytes with `bucketBytes` as
+/// asked, setLibraryBuckets). Fails with the error of the one that fails.
+/// What the emitter (buildLibraryPlan) and mfsdp-verify-schedule both
+/// start from, so that the two lower a step into the same library.
+mlir::LogicalResult buildLibraryRuntimePlan(plan::GraphOp graph, sched::StepOp step,
+                                            const step::Step *s,
+                                            std::optional<ReduceDType> reduce,
+                                            bool buckets,
+                                            std::optional<double> bucketBytes,
+                                            RuntimePlan &out);
+
+/// The program the step library runs for the scheduled step `s`: `s`
+/// lowered into `rp` (step::lowerStepProgram) and checked to run as
+/// scheduled (step::verifyProgram), with its C view in `view` and
+/// `rp.plan.program` pointing at it. An empty string, or what is wrong
+/// ("cannot be lowered into the runtime's program: ..." or "lowers to a
+/// runtime program that does not run as scheduled: ...", naming the sched
+/// op the program op at fault is lowered from); then `rp.plan.program` is
+/// left as it was. Without `origins` the program holds no op's origin text
+/// (the larger part of a large step's program), and `s` is lowered again
+/// with them only for a message. `unsupported`, if given, is set where `s`
+/// has ops the runtime does not run (a baseline's step).
+std::string lowerLibraryProgram(const step::Step &s, RuntimePlan &rp, bool origins,
+                                step::RuntimeProgram &program,
+                                step::RuntimeProgram::View &view,
+                                bool *unsupported = nullptr);
+
+/// The step library's memory plan as `step` records it (hasRuntimeMemory)
+/// for the runtime's `plan`, checked to fit the buffers and lifetimes of
+/// what that plan runs (step::planRuntimeMemory with the recorded plan;
+/// `keepGrads` and `prefetch` as there). `memory.error` is empty or says
+/// what does not fit; `ofLibrary` is false where the record is for another
+/// table of parameters or buckets (readRuntimeMemory), and `keepsGrads`
+/// whether the record keeps the gradients. Used by the emitter and by
+/// mfsdp-verify-schedule, each with its own words.
+struct RecordedLibraryMemory {
+  step::RuntimeMemoryPlan memory;
+  bool ofLibrary = true;
+  bool keepsGrads = false;
+};
+RecordedLibraryMemory recordedLibraryMemory(sched::StepOp step, const mfsdp_plan &plan,
+                                            bool keepGrads, int32_t prefetch);
+
 /// Whether `step` records the step library's memory plan.
 bool hasRuntimeMemory(sched::StepOp step);
 
