@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 namespace mfsdp {
 #define GEN_PASS_DEF_VERIFYSCHEDULE
@@ -59,8 +60,12 @@ static std::unique_ptr<LibraryProgram> libraryProgramOf(sched::StepOp op,
     return nullptr;
   auto out = std::make_unique<LibraryProgram>();
   {
-    ScopedDiagnosticHandler quiet(op.getContext(),
-                                  [](Diagnostic &) { return success(); });
+    // This thread's diagnostics only: mfsdp-verify-schedule checks several
+    // steps in parallel, and another step's errors must still be seen.
+    const std::thread::id self = std::this_thread::get_id();
+    ScopedDiagnosticHandler quiet(op.getContext(), [self](Diagnostic &) {
+      return success(std::this_thread::get_id() == self);
+    });
     if (failed(buildLibraryRuntimePlan(graph, op, &s, std::nullopt, buckets, std::nullopt,
                                        out->runtime)))
       return nullptr;
@@ -91,18 +96,19 @@ VerifyFindings mfsdp::checkStage(sched::StepOp op, const step::Step &s,
                                  bool planLibraryMemory, bool keepGradsOption,
                                  bool bucketsOption) {
   VerifyFindings f;
-  f.issues = step::verifySchedule(
-      s, static_cast<double>(options.memoryCapMB) * 1024 * 1024);
-  // The step itself first: its program is checked once the step is sound,
-  // and the library's memory plan once the program is.
-  if (!f.issues.empty())
-    return f;
   // A recorded memory plan without bucket staging is of a library without
   // buckets (mfsdp-plan-memory{buckets=false}) or, if the library has
   // them, not of it (readRuntimeMemory says so either way).
   const bool recorded = hasRuntimeMemory(op);
-  std::unique_ptr<LibraryProgram> lib = libraryProgramOf(
-      op, s, recorded ? static_cast<bool>(op.getRuntimeBucketOffsetsAttr()) : bucketsOption);
+  const bool buckets =
+      recorded ? static_cast<bool>(op.getRuntimeBucketOffsetsAttr()) : bucketsOption;
+  // The step itself first: its program is checked once the step is sound,
+  // and the library's memory plan once the program is.
+  f.issues = step::verifySchedule(
+      s, static_cast<double>(options.memoryCapMB) * 1024 * 1024);
+  if (!f.issues.empty())
+    return f;
+  std::unique_ptr<LibraryProgram> lib = libraryProgramOf(op, s, buckets);
   if (!lib)
     return f;
   if (lib->issue) {

@@ -439,11 +439,13 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
     constexpr int64_t unset = std::numeric_limits<int64_t>::min();
     std::vector<int64_t> at(s.buffers.size(), unset);
     // `buffer` (which holds `what` at `within` bytes) is at `offset - within`.
+    // `what` names the member, made only for a message (a million members
+    // on a large step).
     auto take = [&](int64_t buffer, int64_t offset, int64_t inside,
-                    const std::string &what) {
+                    const auto &what) {
       if (offset < 0) {
         out.error = fmt::format("the given memory plan has no place for {} (offset {})",
-                                what, offset);
+                                what(), offset);
         return false;
       }
       const int64_t start = offset - inside;
@@ -453,7 +455,7 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
         out.error = fmt::format(
             "the given memory plan puts {} at {}, but buffer '{}', which holds it {} bytes "
             "in, lies at {} by its other members",
-            what, offset, s.buffers[buffer].name, inside, at[buffer]);
+            what(), offset, s.buffers[buffer].name, inside, at[buffer]);
         return false;
       }
       return true;
@@ -462,8 +464,9 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
       const char *name = plan.params[i].name ? plan.params[i].name : "";
       for (int k = 0; k < NumKinds; ++k) {
         const int64_t o = field(given->params[i], k);
-        const std::string what =
-            fmt::format("parameter {} ('{}')'s {}", i, name, kKindNames[k]);
+        auto what = [&] {
+          return fmt::format("parameter {} ('{}')'s {}", i, name, kKindNames[k]);
+        };
         if (index[i][k] >= 0) {
           if (!take(index[i][k], o, within[i][k], what))
             return out;
@@ -475,12 +478,13 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
         if (o != expected) {
           out.error = fmt::format("the given memory plan places {} at {}, which this "
                                   "library has no buffer for (expected {})",
-                                  what, o, expected);
+                                  what(), o, expected);
           return out;
         }
       }
     }
-    if (staging >= 0 ? !take(staging, given->staging, 0, "the staging buffer")
+    if (staging >= 0 ? !take(staging, given->staging, 0,
+                             [] { return std::string("the staging buffer"); })
                      : given->staging != -1) {
       if (out.error.empty())
         out.error = fmt::format("the given memory plan places a staging buffer at {}, "
@@ -498,13 +502,13 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
       const char *const what[3] = {"gather staging", "backward gather staging",
                                    "reduce staging"};
       for (int j = 0; j < 3; ++j) {
-        const std::string name = fmt::format("bucket {}'s {}", b, what[j]);
+        auto name = [&] { return fmt::format("bucket {}'s {}", b, what[j]); };
         if (staged[b][j] >= 0 ? !take(staged[b][j], offsets[j], 0, name)
                               : offsets[j] != -1) {
           if (out.error.empty())
             out.error = fmt::format("the given memory plan places {} at {}, which this "
                                     "library has none of",
-                                    name, offsets[j]);
+                                    name(), offsets[j]);
           return out;
         }
       }
