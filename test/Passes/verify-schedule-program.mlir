@@ -28,6 +28,9 @@
 // op and the sched op it was lowered from.
 // RUN: sed -e 's/"forward b0" unit @b0/"forward b0" unit @b1/; s/"forward b1" unit @b1/"forward b1" unit @b0/' %t.mlir > %t.swapped.mlir
 // RUN: not mfsdp-opt %t.swapped.mlir --mfsdp-verify-schedule -o /dev/null 2>&1 | FileCheck %s --check-prefix=SWAPPED
+// The emitter lowers and checks the program through the same functions
+// and refuses the step with the same message.
+// RUN: not mfsdp-translate --emit-step-c %t.swapped.mlir -o /dev/null 2>&1 | FileCheck %s --check-prefix=SWAPPED
 // SWAPPED: error: 'sched.step' op lowers to a runtime program that does not run as scheduled: post_forward of unit 0 ('b0'): op {{[0-9]+}} (release of unit 1 ('b1')) releases the unit's copy before its forward compute (op {{[0-9]+}} is lowered from 'free gathered g0 (forward)')
 
 // One unit a group, no prefetch: units 1 and 2 swapped in forward. The
