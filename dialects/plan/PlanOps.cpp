@@ -372,6 +372,17 @@ LogicalResult GraphOp::verifyRegions() {
   llvm::DenseMap<StringAttr, ParamOp> params;
   SmallVector<ParamOp> paramList; // op order, for deterministic diagnostics
   SmallVector<UnitOp> units;
+  {
+    // Sized first: a large graph's tables would otherwise grow step by step.
+    size_t numParams = 0, numUnits = 0;
+    for (Operation &op : body) {
+      numParams += isa<ParamOp>(op);
+      numUnits += isa<UnitOp>(op);
+    }
+    params.reserve(numParams);
+    paramList.reserve(numParams);
+    units.reserve(numUnits);
+  }
   for (Operation &op : body) {
     if (auto m = dyn_cast<MeshOp>(op)) {
       if (mesh)
