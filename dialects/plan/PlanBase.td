@@ -28,8 +28,18 @@ def Plan_Dialect : Dialect {
     (`#plan.adamw`, `#plan.sgd`, `#plan.muon`) are attributes on parameters.
     Everything here is global: shapes are those of the unsharded model.
   }];
-  let useDefaultAttributePrinterParser = 1;
+  let useDefaultAttributePrinterParser = 0;
   let extraClassDeclaration = [{
+    /// Parses a `#plan.` attribute; the same text twice gives the attribute
+    /// the first parse made without parsing it again: a graph repeats a
+    /// handful of kernels, placements and optimizers on every unit and
+    /// parameter, and MLIR parses each dialect attribute through a nested
+    /// parser.
+    ::mlir::Attribute parseAttribute(::mlir::DialectAsmParser &parser,
+                                     ::mlir::Type type) const override;
+    void printAttribute(::mlir::Attribute attr,
+                        ::mlir::DialectAsmPrinter &printer) const override;
+
     /// Writes `attr` as MLIR prints it, from text made once per attribute:
     /// a graph gives its hundreds of thousands of parameters a handful of
     /// placements and optimizers, and MLIR prints a dialect attribute
@@ -39,6 +49,8 @@ def Plan_Dialect : Dialect {
   private:
     mutable ::llvm::DenseMap<::mlir::Attribute, std::string> attrText;
     mutable std::mutex attrTextMutex;
+    mutable ::llvm::StringMap<::mlir::Attribute> parsedAttrs;
+    mutable std::mutex parsedAttrsMutex;
 
   public:
   }];

@@ -34,6 +34,36 @@ void PlanDialect::initialize() {
       >();
 }
 
+Attribute PlanDialect::parseAttribute(DialectAsmParser &parser, Type type) const {
+  // The attribute's whole text ("kernel<...>"): an attribute without a type
+  // is that text's alone.
+  const StringRef spec = parser.getFullSymbolSpec();
+  if (!type) {
+    std::lock_guard<std::mutex> lock(parsedAttrsMutex);
+    auto it = parsedAttrs.find(spec);
+    if (it != parsedAttrs.end())
+      return it->second;
+  }
+  const SMLoc at = parser.getCurrentLocation();
+  StringRef mnemonic;
+  Attribute attr;
+  OptionalParseResult parsed = generatedAttributeParser(parser, &mnemonic, type, attr);
+  if (!parsed.has_value()) {
+    parser.emitError(at) << "unknown attribute `" << mnemonic << "` in dialect `"
+                         << getNamespace() << "`";
+    return {};
+  }
+  if (succeeded(*parsed) && attr && !type) {
+    std::lock_guard<std::mutex> lock(parsedAttrsMutex);
+    parsedAttrs.try_emplace(spec, attr);
+  }
+  return attr;
+}
+
+void PlanDialect::printAttribute(Attribute attr, DialectAsmPrinter &printer) const {
+  (void)generatedAttributePrinter(attr, printer);
+}
+
 void PlanDialect::printCachedAttr(raw_ostream &os, Attribute attr) const {
   std::lock_guard<std::mutex> lock(attrTextMutex);
   auto [it, inserted] = attrText.try_emplace(attr);

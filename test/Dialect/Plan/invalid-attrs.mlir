@@ -145,3 +145,12 @@
 // And at most 1000 times: the count travels as a 32-bit int.
 // expected-error @+1 {{muon ns_steps must be at most 1000, got 9223372036854775807}}
 "test.use"() {o = #plan.muon<lr = 0.02, momentum = 0.95, weight_decay = 0, nesterov = true, ns_steps = 9223372036854775807, scale = original>} : () -> ()
+
+// -----
+
+// The dialect reuses the attribute an earlier parse of the same text made;
+// only a parse that succeeded is kept, so a text that differs, however
+// little, is parsed and checked on its own.
+"test.use"() {p = #plan.owner<rank = 0, axes = ["dp_shard"]>, q = #plan.owner<rank = 0, axes = ["dp_shard"]>} : () -> ()
+// expected-error @+1 {{owner needs at least one mesh axis}}
+"test.use"() {p = #plan.owner<rank = 0, axes = []>} : () -> ()
