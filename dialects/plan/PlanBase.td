@@ -34,7 +34,7 @@ def Plan_Dialect : Dialect {
     /// the first parse made without parsing it again: a graph repeats a
     /// handful of kernels, placements and optimizers on every unit and
     /// parameter, and MLIR parses each dialect attribute through a nested
-    /// parser.
+    /// parser. The first 4096 distinct texts are kept.
     ::mlir::Attribute parseAttribute(::mlir::DialectAsmParser &parser,
                                      ::mlir::Type type) const override;
     void printAttribute(::mlir::Attribute attr,

@@ -53,9 +53,14 @@ Attribute PlanDialect::parseAttribute(DialectAsmParser &parser, Type type) const
                          << getNamespace() << "`";
     return {};
   }
+  // At most a few thousand texts are kept: the ones that repeat come
+  // early, and a graph whose every parameter has its own text (an owner
+  // rank each, say) keeps the memory it would have without the table.
+  constexpr unsigned kMaxKept = 4096;
   if (succeeded(*parsed) && attr && !type) {
     std::lock_guard<std::mutex> lock(parsedAttrsMutex);
-    parsedAttrs.try_emplace(spec, attr);
+    if (parsedAttrs.size() < kMaxKept)
+      parsedAttrs.try_emplace(spec, attr);
   }
   return attr;
 }
