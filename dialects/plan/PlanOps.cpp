@@ -360,6 +360,15 @@ static LogicalResult verifyPlacement(ParamOp param, MeshOp mesh) {
   return success();
 }
 
+GraphSizes mfsdp::plan::graphSizes(GraphOp graph) {
+  GraphSizes sizes;
+  for (Operation &op : graph.getBody().front()) {
+    sizes.params += isa<ParamOp>(op);
+    sizes.units += isa<UnitOp>(op);
+  }
+  return sizes;
+}
+
 LogicalResult GraphOp::verifyRegions() {
   if (getSeqLen() > static_cast<uint64_t>(MFSDP_MAX_TOKENS))
     return emitOpError("seq_len ")
@@ -372,17 +381,10 @@ LogicalResult GraphOp::verifyRegions() {
   llvm::DenseMap<StringAttr, ParamOp> params;
   SmallVector<ParamOp> paramList; // op order, for deterministic diagnostics
   SmallVector<UnitOp> units;
-  {
-    // Sized first: a large graph's tables would otherwise grow step by step.
-    size_t numParams = 0, numUnits = 0;
-    for (Operation &op : body) {
-      numParams += isa<ParamOp>(op);
-      numUnits += isa<UnitOp>(op);
-    }
-    params.reserve(numParams);
-    paramList.reserve(numParams);
-    units.reserve(numUnits);
-  }
+  const GraphSizes sizes = graphSizes(*this);
+  params.reserve(sizes.params);
+  paramList.reserve(sizes.params);
+  units.reserve(sizes.units);
   for (Operation &op : body) {
     if (auto m = dyn_cast<MeshOp>(op)) {
       if (mesh)

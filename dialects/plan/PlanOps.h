@@ -19,4 +19,15 @@ class PolicyOp;
 #define GET_OP_CLASSES
 #include "dialects/plan/PlanOps.h.inc"
 
+namespace mfsdp::plan {
+/// How many plan.param and plan.unit ops `graph` holds: what its readers
+/// size their tables by before filling them (on a large graph a table that
+/// grows as it fills is copied, and fresh memory touched, each time).
+struct GraphSizes {
+  size_t params = 0;
+  size_t units = 0;
+};
+GraphSizes graphSizes(GraphOp graph);
+} // namespace mfsdp::plan
+
 #endif // MFSDP_DIALECTS_PLAN_PLANOPS_H

@@ -17,23 +17,17 @@ static std::vector<std::string> strings(ArrayAttr a) {
 BridgedGraph mfsdp::readGraph(GraphOp graph) {
   BridgedGraph b;
   Block &body = graph.getBody().front();
-  // Counted first: on a large graph, growing the tables as they fill
-  // copies them and touches fresh memory each time.
-  size_t numParams = 0, numUnits = 0;
-  for (Operation &op : body) {
-    numParams += isa<ParamOp>(op);
-    numUnits += isa<UnitOp>(op);
-  }
-  b.units.reserve(numUnits);
-  b.problem.units.reserve(numUnits);
-  b.problem.params.reserve(numParams);
-  b.params.reserve(numParams);
+  const GraphSizes sizes = graphSizes(graph);
+  b.units.reserve(sizes.units);
+  b.problem.units.reserve(sizes.units);
+  b.problem.params.reserve(sizes.params);
+  b.params.reserve(sizes.params);
   for (UnitOp u : body.getOps<UnitOp>())
     b.units.push_back(u);
   llvm::stable_sort(b.units, [](UnitOp x, UnitOp y) {
     return static_cast<int64_t>(x.getIndex()) < static_cast<int64_t>(y.getIndex());
   });
-  llvm::StringMap<int64_t> unitOf(static_cast<unsigned>(numParams));
+  llvm::StringMap<int64_t> unitOf(static_cast<unsigned>(sizes.params));
   for (auto [i, u] : llvm::enumerate(b.units)) {
     planner::Unit pu;
     pu.name = u.getSymName().str();
