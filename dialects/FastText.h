@@ -20,6 +20,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <array>
+#include <charconv>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -83,6 +84,14 @@ inline void writeString(llvm::raw_ostream &os, llvm::StringRef s) {
   else
     llvm::printEscapedString(s, os);
   os << '"';
+}
+
+/// `value`'s decimal digits, as raw_ostream writes an int64_t (without its
+/// formatting options: a step's memory plan prints millions).
+inline void writeI64(llvm::raw_ostream &os, int64_t value) {
+  char digits[24];
+  const std::to_chars_result r = std::to_chars(digits, digits + sizeof(digits), value);
+  os.write(digits, static_cast<size_t>(r.ptr - digits));
 }
 
 /// `@name`, or `@"name"` where it is no bare identifier (MLIR's form; an
@@ -151,7 +160,32 @@ inline void printFastI64(mlir::OpAsmPrinter &p, mlir::Operation *, mlir::Integer
     p.printAttributeWithoutType(attr);
     return;
   }
-  p.getStream() << attr.getInt();
+  fasttext::writeI64(p.getStream(), attr.getInt());
+}
+
+// custom<FastI64Array>($attr): a DenseI64ArrayAttr, `[1, 2, 3]` as its own
+// printer writes it (interleaved with ", "): a step's runtime memory plan
+// holds seven offsets for every parameter.
+inline mlir::ParseResult parseFastI64Array(mlir::OpAsmParser &parser,
+                                           mlir::DenseI64ArrayAttr &attr) {
+  return parser.parseCustomAttributeWithFallback(attr, mlir::Type{});
+}
+inline void printFastI64Array(mlir::OpAsmPrinter &p, mlir::Operation *,
+                              mlir::DenseI64ArrayAttr attr) {
+  if (!attr) { // (the verifier refuses it; printed as MLIR would)
+    p.printAttribute(attr);
+    return;
+  }
+  llvm::raw_ostream &os = p.getStream();
+  os << '[';
+  bool first = true;
+  for (int64_t v : attr.asArrayRef()) {
+    if (!first)
+      os << ", ";
+    first = false;
+    fasttext::writeI64(os, v);
+  }
+  os << ']';
 }
 
 // custom<FastF64>($attr): an F64Attr, its text as MLIR prints the value

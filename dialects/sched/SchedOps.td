@@ -86,7 +86,7 @@ def Sched_StepOp : Sched_Op<"step", [
     (`bucket_bytes` $bucket_bytes^)?
     (`arena_bytes` $arena_bytes^)? (`peak_bytes` $peak_bytes^)?
     (`runtime_arena_bytes` $runtime_arena_bytes^ `runtime_staging` $runtime_staging
-     (`runtime_keep_grads` $runtime_keep_grads^)? `runtime_offsets` $runtime_offsets
+     (`runtime_keep_grads` $runtime_keep_grads^)? `runtime_offsets` custom<FastI64Array>($runtime_offsets)
      (`runtime_bucket_offsets` $runtime_bucket_offsets^)?)?
     attr-dict-with-keyword $body
   }];
