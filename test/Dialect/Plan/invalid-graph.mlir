@@ -203,3 +203,21 @@ plan.graph @g {
   plan.param @"b\00x" : tensor<4x4xf32> linear module "a"
   plan.unit @u index 0 params [@"b\00x"] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false>
 }
+
+// -----
+
+// Names are checked 8 bytes at a time: a control byte past the first word,
+// and DEL (0x7F), are found at their byte all the same.
+plan.graph @g {
+  // expected-error @+1 {{'plan.param' op name holds the control character \x1F at byte 12; names are printable text}}
+  plan.param @"model.layers\1F.weight" : tensor<4x4xf32> linear module "a"
+  plan.unit @u index 0 params [@"model.layers\1F.weight"] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false>
+}
+
+// -----
+
+plan.graph @g {
+  // expected-error @+1 {{'plan.param' op name holds the control character \x7F at byte 16; names are printable text}}
+  plan.param @"model.layers.0.w\7Feight" : tensor<4x4xf32> linear module "a"
+  plan.unit @u index 0 params [@"model.layers.0.w\7Feight"] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false>
+}
