@@ -176,9 +176,6 @@ static bool isSupportedElementType(Type t) {
          isa<Float8E4M3FNType, Float8E5M2Type>(t);
 }
 
-/// A name with a control character (NUL included) prints and compares
-/// unlike what it looks: two distinct names could be emitted as one C
-/// string. Refused, naming the first such byte.
 /// Whether any byte of `w` is below 0x20 or is 0x7F (the classic word
 /// tests: a byte below n borrows into its top bit, for n <= 0x80).
 static bool hasControlByte(uint64_t w) {
@@ -187,6 +184,9 @@ static bool hasControlByte(uint64_t w) {
   return (((w - ones * 0x20) & ~w) | ((del - ones) & ~del)) & highs;
 }
 
+/// A name with a control character (NUL included) prints and compares
+/// unlike what it looks: two distinct names could be emitted as one C
+/// string. Refused, naming the first such byte.
 static LogicalResult verifyPrintableName(Operation *op, StringRef name) {
   // Every graph verification checks every name: 8 bytes at a time, then
   // byte by byte only where a control byte may be.
