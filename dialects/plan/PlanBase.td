@@ -34,7 +34,8 @@ def Plan_Dialect : Dialect {
     /// the first parse made without parsing it again: a graph repeats a
     /// handful of kernels, placements and optimizers on every unit and
     /// parameter, and MLIR parses each dialect attribute through a nested
-    /// parser. The first 4096 distinct texts are kept.
+    /// parser. The first 4096 distinct texts are kept; a text naming an
+    /// alias (`#a`, `!t`) is parsed each time.
     ::mlir::Attribute parseAttribute(::mlir::DialectAsmParser &parser,
                                      ::mlir::Type type) const override;
     void printAttribute(::mlir::Attribute attr,

@@ -36,9 +36,11 @@ void PlanDialect::initialize() {
 
 Attribute PlanDialect::parseAttribute(DialectAsmParser &parser, Type type) const {
   // The attribute's whole text ("kernel<...>"): an attribute without a type
-  // is that text's alone.
+  // is that text's alone, unless the text names an alias (`#a`, `!t`),
+  // which another module parsed in the same context may define otherwise.
   const StringRef spec = parser.getFullSymbolSpec();
-  if (!type) {
+  const bool keyed = !type && spec.find_first_of("#!") == StringRef::npos;
+  if (keyed) {
     std::lock_guard<std::mutex> lock(parsedAttrsMutex);
     auto it = parsedAttrs.find(spec);
     if (it != parsedAttrs.end())
@@ -57,7 +59,7 @@ Attribute PlanDialect::parseAttribute(DialectAsmParser &parser, Type type) const
   // early, and a graph whose every parameter has its own text (an owner
   // rank each, say) keeps the memory it would have without the table.
   constexpr unsigned kMaxKept = 4096;
-  if (succeeded(*parsed) && attr && !type) {
+  if (succeeded(*parsed) && attr && keyed) {
     std::lock_guard<std::mutex> lock(parsedAttrsMutex);
     if (parsedAttrs.size() < kMaxKept)
       parsedAttrs.try_emplace(spec, attr);
