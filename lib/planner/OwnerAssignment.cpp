@@ -150,6 +150,7 @@ void repairMax(const std::vector<double> &cost, size_t world,
     std::sort(l.begin(), l.end());
 
   const size_t npos = std::numeric_limits<size_t>::max();
+  std::vector<size_t> distinct; // per step: M's items worth trying
   int64_t work = 0;
   const size_t maxIters = 4 * n + 4 * world;
   for (size_t iter = 0; iter < maxIters && work < kRepairWorkBudget; ++iter) {
@@ -165,6 +166,21 @@ void repairMax(const std::vector<double> &cost, size_t world,
     const double lm = load[m];
     const double tol = tolOf(lm, lm);
     const std::vector<CostEntry> &lmList = lists[m];
+    // The first (lowest-index) item of each cost on M that is worth
+    // moving: items of equal cost give the same steps, so only the first
+    // is tried. A model repeats a few shapes, so M holds many items of
+    // few costs; each distinct cost is found by a binary search rather
+    // than by a scan of M's items for every other rank.
+    distinct.clear();
+    for (size_t ia = 0; ia < lmList.size();) {
+      const double ca = lmList[ia].first;
+      if (ca > tol)
+        distinct.push_back(ia);
+      ia = static_cast<size_t>(
+          std::upper_bound(lmList.begin() + static_cast<std::ptrdiff_t>(ia), lmList.end(),
+                           CostEntry{ca, npos}) -
+          lmList.begin());
+    }
 
     double bestMax = lm - tol; // a step must end strictly below this
     size_t bestR = npos, bestA = npos, bestB = npos; // bestB npos: a move
@@ -175,12 +191,8 @@ void repairMax(const std::vector<double> &cost, size_t world,
       if (!(gap > 2 * tol))
         continue;
       const std::vector<CostEntry> &rList = lists[r];
-      for (size_t ia = 0; ia < lmList.size(); ++ia) {
+      for (size_t ia : distinct) {
         const double ca = lmList[ia].first;
-        if (ia > 0 && ca == lmList[ia - 1].first)
-          continue; // same cost as the previous (lower-index) item
-        if (!(ca > tol))
-          continue;
         ++work;
         // Move a onto r.
         {
