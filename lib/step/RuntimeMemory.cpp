@@ -249,7 +249,12 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
       staged[b][2] = addBuffer(fmt::format("bucket {} reduce staging", b), reduced,
                                false, -1, false);
     } else {
-      for (int64_t r = 0; r < S; ++r) {
+      // Each owner's own state, owners in rank order (the members go by
+      // owner): a rank that owns no member has none.
+      for (int32_t j = 0; j < k.num_params; ++j) {
+        const int64_t r = plan.params[k.params[j]].owner;
+        if (j > 0 && plan.params[k.params[j - 1]].owner == r)
+          continue;
         group(Master, r);
         group(GradShard, r);
       }
@@ -588,11 +593,20 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
   }
   out.arenaBytes.assign(S, 0);
   out.unsharedBytes.assign(S, 0);
+  // The bytes of the buffers every rank has, and of each rank's own.
+  int64_t everyRank = 0;
+  for (size_t b = 0; b < s.buffers.size(); ++b) {
+    if (secondCopy[b])
+      continue;
+    const int64_t bytes = rounded(static_cast<int64_t>(s.buffers[b].bytes));
+    if (s.buffers[b].onlyRank < 0)
+      everyRank += bytes;
+    else if (s.buffers[b].onlyRank < S)
+      out.unsharedBytes[s.buffers[b].onlyRank] += bytes;
+  }
   for (int64_t r = 0; r < S; ++r) {
     out.arenaBytes[r] = static_cast<int64_t>(placed.arenaBytes[r]);
-    for (size_t b = 0; b < s.buffers.size(); ++b)
-      if (!secondCopy[b] && (s.buffers[b].onlyRank < 0 || s.buffers[b].onlyRank == r))
-        out.unsharedBytes[r] += rounded(static_cast<int64_t>(s.buffers[b].bytes));
+    out.unsharedBytes[r] += everyRank;
   }
   return out;
 }

@@ -1154,6 +1154,32 @@ std::vector<ScheduleIssue> verifyPlacementOf(const std::vector<Buffer> &buffers,
       return std::prev(it)->second;
     return -1;
   };
+  // A buffer every rank has meets every rank's buffers. Those of one rank
+  // are mostly persistent (an owner's master and optimizer state), on many
+  // ranks: so the persistent ones of all ranks are also kept as one union
+  // of spans (start -> end, disjoint), and a buffer that meets neither that
+  // union nor a live transient buffer of one rank cannot conflict on any
+  // rank, without a lookup per rank. Where it may, every rank is looked up
+  // as before (so the same buffer is reported).
+  std::map<int64_t, int64_t> rankedPersistent;
+  int64_t rankedTransient = 0; // live non-persistent buffers of one rank
+  auto meetsUnion = [&](int64_t lo, int64_t hi) {
+    auto it = rankedPersistent.upper_bound(lo);
+    if (it != rankedPersistent.begin() && std::prev(it)->second > lo)
+      return true;
+    return it != rankedPersistent.end() && it->first < hi;
+  };
+  auto addToUnion = [&](int64_t lo, int64_t hi) {
+    auto it = rankedPersistent.upper_bound(lo);
+    if (it != rankedPersistent.begin() && std::prev(it)->second >= lo)
+      --it;
+    while (it != rankedPersistent.end() && it->first <= hi) {
+      lo = std::min(lo, it->first);
+      hi = std::max(hi, it->second);
+      it = rankedPersistent.erase(it);
+    }
+    rankedPersistent.emplace_hint(it, lo, hi);
+  };
   auto enter = [&](int64_t b, int64_t op) {
     if (!placed(b) || issues.size() >= maxIssues)
       return;
@@ -1166,9 +1192,13 @@ std::vector<ScheduleIssue> verifyPlacementOf(const std::vector<Buffer> &buffers,
         if (auto m = live.find(rank); other < 0 && m != live.end())
           other = conflictIn(m->second, lo, hi);
     } else {
-      for (auto &[rank, m] : live)
-        if (other < 0)
-          other = conflictIn(m, lo, hi);
+      auto shared = live.find(-1);
+      if (shared != live.end())
+        other = conflictIn(shared->second, lo, hi);
+      if (other < 0 && (rankedTransient > 0 || meetsUnion(lo, hi)))
+        for (auto &[rank, m] : live)
+          if (other < 0 && rank >= 0)
+            other = conflictIn(m, lo, hi);
     }
     if (other >= 0) {
       const Buffer &o = buffers[other];
@@ -1181,6 +1211,10 @@ std::vector<ScheduleIssue> verifyPlacementOf(const std::vector<Buffer> &buffers,
       return;
     }
     live[buf.onlyRank][lo] = b;
+    if (buf.onlyRank >= 0 && buf.persistent)
+      addToUnion(lo, hi);
+    else if (buf.onlyRank >= 0)
+      ++rankedTransient;
   };
   for (int64_t b = 0; b < nbuf; ++b)
     if (buffers[b].persistent)
@@ -1199,6 +1233,8 @@ std::vector<ScheduleIssue> verifyPlacementOf(const std::vector<Buffer> &buffers,
     if (kind == OpKind::Alloc && !isLive)
       enter(b, static_cast<int64_t>(i));
     else if (kind == OpKind::Free && isLive) {
+      if (buffers[b].onlyRank >= 0)
+        --rankedTransient;
       m->second.erase(at);
       if (m->second.empty())
         live.erase(m);

@@ -361,6 +361,78 @@ TEST(MemoryPlan, VerifyPlacementFindsOverlaps) {
   EXPECT_TRUE(verifyPlacement(s).empty());
 }
 
+// A buffer every rank has against the buffers of single ranks: the
+// persistent ones of every rank (an owner's state, kept as one union of
+// spans) and the transient ones live at the time. Each overlap is found on
+// its rank and names the buffer it meets; a buffer in the gaps between
+// other ranks' buffers is none.
+TEST(MemoryPlan, VerifyPlacementSharedAgainstEachRanksBuffers) {
+  Step s;
+  s.world = 4;
+  auto add = [&](double bytes, int64_t offset, bool persistent, int64_t rank) {
+    Buffer b;
+    b.name = "b" + std::to_string(s.buffers.size());
+    b.bytes = bytes;
+    b.offset = offset;
+    b.persistent = persistent;
+    b.onlyRank = rank;
+    s.buffers.push_back(b);
+    return static_cast<int64_t>(s.buffers.size()) - 1;
+  };
+  auto op = [&](OpKind k, int64_t b) {
+    Op o;
+    o.kind = k;
+    o.writes = {b};
+    s.ops.push_back(o);
+  };
+  // Persistent: rank 0 at [0, 256), rank 1 at [256, 512), rank 2 at
+  // [1024, 1280) (touching spans merge in the union; a gap at [512, 1024)).
+  add(256, 0, true, 0);
+  add(256, 256, true, 1);
+  add(256, 1024, true, 2);
+  const int64_t gap = add(512, 512, false, -1);      // b3: in the gap
+  const int64_t onRank2 = add(256, 1100, false, -1); // b4: meets b2
+  const int64_t rank3 = add(128, 2048, false, 3);    // b5: rank 3's, transient
+  const int64_t overRank3 = add(64, 2100, false, -1); // b6: meets b5 while live
+  op(OpKind::Alloc, gap);
+  op(OpKind::Free, gap);
+  EXPECT_TRUE(verifyPlacement(s).empty());
+  op(OpKind::Alloc, onRank2);
+  std::vector<ScheduleIssue> issues = verifyPlacement(s);
+  ASSERT_EQ(issues.size(), 1u);
+  EXPECT_EQ(issues[0].op, 2);
+  EXPECT_NE(issues[0].message.find("'b4' at bytes [1100, 1356) of the arena overlaps 'b2' "
+                                   "at [1024, 1280) while both are live on rank 2"),
+            std::string::npos)
+      << issues[0].message;
+  // A transient buffer of rank 3: met while it is live, not after its free.
+  s.ops.clear();
+  op(OpKind::Alloc, rank3);
+  op(OpKind::Alloc, overRank3);
+  issues = verifyPlacement(s);
+  ASSERT_EQ(issues.size(), 1u);
+  EXPECT_EQ(issues[0].op, 1);
+  EXPECT_NE(issues[0].message.find("overlaps 'b5' at [2048, 2176) while both are live on "
+                                    "rank 3"),
+            std::string::npos)
+      << issues[0].message;
+  s.ops.clear();
+  op(OpKind::Alloc, rank3);
+  op(OpKind::Free, rank3);
+  op(OpKind::Alloc, overRank3);
+  EXPECT_TRUE(verifyPlacement(s).empty());
+  // A persistent buffer every rank has over rank 1's: found before any op.
+  s.ops.clear();
+  add(64, 300, true, -1);
+  issues = verifyPlacement(s);
+  ASSERT_EQ(issues.size(), 1u);
+  EXPECT_EQ(issues[0].op, -1);
+  EXPECT_NE(issues[0].message.find("overlaps 'b1' at [256, 512) while both are live on "
+                                    "rank 1"),
+            std::string::npos)
+      << issues[0].message;
+}
+
 // The same buffers allocated and freed in the same order, as a step's ops
 // or as bare events (BufferEvents, what the step library's memory plan is
 // placed over): the same offsets, arenas, peaks and peak ops, and the
