@@ -752,6 +752,15 @@ public:
     spans.erase(std::next(first), last);
   }
 
+  /// Whether [lo, hi] lies in one entry, so that insert(lo, hi) would
+  /// change nothing (entries neither meet nor touch).
+  bool contains(int64_t lo, int64_t hi) const {
+    hi = std::max(hi, lo);
+    auto it = std::partition_point(
+        spans.begin(), spans.end(), [&](const Span &e) { return e.second < hi; });
+    return it != spans.end() && it->first <= lo;
+  }
+
   /// The smallest offset >= x that nothing here blocks for `size` bytes.
   int64_t fit(int64_t x, int64_t size) const {
     auto it = std::partition_point(
@@ -810,7 +819,13 @@ public:
       for (int64_t a = node; a > 0; a >>= 1) {
         if (!visit(a))
           break;
-        set(a, Below).insert(lo, hi);
+        // A node's `below` holds its children's: where it has the span
+        // already, so has every ancestor (buffers that reuse a place
+        // stop here, low in the tree).
+        OffsetSet &below = set(a, Below);
+        if (below.contains(lo, hi))
+          break;
+        below.insert(lo, hi);
       }
     });
   }
