@@ -804,7 +804,10 @@ int64_t firstFit(const std::vector<const OffsetSet *> &sets, int64_t size) {
 /// backward pass all meet each other: collecting them one by one per
 /// buffer was quadratic). Sets are kept only for nodes that have one: a
 /// node's set is found through pages of indices allocated where nodes are
-/// used.
+/// used. A node within kLowHeights of the leaves keeps no `below`: it is
+/// the union of the `cover` sets of the node and its few descendants,
+/// which a query takes instead (most sets are near the leaves, and a
+/// leaf's `below` is its `cover`).
 class LifetimeOffsets {
 public:
   explicit LifetimeOffsets(int64_t ops) {
@@ -819,6 +822,8 @@ public:
       for (int64_t a = node; a > 0; a >>= 1) {
         if (!visit(a))
           break;
+        if (low(a))
+          continue;
         // A node's `below` holds its children's: where it has the span
         // already, so has every ancestor (buffers that reuse a place
         // stop here, low in the tree).
@@ -836,8 +841,16 @@ public:
                std::vector<const OffsetSet *> &sets) {
     clearVisited();
     forCovering(begin, end, [&](int64_t node) {
-      if (const OffsetSet *b = find(node, Below))
-        sets.push_back(b);
+      if (!low(node)) {
+        if (const OffsetSet *b = find(node, Below))
+          sets.push_back(b);
+      } else {
+        // The descendants' `cover` sets (the node's own is taken below).
+        for (int64_t first = 2 * node, count = 2; first < 2 * n; first *= 2, count *= 2)
+          for (int64_t d = first; d < first + count; ++d)
+            if (const OffsetSet *c = find(d, Cover))
+              sets.push_back(c);
+      }
       for (int64_t a = node; a > 0; a >>= 1) {
         if (!visit(a))
           break;
@@ -850,6 +863,9 @@ public:
 private:
   enum Kind { Cover, Below };
   static constexpr int64_t kPage = 4096;
+  /// Nodes this close to the leaves (0: the leaves) keep no `below`.
+  static constexpr int kLowHeights = 4;
+  bool low(int64_t node) const { return levelOf(n) - levelOf(node) < kLowHeights; }
 
   // The ancestors of a query's covering nodes, each visited once: a node's
   // ancestors were all visited with it. They are the nodes that hold part
