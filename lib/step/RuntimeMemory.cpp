@@ -97,15 +97,17 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
   int64_t largestWhole = 0;
   bool blockShards = false;
   std::vector<bool> secondCopy; // per buffer: ZeRO-3's backward gather
-  auto addBuffer = [&](std::string name, int64_t bytes, bool persistent,
-                       int64_t onlyRank, bool second) {
+  std::vector<bool> ofBucket;   // per buffer: a bucket's members' (named so)
+  // Buffers are named only for a message (s.describe, below): a large
+  // model's library has millions.
+  auto addBuffer = [&](int64_t bytes, bool persistent, int64_t onlyRank, bool second) {
     Buffer b;
-    b.name = std::move(name);
     b.bytes = static_cast<double>(bytes);
     b.persistent = persistent;
     b.onlyRank = onlyRank;
     s.buffers.push_back(std::move(b));
     secondCopy.push_back(second);
+    ofBucket.push_back(false);
     return static_cast<int64_t>(s.buffers.size()) - 1;
   };
   std::vector<runtime::BufferFloats> sizes(plan.num_params);
@@ -221,8 +223,8 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
       if (bytes == 0)
         return;
       const int64_t buffer =
-          addBuffer(fmt::format("bucket {} {}", b, kKindNames[kind]), bytes,
-                    persistentKind(kind), onlyRank, kind == FullBackward);
+          addBuffer(bytes, persistentKind(kind), onlyRank, kind == FullBackward);
+      ofBucket[buffer] = true;
       for (int32_t j = 0; j < k.num_params; ++j) {
         const int32_t i = k.params[j];
         if (onlyRank < 0 || plan.params[i].owner == onlyRank)
@@ -241,13 +243,10 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
                                                                        : S * chunk;
       const int64_t reduced =
           plan.reduce_dtype == MFSDP_REDUCE_BF16 ? S * chunk / 2 : S * chunk;
-      staged[b][0] = addBuffer(fmt::format("bucket {} gather staging", b), gathered,
-                               false, -1, false);
+      staged[b][0] = addBuffer(gathered, false, -1, false);
       if (zero3)
-        staged[b][1] = addBuffer(fmt::format("bucket {} backward gather staging", b),
-                                 gathered, false, -1, true);
-      staged[b][2] = addBuffer(fmt::format("bucket {} reduce staging", b), reduced,
-                               false, -1, false);
+        staged[b][1] = addBuffer(gathered, false, -1, true);
+      staged[b][2] = addBuffer(reduced, false, -1, false);
     } else {
       // Each owner's own state, owners in rank order (the members go by
       // owner): a rank that owns no member has none.
@@ -289,15 +288,7 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
           within[i][k] = bytes;
           bytes += rounded(kindFloats(i, k) * static_cast<int64_t>(sizeof(float)));
         }
-        const int32_t only = members[first].second;
-        std::string name =
-            end - first == 1
-                ? fmt::format("{} {}", plan.params[only].name ? plan.params[only].name : "",
-                              kKindNames[k])
-            : rank >= 0 ? fmt::format("unit {} {} on rank {}", u, kKindNames[k], rank)
-                        : fmt::format("unit {} {}", u, kKindNames[k]);
-        const int64_t buffer = addBuffer(std::move(name), bytes, persistentKind(k), rank,
-                                         k == FullBackward);
+        const int64_t buffer = addBuffer(bytes, persistentKind(k), rank, k == FullBackward);
         for (size_t j = first; j < end; ++j)
           index[members[j].second][k] = buffer;
         first = end;
@@ -308,8 +299,42 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
   if (largestWhole > 0)
     // Block shards reorder their packed blocks through it in every gather
     // and reduction, inside the hooks: then it is kept all run.
-    staging = addBuffer("staging", largestWhole * static_cast<int64_t>(sizeof(float)),
-                        blockShards, -1, false);
+    staging = addBuffer(largestWhole * static_cast<int64_t>(sizeof(float)), blockShards,
+                        -1, false);
+  // A buffer's name, worked out from what it holds: "staging", "bucket 3
+  // reduce staging", "bucket 3 master" (a bucket's members' buffer of a
+  // kind, on one owner's rank for its own state), "<parameter> grad" (a
+  // unit's buffer of a kind with one member), "unit 5 master on rank 2"
+  // or "unit 5 full" (with several).
+  s.describe = [&](size_t at) -> std::string {
+    const int64_t buffer = static_cast<int64_t>(at);
+    if (buffer == staging)
+      return "staging";
+    static const char *const stagingNames[3] = {"gather staging", "backward gather staging",
+                                                "reduce staging"};
+    for (int32_t b = 0; b < B; ++b)
+      for (int j = 0; j < 3; ++j)
+        if (staged[b][j] == buffer)
+          return fmt::format("bucket {} {}", b, stagingNames[j]);
+    for (int32_t i = 0; i < plan.num_params; ++i)
+      for (int k = 0; k < NumKinds; ++k) {
+        if (index[i][k] != buffer)
+          continue;
+        if (ofBucket[at])
+          return fmt::format("bucket {} {}", bucketOf[i], kKindNames[k]);
+        const int32_t u = plan.params[i].unit;
+        const int64_t members = std::count_if(
+            unitParams[u].begin(), unitParams[u].end(),
+            [&](int32_t p) { return index[p][k] == buffer; });
+        const int64_t rank = s.buffers[at].onlyRank;
+        if (members == 1)
+          return fmt::format("{} {}", plan.params[i].name ? plan.params[i].name : "",
+                             kKindNames[k]);
+        return rank >= 0 ? fmt::format("unit {} {} on rank {}", u, kKindNames[k], rank)
+                         : fmt::format("unit {} {}", u, kKindNames[k]);
+      }
+    return "?";
+  };
   // Allocated and freed once however many members name a shared buffer.
   std::vector<bool> live(s.buffers.size(), false);
   auto op = [&](OpKind kind, int64_t buffer) {
@@ -460,7 +485,7 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
         out.error = fmt::format(
             "the given memory plan puts {} at {}, but buffer '{}', which holds it {} bytes "
             "in, lies at {} by its other members",
-            what(), offset, s.buffers[buffer].name, inside, at[buffer]);
+            what(), offset, s.nameOf(static_cast<size_t>(buffer)), inside, at[buffer]);
         return false;
       }
       return true;
@@ -525,7 +550,7 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
       Buffer &buf = s.buffers[b];
       if (at[b] == unset) {
         out.error = fmt::format("the given memory plan has no place for buffer '{}'",
-                                buf.name);
+                                s.nameOf(b));
         return out;
       }
       buf.offset = at[b];
@@ -536,7 +561,7 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
         if (end > given->arena_bytes[r]) {
           out.error = fmt::format("the given memory plan puts buffer '{}' ({} bytes at "
                                   "{}) past the end of rank {}'s arena ({} bytes)",
-                                  buf.name, static_cast<int64_t>(buf.bytes), at[b], r,
+                                  s.nameOf(b), static_cast<int64_t>(buf.bytes), at[b], r,
                                   given->arena_bytes[r]);
           return out;
         }
@@ -569,7 +594,8 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
       if (within[i][k] < 0 || within[i][k] + bytes > static_cast<int64_t>(buf.bytes)) {
         out.error = fmt::format("the memory plan is unsound: parameter {}'s {} ({} bytes at "
                                 "{}) does not lie inside buffer '{}' ({} bytes)",
-                                i, kKindNames[k], bytes, within[i][k], buf.name,
+                                i, kKindNames[k], bytes, within[i][k],
+                                s.nameOf(static_cast<size_t>(index[i][k])),
                                 static_cast<int64_t>(buf.bytes));
         return out;
       }

@@ -646,6 +646,7 @@ struct StepOps {
         f(b);
   }
   int64_t waitFor(size_t i) const { return s.ops[i].waitFor; }
+  const std::string &name(int64_t b) const { return s.buffers[b].name; }
 };
 
 struct EventOps {
@@ -657,6 +658,7 @@ struct EventOps {
   int64_t target(size_t i) const { return e.events[i].buffer; }
   template <typename F> void eachUsed(size_t, F) const {}
   int64_t waitFor(size_t) const { return -1; }
+  std::string name(int64_t b) const { return e.nameOf(static_cast<size_t>(b)); }
 };
 
 template <typename Ops>
@@ -1237,7 +1239,7 @@ std::vector<ScheduleIssue> verifyPlacementOf(const std::vector<Buffer> &buffers,
       issues.push_back(
           {op, fmt::format("buffer '{}' at bytes [{}, {}) of the arena overlaps '{}' at "
                            "[{}, {}) while both are live{}",
-                           buf.name, lo, hi, o.name, o.offset, end(other),
+                           ops.name(b), lo, hi, ops.name(other), o.offset, end(other),
                            on >= 0 ? fmt::format(" on rank {}", on) : std::string())});
       return;
     }

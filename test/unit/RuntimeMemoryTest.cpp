@@ -688,6 +688,42 @@ TEST(RuntimeMemory, GivenPlanIsTakenOnceItFits) {
 // arena shrinks by that half where the staging is at the peak (the
 // backward of a unit whose gradients, gathered copy and reduce staging are
 // all live). 2 ranks, ZeRO-3, one bucket of two 64x64 matrices.
+// The library's buffers are named only when a message needs one, from what
+// they hold: a bucket's buffer of a kind (on an owner's rank for its own
+// state), a bucket's staging, a unit's buffer of a kind with several
+// members on an owner's rank, and one with one member by the parameter.
+TEST(RuntimeMemory, RefusalsNameTheBuffer) {
+  const TwoBucketPlan two;
+  const mfsdp_plan &plan = two.plan;
+  const step::RuntimeMemoryPlan m = step::planRuntimeMemory(plan, false);
+  ASSERT_TRUE(m.error.empty()) << m.error;
+  auto refused = [&](auto change) {
+    step::RuntimeMemoryPlan bad = m;
+    change(bad);
+    const mfsdp_memory_plan view = bad.view();
+    return step::planRuntimeMemory(plan, false, 256, 0, nullptr, &view).error;
+  };
+  // w2 (owner 1) away from w0 in owner 1's master of the owner bucket.
+  EXPECT_PRED2(contains, refused([](step::RuntimeMemoryPlan &p) { p.params[4].master += 256; }),
+               "but buffer 'bucket 1 master', which holds it");
+  // w2 away from w0 in owner 1's momentum (their unit's, not bucketed).
+  EXPECT_PRED2(contains,
+               refused([](step::RuntimeMemoryPlan &p) { p.params[4].exp_avg += 256; }),
+               "but buffer 'unit 0 exp_avg on rank 1', which holds it");
+  // The row bucket's gather staging on c's master.
+  EXPECT_PRED2(contains,
+               refused([](step::RuntimeMemoryPlan &p) { p.buckets[0].gather = p.params[5].master; }),
+               "buffer 'bucket 0 gather staging' at bytes");
+  EXPECT_PRED2(contains,
+               refused([](step::RuntimeMemoryPlan &p) { p.buckets[0].gather = p.params[5].master; }),
+               "overlaps 'c master' at");
+  // w1 alone on rank 0: its momentum past the end of the arena.
+  EXPECT_PRED2(contains, refused([](step::RuntimeMemoryPlan &p) {
+                 p.params[3].exp_avg = p.arenaBytes[0];
+               }),
+               "puts buffer 'w1 exp_avg'");
+}
+
 TEST(RuntimeMemory, BF16ReductionStagesHalf) {
   std::vector<mfsdp_param_desc> ps = {param("a", 64, 64, 0), param("b", 64, 64, 0)};
   mfsdp_plan plan = planOf(ps, 2, 3, 1);

@@ -94,6 +94,14 @@ struct BufferEvents {
   int64_t world = 1;
   std::vector<Buffer> buffers;
   std::vector<Event> events;
+  /// The name of a buffer whose `name` is empty, made only for a message
+  /// (a step library has millions of buffers); unset: the empty name.
+  std::function<std::string(size_t)> describe;
+
+  /// Buffer `b`'s name: its `name`, or what `describe` makes of it.
+  std::string nameOf(size_t b) const {
+    return buffers[b].name.empty() && describe ? describe(b) : buffers[b].name;
+  }
 };
 
 /// planMemory for `e`: its buffers placed as a step's with the same
