@@ -1190,29 +1190,12 @@ std::vector<ScheduleIssue> verifyPlacementOf(const std::vector<Buffer> &buffers,
   // A buffer every rank has meets every rank's buffers. Those of one rank
   // are mostly persistent (an owner's master and optimizer state), on many
   // ranks: so the persistent ones of all ranks are also kept as one union
-  // of spans (start -> end, disjoint), and a buffer that meets neither that
-  // union nor a live transient buffer of one rank cannot conflict on any
-  // rank, without a lookup per rank. Where it may, every rank is looked up
-  // as before (so the same buffer is reported).
-  std::map<int64_t, int64_t> rankedPersistent;
+  // of spans, and a buffer that meets neither that union nor a live
+  // transient buffer of one rank cannot conflict on any rank, without a
+  // lookup per rank. Where it may, every rank is looked up as before (so
+  // the same buffer is reported).
+  OffsetSet rankedPersistent;
   int64_t rankedTransient = 0; // live non-persistent buffers of one rank
-  auto meetsUnion = [&](int64_t lo, int64_t hi) {
-    auto it = rankedPersistent.upper_bound(lo);
-    if (it != rankedPersistent.begin() && std::prev(it)->second > lo)
-      return true;
-    return it != rankedPersistent.end() && it->first < hi;
-  };
-  auto addToUnion = [&](int64_t lo, int64_t hi) {
-    auto it = rankedPersistent.upper_bound(lo);
-    if (it != rankedPersistent.begin() && std::prev(it)->second >= lo)
-      --it;
-    while (it != rankedPersistent.end() && it->first <= hi) {
-      lo = std::min(lo, it->first);
-      hi = std::max(hi, it->second);
-      it = rankedPersistent.erase(it);
-    }
-    rankedPersistent.emplace_hint(it, lo, hi);
-  };
   auto enter = [&](int64_t b, int64_t op) {
     if (!placed(b) || issues.size() >= maxIssues)
       return;
@@ -1228,7 +1211,7 @@ std::vector<ScheduleIssue> verifyPlacementOf(const std::vector<Buffer> &buffers,
       auto shared = live.find(-1);
       if (shared != live.end())
         other = conflictIn(shared->second, lo, hi);
-      if (other < 0 && (rankedTransient > 0 || meetsUnion(lo, hi)))
+      if (other < 0 && (rankedTransient > 0 || rankedPersistent.fit(lo, hi - lo) != lo))
         for (auto &[rank, m] : live)
           if (other < 0 && rank >= 0)
             other = conflictIn(m, lo, hi);
@@ -1245,7 +1228,7 @@ std::vector<ScheduleIssue> verifyPlacementOf(const std::vector<Buffer> &buffers,
     }
     live[buf.onlyRank][lo] = b;
     if (buf.onlyRank >= 0 && buf.persistent)
-      addToUnion(lo, hi);
+      rankedPersistent.insert(lo, hi);
     else if (buf.onlyRank >= 0)
       ++rankedTransient;
   };
