@@ -154,6 +154,31 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
   auto persistentKind = [&](int k) {
     return k < Full || (k == Full && !zero3) || (k == Grad && gradsWhole);
   };
+  // A piece of `bytes` (a bucket's members' or a unit's buffer of a kind)
+  // and where it starts in the buffer it lies in: its own buffer, or, when
+  // planning, for a persistent kind, a pool. Persistent buffers live all
+  // step alike, so every piece of a kind on the same ranks (every rank's,
+  // or one owner's) goes into one buffer, in the order they come, each at
+  // an aligned offset: a large model's plan then places a few hundred
+  // buffers rather than millions (an owner's state, a unit and rank each).
+  // A given plan is checked piece by piece (nothing pooled), so a plan
+  // that places the pieces apart fits as well as one that pools them.
+  const bool pooled = !given;
+  std::vector<int64_t> pools(pooled ? static_cast<size_t>(S + 1) * NumKinds : 0, -1);
+  std::unordered_map<int64_t, int> poolKind; // pool buffer -> kind
+  auto piece = [&](int kind, int64_t bytes, int64_t onlyRank,
+                   bool second) -> std::pair<int64_t, int64_t> {
+    if (!pooled || !persistentKind(kind))
+      return {addBuffer(bytes, persistentKind(kind), onlyRank, second), 0};
+    int64_t &pool = pools[static_cast<size_t>(onlyRank + 1) * NumKinds + kind];
+    if (pool < 0) {
+      pool = addBuffer(0, true, onlyRank, false);
+      poolKind.emplace(pool, kind);
+    }
+    const int64_t base = static_cast<int64_t>(s.buffers[pool].bytes);
+    s.buffers[pool].bytes = static_cast<double>(base + bytes);
+    return {pool, base};
+  };
 
   // Buckets: each member's buffers of the kinds the bucket's collectives
   // read or write in one piece lie in one buffer, in bucket order (row
@@ -221,20 +246,22 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
       if (half)
         bytes /= 2;
       if (bytes == 0)
-        return;
-      const int64_t buffer =
-          addBuffer(bytes, persistentKind(kind), onlyRank, kind == FullBackward);
-      ofBucket[buffer] = true;
+        return bytes;
+      const auto [buffer, base] = piece(kind, bytes, onlyRank, kind == FullBackward);
+      if (!poolKind.count(buffer))
+        ofBucket[buffer] = true;
       for (int32_t j = 0; j < k.num_params; ++j) {
         const int32_t i = k.params[j];
-        if (onlyRank < 0 || plan.params[i].owner == onlyRank)
+        if (onlyRank < 0 || plan.params[i].owner == onlyRank) {
           index[i][kind] = buffer;
+          within[i][kind] += base;
+        }
       }
+      return bytes;
     };
     if (rows) {
-      group(Master, -1);
+      const int64_t chunk = group(Master, -1);
       group(GradShard, -1);
-      const int64_t chunk = static_cast<int64_t>(s.buffers[index[k.params[0]][Master]].bytes);
       // A bucket of bf16 copies (all or none) gathers every rank's chunk in
       // bf16: half the bytes. Its reduction stages the gradients in the
       // reduce dtype: fp32, or bf16 (half) packed by a rounding copy.
@@ -288,9 +315,11 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
           within[i][k] = bytes;
           bytes += rounded(kindFloats(i, k) * static_cast<int64_t>(sizeof(float)));
         }
-        const int64_t buffer = addBuffer(bytes, persistentKind(k), rank, k == FullBackward);
-        for (size_t j = first; j < end; ++j)
+        const auto [buffer, base] = piece(k, bytes, rank, k == FullBackward);
+        for (size_t j = first; j < end; ++j) {
           index[members[j].second][k] = buffer;
+          within[members[j].second][k] += base;
+        }
         first = end;
       }
     }
@@ -312,6 +341,11 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
       return "staging";
     static const char *const stagingNames[3] = {"gather staging", "backward gather staging",
                                                 "reduce staging"};
+    if (auto it = poolKind.find(buffer); it != poolKind.end()) {
+      const int64_t rank = s.buffers[at].onlyRank;
+      return rank >= 0 ? fmt::format("{} on rank {}", kKindNames[it->second], rank)
+                       : std::string(kKindNames[it->second]);
+    }
     for (int32_t b = 0; b < B; ++b)
       for (int j = 0; j < 3; ++j)
         if (staged[b][j] == buffer)

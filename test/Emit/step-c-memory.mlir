@@ -2,26 +2,28 @@
 // rank the arena, per parameter the byte offset of each buffer. Worked by
 // hand: two units of one 4x64 f32 AdamW row shard on 2 ranks, ZeRO-3. Each
 // rank keeps 2 rows (512 B) of master, exp_avg, exp_avg_sq and reduced
-// gradient; a gathered copy or a gradient is 1024 B. Placed largest first,
-// then by first use: every gathered copy (forward and backward) and the
-// staging buffer at 0, both gradients at 1024 (a unit's backward copy and
-// its gradient live together), the eight 512 B state buffers from 2048:
-// 6144 B per rank against 2 x 4096 + 1024 = 9216 B with nothing shared.
+// gradient; a gathered copy or a gradient is 1024 B. The state lives all
+// step, so both units' buffers of a kind lie in one (a at 0, b at 512).
+// Placed largest first, then by first use: the four 1024 B state buffers
+// from 0 (master, exp_avg, exp_avg_sq, grad_shard), every gathered copy
+// (forward and backward) and the staging buffer at 4096, both gradients at
+// 5120 (a unit's backward copy and its gradient live together): 6144 B per
+// rank against 2 x 4096 + 1024 = 9216 B with nothing shared.
 // RUN: mfsdp-translate --emit-step-c %s | FileCheck %s
 // RUN: mfsdp-translate --emit-step-c %s -o %t.c
 // RUN: cc -std=c11 -Wall -Wextra -Werror -fsyntax-only -I%mfsdp_src/include %t.c
-// With gradient accumulation the gradients are kept (1024 and 2048) and
-// the state moves up: 7168 B. The memory plan is part of the hash.
+// With gradient accumulation the gradients are kept, both in one buffer
+// (the largest, at 0), and the state moves up: 7168 B. The memory plan is part of the hash.
 // RUN: mfsdp-translate --emit-step-c --emit-step-accumulate %s | FileCheck %s --check-prefix=ACC
 // RUN: mfsdp-translate --emit-step-c %s | grep '\.hash' > %t.hash
 // RUN: mfsdp-translate --emit-step-c --emit-step-accumulate %s | grep '\.hash' >> %t.hash
 // With gather prefetch (--emit-step-prefetch=1) two units' gathered copies
-// are live at once: forward a's at 0 and b's (prefetched at pre_forward of
-// a) at 1024; backward b's copy at 0, its gradient at 1024 and a's copy
-// (prefetched at pre_backward of b) at 2048, where it stays for a's
-// backward; b's reduction overlaps a's backward, so b's copy and gradient
-// stay until post_backward of a and a's gradient takes 3072. 4096 B
-// shared, the state from 4096: 8192 B. The field is emitted (and hashed) only when set.
+// are live at once, above the state (4096): forward a's at 4096 and b's
+// (prefetched at pre_forward of a) at 5120; backward b's copy at 4096, its
+// gradient at 5120 and a's copy (prefetched at pre_backward of b) at 6144,
+// where it stays for a's backward; b's reduction overlaps a's backward, so
+// b's copy and gradient stay until post_backward of a and a's gradient
+// takes 7168: 8192 B. The field is emitted (and hashed) only when set.
 // RUN: mfsdp-translate --emit-step-c --emit-step-prefetch=1 %s | FileCheck %s --check-prefix=PF
 // RUN: mfsdp-translate --emit-step-c --emit-step-prefetch=1 %s -o %t.pf.c
 // RUN: cc -std=c11 -Wall -Wextra -Werror -fsyntax-only -I%mfsdp_src/include %t.pf.c
@@ -35,14 +37,14 @@
 // CHECK-NEXT: static const int64_t mfsdp_arena_bytes[2] = {6144, 6144};
 // CHECK-LABEL: static const mfsdp_param_offsets mfsdp_offsets[2] = {
 // CHECK-NEXT: /* master, exp_avg, exp_avg_sq, grad_shard, full, full_backward, grad */
-// CHECK-NEXT: {2048, 2560, 3072, 3584, 0, 0, 1024},
-// CHECK-NEXT: {4096, 4608, 5120, 5632, 0, 0, 1024},
+// CHECK-NEXT: {0, 1024, 2048, 3072, 4096, 4096, 5120},
+// CHECK-NEXT: {512, 1536, 2560, 3584, 4096, 4096, 5120},
 // CHECK-NEXT: };
 // CHECK-LABEL: static const mfsdp_memory_plan mfsdp_the_memory = {
 // CHECK-NEXT: .num_shard_ranks = 2,
 // CHECK-NEXT: .arena_bytes = mfsdp_arena_bytes,
 // CHECK-NEXT: .params = mfsdp_offsets,
-// CHECK-NEXT: .staging = 0,
+// CHECK-NEXT: .staging = 4096,
 // CHECK-NEXT: .keep_grads = 0,
 // CHECK-NEXT: };
 // CHECK-LABEL: static const mfsdp_plan mfsdp_the_plan = {
@@ -52,15 +54,15 @@
 
 // ACC: gradients kept for accumulation. */
 // ACC-NEXT: static const int64_t mfsdp_arena_bytes[2] = {7168, 7168};
-// ACC: {3072, 3584, 4096, 4608, 0, 0, 1024},
-// ACC-NEXT: {5120, 5632, 6144, 6656, 0, 0, 2048},
+// ACC: {2048, 3072, 4096, 5120, 6144, 6144, 0},
+// ACC-NEXT: {2560, 3584, 4608, 5632, 6144, 6144, 1024},
 // ACC: .keep_grads = 1,
 // ACC-NEXT: };
 
 // PF: static const int64_t mfsdp_arena_bytes[2] = {8192, 8192};
 // PF: /* master, exp_avg, exp_avg_sq, grad_shard, full, full_backward, grad */
-// PF-NEXT: {4096, 4608, 5120, 5632, 0, 2048, 3072},
-// PF-NEXT: {6144, 6656, 7168, 7680, 1024, 0, 1024},
+// PF-NEXT: {0, 1024, 2048, 3072, 4096, 6144, 7168},
+// PF-NEXT: {512, 1536, 2560, 3584, 5120, 4096, 5120},
 // PF-LABEL: static const mfsdp_memory_plan mfsdp_the_memory = {
 // PF: .keep_grads = 0,
 // PF-NEXT: .prefetch = 1,

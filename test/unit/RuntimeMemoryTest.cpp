@@ -440,6 +440,48 @@ TEST(RuntimeMemory, OwnersAndMixedUnits) {
   EXPECT_EQ(m.params[4].exp_avg_sq, -1); // nor does SGD
 }
 
+// State lives all step: the planner lays every unit's state of a kind on
+// the same ranks (every rank's row shards, or one owner's matrices) out as
+// one buffer, in unit order, so that a large model's plan places a few
+// buffers a rank rather than one a unit. A given plan is checked piece by
+// piece: one that places the units' state apart fits as well. 2 ranks,
+// ZeRO-3; w0 and w1 (32x32, 4096 B) both owned by rank 1; a0 and a1
+// (16x32 row shards, 1024 B a rank).
+TEST(RuntimeMemory, StateOfAKindLiesInOnePiece) {
+  std::vector<mfsdp_param_desc> ps = {
+      param("w0", 32, 32, 0, MFSDP_OWNER, 1, MFSDP_OPT_MUON), param("a0", 16, 32, 0),
+      param("w1", 32, 32, 1, MFSDP_OWNER, 1, MFSDP_OPT_MUON), param("a1", 16, 32, 1)};
+  mfsdp_plan plan = planOf(ps, 2, 3, 2);
+  const step::RuntimeMemoryPlan m = step::planRuntimeMemory(plan, false);
+  ASSERT_TRUE(m.error.empty()) << m.error;
+  for (int64_t r = 0; r < 2; ++r) {
+    int64_t highest = 0;
+    EXPECT_EQ(replay(plan, m, r, highest), "") << "rank " << r;
+    EXPECT_LE(highest, m.arenaBytes[r]);
+  }
+  EXPECT_EQ(m.params[2].master, m.params[0].master + 4096);
+  EXPECT_EQ(m.params[2].exp_avg, m.params[0].exp_avg + 4096);
+  EXPECT_EQ(m.params[2].grad_shard, m.params[0].grad_shard + 4096);
+  EXPECT_EQ(m.params[3].master, m.params[1].master + 1024);
+  EXPECT_EQ(m.params[3].exp_avg_sq, m.params[1].exp_avg_sq + 1024);
+
+  // The owner's masters swapped: apart from each other's order, taken.
+  step::RuntimeMemoryPlan apart = m;
+  std::swap(apart.params[0].master, apart.params[2].master);
+  const mfsdp_memory_plan given = apart.view();
+  const step::RuntimeMemoryPlan taken =
+      step::planRuntimeMemory(plan, false, 256, 0, nullptr, &given);
+  ASSERT_TRUE(taken.error.empty()) << taken.error;
+  EXPECT_EQ(taken.params[0].master, m.params[2].master);
+  // Both at one place: refused.
+  step::RuntimeMemoryPlan clash = m;
+  clash.params[2].master = clash.params[0].master;
+  const mfsdp_memory_plan clashing = clash.view();
+  EXPECT_NE(step::planRuntimeMemory(plan, false, 256, 0, nullptr, &clashing)
+                .error.find("unsound"),
+            std::string::npos);
+}
+
 // The largest tensor an uneven row shard: 5 rows on 2 ranks are gathered
 // as 6 (3 per rank), so the staging buffer holds 6 x 64 floats (1536 B),
 // not 5 x 64. ZeRO-2 with kept gradients: the staging buffer is the only
