@@ -6,6 +6,8 @@
 #include "mfsdp/runtime/ProgramHooks.h"
 #include "mfsdp/step/Schedule.h"
 
+#include "ParamNames.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -690,15 +692,10 @@ std::vector<RuntimeBucket> runtimeBuckets(const Step &step, const mfsdp_plan &pl
                           alignment * alignment;
     return static_cast<double>(d.placement == MFSDP_ROW_SHARD ? S * bytes : bytes);
   };
-  // By name (the plan's strings, which outlive this call): the first of
-  // each name, as the plan's own lookups take it.
-  std::unordered_map<std::string_view, int32_t> byName;
-  byName.reserve(static_cast<size_t>(std::max(plan.num_params, 0)));
-  for (int32_t i = 0; i < plan.num_params && plan.params; ++i)
-    if (plan.params[i].name)
-      byName.emplace(plan.params[i].name, i);
+  const ParamNames byName(plan);
   std::vector<bool> taken(plan.num_params, false);
   std::vector<RuntimeBucket> out;
+  int32_t at = -1; // the parameter named last
   for (const Op &op : step.ops) {
     if (op.kind != OpKind::Collective || op.params.size() < 2 ||
         (op.coll != CollKind::ReduceScatter && op.coll != CollKind::ReduceScatterV &&
@@ -710,25 +707,25 @@ std::vector<RuntimeBucket> runtimeBuckets(const Step &step, const mfsdp_plan &pl
     int32_t placement =
         op.coll == CollKind::ReduceScatter ? MFSDP_ROW_SHARD : MFSDP_OWNER;
     if (op.coll == CollKind::AllReduce) {
-      auto it = byName.find(op.params.front());
-      if (it == byName.end())
+      const int32_t first = byName.find(op.params.front());
+      if (first < 0)
         continue;
-      placement = plan.params[it->second].placement;
+      placement = plan.params[first].placement;
       if (placement != MFSDP_ROW_SHARD && placement != MFSDP_OWNER)
         continue;
     }
     std::map<int32_t, RuntimeBucket> perUnit;
     for (const std::string &name : op.params) {
-      auto it = byName.find(name);
-      if (it == byName.end() || taken[it->second])
+      at = byName.find(name, at);
+      if (at < 0 || taken[at])
         continue;
-      const mfsdp_param_desc &d = plan.params[it->second];
+      const mfsdp_param_desc &d = plan.params[at];
       if (d.placement != placement)
         continue;
       RuntimeBucket &b = perUnit[d.unit];
       b.unit = d.unit;
       b.placement = placement;
-      b.params.push_back(it->second);
+      b.params.push_back(at);
     }
     for (auto &[unit, whole] : perUnit) {
       // Runs within the limits, in order.

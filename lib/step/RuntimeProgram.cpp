@@ -3,6 +3,8 @@
 
 #include "mfsdp/runtime/ProgramHooks.h"
 
+#include "ParamNames.h"
+
 #include <algorithm>
 #include <cassert>
 #include <cstdio>
@@ -16,6 +18,7 @@ namespace mfsdp::step {
 
 void RuntimeProgram::view(View &out) const {
   out.ops.clear();
+  out.ops.reserve(ops.size());
   for (const ProgramOp &op : ops)
     out.ops.push_back({op.kind, op.unit, op.group, op.optimizer, op.onlyRank,
                        static_cast<int32_t>(op.params.size()),
@@ -66,11 +69,8 @@ struct Origin {
 class ParamRefs {
 public:
   ParamRefs(const Step &s, const mfsdp_plan &p) {
-    std::unordered_map<std::string_view, int32_t> index;
-    index.reserve(static_cast<size_t>(std::max(p.num_params, 0)));
-    for (int32_t i = 0; i < p.num_params; ++i)
-      if (p.params[i].name)
-        index.emplace(p.params[i].name, i);
+    const ParamNames index(p);
+    int32_t previous = -1; // the name before, in this list or the last
     for (const Op &op : s.ops) {
       if (op.params.empty())
         continue;
@@ -78,8 +78,8 @@ public:
       if (!fresh)
         continue;
       for (const std::string &n : op.params) {
-        auto it = index.find(n);
-        ids.push_back(it == index.end() ? -1 : it->second);
+        previous = index.find(n, previous);
+        ids.push_back(previous);
       }
       at->second.second = ids.size();
     }
