@@ -41,9 +41,10 @@ struct LibraryProgram {
 /// or no step library can be built from it or from the step (a baseline's
 /// step with ops the runtime does not run, as mfsdp-sim --compare
 /// schedules): the emitter says why. Nothing asked for: the step's own
-/// reduce dtype and bucket limit, never an error. The program is kept
-/// without each op's origin (a text per program op, the larger part of the
-/// program on a large step).
+/// reduce dtype and bucket limit, never an error. The program is lowered
+/// without each op's origin (a text per program op) and, once checked,
+/// kept only as its C view (step::RuntimeProgram::release), which is what
+/// the plan points to.
 static std::unique_ptr<LibraryProgram> libraryProgramOf(sched::StepOp op,
                                                         const step::Step &s,
                                                         bool buckets = true) {
@@ -77,6 +78,8 @@ static std::unique_ptr<LibraryProgram> libraryProgramOf(sched::StepOp op,
     return nullptr;
   if (!issue.empty())
     out->issue = std::move(issue);
+  else
+    out->program.release(out->view); // the plan needs only its view
   return out;
 }
 

@@ -483,7 +483,7 @@ LogicalResult mfsdp::emitStepLibrarySource(ModuleOp module, raw_ostream &os,
         os << "0";
       else
         os << "mfsdp_program_params + " << k;
-      os << "}, /* " << commentText(op.from);
+      os << "}, /* " << commentText(op.from.str());
       if (!op.params.empty()) {
         os << ":";
         for (int32_t p : op.params)

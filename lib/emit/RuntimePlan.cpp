@@ -11,6 +11,8 @@
 //===----------------------------------------------------------------------===//
 #include "mfsdp/emit/RuntimePlan.h"
 
+#include "llvm/Support/StringSaver.h"
+
 #include "dialects/sched/StepBridge.h"
 #include "mfsdp/import/PlanImport.h"
 #include "mfsdp/runtime/PlanHash.h"
@@ -97,8 +99,9 @@ LogicalResult mfsdp::buildRuntimePlan(GraphOp graph, RuntimePlan &out) {
       unitOf[cast<FlatSymbolRefAttr>(a).getValue()] = static_cast<int32_t>(i);
   plan.num_units = static_cast<int32_t>(units.size());
 
-  std::deque<std::string> &names = out.names;
+  llvm::StringSaver names(out.nameStorage);
   std::vector<mfsdp_param_desc> &descs = out.descs;
+  descs.reserve(static_cast<size_t>(llvm::range_size(body.getOps<ParamOp>())));
   OneSetting<AdamWAttr> adamw;
   OneSetting<SGDAttr> sgd;
   OneSetting<MuonAttr> muon;
@@ -201,8 +204,7 @@ LogicalResult mfsdp::buildRuntimePlan(GraphOp graph, RuntimePlan &out) {
       if (failed(muon.add(m, p, "Muon")))
         return failure();
     }
-    names.push_back(p.getSymName().str());
-    d.name = names.back().c_str();
+    d.name = names.save(p.getSymName()).data(); // (saved with a terminating NUL)
     descs.push_back(d);
   }
   plan.num_params = static_cast<int32_t>(descs.size());
@@ -381,7 +383,7 @@ std::string mfsdp::lowerLibraryProgram(const step::Step &s, RuntimePlan &rp, boo
         "lowers to a runtime program that does not run as scheduled: " + issue.message;
     if (issue.op >= 0 && issue.op < static_cast<int32_t>(program.ops.size()))
       message += " (op " + std::to_string(issue.op) + " is lowered from '" +
-                 (origins ? program.ops[issue.op].from : lower(true).ops[issue.op].from) +
+                 (origins ? program.ops[issue.op].from.str() : lower(true).ops[issue.op].from.str()) +
                  "')";
     return message;
   }

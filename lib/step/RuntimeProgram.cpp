@@ -29,6 +29,30 @@ void RuntimeProgram::view(View &out) const {
   out.program.hooks = hooks.empty() ? nullptr : hooks.data();
 }
 
+void RuntimeProgram::release(View &out) {
+  size_t total = 0;
+  for (const ProgramOp &op : ops)
+    total += op.params.size();
+  out.params.clear();
+  out.params.reserve(total); // (never grows below: the ops point into it)
+  out.ops.clear();
+  out.ops.reserve(ops.size());
+  for (const ProgramOp &op : ops) {
+    const int32_t *params = out.params.data() + out.params.size();
+    out.params.insert(out.params.end(), op.params.begin(), op.params.end());
+    out.ops.push_back({op.kind, op.unit, op.group, op.optimizer, op.onlyRank,
+                       static_cast<int32_t>(op.params.size()),
+                       op.params.empty() ? nullptr : params});
+  }
+  std::vector<ProgramOp>().swap(ops);
+  out.hooks = std::move(hooks);
+  hooks.clear();
+  out.program.num_ops = static_cast<int32_t>(out.ops.size());
+  out.program.ops = out.ops.empty() ? nullptr : out.ops.data();
+  out.program.num_hooks = static_cast<int32_t>(out.hooks.size());
+  out.program.hooks = out.hooks.empty() ? nullptr : out.hooks.data();
+}
+
 namespace {
 
 bool isReduction(const Op &op) {
@@ -526,7 +550,7 @@ private:
           ProgramOp pack = op;
           pack.kind = MFSDP_PROGRAM_PACK;
           if (origins)
-            pack.from = "pack for " + op.from;
+            pack.from = "pack for " + op.from.str();
           out.push_back(std::move(pack));
         }
         out.push_back(std::move(op));
@@ -534,7 +558,7 @@ private:
           ProgramOp unpack = out.back();
           unpack.kind = MFSDP_PROGRAM_UNPACK;
           if (origins)
-            unpack.from = "unpack after " + unpack.from;
+            unpack.from = "unpack after " + unpack.from.str();
           out.push_back(std::move(unpack));
         }
       }
@@ -552,7 +576,7 @@ private:
     };
     auto say = [](const ProgramOp &op) {
       return std::string(runtime::programKindName(op.kind)) + " of unit " +
-             std::to_string(op.unit) + " ('" + op.from + "')";
+             std::to_string(op.unit) + " ('" + op.from.str() + "')";
     };
     for (size_t slot = 0; slot < hooks.size(); ++slot) {
       const int32_t unit = static_cast<int32_t>(slot / runtime::kUnitHooks);

@@ -414,6 +414,45 @@ TEST(RuntimeProgram, OriginsOnlyName) {
                                             "unpack after wait bwd gather g2"}));
 }
 
+// A released program's view is the view, holding its own parameters and
+// hooks (one array), and the program is empty: the view alone stays valid.
+TEST(RuntimeProgram, ReleasedViewOwnsItsData) {
+  BucketedPlan plan;
+  RuntimeProgram p = lowerStepProgram(overlapped(zero3Step()), plan.plan);
+  ASSERT_EQ(p.error, "");
+  RuntimeProgram::View before;
+  p.view(before);
+  std::vector<std::vector<int32_t>> params;
+  for (const ProgramOp &op : p.ops)
+    params.push_back(op.params);
+  const std::vector<mfsdp_program_hook> hooks = p.hooks;
+  RuntimeProgram::View after;
+  p.release(after);
+  EXPECT_TRUE(p.ops.empty());
+  EXPECT_TRUE(p.hooks.empty());
+  ASSERT_EQ(after.program.num_ops, before.program.num_ops);
+  ASSERT_EQ(after.program.num_hooks, static_cast<int32_t>(hooks.size()));
+  for (int32_t i = 0; i < after.program.num_ops; ++i) {
+    const mfsdp_program_op &a = after.program.ops[i], &b = before.ops[i];
+    EXPECT_EQ(a.kind, b.kind) << i;
+    EXPECT_EQ(a.unit, b.unit) << i;
+    EXPECT_EQ(a.group, b.group) << i;
+    EXPECT_EQ(a.optimizer, b.optimizer) << i;
+    EXPECT_EQ(a.only_rank, b.only_rank) << i;
+    ASSERT_EQ(a.num_params, static_cast<int32_t>(params[i].size())) << i;
+    EXPECT_EQ(std::vector<int32_t>(a.params, a.params + a.num_params), params[i]) << i;
+    if (a.num_params > 0) { // its own copy, in the view's one array
+      EXPECT_TRUE(a.params >= after.params.data() &&
+                  a.params < after.params.data() + after.params.size())
+          << i;
+    }
+  }
+  for (size_t h = 0; h < hooks.size(); ++h) {
+    EXPECT_EQ(after.program.hooks[h].first_op, hooks[h].first_op) << h;
+    EXPECT_EQ(after.program.hooks[h].num_ops, hooks[h].num_ops) << h;
+  }
+}
+
 // Another schedule, another program: two groups ahead, pre_forward(0)
 // starts three units' gathers; with no prefetch each hook gathers its own.
 TEST(RuntimeProgram, HooksFollowThePrefetchDepth) {

@@ -17,6 +17,7 @@
 #include "mfsdp/step/RuntimeProgram.h"
 
 #include "mlir/Support/LLVM.h"
+#include "llvm/Support/Allocator.h"
 
 #include <deque>
 #include <optional>
@@ -40,7 +41,10 @@ struct RuntimePlan {
   std::vector<std::string> unitNames;  // their symbols, in index order
   std::vector<mfsdp_param_desc> descs; // plan.params
   std::vector<mfsdp_mesh_dim> meshDims;
-  std::deque<std::string> meshNames, names; // storage for the C strings
+  std::deque<std::string> meshNames; // storage for the C strings
+  /// Storage for the parameters' names (C strings, one allocation for
+  /// many: a large model has a million).
+  llvm::BumpPtrAllocator nameStorage;
   /// Parameters the outer stack keeps (#plan.external): not in the table.
   int64_t numExternal = 0;
   std::vector<std::string> externalDims;

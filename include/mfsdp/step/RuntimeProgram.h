@@ -17,10 +17,45 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mfsdp::step {
+
+/// The name of the sched op a program op was lowered from: 8 bytes where
+/// there is none (a program lowered without origins has millions of ops
+/// and no names).
+class OriginName {
+public:
+  OriginName() = default;
+  OriginName(std::string text) { *this = std::move(text); } // NOLINT: a string converts
+  OriginName(const OriginName &o)
+      : text_(o.text_ ? std::make_unique<std::string>(*o.text_) : nullptr) {}
+  OriginName(OriginName &&) noexcept = default;
+  OriginName &operator=(const OriginName &o) {
+    if (this != &o)
+      text_ = o.text_ ? std::make_unique<std::string>(*o.text_) : nullptr;
+    return *this;
+  }
+  OriginName &operator=(OriginName &&) noexcept = default;
+  OriginName &operator=(std::string text) {
+    text_ = text.empty() ? nullptr : std::make_unique<std::string>(std::move(text));
+    return *this;
+  }
+
+  const std::string &str() const {
+    static const std::string none;
+    return text_ ? *text_ : none;
+  }
+  operator const std::string &() const { return str(); } // NOLINT: reads as a string
+  friend bool operator==(const OriginName &a, std::string_view b) { return a.str() == b; }
+  friend bool operator!=(const OriginName &a, std::string_view b) { return a.str() != b; }
+
+private:
+  std::unique_ptr<std::string> text_;
+};
 
 /// One op of the runtime's program, its parameters owned.
 struct ProgramOp {
@@ -30,7 +65,7 @@ struct ProgramOp {
   int32_t optimizer = MFSDP_OPT_NONE;
   int32_t onlyRank = -1;
   std::vector<int32_t> params;
-  std::string from; // the sched op it was lowered from (its name)
+  OriginName from; // the sched op it was lowered from (its name)
 };
 
 /// The runtime's program: ops and the ranges of the hooks it covers.
@@ -48,8 +83,15 @@ struct RuntimeProgram {
   struct View {
     std::vector<mfsdp_program_op> ops;
     mfsdp_program program{};
+    /// After release: the ops' parameters (one array) and the hooks.
+    std::vector<int32_t> params;
+    std::vector<mfsdp_program_hook> hooks;
   };
   void view(View &out) const;
+  /// The C view made to hold everything it points to, and this program
+  /// emptied: for a caller that needs only the view (a large step's program
+  /// takes a third of the memory so).
+  void release(View &out);
 };
 
 /// The optimizer phase of `step` as the runtime's program for `plan` (its
