@@ -42,6 +42,9 @@ LogicalResult mfsdp::scheduleStages(sched::StepOp op, step::Step &&s,
   // collective's, as when each pass writes and the next one reads.
   if (failed(rewriteStep(op, std::move(s), locations)))
     return failure();
+  // Its ops are written and gone; the rest (buffers, names) goes too,
+  // before the library's memory plan.
+  { step::Step written = std::move(s); }
   setMemoryPlan(op, plan);
   if (findings.libraryMemory) {
     std::optional<step::RuntimeMemoryPlan> library = findings.libraryMemory();

@@ -345,38 +345,53 @@ static void fillBody(Block *body, const step::Step &s,
   // optimizer, a unit by its forward and backward: each symbol reference
   // is made once (the context's uniquer hashes under a lock, twice a
   // reference).
-  llvm::StringMap<FlatSymbolRefAttr> symbols;
+  // Keyed by the references' own text (the context's, which outlives the
+  // map): a million parameter names are not copied.
+  llvm::DenseMap<StringRef, FlatSymbolRefAttr> symbols;
   // The graph's units already name every parameter: their references are
   // taken as they are, not made again (at 100,000 units a million lookups
   // in the context's tables of millions of attributes).
   if (auto step = dyn_cast_or_null<StepOp>(body->getParentOp()))
-    if (plan::GraphOp graph = graphOf(step))
+    if (plan::GraphOp graph = graphOf(step)) {
+      size_t params = 0;
+      for (plan::UnitOp u : graph.getBody().front().getOps<plan::UnitOp>())
+        params += u.getParams().size();
+      symbols.reserve(params);
       for (plan::UnitOp u : graph.getBody().front().getOps<plan::UnitOp>())
         for (Attribute ref : u.getParams())
           if (auto flat = dyn_cast<FlatSymbolRefAttr>(ref))
             symbols.try_emplace(flat.getValue(), flat);
+    }
   auto symbol = [&](const std::string &name) {
-    FlatSymbolRefAttr &ref = symbols[name];
-    if (!ref)
-      ref = FlatSymbolRefAttr::get(ctx, name);
+    if (auto it = symbols.find(name); it != symbols.end())
+      return it->second;
+    FlatSymbolRefAttr ref = FlatSymbolRefAttr::get(ctx, name);
+    symbols.try_emplace(ref.getValue(), ref);
     return ref;
   };
-  // One array per list: the ops that share a list share its array. The
-  // list is kept with it, so that its address names it while ops are
-  // released.
+  // One array per list: the ops that share a list share its array. A
+  // shared list is kept with it, so that its address names it while ops
+  // are released; one op's own list is not (it goes with the op, and on a
+  // large step most lists are one op's).
   SmallVector<Attribute> refs;
   llvm::DenseMap<const void *, std::pair<step::NameList, ArrayAttr>> arrayOf;
   auto symbolArray = [&](const step::NameList &names) -> ArrayAttr {
     if (names.empty())
       return {};
+    auto make = [&] {
+      refs.clear();
+      for (const auto &n : names)
+        refs.push_back(symbol(n));
+      return b.getArrayAttr(refs);
+    };
+    if (!names.shared())
+      return make();
     auto &[list, array] = arrayOf[&names.names()];
-    if (array)
-      return array;
-    list = names;
-    refs.clear();
-    for (const auto &n : names)
-      refs.push_back(symbol(n));
-    return array = b.getArrayAttr(refs);
+    if (!array) {
+      list = names;
+      array = make();
+    }
+    return array;
   };
   // Byte counts, groups and offsets repeat across ops, as do FLOP counts,
   // phases and mesh axes: each attribute is made once here too. (The maps

@@ -114,6 +114,8 @@ public:
   const std::string &front() const { return names_->front(); }
   /// Whether `other` is this very list (shared), not only the same names.
   bool sameList(const NameList &other) const { return names_ == other.names_; }
+  /// Whether another NameList holds this very list.
+  bool shared() const { return names_ && names_.use_count() > 1; }
 
   void push_back(std::string name) { own().push_back(std::move(name)); }
   template <typename It> void insert(const_iterator at, It first, It last) {
