@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <numeric>
 #include <set>
+#include <string_view>
 #include <tuple>
 
 namespace mfsdp::step {
@@ -173,7 +174,42 @@ int64_t bucketCollectives(Step &s, double limitBytes) {
   }
   // No waits exist yet (buckets are formed from synchronous collectives).
   s.ops.resize(w);
+  shareNameLists(s);
   return removed;
+}
+
+int64_t shareNameLists(Step &s) {
+  // The ops holding a list kept, by a hash of its names.
+  std::unordered_map<size_t, std::vector<size_t>> kept;
+  int64_t shared = 0;
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    Op &op = s.ops[i];
+    if (op.params.empty())
+      continue;
+    size_t h = op.params.size();
+    for (const std::string &n : op.params)
+      h = h * 1000003u ^ std::hash<std::string_view>()(n);
+    std::vector<size_t> &same = kept[h];
+    bool found = false;
+    for (size_t j : same) {
+      const NameList &other = s.ops[j].params;
+      if (other.sameList(op.params)) {
+        found = true;
+        break;
+      }
+      if (other == op.params) {
+        op.params = other;
+        ++shared;
+        found = true;
+        break;
+      }
+    }
+    if (!found) {
+      op.params.shrinkToFit();
+      same.push_back(i);
+    }
+  }
+  return shared;
 }
 
 //===----------------------------------------------------------------------===//

@@ -1,5 +1,6 @@
 //===- NameListTest.cpp - An op's shared parameter list --------------------===//
 #include "mfsdp/step/Builder.h"
+#include "mfsdp/step/Schedule.h"
 #include "mfsdp/step/Step.h"
 
 #include <gtest/gtest.h>
@@ -80,6 +81,25 @@ TEST(NameList, BuilderSharesAUnitsList) {
   }
 }
 
+// Lists of the same names in the same order become one (the first op's);
+// another order is another list. Bucketing ends with this, so that a
+// unit's gathers and reduction, bucketed apart, share their members' list.
+TEST(NameList, EqualListsShared) {
+  Step s;
+  Op a, b, c, d;
+  a.params = std::vector<std::string>{"w", "v"};
+  b.params = std::vector<std::string>{"w", "v"};
+  c.params = std::vector<std::string>{"v", "w"};
+  d.params = a.params; // already the same list
+  s.ops = {a, b, c, d, Op()};
+  ASSERT_FALSE(s.ops[0].params.sameList(s.ops[1].params));
+  EXPECT_EQ(shareNameLists(s), 1);
+  EXPECT_TRUE(s.ops[1].params.sameList(s.ops[0].params));
+  EXPECT_FALSE(s.ops[2].params.sameList(s.ops[0].params));
+  EXPECT_TRUE(s.ops[3].params.sameList(s.ops[0].params));
+  EXPECT_EQ(s.ops[1].params.names(), (std::vector<std::string>{"w", "v"}));
+  EXPECT_TRUE(s.ops[4].params.empty());
+}
 
 // A word is kept once: equal text, one pointer; it compares with strings by
 // value and reads as one.

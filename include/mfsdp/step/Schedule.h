@@ -24,6 +24,13 @@ namespace mfsdp::step {
 /// Returns the number of collectives removed.
 int64_t bucketCollectives(Step &s, double limitBytes);
 
+/// Makes the ops of `s` that carry the same parameters, in the same order,
+/// share one list (step::NameList), each sized to its names: after
+/// bucketing, a unit's gathers and its reduction carry equal lists, built
+/// apart name by name. bucketCollectives does it; returns the number of
+/// lists given up for another.
+int64_t shareNameLists(Step &s);
+
 /// A bucket limit of `bytes` as a step records it (`bucket_bytes`): whole
 /// bytes, 0 (no limit) for 0, at least 1 byte for any other.
 int64_t bucketLimitBytes(double bytes);

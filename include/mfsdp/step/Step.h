@@ -124,6 +124,12 @@ public:
     n.insert(n.begin() + offset, first, last);
   }
   void clear() { names_.reset(); }
+  /// Frees the room a list grown name by name keeps past its names (a
+  /// shared list is left as it is).
+  void shrinkToFit() {
+    if (names_ && names_.use_count() == 1)
+      names_->shrink_to_fit();
+  }
 
   friend bool operator==(const NameList &a, const NameList &b) {
     return a.names_ == b.names_ || a.names() == b.names();
