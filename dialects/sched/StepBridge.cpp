@@ -636,8 +636,9 @@ LogicalResult mfsdp::asWritten(step::Step &s, plan::GraphOp graph, Location loc)
       o.ranks = in.ranks;
       o.interNode = in.interNode;
       o.collBytes = static_cast<double>(static_cast<int64_t>(in.collBytes));
-      for (double chunk : in.chunks)
-        o.chunks.push_back(static_cast<double>(static_cast<int64_t>(chunk)));
+      // (Whole bytes already: checkWritable refuses any other.) Moved, so
+      // that the ops sharing a list still share it.
+      o.chunks = std::move(in.chunks);
       o.comm = in.comm;
       o.async = in.async;
       o.params = std::move(in.params);

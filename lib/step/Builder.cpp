@@ -366,11 +366,11 @@ struct GroupInfo {
     int64_t unit = -1;
     double rowBytes = 0;               // row shards, padded
     double ownedBytes = 0;
-    std::vector<double> chunks;        // owned bytes per rank
+    Chunks chunks;                     // owned bytes per rank
     // The same in BuildOptions::reduceElemBytes an element (when set): what
     // the unit's reductions move, whole bytes whatever mix of dtypes.
     double reduceRowBytes = 0, reduceOwnedBytes = 0;
-    std::vector<double> reduceChunks;
+    Chunks reduceChunks;
     NameList rowNames, ownedNames; // shared by the ops that carry them
   };
   std::vector<Piece> pieces;           // one per unit, forward order
@@ -521,11 +521,11 @@ private:
           const double elements = static_cast<double>(p->numElements());
           const int64_t owner = std::clamp<int64_t>(p->ownerRank, 0, S - 1);
           piece.ownedBytes += elements * p->elemBytes;
-          piece.chunks[owner] += elements * p->elemBytes;
+          piece.chunks.add(static_cast<size_t>(owner), elements * p->elemBytes);
           piece.ownedNames.push_back(p->name);
           if (R > 0) {
             piece.reduceOwnedBytes += elements * R;
-            piece.reduceChunks[owner] += elements * R;
+            piece.reduceChunks.add(static_cast<size_t>(owner), elements * R);
           }
         }
       if (!rowsPerUnit[u].empty()) {

@@ -154,7 +154,7 @@ int64_t bucketCollectives(Step &s, double limitBytes) {
             if (b.chunks.empty())
               b.chunks.assign(op.chunks.size(), 0.0);
             for (size_t r = 0; r < op.chunks.size() && r < b.chunks.size(); ++r)
-              b.chunks[r] += op.chunks[r];
+              b.chunks.add(r, op.chunks[r]);
           }
           b.name = fmt::format("bucket {} ({} tensors)", mfsdp::enumName(b.coll),
                                b.params.size());

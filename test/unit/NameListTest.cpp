@@ -101,6 +101,34 @@ TEST(NameList, EqualListsShared) {
   EXPECT_TRUE(s.ops[4].params.empty());
 }
 
+// Chunks are shared by copies until one changes them: the change copies
+// them first, so no other op sees it; reading never copies.
+TEST(Chunks, SharedUntilChanged) {
+  Chunks a = std::vector<double>{1, 2};
+  Chunks b = a;
+  EXPECT_EQ(&a.values(), &b.values());
+  EXPECT_EQ(b[1], 2);
+  EXPECT_EQ(&a.values(), &b.values());
+  b.add(1, 3);
+  EXPECT_NE(&a.values(), &b.values());
+  EXPECT_EQ(a, (std::vector<double>{1, 2}));
+  EXPECT_EQ(b, (std::vector<double>{1, 5}));
+  Chunks c = a;
+  c.push_back(4);
+  EXPECT_EQ(a.size(), 2u);
+  EXPECT_EQ(c, (std::vector<double>{1, 2, 4}));
+  c.assign(3, 0.0);
+  EXPECT_EQ(c, (std::vector<double>{0, 0, 0}));
+  EXPECT_EQ(a, Chunks({1, 2}));
+  EXPECT_NE(a, c);
+  Chunks none;
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(none.begin(), none.end());
+  none.assign(0, 1.0);
+  EXPECT_TRUE(none.empty());
+}
+
+
 // A word is kept once: equal text, one pointer; it compares with strings by
 // value and reads as one.
 TEST(Word, KeptOnceComparedByText) {

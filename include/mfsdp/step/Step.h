@@ -152,6 +152,59 @@ private:
   std::shared_ptr<Names> names_;
 };
 
+/// The bytes each rank contributes to a *_v collective: an immutable list
+/// that the ops moving the same chunks share (a unit's gathers and its
+/// reduction), so that copying an op copies a pointer (a step of 100,000
+/// units holds a list of dp_shard values for hundreds of thousands of
+/// ops). Changed through the list itself (assign, push_back, add), which
+/// copies the values first when another op shares them; reading never
+/// copies.
+class Chunks {
+public:
+  using Values = std::vector<double>;
+  using const_iterator = Values::const_iterator;
+
+  Chunks() = default;
+  Chunks(Values values) // NOLINT: a vector converts (op.chunks = values)
+      : values_(values.empty() ? nullptr : std::make_shared<Values>(std::move(values))) {}
+  Chunks(std::initializer_list<double> values) : Chunks(Values(values)) {}
+
+  const Values &values() const { return values_ ? *values_ : empty_(); }
+  const_iterator begin() const { return values().begin(); }
+  const_iterator end() const { return values().end(); }
+  size_t size() const { return values_ ? values_->size() : 0; }
+  bool empty() const { return size() == 0; }
+  double operator[](size_t i) const { return (*values_)[i]; }
+
+  void assign(size_t n, double value) {
+    values_ = n == 0 ? nullptr : std::make_shared<Values>(n, value);
+  }
+  void push_back(double value) { own().push_back(value); }
+  /// Adds `value` to rank `i`'s chunk.
+  void add(size_t i, double value) { own()[i] += value; }
+
+  friend bool operator==(const Chunks &a, const Chunks &b) {
+    return a.values_ == b.values_ || a.values() == b.values();
+  }
+  friend bool operator!=(const Chunks &a, const Chunks &b) { return !(a == b); }
+  friend bool operator==(const Chunks &a, const Values &b) { return a.values() == b; }
+  friend bool operator!=(const Chunks &a, const Values &b) { return !(a == b); }
+
+private:
+  static const Values &empty_() {
+    static const Values none;
+    return none;
+  }
+  Values &own() {
+    if (!values_)
+      values_ = std::make_shared<Values>();
+    else if (values_.use_count() > 1)
+      values_ = std::make_shared<Values>(*values_);
+    return *values_;
+  }
+  std::shared_ptr<Values> values_;
+};
+
 struct Buffer {
   std::string name;
   double bytes = 0;
@@ -197,7 +250,7 @@ struct Op {
   NameList meshAxes;                 // e.g. {"dp_shard"}
   int64_t ranks = 1;                 // group size
   double collBytes = 0;              // the full (gathered / unreduced) buffer
-  std::vector<double> chunks;        // *_v: bytes contributed by each rank
+  Chunks chunks;                     // *_v: bytes contributed by each rank
   int64_t comm = 0;                  // communicator (its own stream)
   NameList params;                   // parameters the collective carries
 
