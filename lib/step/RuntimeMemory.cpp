@@ -177,7 +177,9 @@ RuntimeMemoryPlan planRuntimeMemory(const mfsdp_plan &plan, bool keepGrads,
       pool = addBuffer(0, true, onlyRank, false);
       poolKind.emplace(pool, kind);
     }
-    const int64_t base = static_cast<int64_t>(s.buffers[pool].bytes);
+    // (Each piece at an aligned offset: a half-size bf16 image need not
+    // end on one.)
+    const int64_t base = rounded(static_cast<int64_t>(s.buffers[pool].bytes));
     s.buffers[pool].bytes = static_cast<double>(base + bytes);
     return {pool, base};
   };

@@ -394,6 +394,39 @@ TEST(RuntimeMemory, BF16OwnerBucketCopiesAreAHalfSizeImage) {
     EXPECT_EQ(bf16.unsharedBytes[r] - halfGrads.unsharedBytes[r], 256) << "rank " << r;
 }
 
+// Pooled pieces start at aligned offsets: under ZeRO-2 the gathered copies
+// live all step, so two units' owner buckets of bf16 copies share one
+// buffer, and the first bucket's half-size image (384 B) does not end on
+// 256. The second starts at 512 and keeps its members' distance.
+TEST(RuntimeMemory, PooledPiecesStayAligned) {
+  std::vector<mfsdp_param_desc> ps = {
+      param("w0", 8, 8, 0, MFSDP_OWNER, 0, MFSDP_OPT_MUON),
+      param("w1", 16, 8, 0, MFSDP_OWNER, 1, MFSDP_OPT_MUON),
+      param("v0", 8, 8, 1, MFSDP_OWNER, 0, MFSDP_OPT_MUON),
+      param("v1", 16, 8, 1, MFSDP_OWNER, 1, MFSDP_OPT_MUON)};
+  for (mfsdp_param_desc &d : ps)
+    d.compute_dtype = MFSDP_COMPUTE_BF16;
+  const std::vector<int32_t> first = {0, 1}, second = {2, 3};
+  const mfsdp_bucket buckets[2] = {{0, MFSDP_OWNER, 2, first.data()},
+                                   {1, MFSDP_OWNER, 2, second.data()}};
+  mfsdp_plan plan = planOf(ps, 2, 2, 2);
+  plan.num_buckets = 2;
+  plan.buckets = buckets;
+  const step::RuntimeMemoryPlan m = step::planRuntimeMemory(plan, false);
+  ASSERT_TRUE(m.error.empty()) << m.error;
+  EXPECT_EQ(m.params[2].full - m.params[0].full, 512);
+  EXPECT_EQ(m.params[3].full - m.params[2].full, 128);
+  for (const mfsdp_param_offsets &o : m.params)
+    EXPECT_EQ(o.master % 256, 0);
+  EXPECT_EQ(m.params[0].full % 256, 0);
+  EXPECT_EQ(m.params[2].full % 256, 0);
+  for (int64_t r = 0; r < 2; ++r) {
+    int64_t highest = 0;
+    EXPECT_EQ(replay(plan, m, r, highest), "") << "rank " << r;
+    EXPECT_LE(highest, m.arenaBytes[r]);
+  }
+}
+
 // Keeping gradients for accumulation: they no longer share space with each
 // other; ZeRO-2: one gathered copy for the whole step.
 TEST(RuntimeMemory, KeptGradientsAndZeroTwo) {
