@@ -84,9 +84,13 @@ std::vector<mfsdp_bucket> bucketViews(const std::vector<RuntimeBucket> &buckets)
 /// accumulation); without, each unit's gradients share space with the
 /// other units'. Every size is a multiple of `alignment` bytes. The plan's
 /// buckets (mfsdp_bucket) are laid out as the runtime needs them: their
-/// members' buffers in one piece, with staging for row-shard buckets. The
-/// lifetimes are those of `program` (mfsdp_program), completed where it
-/// leaves hooks out as the runtime completes it
+/// members' buffers in one piece, with staging for row-shard buckets.
+/// What lives all step (masters, optimizer state, reduced gradients; the
+/// gathered copies under ZeRO-1/2; kept gradients) is laid out, when
+/// planned, as one buffer per kind and set of ranks (every rank's, or one
+/// owner's), each unit's or bucket's piece at an aligned offset in unit
+/// order. The lifetimes are those of `program` (mfsdp_program), completed
+/// where it leaves hooks out as the runtime completes it
 /// (runtime::completeProgram; NULL: the whole program derived): its hooks
 /// replayed in a training step's order (forward units in order, backward
 /// in reverse, then the optimizer step), each gather's copy live from its
