@@ -90,6 +90,47 @@ private:
   const std::string *text_ = nullptr;
 };
 
+/// The storage of an immutable list that copies share (NameList, Chunks):
+/// read without copying; own() gives values to change, copied first when
+/// another list holds them.
+template <typename T> class SharedValues {
+public:
+  using Values = std::vector<T>;
+
+  SharedValues() = default;
+  explicit SharedValues(Values &&values)
+      : values_(values.empty() ? nullptr : std::make_shared<Values>(std::move(values))) {}
+
+  const Values &get() const {
+    static const Values none;
+    return values_ ? *values_ : none;
+  }
+  size_t size() const { return values_ ? values_->size() : 0; }
+  /// Whether `other` holds these very values, not only equal ones.
+  bool same(const SharedValues &other) const { return values_ == other.values_; }
+  /// Whether another list holds these values.
+  bool shared() const { return values_ && values_.use_count() > 1; }
+  Values &own() {
+    if (!values_)
+      values_ = std::make_shared<Values>();
+    else if (values_.use_count() > 1)
+      values_ = std::make_shared<Values>(*values_);
+    return *values_;
+  }
+  void reset() { values_.reset(); }
+  /// Frees the room past the values (shared values are left as they are).
+  void shrinkToFit() {
+    if (values_ && values_.use_count() == 1)
+      values_->shrink_to_fit();
+  }
+  friend bool operator==(const SharedValues &a, const SharedValues &b) {
+    return a.same(b) || a.get() == b.get();
+  }
+
+private:
+  std::shared_ptr<Values> values_;
+};
+
 /// The parameters an op carries, by name: an immutable list that the ops
 /// carrying the same parameters share (a unit's gathers, its reduction and
 /// its optimizer), so that a step of a million ops holds each list once
@@ -101,55 +142,39 @@ public:
   using const_iterator = Names::const_iterator;
 
   NameList() = default;
-  NameList(Names names) // NOLINT: a vector converts (op.params = names)
-      : names_(names.empty() ? nullptr : std::make_shared<Names>(std::move(names))) {}
+  NameList(Names names) : names_(std::move(names)) {} // NOLINT: a vector converts
   NameList(std::initializer_list<std::string> names) : NameList(Names(names)) {}
 
-  const Names &names() const { return names_ ? *names_ : empty_(); }
+  const Names &names() const { return names_.get(); }
   const_iterator begin() const { return names().begin(); }
   const_iterator end() const { return names().end(); }
-  size_t size() const { return names_ ? names_->size() : 0; }
+  size_t size() const { return names_.size(); }
   bool empty() const { return size() == 0; }
-  const std::string &operator[](size_t i) const { return (*names_)[i]; }
-  const std::string &front() const { return names_->front(); }
+  const std::string &operator[](size_t i) const { return names()[i]; }
+  const std::string &front() const { return names().front(); }
   /// Whether `other` is this very list (shared), not only the same names.
-  bool sameList(const NameList &other) const { return names_ == other.names_; }
+  bool sameList(const NameList &other) const { return names_.same(other.names_); }
   /// Whether another NameList holds this very list.
-  bool shared() const { return names_ && names_.use_count() > 1; }
+  bool shared() const { return names_.shared(); }
 
-  void push_back(std::string name) { own().push_back(std::move(name)); }
+  void push_back(std::string name) { names_.own().push_back(std::move(name)); }
   template <typename It> void insert(const_iterator at, It first, It last) {
     const auto offset = at - begin();
-    Names &n = own();
+    Names &n = names_.own();
     n.insert(n.begin() + offset, first, last);
   }
   void clear() { names_.reset(); }
   /// Frees the room a list grown name by name keeps past its names (a
   /// shared list is left as it is).
-  void shrinkToFit() {
-    if (names_ && names_.use_count() == 1)
-      names_->shrink_to_fit();
-  }
+  void shrinkToFit() { names_.shrinkToFit(); }
 
   friend bool operator==(const NameList &a, const NameList &b) {
-    return a.names_ == b.names_ || a.names() == b.names();
+    return a.names_ == b.names_;
   }
   friend bool operator!=(const NameList &a, const NameList &b) { return !(a == b); }
 
 private:
-  static const Names &empty_() {
-    static const Names none;
-    return none;
-  }
-  /// The names, this list's own (copied first where shared).
-  Names &own() {
-    if (!names_)
-      names_ = std::make_shared<Names>();
-    else if (names_.use_count() > 1)
-      names_ = std::make_shared<Names>(*names_);
-    return *names_;
-  }
-  std::shared_ptr<Names> names_;
+  SharedValues<std::string> names_;
 };
 
 /// The bytes each rank contributes to a *_v collective: an immutable list
@@ -165,44 +190,30 @@ public:
   using const_iterator = Values::const_iterator;
 
   Chunks() = default;
-  Chunks(Values values) // NOLINT: a vector converts (op.chunks = values)
-      : values_(values.empty() ? nullptr : std::make_shared<Values>(std::move(values))) {}
+  Chunks(Values values) : values_(std::move(values)) {} // NOLINT: a vector converts
   Chunks(std::initializer_list<double> values) : Chunks(Values(values)) {}
 
-  const Values &values() const { return values_ ? *values_ : empty_(); }
+  const Values &values() const { return values_.get(); }
   const_iterator begin() const { return values().begin(); }
   const_iterator end() const { return values().end(); }
-  size_t size() const { return values_ ? values_->size() : 0; }
+  size_t size() const { return values_.size(); }
   bool empty() const { return size() == 0; }
-  double operator[](size_t i) const { return (*values_)[i]; }
+  double operator[](size_t i) const { return values()[i]; }
 
   void assign(size_t n, double value) {
-    values_ = n == 0 ? nullptr : std::make_shared<Values>(n, value);
+    values_ = SharedValues<double>(Values(n, value));
   }
-  void push_back(double value) { own().push_back(value); }
+  void push_back(double value) { values_.own().push_back(value); }
   /// Adds `value` to rank `i`'s chunk.
-  void add(size_t i, double value) { own()[i] += value; }
+  void add(size_t i, double value) { values_.own()[i] += value; }
 
-  friend bool operator==(const Chunks &a, const Chunks &b) {
-    return a.values_ == b.values_ || a.values() == b.values();
-  }
+  friend bool operator==(const Chunks &a, const Chunks &b) { return a.values_ == b.values_; }
   friend bool operator!=(const Chunks &a, const Chunks &b) { return !(a == b); }
   friend bool operator==(const Chunks &a, const Values &b) { return a.values() == b; }
   friend bool operator!=(const Chunks &a, const Values &b) { return !(a == b); }
 
 private:
-  static const Values &empty_() {
-    static const Values none;
-    return none;
-  }
-  Values &own() {
-    if (!values_)
-      values_ = std::make_shared<Values>();
-    else if (values_.use_count() > 1)
-      values_ = std::make_shared<Values>(*values_);
-    return *values_;
-  }
-  std::shared_ptr<Values> values_;
+  SharedValues<double> values_;
 };
 
 struct Buffer {
