@@ -63,7 +63,8 @@ constexpr int64_t kFanoutBucketVisit = 256;
 constexpr int64_t kFanoutBucketScan = 32;
 constexpr int64_t kFanoutScanPerItem = 8192;
 /// Fan-out refinement uses a dense groups x ranks share table; above this
-/// many cells (pathological group numbering) it is skipped.
+/// many cells (pathological group numbering) it is skipped. Its (class,
+/// rank) index of partners is dense too up to this many cells.
 constexpr size_t kMaxShareCells = size_t(1) << 22;
 
 /// A finite, non-negative value, else 0 (keeps orderings well defined).
@@ -352,9 +353,29 @@ void refineFanout(const std::vector<OwnerItem> &items, size_t world,
   for (size_t g = 0; g < numGroups; ++g)
     recomputeMax(g);
 
-  // Buckets of swappable items by (class, rank); pos[i] indexes i's bucket.
+  // Per group, what a swap's evaluation reads of a partner's group (its
+  // cap and mean), side by side, so a partner costs one line of these.
+  struct GroupFacts {
+    double capShare; // maxShare + tolerance: g2's share on r1 may not exceed
+    double meanSq;   // (total / w)^2
+  };
+  std::vector<GroupFacts> facts(numGroups);
+  auto refreshFacts = [&](size_t g) {
+    const double mx = maxShare[g];
+    const double mean = total[g] / static_cast<double>(w);
+    facts[g] = {mx + tolOf(mx, mx), mean * mean};
+  };
+  for (size_t g = 0; g < numGroups; ++g)
+    refreshFacts(g);
+
+  // Buckets of swappable items by (class, rank), each entry with its
+  // item's group; pos[i] indexes i's bucket.
+  struct Partner {
+    size_t item;
+    int64_t group;
+  };
   std::unordered_map<int64_t, size_t> bucketOf;
-  std::vector<std::vector<size_t>> buckets;
+  std::vector<std::vector<Partner>> buckets;
   std::vector<size_t> pos(n, 0);
   auto bucketKey = [&](int64_t c, size_t r) {
     return c * static_cast<int64_t>(w) + static_cast<int64_t>(r);
@@ -367,9 +388,21 @@ void refineFanout(const std::vector<OwnerItem> &items, size_t world,
     if (inserted)
       buckets.emplace_back();
     pos[i] = buckets[it->second].size();
-    buckets[it->second].push_back(i);
+    buckets[it->second].push_back({i, gid[i]});
   }
-  auto bucketFor = [&](int64_t c, size_t r) -> std::vector<size_t> * {
+  // Per (class, rank) its bucket's index + 1 (0: none), dense where the
+  // table is small (the usual case: a model has few shapes), else by map.
+  std::vector<size_t> bucketAt;
+  if (static_cast<size_t>(numClasses) <= kMaxShareCells / w) {
+    bucketAt.assign(static_cast<size_t>(numClasses) * w, 0);
+    for (const auto &[key, b] : bucketOf)
+      bucketAt[static_cast<size_t>(key)] = b + 1;
+  }
+  auto bucketFor = [&](int64_t c, size_t r) -> std::vector<Partner> * {
+    if (!bucketAt.empty()) {
+      const size_t b = bucketAt[static_cast<size_t>(bucketKey(c, r))];
+      return b == 0 ? nullptr : &buckets[b - 1];
+    }
     auto it = bucketOf.find(bucketKey(c, r));
     return it == bucketOf.end() ? nullptr : &buckets[it->second];
   };
@@ -382,6 +415,7 @@ void refineFanout(const std::vector<OwnerItem> &items, size_t world,
       if (!(total[g] > 0))
         continue;
       const double meanG = total[g] / static_cast<double>(w);
+      const int64_t gSelf = static_cast<int64_t>(g);
       for (size_t step = 0; step <= groupItems[g].size(); ++step) {
         ++stepStamp;
         const double s1 = maxShare[g];
@@ -406,35 +440,35 @@ void refineFanout(const std::vector<OwnerItem> &items, size_t world,
             const double s2 = share[g * w + r2];
             if (!(s2 + x < s1 - tolG))
               continue;
-            std::vector<size_t> *bucket = bucketFor(cls[a], r2);
+            const std::vector<Partner> *bucket = bucketFor(cls[a], r2);
             if (!bucket)
               continue;
             const double gTerm =
                 2 * x * (x - (s1 - s2)) / (meanG * meanG); // < 0
-            int64_t visited = 0, inBucket = 0;
-            for (size_t b : *bucket) {
-              if (++visited > kFanoutBucketVisit)
-                break;
-              if (gid[b] == static_cast<int64_t>(g))
+            const size_t visitEnd =
+                std::min(bucket->size(), static_cast<size_t>(kFanoutBucketVisit));
+            int64_t inBucket = 0;
+            for (size_t k = 0; k < visitEnd; ++k) {
+              const Partner &pb = (*bucket)[k];
+              if (pb.group == gSelf)
                 continue;
               if (++inBucket > kFanoutBucketScan)
                 break;
               ++scanned;
               double delta = gTerm;
-              if (gid[b] >= 0) {
-                const size_t g2 = static_cast<size_t>(gid[b]);
+              if (pb.group >= 0) {
+                const size_t g2 = static_cast<size_t>(pb.group);
+                const GroupFacts f2 = facts[g2];
                 const double t1 = share[g2 * w + r1];
-                const double t2 = share[g2 * w + r2];
-                const double mx2 = maxShare[g2];
-                if (t1 + x > mx2 + tolOf(mx2, mx2))
+                if (t1 + x > f2.capShare)
                   continue;
-                const double mean2 = total[g2] / static_cast<double>(w);
-                delta += 2 * x * (x + t1 - t2) / (mean2 * mean2);
+                const double t2 = share[g2 * w + r2];
+                delta += 2 * x * (x + t1 - t2) / f2.meanSq;
               }
               if (delta < need && delta < bestDelta) {
                 bestDelta = delta;
                 bestA = a;
-                bestB = b;
+                bestB = pb.item;
               }
             }
           }
@@ -448,17 +482,19 @@ void refineFanout(const std::vector<OwnerItem> &items, size_t world,
         share[g * w + r1] -= x;
         share[g * w + r2] += x;
         recomputeMax(g);
+        refreshFacts(g);
         if (gid[bestB] >= 0) {
           const size_t g2 = static_cast<size_t>(gid[bestB]);
           share[g2 * w + r2] -= x;
           share[g2 * w + r1] += x;
           recomputeMax(g2);
+          refreshFacts(g2);
         }
-        std::vector<size_t> &bucketA = *bucketFor(cls[bestA], r1);
-        std::vector<size_t> &bucketB = *bucketFor(cls[bestB], r2);
+        std::vector<Partner> &bucketA = *bucketFor(cls[bestA], r1);
+        std::vector<Partner> &bucketB = *bucketFor(cls[bestB], r2);
         std::swap(pos[bestA], pos[bestB]);
-        bucketA[pos[bestB]] = bestB;
-        bucketB[pos[bestA]] = bestA;
+        bucketA[pos[bestB]] = {bestB, gid[bestB]};
+        bucketB[pos[bestA]] = {bestA, gid[bestA]};
         owner[bestA] = static_cast<int64_t>(r2);
         owner[bestB] = static_cast<int64_t>(r1);
         ++swaps;
