@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string_view>
-#include <unordered_map>
+#include <functional>
 #include <vector>
 
 namespace mfsdp::step {
@@ -26,11 +26,30 @@ class ParamNames {
 public:
   explicit ParamNames(const mfsdp_plan &plan) : plan_(plan) {
     const int32_t n = plan.params ? std::max(plan.num_params, 0) : 0;
-    index_.reserve(static_cast<size_t>(n));
+    size_t capacity = 16;
+    while (capacity < 2 * static_cast<size_t>(n))
+      capacity *= 2;
+    slots_.assign(capacity, Slot{});
+    mask_ = capacity - 1;
     first_.assign(static_cast<size_t>(n), false);
-    for (int32_t i = 0; i < n; ++i)
-      if (plan.params[i].name)
-        first_[i] = index_.emplace(plan.params[i].name, i).second;
+    for (int32_t i = 0; i < n; ++i) {
+      const char *name = plan.params[i].name;
+      if (!name)
+        continue;
+      const std::string_view key(name);
+      const size_t h = hashOf(key);
+      size_t at = h & mask_;
+      for (;; at = (at + 1) & mask_) {
+        Slot &slot = slots_[at];
+        if (slot.index < 0) {
+          slot = {static_cast<uint32_t>(h), i};
+          first_[i] = true;
+          break;
+        }
+        if (slot.tag == static_cast<uint32_t>(h) && named(slot.index, key))
+          break; // a later parameter of a name already taken
+      }
+    }
   }
 
   /// The index of the parameter named `name` (-1: none). The lists of
@@ -38,28 +57,46 @@ public:
   /// parameters of one placement, the optimizer's groups in turn), so the
   /// few parameters after `previous` (the index of the name looked up
   /// before, -1: none) are tried first: comparisons with names near the
-  /// one just read, where the hash table costs a few cache misses a name.
+  /// one just read, where the table costs a cache miss or two a name.
   int32_t find(std::string_view name, int32_t previous = -1) const {
     if (previous >= 0)
       for (size_t j = static_cast<size_t>(previous) + 1;
            j < first_.size() && j <= static_cast<size_t>(previous) + kNear; ++j)
-        if (first_[j] && named(j, name))
+        if (first_[j] && named(static_cast<int32_t>(j), name))
           return static_cast<int32_t>(j);
-    auto it = index_.find(name);
-    return it == index_.end() ? -1 : it->second;
+    const size_t h = hashOf(name);
+    for (size_t at = h & mask_;; at = (at + 1) & mask_) {
+      const Slot &slot = slots_[at];
+      if (slot.index < 0)
+        return -1;
+      if (slot.tag == static_cast<uint32_t>(h) && named(slot.index, name))
+        return slot.index;
+    }
   }
 
 private:
   static constexpr size_t kNear = 8;
 
+  /// An open-addressed table (linear probing, at most half full) of each
+  /// name's first parameter, with the low bits of the name's hash beside
+  /// it: a lookup reads one slot and, where the bits agree, one name.
+  struct Slot {
+    uint32_t tag = 0;
+    int32_t index = -1; // -1: empty
+  };
 
-  bool named(size_t i, std::string_view name) const {
+  static size_t hashOf(std::string_view name) {
+    return std::hash<std::string_view>{}(name);
+  }
+
+  bool named(int32_t i, std::string_view name) const {
     const char *c = plan_.params[i].name;
     return std::strncmp(c, name.data(), name.size()) == 0 && c[name.size()] == '\0';
   }
 
   const mfsdp_plan &plan_;
-  std::unordered_map<std::string_view, int32_t> index_;
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
   std::vector<bool> first_; // per parameter: the first of its name
 };
 
