@@ -381,45 +381,62 @@ size_t optimizerTail(const OpArray &ops) {
 /// is reduced first in backward, so each group starts as soon as it can.
 /// First units first (optimizerFill = k): k groups in landing order fill
 /// the wait for the last reduction, then the rest in ascending group order.
-std::vector<int64_t> optimizerOrder(const std::vector<Op> &tail,
-                                    int64_t optimizerFill) {
-  const size_t n = tail.size();
-  // Allocs belong to the op after them, frees to the op before.
-  std::vector<int64_t> group(n, -1);
-  for (size_t i = 0; i < n; ++i)
-    group[i] = tail[i].group;
-  for (size_t i = n; i-- > 0;)
-    if (tail[i].kind == OpKind::Alloc && i + 1 < n)
-      group[i] = group[i + 1];
-  for (size_t i = 1; i < n; ++i)
-    if (tail[i].kind == OpKind::Free)
-      group[i] = group[i - 1];
-  // Position of each group; ops of no group go last.
-  std::set<int64_t> groups;
-  for (size_t i = 0; i < n; ++i)
-    if (group[i] >= 0)
-      groups.insert(group[i]);
-  std::vector<int64_t> landing(groups.rbegin(), groups.rend());
-  std::map<int64_t, int64_t> position;
-  const int64_t fill =
-      optimizerFill < 0
-          ? static_cast<int64_t>(landing.size())
-          : std::min<int64_t>(optimizerFill, static_cast<int64_t>(landing.size()));
-  for (int64_t k = 0; k < fill; ++k)
-    position[landing[k]] = k;
-  int64_t next = fill;
-  for (int64_t g : groups)
-    if (!position.count(g))
-      position[g] = next++;
-  std::vector<int64_t> pos(n);
-  for (size_t i = 0; i < n; ++i)
-    pos[i] = group[i] < 0 ? next : position[group[i]];
-  std::vector<int64_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return pos[a] < pos[b]; });
-  return order;
-}
+/// The groups are found once per tail; each order is a counting sort.
+class OptimizerOrder {
+public:
+  explicit OptimizerOrder(const std::vector<Op> &tail) {
+    const size_t n = tail.size();
+    // Allocs belong to the op after them, frees to the op before.
+    std::vector<int64_t> group(n, -1);
+    for (size_t i = 0; i < n; ++i)
+      group[i] = tail[i].group;
+    for (size_t i = n; i-- > 0;)
+      if (tail[i].kind == OpKind::Alloc && i + 1 < n)
+        group[i] = group[i + 1];
+    for (size_t i = 1; i < n; ++i)
+      if (tail[i].kind == OpKind::Free)
+        group[i] = group[i - 1];
+    std::vector<int64_t> groups;
+    for (int64_t g : group)
+      if (g >= 0)
+        groups.push_back(g);
+    std::sort(groups.begin(), groups.end());
+    groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
+    numGroups = static_cast<int64_t>(groups.size());
+    // Each op's group by its place in ascending order (-1: none).
+    index.resize(n);
+    for (size_t i = 0; i < n; ++i)
+      index[i] = group[i] < 0 ? -1
+                              : std::lower_bound(groups.begin(), groups.end(), group[i]) -
+                                    groups.begin();
+  }
+
+  std::vector<int64_t> operator()(int64_t optimizerFill) const {
+    const int64_t G = numGroups;
+    const int64_t fill = optimizerFill < 0 ? G : std::min(optimizerFill, G);
+    // The k-th group in landing order (descending) is at k while k < fill;
+    // the others follow in ascending order; ops of no group go last.
+    auto pos = [&](int64_t gi) {
+      if (gi < 0)
+        return G;
+      return G - 1 - gi < fill ? G - 1 - gi : fill + gi;
+    };
+    std::vector<int64_t> start(static_cast<size_t>(G) + 2, 0);
+    for (int64_t gi : index)
+      ++start[static_cast<size_t>(pos(gi)) + 1];
+    for (size_t p = 1; p < start.size(); ++p)
+      start[p] += start[p - 1];
+    std::vector<int64_t> order(index.size());
+    for (size_t i = 0; i < index.size(); ++i)
+      order[static_cast<size_t>(start[static_cast<size_t>(pos(index[i]))]++)] =
+          static_cast<int64_t>(i);
+    return order;
+  }
+
+private:
+  std::vector<int64_t> index;
+  int64_t numGroups = 0;
+};
 
 /// 4. Async starts, each waited just before the first non-collective op
 /// that reads or writes one of its buffers. Freeing a buffer a collective
@@ -617,9 +634,10 @@ void finishOverlapEach(
   const AsyncWaits::State head = waits.state;
   if (sharedOps)
     *sharedOps = headSize; // each fill's ops go on after these
+  const OptimizerOrder optimizerOrder(tail);
   for (int64_t fill = firstFill;;) {
     // The tail is copied: a later fill needs it again.
-    for (int64_t k : optimizerOrder(tail, fill))
+    for (int64_t k : optimizerOrder(fill))
       waits.feed(tail[k]);
     waits.finish();
     s.ops = std::move(waits.out);
@@ -650,16 +668,29 @@ struct Lifetime {
 /// rare, so the first span is kept per buffer and the later ones beside.
 struct Lifetimes {
   std::vector<Lifetime> first;
-  std::unordered_map<size_t, std::vector<Lifetime>> more;
+  /// Per buffer, the index + 1 of its later spans in `later` (0: none;
+  /// empty while no buffer has any).
+  std::vector<uint32_t> moreOf;
+  std::vector<std::vector<Lifetime>> later;
+
+  /// Buffer b's later spans, made on first use.
+  std::vector<Lifetime> &more(size_t b) {
+    if (moreOf.empty())
+      moreOf.assign(first.size(), 0);
+    if (moreOf[b] == 0) {
+      later.emplace_back();
+      moreOf[b] = static_cast<uint32_t>(later.size());
+    }
+    return later[moreOf[b] - 1];
+  }
 
   /// Calls f(span) for every span of buffer b, the first first.
   template <typename F> void each(size_t b, F f) const {
     f(first[b]);
-    if (more.empty())
+    if (moreOf.empty() || moreOf[b] == 0)
       return;
-    if (auto it = more.find(b); it != more.end())
-      for (const Lifetime &l : it->second)
-        f(l);
+    for (const Lifetime &l : later[moreOf[b] - 1])
+      f(l);
   }
   bool whole(size_t b, int64_t last) const {
     return first[b].begin == 0 && first[b].end >= last;
@@ -710,7 +741,7 @@ Lifetimes lifetimes(const std::vector<Buffer> &buffers, const Ops &ops) {
   // its later ones.
   std::vector<int32_t> open(n, 0);
   auto span = [&](size_t b, int32_t id) -> Lifetime & {
-    return id == 1 ? life.first[b] : life.more[b][static_cast<size_t>(id - 2)];
+    return id == 1 ? life.first[b] : life.more(b)[static_cast<size_t>(id - 2)];
   };
   // The spans a collective in flight uses, until its wait.
   std::unordered_map<int64_t, std::vector<std::pair<size_t, int32_t>>> inFlight;
@@ -725,7 +756,7 @@ Lifetimes lifetimes(const std::vector<Buffer> &buffers, const Ops &ops) {
           life.first[b] = {at, last, true};
           open[b] = 1;
         } else {
-          std::vector<Lifetime> &later = life.more[b];
+          std::vector<Lifetime> &later = life.more(b);
           later.push_back({at, last, true});
           open[b] = static_cast<int32_t>(later.size()) + 1;
         }
@@ -817,15 +848,19 @@ private:
 
 /// The lowest offset that no set in `sets` blocks for `size` bytes.
 int64_t firstFit(const std::vector<const OffsetSet *> &sets, int64_t size) {
+  // Each set moves x to its own first fit at or after x, past offsets it
+  // blocks, so the sets agree on the lowest fit in any order: round the
+  // sets until each has been asked, since x last moved, without moving it.
   int64_t x = 0;
-  for (bool moved = true; moved;) {
-    moved = false;
-    for (const OffsetSet *set : sets) {
-      if (!set)
-        continue;
-      int64_t next = set->fit(x, size);
-      moved |= next != x;
+  const size_t n = sets.size();
+  for (size_t i = 0, still = 0; still < n; i = i + 1 == n ? 0 : i + 1) {
+    const OffsetSet *set = sets[i];
+    const int64_t next = set ? set->fit(x, size) : x;
+    if (next != x) {
       x = next;
+      still = 1;
+    } else {
+      ++still;
     }
   }
   return x;
