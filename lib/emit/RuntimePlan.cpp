@@ -21,7 +21,7 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinTypes.h"
 
-#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/DenseMap.h"
 
 using namespace mlir;
 using namespace mfsdp;
@@ -93,10 +93,12 @@ LogicalResult mfsdp::buildRuntimePlan(GraphOp graph, RuntimePlan &out) {
     return static_cast<int64_t>(a.getIndex()) <
            static_cast<int64_t>(b.getIndex());
   });
-  llvm::StringMap<int32_t> unitOf;
+  // Keyed by the names' uniqued StringAttrs (a reference's and the
+  // parameter's own are one attribute): no name is hashed.
+  llvm::DenseMap<StringAttr, int32_t> unitOf;
   for (auto [i, u] : llvm::enumerate(units))
     for (Attribute a : u.getParams())
-      unitOf[cast<FlatSymbolRefAttr>(a).getValue()] = static_cast<int32_t>(i);
+      unitOf[cast<FlatSymbolRefAttr>(a).getAttr()] = static_cast<int32_t>(i);
   plan.num_units = static_cast<int32_t>(units.size());
 
   llvm::StringSaver names(out.nameStorage);
@@ -177,7 +179,7 @@ LogicalResult mfsdp::buildRuntimePlan(GraphOp graph, RuntimePlan &out) {
     d.cols = 1;
     for (int64_t s : shape.drop_front())
       d.cols *= s;
-    auto it = unitOf.find(p.getSymName());
+    auto it = unitOf.find(p.getSymNameAttr());
     if (it == unitOf.end())
       return p.emitOpError() << "is in no plan.unit";
     d.unit = it->second;

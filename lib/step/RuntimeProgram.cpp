@@ -98,14 +98,17 @@ public:
     for (const Op &op : s.ops) {
       if (op.params.empty())
         continue;
-      auto [at, fresh] = spanOf.try_emplace(&op.params.names(), ids.size(), 0);
-      if (!fresh)
+      Entry &at = place(&op.params.names());
+      if (at.key)
         continue;
+      at.key = &op.params.names();
+      at.first = ids.size();
       for (const std::string &n : op.params) {
         previous = index.find(n, previous);
         ids.push_back(previous);
       }
-      at->second.second = ids.size();
+      at.end = ids.size();
+      ++used;
     }
   }
 
@@ -114,19 +117,55 @@ public:
   Span of(const Op &op) const {
     if (op.params.empty())
       return {nullptr, nullptr};
-    auto it = spanOf.find(&op.params.names());
-    if (it == spanOf.end()) { // (a lowering's own bug, never the input's)
+    const Entry *at = table.empty() ? nullptr : &probe(table, &op.params.names());
+    if (!at || !at->key) { // (a lowering's own bug, never the input's)
       std::fprintf(stderr, "mfsdp: internal error: an op's parameters looked up "
                            "in the references of another step\n");
       std::abort();
     }
-    return {ids.data() + it->second.first, ids.data() + it->second.second};
+    return {ids.data() + at->first, ids.data() + at->end};
   }
 
 private:
+  // Per list of names (its address), its entries in ids: [first, end).
+  // An open-addressed table (linear probing, at most half full): a lookup
+  // is a slot or two, where a node-based map is a few cache misses.
+  struct Entry {
+    const void *key = nullptr;
+    size_t first = 0, end = 0;
+  };
+  static size_t hashOf(const void *key) {
+    uint64_t h = reinterpret_cast<uintptr_t>(key);
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    return static_cast<size_t>(h);
+  }
+  /// The entry of `key` in `t` (not empty), or the empty one where it
+  /// would go.
+  template <typename Table>
+  static auto probe(Table &t, const void *key) -> decltype(t[0]) {
+    const size_t mask = t.size() - 1;
+    for (size_t at = hashOf(key) & mask;; at = (at + 1) & mask)
+      if (t[at].key == key || !t[at].key)
+        return t[at];
+  }
+  /// As probe, the table grown first where one more entry would fill it
+  /// past half.
+  Entry &place(const void *key) {
+    if (2 * (used + 1) > table.size()) {
+      std::vector<Entry> old(std::max<size_t>(1024, 2 * table.size()));
+      old.swap(table);
+      for (const Entry &e : old)
+        if (e.key)
+          probe(table, e.key) = e;
+    }
+    return probe(table, key);
+  }
+
   std::vector<int32_t> ids;
-  // Per list of names, its entries in ids: [first, end).
-  std::unordered_map<const void *, std::pair<size_t, size_t>> spanOf;
+  std::vector<Entry> table;
+  size_t used = 0;
 };
 
 class Lowering {
