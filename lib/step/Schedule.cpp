@@ -6,6 +6,8 @@
 #include <iterator>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -605,6 +607,15 @@ private:
 
 } // namespace
 
+namespace {
+/// A bug of this file's, never the input's: stops rather than schedule
+/// from a tail it lost track of.
+[[noreturn]] void internalError(const char *what) {
+  std::fprintf(stderr, "mfsdp: internal error in the optimizer order: %s\n", what);
+  std::abort();
+}
+} // namespace
+
 void finishOverlap(Step &s, const OverlapOptions &o) {
   finishOverlapEach(s, o, o.optimizerFill,
                     [](int64_t, const Step &) { return std::nullopt; });
@@ -635,10 +646,21 @@ void finishOverlapEach(
   if (sharedOps)
     *sharedOps = headSize; // each fill's ops go on after these
   const OptimizerOrder optimizerOrder(tail);
+  // A tail without collectives comes out as it is fed (its ops are of the
+  // optimizer phase: none is deferred or held), each op once, with waits
+  // between: a fill's schedule takes the tail's ops and gives them back.
+  // Otherwise each fill has a copy (a later fill needs the tail again).
+  const bool lend = std::none_of(tail.begin(), tail.end(), [](const Op &op) {
+    return op.kind == OpKind::Collective || op.phase != Phase::Optimizer;
+  });
   for (int64_t fill = firstFill;;) {
-    // The tail is copied: a later fill needs it again.
-    for (int64_t k : optimizerOrder(fill))
-      waits.feed(tail[k]);
+    const std::vector<int64_t> order = optimizerOrder(fill);
+    for (int64_t k : order) {
+      if (lend)
+        waits.feed(std::move(tail[k]));
+      else
+        waits.feed(tail[k]);
+    }
     waits.finish();
     s.ops = std::move(waits.out);
     std::optional<int64_t> next = visit(fill, s);
@@ -646,6 +668,30 @@ void finishOverlapEach(
       return; // `s` holds this fill's schedule
     fill = *next;
     waits.out = std::move(s.ops);
+    if (lend) {
+      // The fed ops in order, past the waits made here (a wait of the
+      // tail was dropped when fed, and is dropped again) and what the
+      // head's state still held (frees of the earlier phases deferred,
+      // collectives held), which is the head's.
+      size_t j = 0;
+      auto nextFed = [&] {
+        while (j < order.size() && tail[order[j]].kind == OpKind::Wait)
+          ++j;
+        return j < order.size() ? order[j++] : int64_t(-1);
+      };
+      for (size_t i = headSize; i < waits.out.size(); ++i) {
+        const Op &op = waits.out[i];
+        if (op.kind == OpKind::Wait || op.kind == OpKind::Collective ||
+            op.phase != Phase::Optimizer)
+          continue;
+        const int64_t k = nextFed();
+        if (k < 0)
+          internalError("an optimizer op scheduled that was not fed");
+        tail[k] = std::move(waits.out[i]);
+      }
+      if (nextFed() >= 0)
+        internalError("an optimizer op fed and not scheduled");
+    }
     waits.out.resize(headSize);
     waits.state = head;
   }
