@@ -9,6 +9,7 @@
 #include <cassert>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <set>
 #include <string_view>
@@ -101,13 +102,18 @@ public:
       Entry &at = place(&op.params.names());
       if (at.key)
         continue;
+      if (ids.size() + op.params.size() > std::numeric_limits<uint32_t>::max()) {
+        std::fprintf(stderr, "mfsdp: a step naming more than 2^32 parameters in its "
+                             "ops' lists is beyond the step library\n");
+        std::abort();
+      }
       at.key = &op.params.names();
-      at.first = ids.size();
+      at.first = static_cast<uint32_t>(ids.size());
       for (const std::string &n : op.params) {
         previous = index.find(n, previous);
         ids.push_back(previous);
       }
-      at.end = ids.size();
+      at.end = static_cast<uint32_t>(ids.size());
       ++used;
     }
   }
@@ -132,7 +138,7 @@ private:
   // is a slot or two, where a node-based map is a few cache misses.
   struct Entry {
     const void *key = nullptr;
-    size_t first = 0, end = 0;
+    uint32_t first = 0, end = 0; // (ids stays below 2^32: see the constructor)
   };
   static size_t hashOf(const void *key) {
     uint64_t h = reinterpret_cast<uintptr_t>(key);

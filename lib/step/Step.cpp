@@ -4,16 +4,20 @@
 #include <algorithm>
 #include <cassert>
 #include <mutex>
-#include <unordered_set>
+#include <deque>
+#include <string_view>
+#include <unordered_map>
 
 namespace mfsdp::step {
 
 namespace {
 /// The words of every step of the process, each once (never freed: a
-/// word is a kind, an optimizer or a unit's name, a few per unit).
+/// word is a kind, an optimizer or a unit's name, a few per unit). Looked
+/// up by view, so that a word already kept costs no string.
 struct WordPool {
   std::mutex mutex;
-  std::unordered_set<std::string> words;
+  std::deque<std::string> storage; // (a deque: its strings stay put)
+  std::unordered_map<std::string_view, const std::string *> index;
 };
 WordPool &wordPool() {
   static WordPool *pool = new WordPool; // outlives every static Word
@@ -26,7 +30,13 @@ Word::Word(std::string_view text) {
     return;
   WordPool &pool = wordPool();
   std::lock_guard<std::mutex> lock(pool.mutex);
-  text_ = &*pool.words.emplace(text).first;
+  if (auto it = pool.index.find(text); it != pool.index.end()) {
+    text_ = it->second;
+    return;
+  }
+  const std::string &kept = pool.storage.emplace_back(text);
+  pool.index.emplace(std::string_view(kept), &kept);
+  text_ = &kept;
 }
 
 const std::string &Word::empty_() {
