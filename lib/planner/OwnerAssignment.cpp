@@ -42,6 +42,8 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <map>
+#include <set>
 #include <numeric>
 #include <unordered_map>
 #include <utility>
@@ -124,17 +126,20 @@ std::vector<int64_t> lptByCost(const std::vector<double> &cost,
 // Balanced, step 2: moves and swaps off the most loaded rank.
 //===----------------------------------------------------------------------===//
 
-using CostEntry = std::pair<double, size_t>; // (cost, item), ascending
+/// A rank's items by cost: for each cost (ascending), its items (ascending
+/// index). A model repeats a few shapes, so a rank holds many items of few
+/// costs: the steps below look costs up and take an item by its cost, and
+/// a move touches one cost's items, never the whole rank's.
+using RankItems = std::map<double, std::set<size_t>>;
 
-void eraseEntry(std::vector<CostEntry> &list, CostEntry e) {
-  auto it = std::lower_bound(list.begin(), list.end(), e);
-  if (it != list.end() && *it == e)
-    list.erase(it);
+void takeItem(RankItems &items, double cost, size_t item) {
+  auto it = items.find(cost);
+  it->second.erase(item);
+  if (it->second.empty())
+    items.erase(it);
 }
 
-void insertEntry(std::vector<CostEntry> &list, CostEntry e) {
-  list.insert(std::lower_bound(list.begin(), list.end(), e), e);
-}
+void putItem(RankItems &items, double cost, size_t item) { items[cost].insert(item); }
 
 void repairMax(const std::vector<double> &cost, size_t world,
                std::vector<int64_t> &owner) {
@@ -142,16 +147,15 @@ void repairMax(const std::vector<double> &cost, size_t world,
   if (world < 2 || n < 2)
     return;
   std::vector<double> load(world, 0.0);
-  std::vector<std::vector<CostEntry>> lists(world);
-  for (size_t i = 0; i < n; ++i) {
+  std::vector<RankItems> lists(world);
+  for (size_t i = 0; i < n; ++i) { // ascending index: each set grows at its end
     load[owner[i]] += cost[i];
-    lists[owner[i]].push_back({cost[i], i});
+    std::set<size_t> &same = lists[owner[i]][cost[i]];
+    same.insert(same.end(), i);
   }
-  for (auto &l : lists)
-    std::sort(l.begin(), l.end());
 
-  const size_t npos = std::numeric_limits<size_t>::max();
-  std::vector<size_t> distinct; // per step: M's items worth trying
+  using CostItems = RankItems::const_iterator;
+  std::vector<CostItems> distinct; // per step: M's costs worth trying
   int64_t work = 0;
   const size_t maxIters = 4 * n + 4 * world;
   for (size_t iter = 0; iter < maxIters && work < kRepairWorkBudget; ++iter) {
@@ -166,34 +170,28 @@ void repairMax(const std::vector<double> &cost, size_t world,
       ++m;
     const double lm = load[m];
     const double tol = tolOf(lm, lm);
-    const std::vector<CostEntry> &lmList = lists[m];
-    // The first (lowest-index) item of each cost on M that is worth
-    // moving: items of equal cost give the same steps, so only the first
-    // is tried. A model repeats a few shapes, so M holds many items of
-    // few costs; each distinct cost is found by a binary search rather
-    // than by a scan of M's items for every other rank.
+    const RankItems &lmList = lists[m];
+    // Each cost on M worth moving, tried with its first (lowest-index)
+    // item: items of equal cost give the same steps.
     distinct.clear();
-    for (size_t ia = 0; ia < lmList.size();) {
-      const double ca = lmList[ia].first;
-      if (ca > tol)
-        distinct.push_back(ia);
-      ia = static_cast<size_t>(
-          std::upper_bound(lmList.begin() + static_cast<std::ptrdiff_t>(ia), lmList.end(),
-                           CostEntry{ca, npos}) -
-          lmList.begin());
-    }
+    for (auto it = lmList.begin(); it != lmList.end(); ++it)
+      if (it->first > tol)
+        distinct.push_back(it);
 
     double bestMax = lm - tol; // a step must end strictly below this
-    size_t bestR = npos, bestA = npos, bestB = npos; // bestB npos: a move
+    const size_t npos = std::numeric_limits<size_t>::max();
+    size_t bestR = npos;
+    double bestCa = 0, bestCb = 0;
+    bool bestSwap = false;
     for (size_t r = 0; r < world; ++r) {
       if (r == m)
         continue;
       const double gap = lm - load[r];
       if (!(gap > 2 * tol))
         continue;
-      const std::vector<CostEntry> &rList = lists[r];
-      for (size_t ia : distinct) {
-        const double ca = lmList[ia].first;
+      const RankItems &rList = lists[r];
+      for (CostItems ia : distinct) {
+        const double ca = ia->first;
         ++work;
         // Move a onto r.
         {
@@ -201,34 +199,31 @@ void repairMax(const std::vector<double> &cost, size_t world,
           if (nm < bestMax) {
             bestMax = nm;
             bestR = r;
-            bestA = ia;
-            bestB = npos;
+            bestCa = ca;
+            bestSwap = false;
           }
         }
-        // Swap a with b on r; the ideal b costs ca - gap / 2.
+        // Swap a with b on r; the ideal b costs ca - gap / 2: the costs
+        // on either side of it.
         const double want = ca - gap / 2;
-        auto it = std::lower_bound(
-            rList.begin(), rList.end(), CostEntry{want, size_t(0)});
-        size_t hi = static_cast<size_t>(it - rList.begin());
+        const CostItems hi = rList.lower_bound(want);
         for (size_t k = 0; k < 2; ++k) {
-          if (k == 0 && hi == 0)
+          if (k == 0 && hi == rList.begin())
             continue;
-          size_t ib = k == 0 ? hi - 1 : hi;
-          if (ib >= rList.size())
+          const CostItems ib = k == 0 ? std::prev(hi) : hi;
+          if (ib == rList.end())
             continue;
-          const double cb = rList[ib].first;
+          const double cb = ib->first;
           const double d = ca - cb;
           if (!(d > tol))
             continue;
           const double nm = std::max(lm - d, load[r] + d);
           if (nm < bestMax) {
-            // Lowest item index among equal costs.
-            auto first = std::lower_bound(rList.begin(), rList.end(),
-                                          CostEntry{cb, size_t(0)});
             bestMax = nm;
             bestR = r;
-            bestA = ia;
-            bestB = static_cast<size_t>(first - rList.begin());
+            bestCa = ca;
+            bestCb = cb;
+            bestSwap = true;
           }
         }
       }
@@ -236,18 +231,18 @@ void repairMax(const std::vector<double> &cost, size_t world,
     if (bestR == npos)
       break;
 
-    const CostEntry a = lists[m][bestA];
-    const bool isSwap = bestB != npos;
-    const CostEntry b = isSwap ? lists[bestR][bestB] : CostEntry{0.0, 0};
-    eraseEntry(lists[m], a);
-    insertEntry(lists[bestR], a);
-    owner[a.second] = static_cast<int64_t>(bestR);
-    double d = a.first;
-    if (isSwap) {
-      eraseEntry(lists[bestR], b);
-      insertEntry(lists[m], b);
-      owner[b.second] = static_cast<int64_t>(m);
-      d -= b.first;
+    // The lowest-index item of each cost moves.
+    const size_t a = *lists[m].at(bestCa).begin();
+    takeItem(lists[m], bestCa, a);
+    putItem(lists[bestR], bestCa, a);
+    owner[a] = static_cast<int64_t>(bestR);
+    double d = bestCa;
+    if (bestSwap) {
+      const size_t b = *lists[bestR].at(bestCb).begin();
+      takeItem(lists[bestR], bestCb, b);
+      putItem(lists[m], bestCb, b);
+      owner[b] = static_cast<int64_t>(m);
+      d -= bestCb;
     }
     load[m] -= d;
     load[bestR] += d;
