@@ -2,6 +2,7 @@
 #include "dialects/plan/PlannerBridge.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseMap.h"
 
 using namespace mlir;
 using namespace mfsdp;
@@ -27,7 +28,10 @@ BridgedGraph mfsdp::readGraph(GraphOp graph) {
   llvm::stable_sort(b.units, [](UnitOp x, UnitOp y) {
     return static_cast<int64_t>(x.getIndex()) < static_cast<int64_t>(y.getIndex());
   });
-  llvm::StringMap<int64_t> unitOf(static_cast<unsigned>(sizes.params));
+  // Keyed by the uniqued name attributes (a unit's reference and the
+  // parameter's own name are one StringAttr): no name is hashed.
+  llvm::DenseMap<StringAttr, int64_t> unitOf;
+  unitOf.reserve(static_cast<unsigned>(sizes.params));
   for (auto [i, u] : llvm::enumerate(b.units)) {
     planner::Unit pu;
     pu.name = u.getSymName().str();
@@ -37,7 +41,7 @@ BridgedGraph mfsdp::readGraph(GraphOp graph) {
       pu.layout = toVocab(*l);
     b.problem.units.push_back(pu);
     for (Attribute a : u.getParams())
-      unitOf[cast<FlatSymbolRefAttr>(a).getValue()] = static_cast<int64_t>(i);
+      unitOf[cast<FlatSymbolRefAttr>(a).getAttr()] = static_cast<int64_t>(i);
   }
   for (ParamOp p : body.getOps<ParamOp>()) {
     planner::Param pp;
@@ -48,7 +52,7 @@ BridgedGraph mfsdp::readGraph(GraphOp graph) {
     pp.kind = stringifyParamKind(p.getKind()).str();
     pp.tied = bool(p.getTiedTo());
     pp.frozen = p.getFrozen();
-    auto it = unitOf.find(p.getSymName());
+    auto it = unitOf.find(p.getSymNameAttr());
     pp.unit = it == unitOf.end() ? -1 : it->second;
     Attribute pl = p.getPlacementAttr();
     if (auto ext = dyn_cast_or_null<ExternalAttr>(pl)) {
