@@ -181,17 +181,27 @@ int64_t bucketCollectives(Step &s, double limitBytes) {
 }
 
 int64_t shareNameLists(Step &s) {
-  // The ops holding a list kept, by a hash of its names.
-  std::unordered_map<size_t, std::vector<size_t>> kept;
-  int64_t shared = 0;
+  // Each op's list by a hash of its names, sorted by hash then op: a list
+  // is compared with the lists kept before it in its hash (a table of
+  // vectors would be a node and a vector per list, at 100,000 units
+  // hundreds of thousands).
+  std::vector<std::pair<size_t, size_t>> byHash; // (hash, op)
   for (size_t i = 0; i < s.ops.size(); ++i) {
-    Op &op = s.ops[i];
+    const Op &op = s.ops[i];
     if (op.params.empty())
       continue;
     size_t h = op.params.size();
     for (const std::string &n : op.params)
       h = h * 1000003u ^ std::hash<std::string_view>()(n);
-    std::vector<size_t> &same = kept[h];
+    byHash.push_back({h, i});
+  }
+  std::sort(byHash.begin(), byHash.end());
+  int64_t shared = 0;
+  std::vector<size_t> same; // the ops holding a list kept, of one hash
+  for (size_t k = 0; k < byHash.size(); ++k) {
+    if (k == 0 || byHash[k].first != byHash[k - 1].first)
+      same.clear();
+    Op &op = s.ops[byHash[k].second];
     bool found = false;
     for (size_t j : same) {
       const NameList &other = s.ops[j].params;
@@ -208,7 +218,7 @@ int64_t shareNameLists(Step &s) {
     }
     if (!found) {
       op.params.shrinkToFit();
-      same.push_back(i);
+      same.push_back(byHash[k].second);
     }
   }
   return shared;
