@@ -286,6 +286,7 @@ public:
       if (state[b] == Live)
         return Event::AllocLive;
       state[b] = Live;
+      ++liveBuffers;
       live += buf.bytes;
       peak = std::max(peak, live);
       return Event::Ok;
@@ -297,12 +298,15 @@ public:
     if (state[b] == Never)
       return Event::FreeUnallocated;
     state[b] = Freed;
+    --liveBuffers;
     live -= buf.bytes;
     return Event::Ok;
   }
 
   bool isLive(size_t b) const { return state[b] == Live; }
   double live = 0, peak = 0;
+  /// Buffers allocated here and live now (not persistent ones).
+  int64_t liveBuffers = 0;
 
 private:
   enum State : char { Never, Live, Freed };
@@ -526,6 +530,10 @@ private:
       break;
     }
     case OpKind::Wait: {
+      // An asynchronous collective that ran before is waited for now.
+      if (!waited[op.waitFor] && static_cast<size_t>(op.waitFor) < i &&
+          s->ops[op.waitFor].kind == OpKind::Collective && s->ops[op.waitFor].async)
+        --unwaited;
       waited[op.waitFor] = 1;
       double until = collEnd[op.waitFor];
       for (int64_t k = from; k < to; ++k) {
@@ -544,6 +552,8 @@ private:
       double end = start + d;
       stream = end;
       collEnd[i] = end;
+      if (op.async && !waited[i])
+        ++unwaited;
       r.commBusy += d;
       for (int64_t k = 0; k < R; ++k) {
         record(i, k, start, end);
@@ -579,6 +589,9 @@ private:
   std::map<int64_t, double> commClock;
   std::vector<double> collEnd;
   std::vector<char> waited;
+  // Asynchronous collectives run and not yet waited for: finish looks for
+  // them (and for buffers left live) only where there are any.
+  int64_t unwaited = 0;
   std::vector<std::vector<OpTiming>> timings;
   size_t firstCompute = 0;
   double ready = -1;
@@ -591,11 +604,13 @@ SimResult Simulation::finish() && {
   const Step &st = *s;
   const int64_t world = st.world;
   const size_t n = st.ops.size();
-  for (size_t i = 0; i < n; ++i)
+  for (size_t i = 0; i < n && unwaited > 0; ++i)
     if (st.ops[i].kind == OpKind::Collective && st.ops[i].async && !waited[i])
       r.issues.push_back(
           fmt::format("{}: asynchronous collective is never waited for", opLabel(st, i)));
-  for (size_t b = 0; b < st.buffers.size(); ++b)
+  const bool leftLive = std::any_of(memory.begin(), memory.end(),
+                                    [](const RankMemory &m) { return m.liveBuffers > 0; });
+  for (size_t b = 0; b < st.buffers.size() && leftLive; ++b)
     for (int64_t k = 0; k < R && !st.buffers[b].persistent; ++k)
       if (memory[k].isLive(b)) {
         r.issues.push_back(fmt::format("buffer {} '{}' is allocated but never "
