@@ -220,10 +220,13 @@ LogicalResult StepOp::verifySymbolUses(SymbolTableCollection &tables) {
     return emitOpError("world ")
            << world << " is not the size of dp_shard in mesh " << meshRef
            << " (" << *shard << ")";
+  // The graph's table, found once: each of a large step's millions of
+  // references is one lookup in it.
+  SymbolTable &graphSymbols = tables.getSymbolTable(graph);
   auto resolve = [&](Operation *user, FlatSymbolRefAttr ref, StringRef field,
                      auto tag) -> LogicalResult {
     using T = decltype(tag);
-    if (!isa_and_nonnull<T>(tables.lookupSymbolIn(graph, ref.getAttr())))
+    if (!isa_and_nonnull<T>(graphSymbols.lookup(ref.getAttr())))
       return user->emitOpError(field)
              << " " << ref << " is not a " << T::getOperationName()
              << " of graph @" << graph.getSymName();
