@@ -398,7 +398,12 @@ LogicalResult GraphOp::verifyRegions() {
   MeshOp mesh;
   PolicyOp policy;
   // Keyed by the uniqued name attributes: a pointer hash, not a string's.
-  llvm::DenseMap<StringAttr, ParamOp> params;
+  // Each parameter with the unit that lists it (none yet).
+  struct Listed {
+    ParamOp param;
+    UnitOp unit;
+  };
+  llvm::DenseMap<StringAttr, Listed> params;
   SmallVector<ParamOp> paramList; // op order, for deterministic diagnostics
   SmallVector<UnitOp> units;
   const GraphSizes sizes = graphSizes(*this);
@@ -417,7 +422,7 @@ LogicalResult GraphOp::verifyRegions() {
                << getSymName() << "; a graph has at most one";
       policy = p;
     } else if (auto p = dyn_cast<ParamOp>(op)) {
-      params[p.getSymNameAttr()] = p;
+      params[p.getSymNameAttr()] = {p, UnitOp()};
       paramList.push_back(p);
     } else if (auto u = dyn_cast<UnitOp>(op)) {
       units.push_back(u);
@@ -435,7 +440,7 @@ LogicalResult GraphOp::verifyRegions() {
     auto it = params.find(tied.getAttr());
     if (it == params.end())
       return p.emitOpError("is tied to unknown parameter ") << tied;
-    ParamOp target = it->second;
+    ParamOp target = it->second.param;
     if (target == p)
       return p.emitOpError("cannot be tied to itself");
     if (target.getTiedTo())
@@ -452,8 +457,6 @@ LogicalResult GraphOp::verifyRegions() {
   // unit goes to its index's place: the units in index order, no sort.
   const int64_t numUnits = static_cast<int64_t>(units.size());
   SmallVector<UnitOp> ordered(units.size());
-  llvm::DenseMap<StringAttr, UnitOp> unitOf;
-  unitOf.reserve(paramList.size());
   for (UnitOp u : units) {
     // Checked before it is a map key: the largest int64 is the map's empty
     // key, and an index past the count leaves a gap anyway.
@@ -472,15 +475,16 @@ LogicalResult GraphOp::verifyRegions() {
       auto pit = params.find(name);
       if (pit == params.end())
         return u.emitOpError("refers to unknown parameter @") << name.getValue();
-      if (pit->second.getTiedTo())
+      ParamOp listed = pit->second.param;
+      if (listed.getTiedTo())
         return u.emitOpError("lists @")
-               << name.getValue() << ", which is tied to " << pit->second.getTiedToAttr()
+               << name.getValue() << ", which is tied to " << listed.getTiedToAttr()
                << " and has no storage of its own";
-      auto [uit, fresh] = unitOf.try_emplace(name, u);
-      if (!fresh)
+      if (UnitOp already = pit->second.unit)
         return u.emitOpError("lists parameter @")
                << name.getValue() << ", which is already in unit @"
-               << uit->second.getSymName();
+               << already.getSymName();
+      pit->second.unit = u;
     }
   }
   // Indices in 0..N-1 and unique: no gaps either.
@@ -507,7 +511,7 @@ LogicalResult GraphOp::verifyRegions() {
   }
 
   for (ParamOp p : paramList) {
-    if (!p.getTiedTo() && !unitOf.count(p.getSymNameAttr()))
+    if (!p.getTiedTo() && !params.lookup(p.getSymNameAttr()).unit)
       return p.emitOpError("is in no unit; every parameter that is not tied "
                            "belongs to exactly one unit");
     if (failed(verifyPlacement(p, mesh)))
