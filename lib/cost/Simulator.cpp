@@ -15,6 +15,7 @@
 #include <cmath>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -363,7 +364,7 @@ namespace {
 class Simulation {
 public:
   Simulation(const Step &s, const SimProfile &p, const SimOptions &options)
-      : s(&s), p(p), options(options) {
+      : s(&s), prof(&p), options(options) {
     r.ok = true;
     const int64_t world = s.world;
     const size_t n = s.ops.size();
@@ -514,7 +515,7 @@ private:
     case OpKind::Optimizer:
     case OpKind::Alloc:
     case OpKind::Free: {
-      double d = opSeconds(op, p);
+      double d = opSeconds(op, *prof);
       for (int64_t k = from; k < to; ++k) {
         double a = clock[k], b = a + d;
         record(i, k, a, b);
@@ -545,7 +546,7 @@ private:
       break;
     }
     case OpKind::Collective: {
-      double d = opSeconds(op, p);
+      double d = opSeconds(op, *prof);
       double issued = *std::max_element(clock.begin(), clock.end());
       double &stream = commClock[op.comm];
       double start = std::max(stream, issued);
@@ -579,7 +580,7 @@ private:
   }
 
   const Step *s;
-  const SimProfile &p;
+  const SimProfile *prof; // (a pointer: a state is assigned to another)
   SimOptions options;
   SimResult r;
   std::vector<char> named;
@@ -634,7 +635,7 @@ SimResult Simulation::finish() && {
     if (options.timings)
       r.timings[rank] = reps[k] == rank ? std::move(timings[k]) : r.timings[reps[k]];
     r.peakBytes = std::max(r.peakBytes, memory[k].peak);
-    r.peakReservedBytes = r.peakBytes * p.allocatorReserve;
+    r.peakReservedBytes = r.peakBytes * prof->allocatorReserve;
     if (r.slowestRank < 0 || last[k] > r.stepSeconds) {
       r.slowestRank = rank;
       r.stepSeconds = last[k];
@@ -694,6 +695,9 @@ SimResult simulate(const Step &s, const SimProfile &p, const SimOptions &options
 
 struct PrefixSimulator::Saved {
   Simulation state;
+  /// The state each later step resumes from: assigned the saved one, so
+  /// its tables keep their memory from one step to the next.
+  std::optional<Simulation> work;
 };
 
 PrefixSimulator::PrefixSimulator(const SimProfile &p, const SimOptions &options, size_t head)
@@ -711,15 +715,19 @@ SimResult PrefixSimulator::simulate(const Step &s) {
   if (!r.error.empty())
     return r;
   if (resume) {
-    Simulation sim = saved->state;
+    if (saved->work)
+      *saved->work = saved->state;
+    else
+      saved->work.emplace(saved->state);
+    Simulation &sim = *saved->work;
     sim.rebind(s);
     sim.run(head, s.ops.size());
-    return std::move(sim).finish();
+    return std::move(sim).finish(); // (its tables stay for the next step)
   }
   Simulation sim(s, p, options);
   const size_t cut = std::min(head, s.ops.size());
   sim.run(0, cut);
-  saved = std::make_unique<Saved>(Saved{sim});
+  saved = std::make_unique<Saved>(Saved{sim, std::nullopt});
   sim.run(cut, s.ops.size());
   return std::move(sim).finish();
 }
