@@ -33,21 +33,14 @@ public:
     mask_ = capacity - 1;
     first_.assign(static_cast<size_t>(n), false);
     for (int32_t i = 0; i < n; ++i) {
-      const char *name = plan.params[i].name;
-      if (!name)
+      if (!plan.params[i].name)
         continue;
-      const std::string_view key(name);
-      const size_t h = hashOf(key);
-      size_t at = h & mask_;
-      for (;; at = (at + 1) & mask_) {
-        Slot &slot = slots_[at];
-        if (slot.index < 0) {
-          slot = {static_cast<uint32_t>(h), i};
-          first_[i] = true;
-          break;
-        }
-        if (slot.tag == static_cast<uint32_t>(h) && named(slot.index, key))
-          break; // a later parameter of a name already taken
+      const std::string_view name(plan.params[i].name);
+      const size_t h = hashOf(name);
+      Slot &slot = slots_[slotAt(name, h)];
+      if (slot.index < 0) { // (else a later parameter of a name already taken)
+        slot = {static_cast<uint32_t>(h), i};
+        first_[i] = true;
       }
     }
   }
@@ -64,14 +57,7 @@ public:
            j < first_.size() && j <= static_cast<size_t>(previous) + kNear; ++j)
         if (first_[j] && named(static_cast<int32_t>(j), name))
           return static_cast<int32_t>(j);
-    const size_t h = hashOf(name);
-    for (size_t at = h & mask_;; at = (at + 1) & mask_) {
-      const Slot &slot = slots_[at];
-      if (slot.index < 0)
-        return -1;
-      if (slot.tag == static_cast<uint32_t>(h) && named(slot.index, name))
-        return slot.index;
-    }
+    return slots_[slotAt(name, hashOf(name))].index;
   }
 
 private:
@@ -87,6 +73,15 @@ private:
 
   static size_t hashOf(std::string_view name) {
     return std::hash<std::string_view>{}(name);
+  }
+
+  /// The slot of `name` (hash `h`), or the empty one where it would go.
+  size_t slotAt(std::string_view name, size_t h) const {
+    for (size_t at = h & mask_;; at = (at + 1) & mask_) {
+      const Slot &slot = slots_[at];
+      if (slot.index < 0 || (slot.tag == static_cast<uint32_t>(h) && named(slot.index, name)))
+        return at;
+    }
   }
 
   bool named(int32_t i, std::string_view name) const {
