@@ -3,6 +3,7 @@
 
 #include "mfsdp/runtime/ProgramHooks.h"
 
+#include "InternalError.h"
 #include "ParamNames.h"
 
 #include <algorithm>
@@ -17,17 +18,28 @@
 
 namespace mfsdp::step {
 
-void RuntimeProgram::view(View &out) const {
-  out.ops.clear();
-  out.ops.reserve(ops.size());
-  for (const ProgramOp &op : ops)
-    out.ops.push_back({op.kind, op.unit, op.group, op.optimizer, op.onlyRank,
-                       static_cast<int32_t>(op.params.size()),
-                       op.params.empty() ? nullptr : op.params.data()});
+namespace {
+/// `op` as the C view holds it, its parameters at `params`.
+mfsdp_program_op viewOf(const ProgramOp &op, const int32_t *params) {
+  return {op.kind, op.unit, op.group, op.optimizer, op.onlyRank,
+          static_cast<int32_t>(op.params.size()), op.params.empty() ? nullptr : params};
+}
+
+/// Points `out.program` at `out.ops` and `hooks`.
+void pointProgram(RuntimeProgram::View &out, const std::vector<mfsdp_program_hook> &hooks) {
   out.program.num_ops = static_cast<int32_t>(out.ops.size());
   out.program.ops = out.ops.empty() ? nullptr : out.ops.data();
   out.program.num_hooks = static_cast<int32_t>(hooks.size());
   out.program.hooks = hooks.empty() ? nullptr : hooks.data();
+}
+} // namespace
+
+void RuntimeProgram::view(View &out) const {
+  out.ops.clear();
+  out.ops.reserve(ops.size());
+  for (const ProgramOp &op : ops)
+    out.ops.push_back(viewOf(op, op.params.data()));
+  pointProgram(out, hooks);
 }
 
 void RuntimeProgram::release(View &out) {
@@ -41,17 +53,12 @@ void RuntimeProgram::release(View &out) {
   for (const ProgramOp &op : ops) {
     const int32_t *params = out.params.data() + out.params.size();
     out.params.insert(out.params.end(), op.params.begin(), op.params.end());
-    out.ops.push_back({op.kind, op.unit, op.group, op.optimizer, op.onlyRank,
-                       static_cast<int32_t>(op.params.size()),
-                       op.params.empty() ? nullptr : params});
+    out.ops.push_back(viewOf(op, params));
   }
   std::vector<ProgramOp>().swap(ops);
   out.hooks = std::move(hooks);
   hooks.clear();
-  out.program.num_ops = static_cast<int32_t>(out.ops.size());
-  out.program.ops = out.ops.empty() ? nullptr : out.ops.data();
-  out.program.num_hooks = static_cast<int32_t>(out.hooks.size());
-  out.program.hooks = out.hooks.empty() ? nullptr : out.hooks.data();
+  pointProgram(out, out.hooks);
 }
 
 namespace {
@@ -124,11 +131,9 @@ public:
     if (op.params.empty())
       return {nullptr, nullptr};
     const Entry *at = table.empty() ? nullptr : &probe(table, &op.params.names());
-    if (!at || !at->key) { // (a lowering's own bug, never the input's)
-      std::fprintf(stderr, "mfsdp: internal error: an op's parameters looked up "
-                           "in the references of another step\n");
-      std::abort();
-    }
+    if (!at || !at->key)
+      internalError("the step's program",
+                    "an op's parameters looked up in the references of another step");
     return {ids.data() + at->first, ids.data() + at->end};
   }
 

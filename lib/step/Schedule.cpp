@@ -1,6 +1,8 @@
 //===- Schedule.cpp - Bucketing, overlap, memory and verification ---------===//
 #include "mfsdp/step/Schedule.h"
 
+#include "InternalError.h"
+
 #include <fmt/format.h>
 
 #include <iterator>
@@ -617,15 +619,6 @@ private:
 
 } // namespace
 
-namespace {
-/// A bug of this file's, never the input's: stops rather than schedule
-/// from a tail it lost track of.
-[[noreturn]] void internalError(const char *what) {
-  std::fprintf(stderr, "mfsdp: internal error in the optimizer order: %s\n", what);
-  std::abort();
-}
-} // namespace
-
 void finishOverlap(Step &s, const OverlapOptions &o) {
   finishOverlapEach(s, o, o.optimizerFill,
                     [](int64_t, const Step &) { return std::nullopt; });
@@ -696,11 +689,11 @@ void finishOverlapEach(
           continue;
         const int64_t k = nextFed();
         if (k < 0)
-          internalError("an optimizer op scheduled that was not fed");
+          internalError("the optimizer order", "an optimizer op scheduled that was not fed");
         tail[k] = std::move(waits.out[i]);
       }
       if (nextFed() >= 0)
-        internalError("an optimizer op fed and not scheduled");
+        internalError("the optimizer order", "an optimizer op fed and not scheduled");
     }
     waits.out.resize(headSize);
     waits.state = head;
