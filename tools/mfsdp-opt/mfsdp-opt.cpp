@@ -73,7 +73,7 @@ static void assumeVerifiedWhenPrinting() {
 }
 
 /// Whether the run is one that runDirectly does as MlirOptMain would: the
-/// command line (`args`, as parsed) gives only passes and pipelines, the
+/// command line (`args`, as given) names only passes and pipelines, the
 /// output, and options that the context, the printer and the timer read
 /// themselves; the input has no `expected-*` comment (MlirOptMain checks
 /// them even without --verify-diagnostics) and no resource section.
