@@ -72,6 +72,22 @@ static void assumeVerifiedWhenPrinting() {
     (void)it->second->addOccurrence(0, it->first, "true");
 }
 
+/// Writes out what `out` holds and keeps the file; false, with an error
+/// naming the cause (a full disk), when it cannot be written. The stream's
+/// error is cleared either way: left set, LLVM stops the process with a
+/// fatal error when the stream is destroyed.
+static bool keepOutput(llvm::ToolOutputFile &out) {
+  out.os().flush();
+  if (out.os().has_error()) {
+    llvm::errs() << "error: cannot write the output: " << out.os().error().message()
+                 << "\n";
+    out.os().clear_error();
+    return false;
+  }
+  out.keep();
+  return true;
+}
+
 /// Whether the run is one that runDirectly does as MlirOptMain would: the
 /// command line (`args`, as given) names only passes and pipelines, the
 /// output, and options that the context, the printer and the timer read
@@ -167,14 +183,8 @@ static int runDirectly(std::unique_ptr<llvm::MemoryBuffer> file,
     op.get()->print(out.os(), state);
     out.os() << '\n';
   } // the timing report, if asked for
-  out.os().flush();
-  if (out.os().has_error()) {
-    llvm::errs() << "error: cannot write the output: " << out.os().error().message()
-                 << "\n";
-    out.os().clear_error();
+  if (!keepOutput(out))
     return 1;
-  }
-  out.keep();
   llvm::outs().flush();
   llvm::errs().flush();
   std::fflush(nullptr);
@@ -246,8 +256,9 @@ int main(int argc, char **argv) {
   out->os().SetBufferSize(1 << 20);
   if (runsDirectly(llvm::ArrayRef(argv, argc), *file))
     return runDirectly(std::move(file), *out, registry, config);
-  if (mlir::failed(mlir::MlirOptMain(out->os(), std::move(file), registry, config)))
+  if (mlir::failed(mlir::MlirOptMain(out->os(), std::move(file), registry, config))) {
+    out->os().clear_error(); // a failed run's partial output is dropped
     return 1;
-  out->keep();
-  return 0;
+  }
+  return keepOutput(*out) ? 0 : 1;
 }
