@@ -715,10 +715,7 @@ SimResult PrefixSimulator::simulate(const Step &s) {
   if (!r.error.empty())
     return r;
   if (resume) {
-    if (saved->work)
-      *saved->work = saved->state;
-    else
-      saved->work.emplace(saved->state);
+    saved->work = saved->state; // assigned when it holds a state already
     Simulation &sim = *saved->work;
     sim.rebind(s);
     sim.run(head, s.ops.size());

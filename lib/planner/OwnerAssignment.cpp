@@ -43,8 +43,8 @@
 #include <cstddef>
 #include <limits>
 #include <map>
-#include <set>
 #include <numeric>
+#include <set>
 #include <unordered_map>
 #include <utility>
 

@@ -8,8 +8,6 @@
 #include <iterator>
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <array>
 #include <cmath>
 #include <cstdint>

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <cassert>
-#include <mutex>
 #include <deque>
+#include <mutex>
 #include <string_view>
 #include <unordered_map>
 
