@@ -22,38 +22,9 @@ def PrintSummary : Pass<"mfsdp-print-summary", "::mlir::ModuleOp"> {
   ];
 }
 
-def AssignLayouts : Pass<"mfsdp-assign-layouts", "::mfsdp::plan::GraphOp"> {
-  let summary = "Choose every parameter's placement and optimizer";
-  let description = [{
-    Classifies every parameter of each `plan.graph` (2-D hidden matrix,
-    embedding, output head, norm, bias, router, expert, 1-D, external, tied)
-    and gives it an optimizer and a placement:
-
-    - `adamw` / `sgd`: `#plan.row_shard` over `dp_shard` (or
-      `#plan.block_shard` for matrices with `block-shard=R,C`); each unit's
-      row layout (`per_param` as FSDP2, or `flat` row-aligned buckets as
-      Megatron-FSDP) is chosen by cost: padding bytes against copies.
-    - `muon`: every 2-D parameter on an owner rank (`#plan.owner`) with
-      Muon; 1-D parameters with AdamW.
-    - `mixed_muon_adamw`: hidden matrices and FSDP-managed experts on owners
-      with Muon; embeddings, the output head, routers, norms, biases and
-      1-D tensors row-sharded with AdamW (`muon-embedding`, `muon-head`,
-      `muon-router` move the first three to Muon).
-
-    Owners are balanced by Newton-Schulz cost plus elementwise optimizer
-    work, cumulatively over the model (`owner-strategy=balanced`; the
-    `matrixfsdp` and `round_robin` baselines are there for comparison).
-    Adjacent units are grouped for gathering when the mesh has more ranks
-    than a unit has matrices (`group-units`). With `dp_replicate` (HSDP),
-    parameters shard over `dp_shard` and replicate over `dp_replicate`; the
-    replicas may split Newton-Schulz work (`ns-split`, chosen by cost).
-    External (TP/EP-owned) parameters are left untouched. Placements present
-    on input are pins: they are kept and checked.
-
-    The policy, ZeRO level and mesh come from the options, else from the
-    graph's `plan.policy` and `plan.mesh`.
-  }];
-  let options = [
+// The options of mfsdp-assign-layouts, which mfsdp-plan-and-schedule-step
+// takes too.
+defvar AssignLayoutsOptionList = [
     Option<"policy", "policy", "::mfsdp::PolicyOption",
            /*default=*/"::mfsdp::PolicyOption::Graph",
            "adamw, sgd, muon or mixed_muon_adamw; graph (the default): the graph's plan.policy, else adamw",
@@ -107,7 +78,40 @@ def AssignLayouts : Pass<"mfsdp-assign-layouts", "::mfsdp::plan::GraphOp"> {
            "Newton-Schulz steps of Muon (0: the graph's policy, else 5)">,
     Option<"fp32Master", "fp32-master", "bool", /*default=*/"true",
            "Keep fp32 masters of narrower parameters (false: pure bf16 training)">,
-  ];
+];
+
+def AssignLayouts : Pass<"mfsdp-assign-layouts", "::mfsdp::plan::GraphOp"> {
+  let summary = "Choose every parameter's placement and optimizer";
+  let description = [{
+    Classifies every parameter of each `plan.graph` (2-D hidden matrix,
+    embedding, output head, norm, bias, router, expert, 1-D, external, tied)
+    and gives it an optimizer and a placement:
+
+    - `adamw` / `sgd`: `#plan.row_shard` over `dp_shard` (or
+      `#plan.block_shard` for matrices with `block-shard=R,C`); each unit's
+      row layout (`per_param` as FSDP2, or `flat` row-aligned buckets as
+      Megatron-FSDP) is chosen by cost: padding bytes against copies.
+    - `muon`: every 2-D parameter on an owner rank (`#plan.owner`) with
+      Muon; 1-D parameters with AdamW.
+    - `mixed_muon_adamw`: hidden matrices and FSDP-managed experts on owners
+      with Muon; embeddings, the output head, routers, norms, biases and
+      1-D tensors row-sharded with AdamW (`muon-embedding`, `muon-head`,
+      `muon-router` move the first three to Muon).
+
+    Owners are balanced by Newton-Schulz cost plus elementwise optimizer
+    work, cumulatively over the model (`owner-strategy=balanced`; the
+    `matrixfsdp` and `round_robin` baselines are there for comparison).
+    Adjacent units are grouped for gathering when the mesh has more ranks
+    than a unit has matrices (`group-units`). With `dp_replicate` (HSDP),
+    parameters shard over `dp_shard` and replicate over `dp_replicate`; the
+    replicas may split Newton-Schulz work (`ns-split`, chosen by cost).
+    External (TP/EP-owned) parameters are left untouched. Placements present
+    on input are pins: they are kept and checked.
+
+    The policy, ZeRO level and mesh come from the options, else from the
+    graph's `plan.policy` and `plan.mesh`.
+  }];
+  let options = AssignLayoutsOptionList;
 }
 
 def PlanReport : Pass<"mfsdp-plan-report", "::mlir::ModuleOp"> {
@@ -397,28 +401,9 @@ def ScheduleStep : Pass<"mfsdp-schedule-step", "::mfsdp::sched::StepOp"> {
   let dependentDialects = ["::mfsdp::sched::SchedDialect"];
 }
 
-def BuildAndScheduleStep
-    : Pass<"mfsdp-build-and-schedule-step", "::mlir::ModuleOp"> {
-  let summary = "Build each planned graph's step and schedule it before it is written";
-  let description = [{
-    `mfsdp-build-step` followed by `mfsdp-schedule-step`, with their options,
-    on the step held in memory between the two: the step is written into
-    the IR once, already bucketed, overlapped, memory-planned and verified,
-    instead of written, read back and written again. The result and the
-    diagnostics are those of the two passes in a row (what the default
-    pipeline runs; on large graphs the IR round trip between the two was a
-    sixth of the pipeline's time).
-
-    Example:
-
-    ```mlir
-    // mfsdp-opt --mfsdp-build-and-schedule-step="microbatches=2 prefetch=1"
-    // is the same as
-    // mfsdp-opt --mfsdp-build-step=microbatches=2
-    //           --mfsdp-schedule-step=prefetch=1
-    ```
-  }];
-  let options = [
+// The options of mfsdp-build-and-schedule-step, which
+// mfsdp-plan-and-schedule-step takes too.
+defvar BuildAndScheduleStepOptionList = [
     Option<"tokens", "tokens", "int64_t", /*default=*/"0",
            "Tokens per rank per microbatch (0: the graph's seq_len)">,
     Option<"microbatches", "microbatches", "int64_t", /*default=*/"1",
@@ -466,7 +451,63 @@ def BuildAndScheduleStep
     Option<"buckets", "buckets", "bool", /*default=*/"true",
            "mfsdp-plan-memory's: the step library's runtime buckets are the "
            "step's (false: one collective per parameter)">,
-  ];
+];
+
+def BuildAndScheduleStep
+    : Pass<"mfsdp-build-and-schedule-step", "::mlir::ModuleOp"> {
+  let summary = "Build each planned graph's step and schedule it before it is written";
+  let description = [{
+    `mfsdp-build-step` followed by `mfsdp-schedule-step`, with their options,
+    on the step held in memory between the two: the step is written into
+    the IR once, already bucketed, overlapped, memory-planned and verified,
+    instead of written, read back and written again. The result and the
+    diagnostics are those of the two passes in a row (on large graphs the IR
+    round trip between the two was a sixth of the pipeline's time). The
+    default pipeline runs it after `mfsdp-assign-layouts`, as one pass:
+    `mfsdp-plan-and-schedule-step`.
+
+    Example:
+
+    ```mlir
+    // mfsdp-opt --mfsdp-build-and-schedule-step="microbatches=2 prefetch=1"
+    // is the same as
+    // mfsdp-opt --mfsdp-build-step=microbatches=2
+    //           --mfsdp-schedule-step=prefetch=1
+    ```
+  }];
+  let options = BuildAndScheduleStepOptionList;
+  let dependentDialects = ["::mfsdp::sched::SchedDialect"];
+}
+
+// The options both passes have: the pipeline gives them one value.
+defvar SharedStepOptions = ["ns-steps", "hardware", "ns-precision"];
+
+def PlanAndScheduleStep
+    : Pass<"mfsdp-plan-and-schedule-step", "::mlir::ModuleOp"> {
+  let summary = "Plan each graph's layouts, then build and schedule its step, as one pass";
+  let description = [{
+    `mfsdp-assign-layouts` on every `plan.graph` of the module, then
+    `mfsdp-build-and-schedule-step`, with their options (`ns-steps`,
+    `hardware` and `ns-precision` are given to both). The result and the
+    diagnostics are those of the two passes in a row; what differs is that
+    the pass manager verifies the module once, after both, rather than
+    each graph after its layouts too (on a graph of 100,000 units that
+    verification took 0.75 s). This is the pass `--mfsdp-pipeline` runs.
+    To see the IR between the two stages, run the two passes.
+
+    Example:
+
+    ```mlir
+    // mfsdp-opt --mfsdp-plan-and-schedule-step="mesh=dp_shard=8 prefetch=2"
+    // is the same as
+    // mfsdp-opt --mfsdp-assign-layouts=mesh=dp_shard=8
+    //           --mfsdp-build-and-schedule-step=prefetch=2
+    ```
+  }];
+  let options = !listconcat(AssignLayoutsOptionList,
+      !filter(option, BuildAndScheduleStepOptionList,
+              !empty(!filter(name, SharedStepOptions,
+                             !eq(name, option.argument)))));
   let dependentDialects = ["::mfsdp::sched::SchedDialect"];
 }
 

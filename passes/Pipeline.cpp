@@ -14,44 +14,38 @@ InFlightDiagnostic mfsdp::emitOptionError(MLIRContext *ctx, StringRef pass,
 }
 
 void mfsdp::buildDefaultPipeline(OpPassManager &pm, const PipelineOptions &o) {
-  AssignLayoutsOptions layouts;
-  layouts.policy = o.policy;
-  layouts.zero = o.zero;
-  layouts.mesh = o.mesh;
-  layouts.world = o.world;
-  layouts.ownerStrategy = o.ownerStrategy;
-  layouts.groupUnits = o.groupUnits;
-  layouts.rowLayout = o.rowLayout;
-  layouts.nsSplit = o.nsSplit;
-  layouts.fp32Master = o.fp32Master;
-  layouts.nsSteps = o.nsSteps;
-  layouts.hardware = o.hardware;
-  layouts.nsPrecision = o.nsPrecision;
-  // Layouts are chosen graph by graph and each step is scheduled on its own
-  // (in parallel when the module holds several); building a step adds an op
-  // beside its graph, so that pass runs on the module.
-  pm.addNestedPass<plan::GraphOp>(createAssignLayouts(layouts));
-  // The step is built and scheduled (bucketed, overlapped, memory-planned
-  // and verified) before it is written, once: the same result as
+  // Layouts are chosen graph by graph, then each graph's step is built and
+  // scheduled (bucketed, overlapped, memory-planned and verified) before it
+  // is written, once: the same result as mfsdp-assign-layouts,
   // mfsdp-build-step and mfsdp-schedule-step in a row (which runs the four
-  // schedule passes as one), without writing the step and reading it back.
-  BuildAndScheduleStepOptions step;
-  step.tokens = o.tokens;
-  step.microbatches = o.microbatches;
-  step.baseline = o.baseline;
-  step.reduceDtype = o.reduceDtype;
-  step.nsSteps = o.nsSteps;
-  step.bucketMB = o.bucketMB;
-  step.prefetch = o.prefetch;
-  step.maxInflightMB = o.maxInflightMB;
-  step.gatherComm = o.gatherComm;
-  step.optimizerOrder = o.optimizerOrder;
-  step.hardware = o.hardware;
-  step.nsPrecision = o.nsPrecision;
-  step.memoryCapMB = o.memoryCapMB;
-  step.accumulate = o.accumulate;
-  step.buckets = o.buckets;
-  pm.addPass(createBuildAndScheduleStep(step));
+  // schedule passes as one), without writing the step and reading it back,
+  // and with the module verified once, after all of it.
+  PlanAndScheduleStepOptions p;
+  p.policy = o.policy;
+  p.zero = o.zero;
+  p.mesh = o.mesh;
+  p.world = o.world;
+  p.ownerStrategy = o.ownerStrategy;
+  p.groupUnits = o.groupUnits;
+  p.rowLayout = o.rowLayout;
+  p.nsSplit = o.nsSplit;
+  p.fp32Master = o.fp32Master;
+  p.nsSteps = o.nsSteps;
+  p.hardware = o.hardware;
+  p.nsPrecision = o.nsPrecision;
+  p.tokens = o.tokens;
+  p.microbatches = o.microbatches;
+  p.baseline = o.baseline;
+  p.reduceDtype = o.reduceDtype;
+  p.bucketMB = o.bucketMB;
+  p.prefetch = o.prefetch;
+  p.maxInflightMB = o.maxInflightMB;
+  p.gatherComm = o.gatherComm;
+  p.optimizerOrder = o.optimizerOrder;
+  p.memoryCapMB = o.memoryCapMB;
+  p.accumulate = o.accumulate;
+  p.buckets = o.buckets;
+  pm.addPass(createPlanAndScheduleStep(p));
 }
 
 void mfsdp::registerDefaultPipeline() {
