@@ -3,11 +3,12 @@
 // What each schedule pass does to a step already read from its sched.step:
 // the passes (mfsdp-bucket-collectives, mfsdp-schedule-overlap,
 // mfsdp-plan-memory, mfsdp-verify-schedule) read the step, run their stage
-// and write it back; mfsdp-schedule-step, which the default pipeline runs,
-// reads the step once, runs the four stages on it and writes it once, with
-// the same result as the four passes in a row; and
-// mfsdp-build-and-schedule-step, the default pipeline's, builds the step
-// and schedules it before it is ever written.
+// and write it back; mfsdp-schedule-step reads the step once, runs the
+// four stages on it and writes it once, with the same result as the four
+// passes in a row; and
+// mfsdp-build-and-schedule-step builds the step and schedules it before it
+// is ever written (the default pipeline runs it as a stage of
+// mfsdp-plan-and-schedule-step, passes/PlanStages.h).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MFSDP_PASSES_SCHEDULESTAGES_H
