@@ -41,7 +41,7 @@ struct HardwareProfile {
   double interBytes = 0;
   int gpusPerNode = 8;        // ranks that share the intra-node fabric
 
-  // The simulator's model (lib/cost/Simulator.cpp says how each is used).
+  // The simulator's model (lib/cost/CostModel.cpp says how each is used).
   double gemmEfficiency = 1;  // fraction of peak that large GEMMs reach
   /// Fraction of peak the trainer's own forward, backward and recomputation
   /// reach as a whole (attention, norms and elementwise work included); 0
