@@ -1,6 +1,6 @@
 //===- JsonText.h - Words for JSON values in the readers' messages -*- C++ -*-===//
 //
-// Shared by the graph format's reader (Graph.cpp) and the HF config
+// Shared by the graph format's reader (GraphJson.cpp) and the HF config
 // importer (HFConfig.cpp), which name what they found where they expected
 // something else ("expected an integer, got a string").
 //
