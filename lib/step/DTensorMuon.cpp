@@ -3,7 +3,7 @@
 // The ops FSDP2 runs for torch.optim.Muon's Newton-Schulz on DTensor
 // shards (baseline=fsdp2-dtensor, fsdp2-dtensor-mm): each matmul's
 // strategy chosen by DTensor's own cost estimate, and the redistributions
-// it implies. The step builder (Builder.cpp) turns them into ops.
+// it implies. The step builder (BuildOptimizer.cpp) turns them into ops.
 //
 //===----------------------------------------------------------------------===//
 #include "mfsdp/step/Builder.h"
