@@ -23,7 +23,8 @@ endfunction()
 set(prefix "${WORK}/prefix")
 file(REMOVE_RECURSE "${WORK}")
 run("cmake --install" ${CMAKE_COMMAND} --install "${BUILD}" --prefix "${prefix}")
-foreach(f include/mfsdp/runtime.h bin/mfsdp-compile lib/cmake/mfsdp/mfsdp-config.cmake
+foreach(f include/mfsdp/runtime.h include/mfsdp/plan.h bin/mfsdp-compile
+          lib/cmake/mfsdp/mfsdp-config.cmake
           lib/cmake/mfsdp/mfsdp-config-version.cmake)
   if(NOT EXISTS "${prefix}/${f}")
     message(FATAL_ERROR "cmake --install did not install ${f}")
