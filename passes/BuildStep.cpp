@@ -61,6 +61,18 @@ FailureOr<step::Step> mfsdp::buildStage(GraphOp graph, const BuildStepOptions &o
               "not supported";
   planner::Decisions d;
   PolicyOp policy = graph.getPolicy();
+  // A baseline is FSDP2's step over FSDP2's layout: every matrix
+  // row-sharded, as a policy=adamw plan places them. Over another plan (its
+  // matrices on owners) it would find nothing to gather and build the
+  // plan's own step under the baseline's name.
+  if (fsdp2 && policy && policy.getKind() != plan::PolicyKind::adamw)
+    return policy.emitOpError("is ")
+           << stringifyPolicyKind(policy.getKind()) << ", but baseline="
+           << enumName(o.baseline)
+           << " builds FSDP2's step from a plan made with policy=adamw (the "
+              "matrices Muon steps kept row-sharded, as FSDP2 shards them); "
+              "plan the graph with mfsdp-assign-layouts{policy=adamw}, as "
+              "mfsdp-sim --compare plans its baselines";
   d.nsSplit = policy && policy.getNsSplit();
 
   std::vector<step::UnitCost> costs;

@@ -178,7 +178,8 @@ def BuildStep : Pass<"mfsdp-build-step", "::mlir::ModuleOp"> {
     (docs/benchmarks.md). That replays Newton-Schulz in its `addmm` form
     (torch 2.9; `use_addmm=True` later); `baseline=fsdp2-dtensor-mm` replays
     the `use_addmm=False` form of later releases (`mm` plus pointwise ops,
-    placed by DTensor's pointwise rules).
+    placed by DTensor's pointwise rules). A baseline over a plan of another
+    policy than `adamw` is an error.
   }];
   let options = [
     Option<"tokens", "tokens", "int64_t", /*default=*/"0",

@@ -4,6 +4,8 @@
 // RUN: mfsdp-opt %S/Inputs/two-matrices.mlir --mfsdp-assign-layouts="mesh=dp_replicate=2,dp_shard=2" --mfsdp-build-step | FileCheck %s --check-prefix=HSDP
 // RUN: mfsdp-opt %S/Inputs/two-matrices.mlir --mfsdp-assign-layouts=policy=adamw --mfsdp-build-step=baseline=fsdp2 | FileCheck %s --check-prefix=FSDP2
 // RUN: not mfsdp-opt %S/Inputs/two-matrices.mlir --mfsdp-build-step -o /dev/null 2>&1 | FileCheck %s --check-prefix=UNPLANNED
+// RUN: not mfsdp-opt %S/Inputs/two-matrices.mlir --mfsdp-assign-layouts=policy=mixed_muon_adamw --mfsdp-build-step=baseline=fsdp2 -o /dev/null 2>&1 | FileCheck %s --check-prefix=NOTADAMW
+// RUN: not mfsdp-opt %S/Inputs/two-matrices.mlir "--mfsdp-pipeline=mesh=dp_shard=2 policy=muon baseline=fsdp2-dtensor" -o /dev/null 2>&1 | FileCheck %s --check-prefix=NOTADAMW-DT
 
 // ZeRO-3: the group is gathered before forward and again before backward
 // (rows by all_gather, owners' matrices by all_gather_v with each rank's
@@ -61,3 +63,10 @@
 // FSDP2-NOT: only_rank
 
 // UNPLANNED: error: 'plan.param' op has no placement; run mfsdp-assign-layouts before mfsdp-build-step
+
+// A baseline over a plan that is not FSDP2's layout (matrices on owners)
+// would find no row-sharded matrix to gather and build the plan's own step
+// under the baseline's name: refused, through the pipeline too.
+// NOTADAMW: error: 'plan.policy' op is mixed_muon_adamw, but baseline=fsdp2 builds FSDP2's step from a plan made with policy=adamw
+// NOTADAMW-SAME: plan the graph with mfsdp-assign-layouts{policy=adamw}
+// NOTADAMW-DT: error: 'plan.policy' op is muon, but baseline=fsdp2-dtensor builds FSDP2's step
