@@ -50,7 +50,8 @@ LogicalResult parseMeshOption(StringRef spec, SmallVectorImpl<Attribute> &names,
 } // namespace
 
 LogicalResult mfsdp::assignLayoutsStage(GraphOp graph,
-                                        const AssignLayoutsOptions &o) {
+                                        const AssignLayoutsOptions &o,
+                                        BridgedGraph *planned) {
   constexpr StringLiteral kPass = "mfsdp-assign-layouts";
   MLIRContext *ctx = graph.getContext();
   Builder b(ctx);
@@ -171,6 +172,10 @@ LogicalResult mfsdp::assignLayoutsStage(GraphOp graph,
     return graph.emitError(err.message);
   }
   writeGraph(graph, bridged, opts, decisions);
+  if (planned) {
+    readBackAfterWrite(bridged);
+    *planned = std::move(bridged);
+  }
   return success();
 }
 

@@ -22,7 +22,8 @@ using namespace mlir;
 using namespace mfsdp;
 
 LogicalResult mfsdp::buildAndScheduleStage(plan::GraphOp graph,
-                                           const BuildAndScheduleStepOptions &o) {
+                                           const BuildAndScheduleStepOptions &o,
+                                           BridgedGraph *planned) {
   constexpr StringLiteral kPass = "mfsdp-build-and-schedule-step";
   BuildStepOptions build;
   build.tokens = o.tokens;
@@ -30,7 +31,7 @@ LogicalResult mfsdp::buildAndScheduleStage(plan::GraphOp graph,
   build.baseline = o.baseline;
   build.nsSteps = o.nsSteps;
   build.reduceDtype = o.reduceDtype;
-  FailureOr<step::Step> s = buildStage(graph, build);
+  FailureOr<step::Step> s = buildStage(graph, build, planned);
   // The stages see the step as mfsdp-schedule-step reads it from what
   // mfsdp-build-step writes (an alloc's phase, whole byte counts, buffers
   // in alloc order): the same schedule as the two passes in a row.

@@ -16,7 +16,8 @@ using namespace mlir;
 using namespace mfsdp;
 using namespace mfsdp::plan;
 
-FailureOr<step::Step> mfsdp::buildStage(GraphOp graph, const BuildStepOptions &o) {
+FailureOr<step::Step> mfsdp::buildStage(GraphOp graph, const BuildStepOptions &o,
+                                        BridgedGraph *planned) {
   if (!graph.getMesh())
     return graph.emitError("has no mesh; run mfsdp-assign-layouts before "
                            "mfsdp-build-step");
@@ -39,7 +40,9 @@ FailureOr<step::Step> mfsdp::buildStage(GraphOp graph, const BuildStepOptions &o
   if (tok <= 0)
     return graph.emitError("the graph has no seq_len; give tokens=N");
 
-  BridgedGraph b = readGraph(graph);
+  BridgedGraph b = planned ? std::move(*planned) : readGraph(graph);
+  assert((!planned || sameReading(b, readGraph(graph))) &&
+         "the planned graph handed over differs from the graph read back");
   for (auto [i, pp] : llvm::enumerate(b.problem.params))
     if (!pp.tied && pp.placement == planner::PlacementKind::None)
       return b.params[i].emitOpError(

@@ -7,7 +7,8 @@
 // writes only the planner's decisions, which hold the verifier's rules by
 // construction (placements over the mesh's dims, groups 0.. in unit
 // order); the module's verification after this pass checks them all the
-// same.
+// same. The step stage takes each graph's planner problem from its layout
+// stage (readBackAfterWrite) instead of reading the graph again.
 //
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
@@ -32,15 +33,18 @@ struct PlanAndScheduleStepPass
     SmallVector<plan::GraphOp> graphs(getOperation().getOps<plan::GraphOp>());
     // Every graph's layouts first, each graph's errors reported (as the
     // layout pass, nested on graphs, does), and no step built if one fails.
+    // Each graph's planner problem is kept from its layouts for its step:
+    // what reading the graph again would give (readBackAfterWrite).
     const AssignLayoutsOptions layouts = layoutOptions();
-    bool planned = true;
-    for (plan::GraphOp g : graphs)
-      planned &= succeeded(assignLayoutsStage(g, layouts));
-    if (!planned)
+    std::vector<BridgedGraph> planned(graphs.size());
+    bool ok = true;
+    for (auto [g, b] : llvm::zip(graphs, planned))
+      ok &= succeeded(assignLayoutsStage(g, layouts, &b));
+    if (!ok)
       return signalPassFailure();
     const BuildAndScheduleStepOptions step = stepOptions();
-    for (plan::GraphOp g : graphs)
-      if (failed(buildAndScheduleStage(g, step)))
+    for (auto [g, b] : llvm::zip(graphs, planned))
+      if (failed(buildAndScheduleStage(g, step, &b)))
         return signalPassFailure();
   }
 };

@@ -12,17 +12,23 @@
 
 #include "passes/Passes.h"
 #include "dialects/plan/PlanOps.h"
+#include "dialects/plan/PlannerBridge.h"
 
 namespace mfsdp {
 
 /// mfsdp-assign-layouts on `graph`: fails with that pass's diagnostics.
+/// With `planned`, leaves there the graph as readGraph would read it back
+/// (readBackAfterWrite), for buildAndScheduleStage.
 mlir::LogicalResult assignLayoutsStage(plan::GraphOp graph,
-                                       const AssignLayoutsOptions &options);
+                                       const AssignLayoutsOptions &options,
+                                       BridgedGraph *planned = nullptr);
 
 /// mfsdp-build-and-schedule-step on one planned `graph` of its module:
-/// fails with that pass's diagnostics.
+/// fails with that pass's diagnostics. `planned`: the graph as
+/// assignLayoutsStage left it, taken instead of reading the graph again.
 mlir::LogicalResult buildAndScheduleStage(plan::GraphOp graph,
-                                          const BuildAndScheduleStepOptions &options);
+                                          const BuildAndScheduleStepOptions &options,
+                                          BridgedGraph *planned = nullptr);
 
 /// A pass whose generated base `PassBase` declares mfsdp-assign-layouts's
 /// options, with them as assignLayoutsStage takes them.

@@ -16,6 +16,7 @@
 
 #include "passes/Passes.h"
 #include "dialects/plan/PlanOps.h"
+#include "dialects/plan/PlannerBridge.h"
 
 #include "mfsdp/cost/Simulator.h"
 #include "mfsdp/step/RuntimeMemory.h"
@@ -31,8 +32,11 @@ namespace mfsdp {
 
 /// The step of one planned graph as mfsdp-build-step builds it (before it
 /// is written); fails with a diagnostic on `graph` or its options.
+/// `planned`: the graph as readGraph reads it, given by the caller that
+/// has it (the layout stage before), else read here.
 mlir::FailureOr<step::Step> buildStage(plan::GraphOp graph,
-                                       const BuildStepOptions &options);
+                                       const BuildStepOptions &options,
+                                       BridgedGraph *planned = nullptr);
 
 /// Records on `op` the dtype every gradient reduction of its step counts
 /// (mfsdp-build-step's reduce-dtype): f32 or bf16 as `reduce_dtype`,

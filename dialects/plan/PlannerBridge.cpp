@@ -3,6 +3,9 @@
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLExtras.h"
+
+#include <tuple>
 
 using namespace mlir;
 using namespace mfsdp;
@@ -142,6 +145,16 @@ std::optional<::mfsdp::NsPrecision> mfsdp::graphNsPrecision(GraphOp graph) {
   return std::nullopt;
 }
 
+/// Whether each unit holds a row-sharded parameter (writeGraph gives those
+/// a row layout).
+static std::vector<bool> unitsWithRows(const planner::Problem &pr) {
+  std::vector<bool> hasRows(pr.units.size(), false);
+  for (const planner::Param &p : pr.params)
+    if (p.placement == planner::PlacementKind::RowShard && p.unit >= 0)
+      hasRows[p.unit] = true;
+  return hasRows;
+}
+
 void mfsdp::writeGraph(GraphOp graph, const BridgedGraph &b,
                        const planner::Options &opts,
                        const planner::Decisions &d) {
@@ -265,10 +278,7 @@ void mfsdp::writeGraph(GraphOp graph, const BridgedGraph &b,
       op.removeOptimizerAttr();
   }
 
-  std::vector<bool> hasRows(b.units.size(), false);
-  for (const planner::Param &p : b.problem.params)
-    if (p.placement == planner::PlacementKind::RowShard && p.unit >= 0)
-      hasRows[p.unit] = true;
+  std::vector<bool> hasRows = unitsWithRows(b.problem);
   for (auto [i, pu] : llvm::enumerate(b.problem.units)) {
     UnitOp u = b.units[i];
     u.setGroupAttr(builder.getI64IntegerAttr(pu.group));
@@ -277,4 +287,54 @@ void mfsdp::writeGraph(GraphOp graph, const BridgedGraph &b,
     else
       u.removeRowLayoutAttr();
   }
+}
+
+void mfsdp::readBackAfterWrite(BridgedGraph &b) {
+  // As readGraph reads what writeGraph wrote: each parameter's placement
+  // attribute and that placement's own fields (a pin), its optimizer
+  // attribute (none where writeGraph removed it); each unit's group, and
+  // its row layout where it has row shards.
+  for (planner::Param &p : b.problem.params) {
+    switch (p.placement) {
+    case planner::PlacementKind::RowShard:
+    case planner::PlacementKind::BlockShard:
+    case planner::PlacementKind::Owner:
+    case planner::PlacementKind::Replicate:
+      p.pinned = true;
+      break;
+    case planner::PlacementKind::External:
+    case planner::PlacementKind::None:
+      p.pinned = false;
+      break;
+    }
+    const planner::Param defaults;
+    if (p.placement != planner::PlacementKind::RowShard)
+      p.rowDim = defaults.rowDim;
+    if (p.placement != planner::PlacementKind::Owner)
+      p.ownerRank = defaults.ownerRank;
+    if (p.placement != planner::PlacementKind::BlockShard)
+      p.block.clear();
+    p.role = planner::classify(p);
+  }
+  std::vector<bool> hasRows = unitsWithRows(b.problem);
+  for (auto [i, pu] : llvm::enumerate(b.problem.units))
+    if (!hasRows[i])
+      pu.layout = planner::Unit().layout;
+}
+
+bool mfsdp::sameReading(const BridgedGraph &a, const BridgedGraph &b) {
+  auto sameParam = [](const planner::Param &x, const planner::Param &y) {
+    return std::tie(x.name, x.shape, x.elemBytes, x.kind, x.unit, x.tied,
+                    x.external, x.frozen, x.externalAxes, x.role, x.placement,
+                    x.pinned, x.ownerRank, x.rowDim, x.block, x.optim) ==
+           std::tie(y.name, y.shape, y.elemBytes, y.kind, y.unit, y.tied,
+                    y.external, y.frozen, y.externalAxes, y.role, y.placement,
+                    y.pinned, y.ownerRank, y.rowDim, y.block, y.optim);
+  };
+  auto sameUnit = [](const planner::Unit &x, const planner::Unit &y) {
+    return std::tie(x.name, x.group, x.layout) == std::tie(y.name, y.group, y.layout);
+  };
+  return a.params == b.params && a.units == b.units &&
+         llvm::equal(a.problem.params, b.problem.params, sameParam) &&
+         llvm::equal(a.problem.units, b.problem.units, sameUnit);
 }
