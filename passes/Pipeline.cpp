@@ -25,6 +25,13 @@ void mfsdp::buildDefaultPipeline(OpPassManager &pm, const PipelineOptions &o) {
   p.zero = o.zero;
   p.mesh = o.mesh;
   p.world = o.world;
+  p.muonEmbedding = o.muonEmbedding;
+  p.muonHead = o.muonHead;
+  p.muonRouter = o.muonRouter;
+  p.muonInclude.assign(o.muonInclude.begin(), o.muonInclude.end());
+  p.blockShard.assign(o.blockShard.begin(), o.blockShard.end());
+  p.groupMaxMB = o.groupMaxMB;
+  p.replicateUnder = o.replicateUnder;
   p.ownerStrategy = o.ownerStrategy;
   p.groupUnits = o.groupUnits;
   p.rowLayout = o.rowLayout;

@@ -23,6 +23,29 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
                            llvm::cl::init("")};
   Option<int64_t> world{*this, "world", llvm::cl::desc("ranks the mesh must have"),
                         llvm::cl::init(0)};
+  Option<bool> muonEmbedding{*this, "muon-embedding",
+                             llvm::cl::desc("mixed_muon_adamw: put embeddings on Muon"),
+                             llvm::cl::init(false)};
+  Option<bool> muonHead{*this, "muon-head",
+                        llvm::cl::desc("mixed_muon_adamw: put the output head on Muon"),
+                        llvm::cl::init(false)};
+  Option<bool> muonRouter{*this, "muon-router",
+                          llvm::cl::desc("mixed_muon_adamw: put MoE routers on Muon"),
+                          llvm::cl::init(false)};
+  ListOption<std::string> muonInclude{
+      *this, "muon-include",
+      llvm::cl::desc("parameters forced to Muon (they must be 2-D)")};
+  ListOption<int64_t> blockShard{
+      *this, "block-shard",
+      llvm::cl::desc("block-shard AdamW matrices in blocks of ROWS,COLS")};
+  Option<int64_t> groupMaxMB{
+      *this, "group-max-mb",
+      llvm::cl::desc("automatic grouping: at most this many MiB gathered per group"),
+      llvm::cl::init(8192)};
+  Option<int64_t> replicateUnder{
+      *this, "replicate-under-bytes",
+      llvm::cl::desc("replicate parameters smaller than this many bytes"),
+      llvm::cl::init(0)};
   Option<OwnerStrategy> ownerStrategy{
       *this, "owner-strategy",
       llvm::cl::desc("balanced, matrixfsdp or round_robin"),
