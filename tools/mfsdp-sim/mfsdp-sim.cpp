@@ -15,6 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "dialects/plan/PlanDialect.h"
+#include "dialects/plan/PlanOps.h"
 #include "dialects/sched/SchedOps.h"
 #include "mfsdp/cost/Simulator.h"
 #include "mfsdp/emit/RuntimePlan.h"
@@ -259,6 +260,7 @@ int main(int argc, char **argv) {
     variants.push_back({"mfsdp (owners)", ""});
   std::vector<Outcome> outcomes;
   std::string arenaLine;
+  std::vector<std::string> notSimulated; // baselines left out, and why
   for (size_t i = 0; i < variants.size(); ++i) {
     const Variant v = variants[i];
     OwningOpRef<ModuleOp> work = module->clone();
@@ -290,17 +292,31 @@ int main(int argc, char **argv) {
         for (const mfsdp::step::Op &op : o.step.ops)
           muonPlan |= op.kind == mfsdp::step::OpKind::Optimizer &&
                       op.optimizer == "muon";
+      // The DTensor baselines model DTensor on a 1-D dp_shard mesh: on an
+      // HSDP mesh (dp_replicate > 1) they are left out, and said so.
+      int64_t replicas = 1;
+      for (auto graph : work->getOps<mfsdp::plan::GraphOp>())
+        if (mfsdp::plan::MeshOp mesh = graph.getMesh())
+          replicas = std::max(replicas, mesh.getDimSize("dp_replicate").value_or(1));
       if (muonPlan) {
         variants.push_back({"MatrixFSDP-style",
                             " owner-strategy=matrixfsdp group-units=1 row-layout=flat"});
         variants.push_back({"FSDP2-style",
                             " policy=adamw baseline=fsdp2 row-layout=per_param"});
-        variants.push_back(
-            {"FSDP2-DTensor",
-             " policy=adamw baseline=fsdp2-dtensor row-layout=per_param"});
-        variants.push_back(
-            {"FSDP2-DTensor-mm",
-             " policy=adamw baseline=fsdp2-dtensor-mm row-layout=per_param"});
+        if (replicas > 1) {
+          notSimulated.push_back(fmt::format(
+              "FSDP2-DTensor, FSDP2-DTensor-mm: not simulated; they model "
+              "torch.optim.Muon on DTensors over a 1-D dp_shard mesh, and this mesh "
+              "has dp_replicate={}",
+              replicas));
+        } else {
+          variants.push_back(
+              {"FSDP2-DTensor",
+               " policy=adamw baseline=fsdp2-dtensor row-layout=per_param"});
+          variants.push_back(
+              {"FSDP2-DTensor-mm",
+               " policy=adamw baseline=fsdp2-dtensor-mm row-layout=per_param"});
+        }
       } else {
         for (Outcome &o : outcomes)
           o.label = "mfsdp";
@@ -332,6 +348,8 @@ int main(int argc, char **argv) {
     if (&o == &outcomes.front())
       llvm::outs() << arenaLine << "\n";
   }
+  for (const std::string &line : notSimulated)
+    llvm::outs() << line << "\n";
   if (!tracePath.empty()) {
     auto out = openOutputFile(tracePath, &error);
     if (!out)
