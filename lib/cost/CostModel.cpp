@@ -1,7 +1,7 @@
 //===- CostModel.cpp - Op durations and the physical floors ---------------===//
 //
 // What each op of a step costs on a hardware profile (compute at the
-// profile's rates, collectives by the ring/tree model), and the floors a
+// profile's rates, collectives by the ring model), and the floors a
 // step's phases cannot beat at datasheet peak. The simulation that places
 // these durations in time is Simulator.cpp. Every time produced here is a
 // prediction.
@@ -15,7 +15,6 @@
 #include <cmath>
 #include <map>
 #include <vector>
-
 
 namespace mfsdp::cost {
 

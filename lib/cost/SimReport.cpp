@@ -12,15 +12,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <set>
 #include <cmath>
+#include <set>
 #include <string>
 #include <string_view>
 
-
 namespace mfsdp::cost {
 
-using step::CollKind;
 using step::Op;
 using step::OpKind;
 using step::Phase;
@@ -28,7 +26,6 @@ using step::Step;
 using detail::RankMemory;
 
 namespace {
-
 
 bool runsOn(const Op &op, int64_t rank) {
   return op.onlyRank < 0 || op.onlyRank == rank;
