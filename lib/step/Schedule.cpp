@@ -535,6 +535,13 @@ private:
       for (int64_t buf : *list)
         if (auto it = state.pendingOn.find(buf); it != state.pendingOn.end())
           needed.insert(it->second.begin(), it->second.end());
+    // A collective held for those in flight that uses a buffer of this op
+    // (the gathered-Muon baseline under HSDP: a gradient's all-gather,
+    // held behind the all-reduce over replicas, writes what the Muon step
+    // reads) runs before it: the waits it was held for release it.
+    for (const State::Blocked &b : state.blocked)
+      if (buffersConflict(op, b.op))
+        needed.insert(b.after.begin(), b.after.end());
     for (int64_t idx : needed) { // in issue order, as they were started
       waitFor(idx, op.phase);
       for (int64_t buf : state.pending[idx]) {

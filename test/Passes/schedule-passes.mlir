@@ -3,6 +3,26 @@
 // RUN: mfsdp-opt %S/Inputs/layers4.mlir --mfsdp-assign-layouts --mfsdp-build-step --mfsdp-bucket-collectives --mfsdp-schedule-overlap | FileCheck %s --check-prefix=OVERLAP
 // RUN: mfsdp-opt %S/Inputs/layers4.mlir --mfsdp-assign-layouts --mfsdp-build-step --mfsdp-bucket-collectives --mfsdp-schedule-overlap=gather-comm=separate | FileCheck %s --check-prefix=COMM
 // RUN: mfsdp-opt %S/Inputs/layers4.mlir --mfsdp-assign-layouts --mfsdp-build-step --mfsdp-bucket-collectives --mfsdp-schedule-overlap --mfsdp-plan-memory --mfsdp-verify-schedule | FileCheck %s --check-prefix=MEMORY
+// RUN: mfsdp-opt %S/Inputs/two-matrices.mlir "--mfsdp-pipeline=mesh=dp_replicate=2,dp_shard=2 policy=adamw baseline=fsdp2 row-layout=per_param" | FileCheck %s --check-prefix=HSDPBASE
+// RUN: mfsdp-opt %S/Inputs/two-matrices.mlir "--mfsdp-pipeline=mesh=dp_replicate=2,dp_shard=2 policy=mixed_muon_adamw ns-split=on" | FileCheck %s --check-prefix=HSDPMIX
+
+// Under HSDP a collective that uses a buffer the shard reduction of
+// another communicator still writes is held until that reduction's wait
+// (the all-reduce over replicas, and what reads its result). An op on the
+// compute stream that uses a held collective's buffers waits for it too:
+// the gathered-Muon baseline's Muon step reads the gradient the held
+// all-gather writes (it ran before it, and the schedule was refused:
+// 'uses a buffer after its sched.dealloc'), and AdamW reads the row
+// gradients the held all-reduce over replicas writes (it ran before it).
+// HSDPBASE-LABEL: sched.step @hand.step
+// HSDPBASE: %[[RS:.*]] = sched.reduce_scatter "reduce_scatter u0"
+// HSDPBASE: sched.wait %[[RS]]
+// HSDPBASE-NEXT: sched.all_reduce "all_reduce u0 over replicas"
+// HSDPBASE-NEXT: sched.all_gather "all_gather grad w1"
+// HSDPBASE-NEXT: sched.optimizer muon "muon (gathered) w1"
+// HSDPMIX-LABEL: sched.step @hand.step
+// HSDPMIX: sched.all_reduce "bucket all_reduce (3 tensors)" %[[G:.*]] -> %[[G]] on ["dp_replicate"]
+// HSDPMIX-NEXT: sched.optimizer adamw "adamw rows g0" reads(%[[G]])
 
 // A group of two units gathers its rows in one bucket and its owners'
 // matrices in another, the owners' chunks added rank by rank. The step
