@@ -286,9 +286,14 @@ FailureOr<ReduceDType> mfsdp::libraryReduceDtype(sched::StepOp step,
     why = "reduce_dtype " + std::string(enumName(counted));
   } else {
     // Each parameter's own dtype: one for all, or no single reduce dtype.
+    // The first of each dtype (frozen parameters too: the runtime reduces
+    // their gradients with the others').
     const mfsdp_param_desc *bf16 = nullptr, *f32 = nullptr;
-    for (const mfsdp_param_desc &d : descs)
-      (d.compute_dtype == MFSDP_COMPUTE_BF16 ? bf16 : f32) = &d;
+    for (const mfsdp_param_desc &d : descs) {
+      const mfsdp_param_desc *&first = d.compute_dtype == MFSDP_COMPUTE_BF16 ? bf16 : f32;
+      if (!first)
+        first = &d;
+    }
     if (bf16 && f32)
       return step.emitOpError()
              << "counts each parameter's gradient reductions in its own dtype (built "
