@@ -32,8 +32,12 @@ struct PlanReportPass : public mfsdp::impl::PlanReportBase<PlanReportPass> {
       getOperation().emitError(planner::unknownHardwareMessage(hardware));
       return signalPassFailure();
     }
+    // JSON: one report, or for a module of several graphs an array of
+    // them, in module order; each names its graph.
     std::string out;
-    for (GraphOp g : getOperation().getOps<GraphOp>()) {
+    const auto graphs = getOperation().getOps<GraphOp>();
+    const bool several = json && std::distance(graphs.begin(), graphs.end()) > 1;
+    for (GraphOp g : graphs) {
       if (!g.getMesh()) {
         g.emitError("cannot report a plan without a mesh; run "
                     "mfsdp-assign-layouts first");
@@ -68,13 +72,16 @@ struct PlanReportPass : public mfsdp::impl::PlanReportBase<PlanReportPass> {
                                       : " (the cost model would split): ") +
                           reason;
       planner::Report r = planner::account(b.problem, opts, d);
+      r.graph = g.getSymName().str();
       if (json) {
-        out += planner::renderJson(r);
+        out += (out.empty() ? several ? "[\n" : "" : ",\n") + planner::renderJson(r);
       } else {
         out += "graph @" + g.getSymName().str() + "\n";
         out += planner::renderText(r);
       }
     }
+    if (several)
+      out += "]\n";
     std::string error;
     auto file = openOutputFile(output, &error);
     if (!file) {

@@ -412,6 +412,8 @@ std::string renderText(const Report &r) {
 
 std::string renderJson(const Report &r) {
   std::string o = "{\n";
+  if (!r.graph.empty())
+    o += fmt::format("  \"graph\": {},\n", jsonString(r.graph));
   o += fmt::format("  \"policy\": \"{}\",\n  \"zero\": {},\n  \"dp_shard\": "
                    "{},\n  \"dp_replicate\": {},\n  \"hardware\": {},\n",
                    enumName(r.policy), r.zero, r.shard, r.replicate,

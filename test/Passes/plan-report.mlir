@@ -4,6 +4,16 @@
 // RUN: mfsdp-opt %S/Inputs/two-matrices.mlir --mfsdp-assign-layouts --mfsdp-plan-report=text -o /dev/null | FileCheck %s --check-prefix=TEXT
 // RUN: mfsdp-opt %S/Inputs/two-matrices.mlir --mfsdp-assign-layouts --mfsdp-plan-report="json output=%t.json" -o /dev/null
 // RUN: FileCheck %s --check-prefix=ZERO3 < %t.json
+// A module of several graphs gets an array of reports, each naming its
+// graph (two objects one after the other were no JSON document).
+// RUN: mfsdp-opt %S/Inputs/two-graphs.mlir --mfsdp-assign-layouts=mesh=dp_shard=2 "--mfsdp-plan-report=json output=%t.two.json" -o /dev/null
+// RUN: python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if [r['graph'] for r in d] == ['first', 'second'] else 1)" %t.two.json
+// RUN: FileCheck %s --check-prefix=TWO < %t.two.json
+// TWO: [
+// TWO-NEXT: {
+// TWO-NEXT: "graph": "first",
+// TWO: "graph": "second",
+// TWO: ]
 
 // Two 8x4 f32 matrices owned by ranks 0 and 1 (Muon, 4 B of momentum per
 // element) and a 4-element f32 norm row-sharded with AdamW (8 B of state per

@@ -169,6 +169,8 @@ struct UnitStats {
 };
 
 struct Report {
+  /// The graph reported on (renderJson's `graph`, when not empty).
+  std::string graph;
   PolicyKind policy = PolicyKind::AdamW;
   int64_t zero = 3, shard = 1, replicate = 1;
   std::string hardware;
