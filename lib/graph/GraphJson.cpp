@@ -62,7 +62,7 @@ public:
       error("expected an object, got " + typeName(v));
     for (auto it = v.begin(); it != v.end(); ++it)
       if (!allowed.count(it.key()))
-        Reader(it.value(), ptr + "/" + escape(it.key()))
+        Reader(it.value(), ptr + "/" + jsonPointerToken(it.key()))
             .error(fmt::format("unknown field '{}'; expected one of: {}",
                                brief(it.key()), join(allowed)));
   }
@@ -75,7 +75,7 @@ public:
     auto it = v.find(key);
     if (it == v.end())
       error(fmt::format("missing required field '{}'", key));
-    return Reader(*it, ptr + "/" + escape(key));
+    return Reader(*it, ptr + "/" + jsonPointerToken(key));
   }
   Reader at(size_t i) const { return Reader(v[i], fmt::format("{}/{}", ptr, i)); }
   size_t arraySize() const {
@@ -133,19 +133,6 @@ public:
     if (!std::isfinite(d))
       error("expected a finite number");
     return d;
-  }
-
-  static std::string escape(const std::string &key) {
-    std::string out;
-    for (char c : key) {
-      if (c == '~')
-        out += "~0";
-      else if (c == '/')
-        out += "~1";
-      else
-        out += c;
-    }
-    return out;
   }
 
 private:

@@ -139,18 +139,7 @@ std::string show(const json &v) {
 
 std::string typeName(const json &v) { return jsonTypeName(v.type()); }
 
-std::string pointerTo(std::string_view key) {
-  std::string p = "/";
-  for (char c : key) {
-    if (c == '~')
-      p += "~0";
-    else if (c == '/')
-      p += "~1";
-    else
-      p += c;
-  }
-  return p;
-}
+std::string pointerTo(std::string_view key) { return "/" + jsonPointerToken(key); }
 
 /// Reads typed fields of the config object. The first problem is recorded
 /// in the Diagnostic; after that every accessor returns a harmless default

@@ -2,13 +2,17 @@
 //
 // Shared by the graph format's reader (GraphJson.cpp) and the HF config
 // importer (HFConfig.cpp), which name what they found where they expected
-// something else ("expected an integer, got a string").
+// something else ("expected an integer, got a string"), and where (a JSON
+// pointer).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MFSDP_LIB_GRAPH_JSONTEXT_H
 #define MFSDP_LIB_GRAPH_JSONTEXT_H
 
 #include <nlohmann/json.hpp>
+
+#include <string>
+#include <string_view>
 
 namespace mfsdp::graph {
 
@@ -35,6 +39,21 @@ inline const char *jsonTypeName(nlohmann::json::value_t t) {
   default:
     return "a value";
   }
+}
+
+/// `key` as one token of a JSON pointer (RFC 6901: '~' as "~0", '/' as
+/// "~1"), for the pointer a diagnostic names.
+inline std::string jsonPointerToken(std::string_view key) {
+  std::string out;
+  for (char c : key) {
+    if (c == '~')
+      out += "~0";
+    else if (c == '/')
+      out += "~1";
+    else
+      out += c;
+  }
+  return out;
 }
 
 } // namespace mfsdp::graph
