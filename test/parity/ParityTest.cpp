@@ -12,7 +12,7 @@
 // runtime loads them and trains the last 2 steps: a checkpoint round trip
 // must not change the result. With `bf16`, the compute copies and the
 // gradients are bf16 (the masters fp32), the reference rounds alike and
-// the tolerance is 2e-4. The
+// the tolerance is 2e-4, 1e-3 in a plan that runs Muon (see below). The
 // runtime places its buffers by the static memory plan the compiler emits
 // (planRuntimeMemory; gradients kept when microbatches accumulate); with
 // `dynamic` it sizes its arena itself, as for a plan built by hand. With
@@ -460,6 +460,18 @@ int main(int argc, char **argv) {
   // Newton-Schulz in bf16 (ns_bf16) against a reference that rounds alike:
   // 2e-3 (see above).
   const double computeTolerance = bf16 ? 2e-4 : nsBf16 ? 2e-3 : 1e-5;
+  // bf16 compute copies in a plan that runs Muon: 1e-3. The same flip of
+  // a rounding (one compute-copy element one bf16 ulp, 2^-8 of it, from
+  // the reference's) changes the next gradient, which Newton-Schulz
+  // spreads over a matrix's whole orthogonalised update instead of one
+  // element's, and the next forward carries that to every tensor. Whether
+  // a flip happens depends on the data. Over the seeds 1 to 10 of this
+  // model on 2, 3 and 4 ranks (`muon`, bf16), the farthest tensor lands
+  // 3e-7 to 4.5e-4 from the rounding reference: no flip, or one or more.
+  // Seed 9 on 3 ranks puts an AdamW bias at 2.1e-4, seed 7 (this test's)
+  // a Muon matrix at 2.1e-4 on 3 ranks. The same seeds under `adamw` and
+  // `sgd` stay within 6.4e-5, and every run without bf16 within 1e-5.
+  const double bf16MuonTolerance = 1e-3;
   // The reduce dtype bf16 (reduce_bf16) against the same reference, which
   // reduces exactly: W * 2^-8 of each tensor's largest magnitude, W the
   // data-parallel ranks (dp_shard * dp_replicate). Each rank's gradient is
@@ -1303,6 +1315,9 @@ int main(int argc, char **argv) {
     fp32Want = reference::train(fp32);
     expect(fp32Want.error.empty(), "fp32 reference: " + fp32Want.error);
   }
+  const bool runsMuon = std::any_of(descs.begin(), descs.end(), [](const mfsdp_param_desc &d) {
+    return d.optimizer == MFSDP_OPT_MUON;
+  });
   double fp32Farthest = 0; // the largest relative distance to fp32Want
   double worst = 0;
   std::vector<std::vector<float>> trained(infos.size());
@@ -1325,10 +1340,12 @@ int main(int argc, char **argv) {
     }
     double rel = diff / std::max(scale, 1e-12);
     worst = std::max(worst, rel);
+    const double limit =
+        bf16 && !reduceBf16 && runsMuon ? std::max(tolerance, bf16MuonTolerance) : tolerance;
     char msg[256];
     std::snprintf(msg, sizeof(msg), "%s: max |sharded - reference| = %.3g of %.3g (%.3g relative, limit %.0e)",
-                  infos[i].name.c_str(), diff, scale, rel, tolerance);
-    expect(rel <= tolerance, msg);
+                  infos[i].name.c_str(), diff, scale, rel, limit);
+    expect(rel <= limit, msg);
     if (!fp32Want.params.empty()) {
       const std::vector<float> &f = fp32Want.params.at(infos[i].name);
       double far = 0;
