@@ -293,7 +293,9 @@ void mfsdp::readBackAfterWrite(BridgedGraph &b) {
   // As readGraph reads what writeGraph wrote: each parameter's placement
   // attribute and that placement's own fields (a pin), its optimizer
   // attribute (none where writeGraph removed it); each unit's group, and
-  // its row layout where it has row shards.
+  // its row layout where it has row shards. (The role is classify's of
+  // fields planning does not change: readGraph and the planner both set it.)
+  const planner::Param defaults;
   for (planner::Param &p : b.problem.params) {
     switch (p.placement) {
     case planner::PlacementKind::RowShard:
@@ -307,14 +309,12 @@ void mfsdp::readBackAfterWrite(BridgedGraph &b) {
       p.pinned = false;
       break;
     }
-    const planner::Param defaults;
     if (p.placement != planner::PlacementKind::RowShard)
       p.rowDim = defaults.rowDim;
     if (p.placement != planner::PlacementKind::Owner)
       p.ownerRank = defaults.ownerRank;
     if (p.placement != planner::PlacementKind::BlockShard)
       p.block.clear();
-    p.role = planner::classify(p);
   }
   std::vector<bool> hasRows = unitsWithRows(b.problem);
   for (auto [i, pu] : llvm::enumerate(b.problem.units))
