@@ -97,10 +97,19 @@ double collectiveSeconds(const Op &op, const SimProfile &p) {
            2 * steps / w * op.collBytes / bw;
   case CollKind::AllGatherV:
   case CollKind::ReduceScatterV: {
-    double largest = op.collBytes / w; // even chunks when none are given
-    if (!op.chunks.empty())
-      largest = *std::max_element(op.chunks.begin(), op.chunks.end());
-    return lat + steps * largest / bw;
+    // What the runtime runs on NCCL: one ring broadcast per rank's chunk
+    // (all-gather-v) or one ring reduce to each rank (reduce-scatter-v),
+    // grouped in one launch. Chunk r's ring skips one link (the one into
+    // its root, or out of its destination), so the busiest link carries
+    // every chunk but the smallest. Even chunks: (W-1)/W of the buffer,
+    // the all-gather's figure.
+    if (op.chunks.empty()) // even chunks when none are given
+      return lat + steps / w * op.collBytes / bw;
+    double total = 0;
+    for (double c : op.chunks)
+      total += c;
+    double smallest = *std::min_element(op.chunks.begin(), op.chunks.end());
+    return lat + (total - smallest) / bw;
   }
   }
   return 0;

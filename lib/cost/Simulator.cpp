@@ -399,7 +399,7 @@ private:
         if (std::fabs(sum - op.collBytes) > 1e-9 * std::max(1.0, std::fabs(op.collBytes)))
           r.issues.push_back(fmt::format(
               "{}: chunks sum to {} bytes but collBytes is {} (the time uses "
-              "the largest chunk)",
+              "the chunks)",
               opLabel(*s, i), sum, op.collBytes));
       }
       break;

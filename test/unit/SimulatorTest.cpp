@@ -153,15 +153,24 @@ TEST(CostModel, CollectiveDurations) {
   // All-reduce: two passes, 0.6 s.
   EXPECT_NEAR(collectiveSeconds(coll(CollKind::AllReduce, 4, 4e9), P()), 0.6,
               kTol);
-  // All-gather-v with chunks {1, 2, 0.5, 0.5} GB (sum 4 GB): every one of
-  // the 3 ring steps waits for the 2 GB chunk: 3 * 2e9 / 1e10 = 0.6 s.
+  // All-gather-v with chunks {1, 2, 0.5, 0.5} GB (sum 4 GB), as grouped
+  // ring broadcasts: the busiest link carries every chunk but the smallest,
+  // (4 - 0.5) GB / 1e10 = 0.35 s.
   Op agv = coll(CollKind::AllGatherV, 4, 4e9);
   agv.chunks = {1e9, 2e9, 0.5e9, 0.5e9};
-  EXPECT_NEAR(collectiveSeconds(agv, P()), 0.6, kTol);
+  EXPECT_NEAR(collectiveSeconds(agv, P()), 0.35, kTol);
   Op rsv = coll(CollKind::ReduceScatterV, 4, 4e9);
   rsv.chunks = {0.5e9, 0.5e9, 0.5e9, 2.5e9};
-  // 3 * 2.5e9 / 1e10 = 0.75 s.
-  EXPECT_NEAR(collectiveSeconds(rsv, P()), 0.75, kTol);
+  EXPECT_NEAR(collectiveSeconds(rsv, P()), 0.35, kTol);
+  // One owner holds everything: one ring broadcast of the whole buffer,
+  // 4e9 / 1e10 = 0.4 s (the all-gather of even chunks: 0.3 s).
+  Op one = coll(CollKind::AllGatherV, 4, 4e9);
+  one.chunks = {0, 4e9, 0, 0};
+  EXPECT_NEAR(collectiveSeconds(one, P()), 0.4, kTol);
+  // Even chunks given: the all-gather's (W-1)/W, 0.3 s.
+  Op even = coll(CollKind::ReduceScatterV, 4, 4e9);
+  even.chunks = {1e9, 1e9, 1e9, 1e9};
+  EXPECT_NEAR(collectiveSeconds(even, P()), 0.3, kTol);
   // No chunks: even, 3 * 1e9 / 1e10 = 0.3 s (same as the all-gather).
   EXPECT_NEAR(collectiveSeconds(coll(CollKind::ReduceScatterV, 4, 4e9), P()),
               0.3, kTol);
@@ -214,10 +223,10 @@ TEST(CostModel, LatencyTerms) {
   // Latency plus bandwidth: 16 us + 0.3 s.
   EXPECT_NEAR(collectiveSeconds(coll(CollKind::ReduceScatter, 4, 4e9), p),
               0.3 + 16e-6, kTol);
-  // All-gather-v: 16 us + 3 * 2e9 / 1e10 = 0.6 s.
+  // All-gather-v: 16 us + (4 - 0.5) GB / 1e10 = 0.35 s.
   Op agv = coll(CollKind::AllGatherV, 4, 4e9);
   agv.chunks = {1e9, 2e9, 0.5e9, 0.5e9};
-  EXPECT_NEAR(collectiveSeconds(agv, p), 0.6 + 16e-6, kTol);
+  EXPECT_NEAR(collectiveSeconds(agv, p), 0.35 + 16e-6, kTol);
   // W = 1 costs nothing, not even the base latency.
   EXPECT_EQ(collectiveSeconds(coll(CollKind::AllReduce, 1, 0), p), 0.0);
 }

@@ -66,9 +66,11 @@ double computeSeconds(const step::Op &op, const SimProfile &p);
 ///   lat = collBaseSeconds + (W-1) * hop;
 ///   AllGather, ReduceScatter: lat + (W-1)/W * collBytes / bw;
 ///   AllReduce: collBaseSeconds + 2(W-1) * hop + 2(W-1)/W * collBytes / bw;
-///   AllGatherV, ReduceScatterV: lat + (W-1) * max(chunks) / bw (every ring
-///     step forwards one chunk per rank and waits for the largest; with no
-///     chunks, even chunks of collBytes / W).
+///   AllGatherV, ReduceScatterV: lat + (sum(chunks) - min(chunks)) / bw.
+///     The runtime runs them on NCCL as grouped ring broadcasts from each
+///     chunk's rank (reduces to it); each chunk's ring leaves one link
+///     unused, so the busiest link carries all but the smallest chunk.
+///     With no chunks, even chunks: the all-gather's figure.
 /// 0 for every other kind.
 double collectiveSeconds(const step::Op &op, const SimProfile &p);
 

@@ -10,8 +10,9 @@
 //      elementwise work, in seconds), balanced over the whole model;
 //   2. keep per-rank resident memory balanced;
 //   3. keep each gather group's owner fan-out even: the owner collective of
-//      a group (an all-gather-v / reduce-to-owners of its matrices) takes as
-//      long as its largest per-rank share of bytes;
+//      a group (an all-gather-v / reduce-to-owners of its matrices, grouped
+//      ring broadcasts / reduces) puts every share but the smallest through
+//      its busiest link, least when the shares are even;
 // with deterministic tie-breaks (lowest rank, then lowest item index).
 //
 //===----------------------------------------------------------------------===//
