@@ -72,6 +72,10 @@ static void assumeVerifiedWhenPrinting() {
     (void)it->second->addOccurrence(0, it->first, "true");
 }
 
+/// tools/MimallocOptions.c, linked where the tool links mimalloc: mimalloc
+/// may keep freed pages a while from here on.
+extern "C" void mfsdpMimallocSettled(void) __attribute__((weak));
+
 /// Writes out what `out` holds and keeps the file; false, with an error
 /// naming the cause (a full disk), when it cannot be written. The stream's
 /// error is cleared either way: left set, LLVM stops the process with a
@@ -178,6 +182,10 @@ static int runDirectly(std::unique_ptr<llvm::MemoryBuffer> file,
     if (mlir::failed(config.setupPassPipeline(pm)) || mlir::failed(pm.run(*op)))
       return 1;
     mlir::TimingScope outputTiming = timing.nest("Output");
+    // The pipeline's large arrays are freed; printing frees small ones
+    // (tools/MimallocOptions.c).
+    if (mfsdpMimallocSettled)
+      mfsdpMimallocSettled();
     mlir::AsmState state(op.get(), mlir::OpPrintingFlags(), /*locationMap=*/nullptr,
                          &resources);
     op.get()->print(out.os(), state);
