@@ -44,8 +44,10 @@ defvar AssignLayoutsOptionList = [
     ListOption<"muonInclude", "muon-include", "std::string",
                "Parameters forced to Muon (they must be 2-D)">,
     Option<"rowLayout", "row-layout", "::mfsdp::RowMode",
-           /*default=*/"::mfsdp::RowMode::Auto",
-           "Row layout of row-sharded units: auto, per_param or flat",
+           /*default=*/"::mfsdp::RowMode::PerParam",
+           "Row layout of row-sharded units: per_param (the default, what "
+           "the step runtime runs), auto or flat (planned and simulated "
+           "only; a step library refuses them)",
            "::mfsdp::clValues<::mfsdp::RowMode>()">,
     ListOption<"blockShard", "block-shard", "int64_t",
                "Block-shard AdamW matrices in blocks of ROWS,COLS">,

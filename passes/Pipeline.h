@@ -54,8 +54,8 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
                              llvm::cl::desc("0 chooses, 1 none, N units a group"),
                              llvm::cl::init(0)};
   Option<RowMode> rowLayout{*this, "row-layout",
-                            llvm::cl::desc("auto, per_param or flat"),
-                            llvm::cl::init(RowMode::Auto), clValues<RowMode>()};
+                            llvm::cl::desc("per_param (what the step runtime runs), auto or flat"),
+                            llvm::cl::init(RowMode::PerParam), clValues<RowMode>()};
   Option<NsSplit> nsSplit{*this, "ns-split", llvm::cl::desc("auto, on or off"),
                           llvm::cl::init(NsSplit::Auto), clValues<NsSplit>()};
   Option<int64_t> nsSteps{*this, "ns-steps",

@@ -198,15 +198,21 @@ Report account(const Problem &pr, const Options &o, const Decisions &d) {
           addAll("hsdp_all_reduce", 2 * ringR * gpad / Sd);
       }
       const UnitCostModel &c = m;
+      // What the layout is and how it compares (the same text whether
+      // the cost model or the row-layout option decided it).
+      const bool flat = us.layout == RowLayout::Flat;
+      const bool cheaper = flat ? c.tFlat <= c.tPerParam : c.tPerParam <= c.tFlat;
+      const std::string why = fmt::format(
+          "{} ({}; {})", flat ? "flat" : "per_param",
+          flat ? "planned only: the step runtime runs per_param"
+               : "what the step runtime runs",
+          cheaper ? "the cheaper" : flat ? "per_param costs less" : "flat would cost less");
       us.reason = fmt::format(
           "{}: flat pads {} per collective and copies nothing; per_param "
           "pads {} and copies {} per step (predicted {:.4g} ms vs {:.4g} ms "
           "per step on {})",
-          us.layout == RowLayout::Flat ? "flat chosen" : "per_param chosen",
-          bytesText(c.padFlat), bytesText(c.padPerParam), bytesText(c.copies),
+          why, bytesText(c.padFlat), bytesText(c.padPerParam), bytesText(c.copies),
           c.tFlat * 1e3, c.tPerParam * 1e3, o.hw.name);
-      if (o.rowMode != Options::RowMode::Auto)
-        us.reason += " [forced by row-layout option]";
     }
     r.units.push_back(std::move(us));
   }

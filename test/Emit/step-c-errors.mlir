@@ -45,6 +45,19 @@ plan.graph @g {
 
 // -----
 
+// A flat row layout is planned and simulated, but the step runtime stages
+// row shards per parameter: the library would not run what the step
+// prices, so it is refused on the unit.
+plan.graph @g {
+  plan.mesh @mesh ["dp_shard" = 2]
+  plan.policy adamw zero 3
+  plan.param @w : tensor<4x4xf32> linear module "w" placement #plan.row_shard<dim = 0, axes = ["dp_shard"]> optimizer #plan.adamw<lr = 1.0e-03, beta1 = 0.9, beta2 = 0.999, eps = 1.0e-08, weight_decay = 0.01>
+  // expected-error @+1 {{'plan.unit' op has row_layout flat: the step runtime gathers and reduces row shards per parameter, copying them in and out of its buckets (FSDP2's layout), and does not use a flat buffer in place; plan with row-layout=per_param (the default) for a step library}}
+  plan.unit @u index 0 params [@w] cost <fwd_flops = 0, bwd_flops = 0, act_bytes = 0, recompute = false> row_layout flat group 0
+}
+
+// -----
+
 // Dims after the second flatten into columns: a block must span them.
 plan.graph @g {
   plan.mesh @mesh ["dp_shard" = 2]

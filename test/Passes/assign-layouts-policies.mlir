@@ -14,7 +14,7 @@
 // ADAMW: @l0.ep_expert : {{.*}} placement #plan.external<axes = ["ep"]>{{$}}
 // ADAMW: @l1.frozen : {{.*}} frozen placement #plan.row_shard<dim = 0, axes = ["dp_shard"]>{{$}}
 // ADAMW: @head : {{.*}} tied_to @embed{{$}}
-// ADAMW: plan.unit @u.embed {{.*}} row_layout flat group 0
+// ADAMW: plan.unit @u.embed {{.*}} row_layout per_param group 0
 
 // sgd: the same placements with SGD.
 // SGD: plan.policy sgd zero 3 sgd <

@@ -1,8 +1,12 @@
-// RUN: mfsdp-opt %S/Inputs/four-blocks.mlir --mfsdp-assign-layouts=group-units=1 --mfsdp-build-step --mfsdp-bucket-collectives --mfsdp-schedule-overlap=optimizer-order=landing | FileCheck %s --check-prefix=LANDING
-// RUN: mfsdp-opt %S/Inputs/four-blocks.mlir --mfsdp-assign-layouts=group-units=1 --mfsdp-build-step --mfsdp-bucket-collectives --mfsdp-schedule-overlap | FileCheck %s --check-prefix=FIRST
-// RUN: mfsdp-opt %S/Inputs/four-blocks.mlir --mfsdp-assign-layouts=group-units=1 --mfsdp-build-step --mfsdp-bucket-collectives --mfsdp-schedule-overlap --mfsdp-plan-memory --mfsdp-verify-schedule | FileCheck %s --check-prefix=VERIFIED
+// RUN: mfsdp-opt %S/Inputs/four-blocks.mlir --mfsdp-assign-layouts="group-units=1 row-layout=flat" --mfsdp-build-step --mfsdp-bucket-collectives --mfsdp-schedule-overlap=optimizer-order=landing | FileCheck %s --check-prefix=LANDING
+// RUN: mfsdp-opt %S/Inputs/four-blocks.mlir --mfsdp-assign-layouts="group-units=1 row-layout=flat" --mfsdp-build-step --mfsdp-bucket-collectives --mfsdp-schedule-overlap | FileCheck %s --check-prefix=FIRST
+// RUN: mfsdp-opt %S/Inputs/four-blocks.mlir --mfsdp-assign-layouts="group-units=1 row-layout=flat" --mfsdp-build-step --mfsdp-bucket-collectives --mfsdp-schedule-overlap --mfsdp-plan-memory --mfsdp-verify-schedule | FileCheck %s --check-prefix=VERIFIED
 // RUN: not mfsdp-opt %S/Inputs/four-blocks.mlir --mfsdp-assign-layouts --mfsdp-build-step --mfsdp-schedule-overlap=optimizer-order=random 2>&1 | FileCheck %s --check-prefix=BADORDER
 // RUN: not mfsdp-opt %S/Inputs/four-blocks.mlir --mfsdp-assign-layouts --mfsdp-build-step --mfsdp-schedule-overlap=hardware=tpu 2>&1 | FileCheck %s --check-prefix=BADHW
+
+// The step is planned with flat row layouts (no copies around the
+// reductions), so that group 0's reduction is the only one still in flight
+// when the optimizer phase begins.
 
 // Landing order: the groups run in the order their reductions land, the
 // last unit first; group 0, which the next step gathers first, is updated

@@ -46,7 +46,7 @@
 // TEXT: plan report: policy mixed_muon_adamw, ZeRO-3, dp_shard 2 x dp_replicate 1; times predicted for a100
 // TEXT: optimizers: adamw 1 muon 2; placements: owner 2 row_shard 1
 // TEXT-NEXT: Newton-Schulz: 5 steps in fp32 (#plan.muon ns_precision)
-// TEXT: units: 2 in 1 gather groups; row layout: 1 flat, 0 per_param
+// TEXT: units: 2 in 1 gather groups; row layout: 0 flat, 1 per_param
 // TEXT: rank  owned
 // TEXT-NEXT: 0 1 {{.*}} 136 B 136 B 0 B 144 B 416 B
 // TEXT-NEXT: 1 1 {{.*}} 136 B 136 B 0 B 144 B 416 B

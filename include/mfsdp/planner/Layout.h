@@ -93,7 +93,9 @@ struct Options {
   bool muonEmbedding = false, muonHead = false, muonRouter = false;
   std::vector<std::string> muonInclude; // parameters forced to Muon
   using RowMode = ::mfsdp::RowMode;
-  RowMode rowMode = RowMode::Auto;
+  // per_param: what the step runtime runs (flat is planned only; the
+  // library refuses it).
+  RowMode rowMode = RowMode::PerParam;
   std::vector<int64_t> blockShape; // non-empty: block-shard AdamW matrices
   OwnerStrategy strategy = OwnerStrategy::Balanced;
   int64_t groupUnits = 0; // 0: auto; 1: every unit alone; N: N units a group
