@@ -419,7 +419,8 @@ private:
 /// 4. Async starts, each waited just before the first non-collective op
 /// that reads or writes one of its buffers. Freeing a buffer a collective
 /// still reads (the unreduced gradients) does not wait: the free moves to
-/// just after the next compute op, so the reduction overlaps it. Ops are
+/// just after the next compute op of a unit (not a shard copy), so the
+/// reduction overlaps it. Ops are
 /// fed in program order (waits are dropped and rebuilt here); `finish`
 /// waits for what is still in flight at the end of the step.
 class AsyncWaits {
@@ -457,7 +458,9 @@ public:
       state.deferred.push_back(std::move(op));
       return;
     }
-    bool compute = op.kind == OpKind::Compute;
+    // A unit's compute, not a shard copy: a copy is too short to hide the
+    // reduction the free would wait for.
+    bool compute = op.kind == OpKind::Compute && op.compute != "copy";
     emit(std::move(op));
     if (compute && !state.deferred.empty()) {
       std::vector<Op> now;
