@@ -256,12 +256,12 @@ void StepBuilder::gather(size_t gi, const char *why) {
     }
   }
   if (!g.rows.empty())
-    copies(gi, /*gatherSide=*/true);
+    copies(gi, /*gatherSide=*/true, g.gathered);
 }
 
 /// FSDP2's per-parameter layout copies shards in and out of the flat
 /// collective buffers; flat layouts use the buffer in place.
-void StepBuilder::copies(size_t gi, bool gatherSide) {
+void StepBuilder::copies(size_t gi, bool gatherSide, int64_t buffer) {
   const GroupInfo &g = groups[gi];
   double bytes = 0;
   for (int64_t u : g.units)
@@ -279,6 +279,8 @@ void StepBuilder::copies(size_t gi, bool gatherSide) {
   op.group = static_cast<int64_t>(gi);
   // Read and write the unit once, and its shard once.
   op.bytes = 2 * (bytes + bytes / S);
+  if (buffer >= 0)
+    op.reads = {buffer};
   add(std::move(op));
 }
 
@@ -383,7 +385,7 @@ double StepBuilder::reducedBytes(
 void StepBuilder::reduce(size_t gi, int64_t grads) {
   GroupInfo &g = groups[gi];
   if (!g.rows.empty())
-    copies(gi, /*gatherSide=*/false);
+    copies(gi, /*gatherSide=*/false, grads);
   for (auto it = g.pieces.rbegin(); it != g.pieces.rend(); ++it) {
     GroupInfo::Piece piece = *it;
     // The reduce dtype's bytes in place of the parameters' own.

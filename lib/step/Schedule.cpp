@@ -244,14 +244,16 @@ void prepareOverlap(Step &s, const OverlapOptions &o) {
     std::vector<GatherBlock> blocks = gatherBlocks(s);
     const std::vector<int64_t> microbatch = microbatchOf(s);
     // Where each group's compute starts, per microbatch and phase, in
-    // program order.
+    // program order: its first op on the compute stream, the copy out of
+    // its gathered buffer when it has one (that copy waits for the
+    // gather, so a prefetched gather goes before it).
     using Key = std::tuple<int64_t, int, int64_t>; // microbatch, phase, group
     std::map<Key, size_t> firstCompute;
     std::vector<Key> computeOrder;
     std::map<Key, size_t> orderOf; // key -> computeOrder index
     for (size_t i = 0; i < s.ops.size(); ++i) {
       const Op &op = s.ops[i];
-      if (op.kind != OpKind::Compute || op.group < 0 || op.compute == "copy")
+      if (op.kind != OpKind::Compute || op.group < 0)
         continue;
       Key key{microbatch[i], static_cast<int>(op.phase), op.group};
       if (!firstCompute.count(key)) {

@@ -149,8 +149,11 @@ private:
   void gather(size_t gi, const char *why);
 
   /// FSDP2's per-parameter layout copies shards in and out of the flat
-  /// collective buffers; flat layouts use the buffer in place.
-  void copies(size_t gi, bool gatherSide);
+  /// collective buffers; flat layouts use the buffer in place. The copy
+  /// reads `buffer`: the gathered one (it runs after the gather is waited
+  /// for, where the runtime unpacks) or the unreduced gradients (before
+  /// their reduction, where the runtime packs).
+  void copies(size_t gi, bool gatherSide, int64_t buffer);
 
   void compute(int64_t unit, Phase ph, const char *what, double flopsPerToken,
                int64_t reads, int64_t writes);

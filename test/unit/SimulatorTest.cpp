@@ -594,6 +594,27 @@ TEST(Simulate, FirstGroupReadyAndSteadyState) {
   EXPECT_NEAR(r.steadyStepSeconds, r.stepSeconds, kTol);
 }
 
+TEST(Simulate, FirstComputeIsAUnitsNotACopy) {
+  // A per_param group's shard copy comes first in program order, before
+  // the gather's wait (here it reads nothing): the first compute whose
+  // wait decides the steady state is the unit's, which waits for the
+  // gather (1 s), not the copy (no wait).
+  auto inGroup = [](Op op, int64_t group) {
+    op.group = group;
+    return op;
+  };
+  Op copy = inGroup(compute(0, 0), 0);
+  copy.compute = "copy";
+  Op unit = inGroup(compute(1e12), 0);
+  unit.compute = "forward";
+  Step s = program(2, {copy, inGroup(coll(CollKind::AllGather, 2, kOneSecondAG, true), 0),
+                       wait(1), unit, inGroup(optimizer(2e12), 0)});
+  SimResult r = simulate(s, P());
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.firstGroup, 0);
+  EXPECT_NEAR(r.firstComputeWait, 1, 1e-4);
+}
+
 TEST(Simulate, ValidationErrors) {
   {
     // A kernel the cost model cannot price (a GEMM of no rows) would count
