@@ -173,7 +173,9 @@ def Plan_UnitOp : Plan_Op<"unit", [Symbol, HasParent<"GraphOp">]> {
     split `torch.chunk` fashion and padded, copied in and out of a flat
     buffer) or `flat` (Megatron-style: the unit's rows concatenated and cut
     at row boundaries into equal padded shards, so the gathered buffer is
-    used in place). `group` is the gather group: adjacent units with the
+    used in place). The step runtime runs `per_param` only, the planner's
+    default; a step library refuses a `flat` unit, which is for planning
+    and simulation. `group` is the gather group: adjacent units with the
     same group are gathered and reduced together, so that matrix owners
     spread over more ranks; groups are numbered 0.. in unit order.
 
