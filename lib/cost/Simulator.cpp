@@ -271,8 +271,8 @@ public:
 
   static size_t firstForwardCompute(const Step &s) {
     for (size_t i = 0; i < s.ops.size(); ++i)
-      if (s.ops[i].kind == OpKind::Compute && s.ops[i].phase == Phase::Forward &&
-          s.ops[i].group >= 0 && s.ops[i].compute != "copy") // a unit's, not a copy
+      if (step::isUnitCompute(s.ops[i]) && s.ops[i].phase == Phase::Forward &&
+          s.ops[i].group >= 0)
         return i;
     return s.ops.size();
   }

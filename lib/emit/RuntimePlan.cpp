@@ -96,19 +96,19 @@ LogicalResult mfsdp::buildRuntimePlan(GraphOp graph, RuntimePlan &out) {
   // Keyed by the names' uniqued StringAttrs (a reference's and the
   // parameter's own are one attribute): no name is hashed.
   llvm::DenseMap<StringAttr, int32_t> unitOf;
-  // The runtime stages row shards per parameter and copies them in and
-  // out (FSDP2's layout); a flat unit's step prices no copies and pads
-  // otherwise, so the library would not run what the step says.
-  for (UnitOp u : units)
+  for (auto [i, u] : llvm::enumerate(units)) {
+    // The runtime stages row shards per parameter and copies them in and
+    // out (FSDP2's layout); a flat unit's step prices no copies and pads
+    // otherwise, so the library would not run what the step says.
     if (auto l = u.getRowLayout(); l && *l == plan::RowLayout::flat)
       return u.emitOpError()
              << "has row_layout flat: the step runtime gathers and reduces row "
                 "shards per parameter, copying them in and out of its buckets "
                 "(FSDP2's layout), and does not use a flat buffer in place; "
                 "plan with row-layout=per_param (the default) for a step library";
-  for (auto [i, u] : llvm::enumerate(units))
     for (Attribute a : u.getParams())
       unitOf[cast<FlatSymbolRefAttr>(a).getAttr()] = static_cast<int32_t>(i);
+  }
   plan.num_units = static_cast<int32_t>(units.size());
 
   llvm::StringSaver names(out.nameStorage);

@@ -575,10 +575,6 @@ private:
     auto it = unitIndex.find(op.unitName);
     return it == unitIndex.end() ? -1 : it->second;
   }
-  static bool isUnitCompute(const Op &op) {
-    return op.kind == OpKind::Compute && op.compute != "copy" &&
-           (op.phase == Phase::Forward || op.phase == Phase::Backward);
-  }
   static bool isGather(const Op &op) {
     return op.kind == OpKind::Collective && !overReplicas(op) &&
            (op.coll == CollKind::AllGather || op.coll == CollKind::AllGatherV);

@@ -462,7 +462,7 @@ public:
     }
     // A unit's compute, not a shard copy: a copy is too short to hide the
     // reduction the free would wait for.
-    bool compute = op.kind == OpKind::Compute && op.compute != "copy";
+    bool compute = isUnitCompute(op);
     emit(std::move(op));
     if (compute && !state.deferred.empty()) {
       std::vector<Op> now;

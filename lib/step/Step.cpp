@@ -109,11 +109,7 @@ std::string_view opKindName(OpKind k) {
 
 std::vector<int64_t> microbatchOf(const Step &s) {
   std::vector<int64_t> out(s.ops.size(), 0);
-  auto isCompute = [&](size_t i) {
-    const Op &op = s.ops[i];
-    return op.kind == OpKind::Compute && op.compute != "copy" &&
-           op.phase != Phase::Optimizer;
-  };
+  auto isCompute = [&](size_t i) { return isUnitCompute(s.ops[i]); };
   int64_t m = 0;
   size_t lastBackward = s.ops.size(); // the last backward compute, if last
   for (size_t i = 0; i < s.ops.size(); ++i) {

@@ -158,7 +158,7 @@ private:
       byName.emplace(names[u], static_cast<int32_t>(u));
     groupOf.assign(static_cast<size_t>(units), -1);
     for (const Op &op : s.ops) {
-      if (op.kind != OpKind::Compute || op.compute == "copy" || op.phase == Phase::Optimizer)
+      if (!isUnitCompute(op))
         continue;
       int32_t u = static_cast<int32_t>(op.unit);
       if (u < 0) {

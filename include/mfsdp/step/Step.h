@@ -421,6 +421,14 @@ struct Step {
   OpArray ops;
 };
 
+/// A unit's forward, backward or recompute: a Compute op outside the
+/// optimizer phase that is not a shard copy (`compute` "copy", which the
+/// step builder adds around a per_param unit's collectives).
+inline bool isUnitCompute(const Op &op) {
+  return op.kind == OpKind::Compute && op.compute != "copy" &&
+         op.phase != Phase::Optimizer;
+}
+
 /// Per op of `s`, the microbatch it belongs to (optimizer ops: the last).
 /// Each microbatch runs a forward then a backward; the next one starts, in
 /// the ops between a backward compute and the forward compute after it,
