@@ -35,6 +35,8 @@ FailureOr<step::Step> mfsdp::buildStage(GraphOp graph, const BuildStepOptions &o
   bool dtensorMm = o.baseline == StepBaseline::FSDP2DTensorMm;
   bool dtensor = o.baseline == StepBaseline::FSDP2DTensor || dtensorMm;
   bool fsdp2 = o.baseline == StepBaseline::FSDP2 || dtensor;
+  // fsdp2-rows: the plan's own optimizer, with FSDP2's copies.
+  bool fsdp2Rows = o.baseline == StepBaseline::FSDP2Rows;
   int64_t tok = o.tokens > 0 ? static_cast<int64_t>(o.tokens)
                            : static_cast<int64_t>(graph.getSeqLen());
   if (tok <= 0)
@@ -90,6 +92,7 @@ FailureOr<step::Step> mfsdp::buildStage(GraphOp graph, const BuildStepOptions &o
   bo.reduceElemBytes = o.reduceDtype == ReduceDTypeOption::BF16  ? 2
                        : o.reduceDtype == ReduceDTypeOption::F32 ? 4
                                                                : 0;
+  bo.fsdp2Copies = fsdp2 || fsdp2Rows;
   if (fsdp2) {
     bo.gatheredMuon = true;
     bo.dtensorMuon = dtensor;

@@ -181,7 +181,12 @@ def BuildStep : Pass<"mfsdp-build-step", "::mlir::ModuleOp"> {
     (torch 2.9; `use_addmm=True` later); `baseline=fsdp2-dtensor-mm` replays
     the `use_addmm=False` form of later releases (`mm` plus pointwise ops,
     placed by DTensor's pointwise rules). A baseline over a plan of another
-    policy than `adamw` is an error.
+    policy than `adamw` is an error. `baseline=fsdp2-rows` is FSDP2 running
+    the plan's own optimizer on its row shards: the plan's step, every
+    `per_param` unit copying its shards into and out of the collective
+    buffers as FSDP2 does, a unit of one row-shard parameter too. The plan's
+    own step copies where the step runtime stages: units of two or more
+    row-shard parameters. Every FSDP2 baseline copies as `fsdp2-rows` does.
   }];
   let options = [
     Option<"tokens", "tokens", "int64_t", /*default=*/"0",
@@ -191,9 +196,9 @@ def BuildStep : Pass<"mfsdp-build-step", "::mlir::ModuleOp"> {
     Option<"baseline", "baseline", "::mfsdp::StepBaseline",
            /*default=*/"::mfsdp::StepBaseline::None",
            "Build a baseline instead: fsdp2 (gathered Muon), "
-           "fsdp2-dtensor (Muon on DTensor shards, addmm form) or "
-           "fsdp2-dtensor-mm (the same, use_addmm=False form); none: the "
-           "plan's own step",
+           "fsdp2-dtensor (Muon on DTensor shards, addmm form), "
+           "fsdp2-dtensor-mm (the same, use_addmm=False form) or fsdp2-rows "
+           "(the plan's optimizer, FSDP2's copies); none: the plan's own step",
            "::mfsdp::clValues<::mfsdp::StepBaseline>()">,
     Option<"nsSteps", "ns-steps", "int64_t", /*default=*/"0",
            "Newton-Schulz steps (0: the graph's Muon settings, else 5)">,

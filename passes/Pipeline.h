@@ -78,7 +78,8 @@ struct PipelineOptions : public mlir::PassPipelineOptions<PipelineOptions> {
       *this, "baseline",
       llvm::cl::desc("fsdp2: the gathered-Muon baseline; fsdp2-dtensor, "
                      "fsdp2-dtensor-mm: Muon on DTensor shards, addmm / mm "
-                     "form; none: the plan's own step"),
+                     "form; fsdp2-rows: the plan's optimizer with FSDP2's "
+                     "copies; none: the plan's own step"),
       llvm::cl::init(StepBaseline::None), clValues<StepBaseline>()};
   Option<double> bucketMB{*this, "bucket-mb", llvm::cl::desc("bucket size in MiB (0: no limit)"),
                            llvm::cl::init(0)};

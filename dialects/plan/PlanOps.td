@@ -175,7 +175,8 @@ def Plan_UnitOp : Plan_Op<"unit", [Symbol, HasParent<"GraphOp">]> {
     at row boundaries into equal padded shards, so the gathered buffer is
     used in place). The step runtime runs `per_param` only, the planner's
     default; a step library refuses a `flat` unit, which is for planning
-    and simulation. `group` is the gather group: adjacent units with the
+    and simulation. A unit with row shards and no `row_layout` (written by
+    hand) is `per_param`. `group` is the gather group: adjacent units with the
     same group are gathered and reduced together, so that matrix owners
     spread over more ranks; groups are numbered 0.. in unit order.
 

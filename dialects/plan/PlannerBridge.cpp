@@ -40,8 +40,10 @@ BridgedGraph mfsdp::readGraph(GraphOp graph) {
     pu.name = u.getSymName().str();
     if (auto g = u.getGroup())
       pu.group = static_cast<int64_t>(*g);
-    if (auto l = u.getRowLayout())
-      pu.layout = toVocab(*l);
+    // No row_layout (a unit written by hand): per_param, what the step
+    // runtime runs.
+    std::optional<plan::RowLayout> l = u.getRowLayout();
+    pu.layout = l ? toVocab(*l) : planner::RowLayout::PerParam;
     b.problem.units.push_back(pu);
     for (Attribute a : u.getParams())
       unitOf[cast<FlatSymbolRefAttr>(a).getAttr()] = static_cast<int64_t>(i);

@@ -279,9 +279,11 @@ UnitCostModel unitRowCosts(const std::vector<const Param *> &rowParams,
   double gathers = o.zero >= 3 ? 2 : 1;
   // FSDP2 copies shards into and out of flat buffers around each collective
   // (read and write): per gather unit/W in and unit out, per reduce-scatter
-  // unit in and unit/W out.
+  // unit in and unit/W out. The step runtime does where it stages, a unit
+  // of two or more row-shard parameters; a lone one is gathered into its
+  // parameter and reduced from its gradient in place.
   double perCollective = 2 * (unitBytes + unitBytes / w);
-  m.copies = (gathers + 1) * perCollective;
+  m.copies = rowParams.size() >= 2 ? (gathers + 1) * perCollective : 0;
   double link = linkBytes(o);
   m.tPerParam = m.padPerParam * (gathers + 1) / link + m.copies / o.hw.hbmBytes;
   m.tFlat = m.padFlat * (gathers + 1) / link;

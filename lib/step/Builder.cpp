@@ -260,15 +260,26 @@ void StepBuilder::gather(size_t gi, const char *why) {
 }
 
 /// FSDP2's per-parameter layout copies shards in and out of the flat
-/// collective buffers; flat layouts use the buffer in place.
+/// collective buffers; flat layouts use the buffer in place. The step
+/// runtime stages a unit's row shards only where it has two or more (its
+/// row-shard buckets, runtime/common/Buckets.cpp): FSDP2 copies a lone one
+/// too (BuildOptions::fsdp2Copies).
 void StepBuilder::copies(size_t gi, bool gatherSide, int64_t buffer) {
   const GroupInfo &g = groups[gi];
   double bytes = 0;
-  for (int64_t u : g.units)
-    if (perParamUnits.count(u))
-      for (const Param *p : g.rows)
-        if (p->unit == u)
-          bytes += static_cast<double>(p->numElements()) * p->elemBytes;
+  for (int64_t u : g.units) {
+    if (!perParamUnits.count(u))
+      continue;
+    double mine = 0;
+    int64_t members = 0;
+    for (const Param *p : g.rows)
+      if (p->unit == u) {
+        mine += static_cast<double>(p->numElements()) * p->elemBytes;
+        ++members;
+      }
+    if (members >= 2 || b.fsdp2Copies)
+      bytes += mine;
+  }
   if (bytes <= 0)
     return;
   Op op;

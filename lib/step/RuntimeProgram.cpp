@@ -12,6 +12,7 @@
 #include <set>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace mfsdp::step {
 
@@ -351,10 +352,22 @@ public:
       for (int32_t u : members)
         groupOf[u] = g;
     // Buffers the forward gathers write: their free releases the unit.
+    // Those any gather writes: a copy out of one unpacks it.
     for (const Op &op : s.ops)
-      if (isGather(op) && op.phase == Phase::Forward)
-        for (int64_t b : op.writes)
-          gatheredBy[b] = op.group;
+      if (isGather(op))
+        for (int64_t b : op.writes) {
+          gatherWritten.insert(b);
+          if (op.phase == Phase::Forward)
+            gatheredBy[b] = op.group;
+        }
+    // The units the runtime stages (row-shard buckets): their gathers land
+    // in staging, which the step's copies unpack, and their reductions
+    // start from staging, which its copies pack.
+    staged.assign(static_cast<size_t>(units), false);
+    for (int32_t b = 0; p.buckets && b < p.num_buckets; ++b)
+      if (p.buckets[b].placement == MFSDP_ROW_SHARD && p.buckets[b].unit >= 0 &&
+          p.buckets[b].unit < units)
+        staged[p.buckets[b].unit] = true;
     // The microbatches: each a forward then a backward, in program order.
     // Their hooks are the same but for the reduction, which only the last
     // runs (the trainer runs the others under no-sync, where a
@@ -384,7 +397,9 @@ public:
       agree(static_cast<int64_t>(m), each[m]);
     if (!error.empty())
       return;
-    packAndUnpack();
+    packedBeforeReduction();
+    if (!error.empty())
+      return;
     // Every unit's gradients are reduced somewhere.
     std::vector<bool> hasParams(units, false), reduced(units, false);
     for (int32_t i = 0; i < p.num_params; ++i)
@@ -469,55 +484,98 @@ private:
   }
 
   /// Every pre hook leaves its unit whole; pre_backward hands out the
-  /// gradient buffers.
+  /// gradient buffers. A wait the step does not have (the unit whole
+  /// already, in the step's order) is the lowering's own, and so is the
+  /// unpack after it of a staged unit: in the step's order both do
+  /// nothing, out of it (an evaluation forward) they gather and unpack.
   void finishHooks() {
     std::vector<bool> hasParams(std::max(p.num_units, 0), false);
     for (int32_t i = 0; i < p.num_params; ++i)
       hasParams[p.params[i].unit] = true;
-    for (int32_t u = 0; u < p.num_units; ++u) {
+    for (int32_t u = 0; u < p.num_units && error.empty(); ++u) {
       if (!hasParams[u])
         continue;
-      for (int32_t h : {MFSDP_HOOK_PRE_FORWARD, MFSDP_HOOK_PRE_BACKWARD})
-        add(h, u, MFSDP_PROGRAM_WAIT_GATHER, u, "the unit whole for its hook");
+      for (int32_t h : {MFSDP_HOOK_PRE_FORWARD, MFSDP_HOOK_PRE_BACKWARD}) {
+        const bool own = add(h, u, MFSDP_PROGRAM_WAIT_GATHER, u, "the unit whole for its hook");
+        if (own && staged[u])
+          add(h, u, MFSDP_PROGRAM_UNPACK, u, "unpack of the unit whole for its hook", -1,
+              /*always=*/true);
+        else
+          unpackedAfterWait(h, u);
+      }
       add(MFSDP_HOOK_PRE_BACKWARD, u, MFSDP_PROGRAM_PLACE_GRADS, u,
           "the unit's gradient buffers");
     }
   }
 
-  /// A unit with row-shard buckets (plan.buckets) gathers every rank's
-  /// chunk into staging and reduces from it: each wait for its gathers is
-  /// followed by an unpack of it, each start of its reduction preceded by
-  /// a pack, in the same hook (the runtime runs the plan's pack and unpack
-  /// kernels there and nowhere else).
-  void packAndUnpack() {
-    std::vector<bool> rows(static_cast<size_t>(std::max(p.num_units, 0)), false);
-    for (int32_t b = 0; p.buckets && b < p.num_buckets; ++b)
-      if (p.buckets[b].placement == MFSDP_ROW_SHARD && p.buckets[b].unit >= 0 &&
-          p.buckets[b].unit < p.num_units)
-        rows[p.buckets[b].unit] = true;
-    for (std::vector<ProgramOp> &ops : hooks) {
-      std::vector<ProgramOp> out;
-      out.reserve(ops.size());
-      for (ProgramOp &op : ops) {
-        const bool bucketed = op.unit >= 0 && op.unit < p.num_units && rows[op.unit];
-        if (bucketed && op.kind == MFSDP_PROGRAM_START_REDUCTION) {
-          ProgramOp pack = op;
-          pack.kind = MFSDP_PROGRAM_PACK;
-          if (origins)
-            pack.from = "pack for " + op.from.str();
-          out.push_back(std::move(pack));
-        }
-        out.push_back(std::move(op));
-        if (bucketed && out.back().kind == MFSDP_PROGRAM_WAIT_GATHER) {
-          ProgramOp unpack = out.back();
-          unpack.kind = MFSDP_PROGRAM_UNPACK;
-          if (origins)
-            unpack.from = "unpack after " + unpack.from.str();
-          out.push_back(std::move(unpack));
-        }
+  /// A staged unit's gathers land in staging: in each hook, a copy of the
+  /// step (an unpack) follows every wait for them (the runtime refuses a
+  /// program without, mfsdp_create).
+  void unpackedAfterWait(int32_t hook, int32_t unit) {
+    if (!staged[unit])
+      return;
+    bool due = false;
+    for (const ProgramOp &op : at(hook, unit))
+      if (op.unit == unit && op.kind == MFSDP_PROGRAM_WAIT_GATHER)
+        due = true;
+      else if (op.unit == unit && op.kind == MFSDP_PROGRAM_UNPACK)
+        due = false;
+    if (due)
+      error = "the step waits for the gathers of " + unitLabel(unit) + " in its " +
+              runtime::hookName(hook) +
+              " but copies nothing out of them after: the library gathers the unit's "
+              "row shards into staging (row-shard buckets), which a copy of the step "
+              "unpacks (build the step with row-layout per_param)";
+  }
+
+  /// A staged unit's reduction starts from staging: in each hook, a copy
+  /// of the step (a pack) comes before every start of it.
+  void packedBeforeReduction() {
+    for (size_t slot = 0; slot < hooks.size() && error.empty(); ++slot) {
+      std::set<int32_t> packed;
+      for (const ProgramOp &op : hooks[slot]) {
+        if (op.kind == MFSDP_PROGRAM_PACK)
+          packed.insert(op.unit);
+        if (op.kind != MFSDP_PROGRAM_START_REDUCTION || !staged[op.unit] ||
+            packed.count(op.unit))
+          continue;
+        const int32_t unit = static_cast<int32_t>(slot / runtime::kUnitHooks);
+        const int32_t hook = static_cast<int32_t>(slot % runtime::kUnitHooks);
+        error = "the step starts the reduction of " + unitLabel(op.unit) + " in the " +
+                runtime::hookName(hook) + " of unit " +
+                std::to_string(unit) + " with no copy into it before, in that hook: the "
+                "library reduces the unit's row shards from staging (row-shard buckets), "
+                "which a copy of the step packs (build the step with row-layout per_param)";
+        return;
       }
-      ops = std::move(out);
     }
+  }
+
+  /// A copy of the step (`compute` "copy"): out of a gathered buffer, an
+  /// unpack of each staged unit of its group; else, out of the gradients,
+  /// a pack. A unit the runtime does not stage copies nothing (its one
+  /// row-shard parameter, or a library without buckets).
+  void lowerCopy(const Op &op, int32_t hook, int32_t hookUnit) {
+    if (op.reads.empty()) {
+      error = "'" + op.name + "' copies and reads no buffer: the lowering tells an "
+              "unpack (it reads a gathered buffer) from a pack (the gradients) by what "
+              "it reads";
+      return;
+    }
+    bool unpack = false;
+    for (int64_t b : op.reads)
+      unpack |= gatherWritten.count(b) > 0;
+    const bool forwardHook =
+        hook == MFSDP_HOOK_PRE_FORWARD || hook == MFSDP_HOOK_POST_FORWARD;
+    if (!unpack && forwardHook) {
+      error = "'" + op.name + "' copies gradients (it reads no gathered buffer) in a "
+              "forward hook";
+      return;
+    }
+    for (int32_t unit : unitsOf(op))
+      if (staged[unit])
+        add(hook, hookUnit, unpack ? MFSDP_PROGRAM_UNPACK : MFSDP_PROGRAM_PACK, unit, op.name,
+            op.group);
   }
 
   /// Microbatch `m`'s hooks (`mine`) against the program's (the last
@@ -526,7 +584,7 @@ private:
   void agree(int64_t m, const std::vector<std::vector<ProgramOp>> &mine) {
     auto isReductionOp = [](const ProgramOp &op) {
       return op.kind == MFSDP_PROGRAM_START_REDUCTION ||
-             op.kind == MFSDP_PROGRAM_WAIT_REDUCTION;
+             op.kind == MFSDP_PROGRAM_WAIT_REDUCTION || op.kind == MFSDP_PROGRAM_PACK;
     };
     auto say = [](const ProgramOp &op) {
       return std::string(runtime::programKindName(op.kind)) + " of unit " +
@@ -613,16 +671,22 @@ private:
         return op.unitName;
     return "?";
   }
+  /// "unit N ('name')", or "unit N" where the step names no unit N.
+  std::string unitLabel(int32_t u) const {
+    const std::string name = unitName(u);
+    return "unit " + std::to_string(u) + (name == "?" ? "" : " ('" + name + "')");
+  }
   std::vector<ProgramOp> &at(int32_t hook, int32_t unit) {
     return hooks[runtime::hookSlot(unit, hook)];
   }
-  /// Adds an op to a hook unless the hook has one of that kind and unit.
-  void add(int32_t hook, int32_t hookUnit, int32_t kind, int32_t unit,
-           const Origin &from, int64_t group = -1) {
+  /// Adds an op to a hook unless the hook has one of that kind and unit
+  /// (false), or always.
+  bool add(int32_t hook, int32_t hookUnit, int32_t kind, int32_t unit,
+           const Origin &from, int64_t group = -1, bool always = false) {
     std::vector<ProgramOp> &ops = at(hook, hookUnit);
     for (const ProgramOp &op : ops)
-      if (op.kind == kind && op.unit == unit)
-        return;
+      if (!always && op.kind == kind && op.unit == unit)
+        return false;
     ProgramOp op;
     op.kind = kind;
     op.unit = unit;
@@ -632,6 +696,7 @@ private:
     if (origins)
       op.from = from.text();
     ops.push_back(std::move(op));
+    return true;
   }
 
   void lower(const Op &op, int32_t hook, int32_t hookUnit) {
@@ -658,6 +723,10 @@ private:
           for (int32_t u : members->second)
             add(hook, hookUnit, MFSDP_PROGRAM_RELEASE, u, op.name, it->second);
       }
+      return;
+    }
+    if (op.kind == OpKind::Compute && op.compute == "copy") {
+      lowerCopy(op, hook, hookUnit);
       return;
     }
     if (target->kind != OpKind::Collective || overReplicas(*target))
@@ -713,6 +782,8 @@ private:
   std::map<int64_t, std::vector<int32_t>> groupUnits;
   std::vector<int64_t> groupOf; // per unit, its gather group (-1: none)
   std::unordered_map<int64_t, int64_t> gatheredBy; // buffer -> group
+  std::unordered_set<int64_t> gatherWritten;        // buffers gathers write
+  std::vector<bool> staged; // per unit: has row-shard buckets (staging)
   std::unordered_map<std::string, int32_t> unitIndex;
 };
 

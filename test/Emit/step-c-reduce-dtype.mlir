@@ -24,7 +24,8 @@
 // RUN: sed 's/tensor<4x64xbf16>/tensor<4x64xf32>/' %s | mfsdp-opt --mfsdp-build-step="tokens=1 reduce-dtype=bf16" | mfsdp-translate --emit-step-c | FileCheck %s --check-prefix=BF16
 // The step's bytes are whole and its buffers hold what its reductions
 // read, whatever mix of dtypes a unit holds (the fp32 reduction widens the
-// bf16 gradient of n: 384 padded elements, 4 bytes each), and with
+// bf16 gradient of n: 320 elements, each parameter's rows even over the 2
+// ranks, 4 bytes each), and with
 // microbatches, whose accumulated gradients the last reduction reads
 // (both were refused by the verifier: 711.1 bytes; a 768-byte buffer
 // read for 1536).
@@ -32,20 +33,20 @@
 // RUN: sed 's/tensor<4x64xbf16>/tensor<4x64xf32>/' %s | mfsdp-opt --mfsdp-build-step="tokens=1 reduce-dtype=bf16" --mfsdp-verify-schedule | FileCheck %s --check-prefix=MIXED-BF16
 // RUN: mfsdp-opt %s --mfsdp-build-step="tokens=1 reduce-dtype=f32 microbatches=2" --mfsdp-verify-schedule | FileCheck %s --check-prefix=ACCUM
 
-// MIXED-F32: sched.alloc "unreduced grads g0 mb0" bytes 1536
-// MIXED-F32: sched.reduce_scatter "reduce_scatter u0" {{.*}} bytes 1536
-// MIXED-BF16: sched.alloc "unreduced grads g0 mb0" bytes 1280
-// MIXED-BF16: sched.reduce_scatter "reduce_scatter u0" {{.*}} bytes 768
-// ACCUM: sched.alloc "grad accumulation g0" bytes 1536 persistent
-// ACCUM: sched.optimizer accumulate "accumulate g0 mb0" {{.*}} bytes 4608
-// ACCUM: sched.reduce_scatter "reduce_scatter u0" {{.*}} bytes 1536
+// MIXED-F32: sched.alloc "unreduced grads g0 mb0" bytes 1280
+// MIXED-F32: sched.reduce_scatter "reduce_scatter u0" {{.*}} bytes 1280
+// MIXED-BF16: sched.alloc "unreduced grads g0 mb0" bytes 1152
+// MIXED-BF16: sched.reduce_scatter "reduce_scatter u0" {{.*}} bytes 640
+// ACCUM: sched.alloc "grad accumulation g0" bytes 1280 persistent
+// ACCUM: sched.optimizer accumulate "accumulate g0 mb0" {{.*}} bytes 3840
+// ACCUM: sched.reduce_scatter "reduce_scatter u0" {{.*}} bytes 1280
 
 // PARAM-IR: sched.step @rd.step mesh @rd::@mesh world 2 tokens 1 microbatches 1 {
-// PARAM-IR: sched.reduce_scatter "reduce_scatter u0" {{.*}} bytes 768
+// PARAM-IR: sched.reduce_scatter "reduce_scatter u0" {{.*}} bytes 640
 // BF16-IR: sched.step @rd.step mesh @rd::@mesh world 2 tokens 1 microbatches 1 reduce_dtype bf16 {
-// BF16-IR: sched.reduce_scatter "reduce_scatter u0" {{.*}} bytes 768
+// BF16-IR: sched.reduce_scatter "reduce_scatter u0" {{.*}} bytes 640
 // F32-IR: sched.step @rd.step mesh @rd::@mesh world 2 tokens 1 microbatches 1 reduce_dtype f32 {
-// F32-IR: sched.reduce_scatter "reduce_scatter u0" {{.*}} bytes 1536
+// F32-IR: sched.reduce_scatter "reduce_scatter u0" {{.*}} bytes 1280
 
 // BF16: .reduce_dtype = MFSDP_REDUCE_BF16,
 // F32-NOT: .reduce_dtype

@@ -131,6 +131,6 @@ plan.graph @dt seq_len 8 {
 // MM-NOT: sched.reduce_
 // MM: sched.optimizer muon "muon update big"
 
-// UNKNOWN: unknown baseline 'dtensor'; expected none, fsdp2, fsdp2-dtensor or fsdp2-dtensor-mm
+// UNKNOWN: unknown baseline 'dtensor'; expected none, fsdp2, fsdp2-dtensor, fsdp2-dtensor-mm or fsdp2-rows
 // The derivation is for a 1-D mesh; HSDP's 2-D DTensor is refused.
 // HSDP: error: baseline=fsdp2-dtensor models DTensor on a 1-D dp_shard mesh; dp_replicate > 1 is not supported

@@ -23,7 +23,7 @@
 // ROWS: unknown row layout 'diagonal'; expected auto, per_param or flat
 // SPLIT: unknown ns-split 'maybe'; expected auto, on or off
 // HW: error: unknown hardware profile 'tpu'; expected a100, h100, h100-ib, a100-pcie or h100-pcie
-// BASELINE: unknown baseline 'fsdp1'; expected none, fsdp2, fsdp2-dtensor or fsdp2-dtensor-mm
+// BASELINE: unknown baseline 'fsdp1'; expected none, fsdp2, fsdp2-dtensor, fsdp2-dtensor-mm or fsdp2-rows
 // COMM: unknown gather-comm 'both'; expected shared or separate
 // ORDER: unknown optimizer order 'random'; expected first-units or landing
 // PIPEORDER: unknown optimizer order 'first_units'; expected first-units or landing

@@ -282,8 +282,19 @@ TEST(RuntimeProgram, HooksFollowTheSchedule) {
 // ZeRO-3 with prefetch: each forward gather starts one unit ahead and the
 // copy is freed in post_forward; the backward gather of the unit before
 // starts in pre_backward.
+/// A copy of group `g`'s row shards (`compute` "copy") reading `buffer`:
+/// out of a gathered buffer (an unpack), or of the gradients (a pack).
+Op copyOp(Phase phase, std::string name, int64_t g, int64_t buffer) {
+  Op op = make(OpKind::Compute, phase, std::move(name), -1, g, {buffer}, {});
+  op.compute = "copy";
+  return op;
+}
+
 /// The step of threeUnits() under ZeRO-3: per group a gathered buffer,
-/// gathered before each phase's compute and freed after it.
+/// gathered before each phase's compute and freed after it. Group 2 (two
+/// row shards, per_param) copies its shards out of each gathered buffer
+/// and its gradients in before their reduction, as mfsdp-build-step does;
+/// a plan that stages unit 2 (BucketedPlan) runs them as unpack and pack.
 Step zero3Step() {
   Step s = threeUnits();
   // ZeRO-3's gathers: per group a gathered buffer, gathered before each
@@ -311,12 +322,16 @@ Step zero3Step() {
                                  std::string(fwd ? "gather" : "bwd gather") + " g" +
                                      std::to_string(g),
                                  g, {}, g, buf));
+      if (g == 2)
+        z.ops.push_back(copyOp(op.phase, std::string(fwd ? "" : "bwd ") + "unpack g2", 2, buf));
       z.ops.push_back(op);
       z.ops.push_back(make(OpKind::Free, op.phase, "free", -1, g, {}, {buf}));
       continue;
     }
     if (op.phase == Phase::Optimizer && op.kind == OpKind::Collective)
       continue; // ZeRO-3 gathers at the next use
+    if (op.kind == OpKind::Collective && op.group == 2)
+      z.ops.push_back(copyOp(op.phase, "pack g2", 2, op.reads.front()));
     z.ops.push_back(op);
   }
   return z;
@@ -375,9 +390,51 @@ TEST(RuntimeProgram, HooksPackAndUnpackBuckets) {
   }
 }
 
+// The pack and unpack of a staged unit come from the step's copies: a step
+// without them (one built with flat rows) is refused, naming the unit, the
+// hook and what is missing; a copy that reads nothing cannot say which it
+// is. A plan that does not stage the unit lowers the copies to nothing.
+TEST(RuntimeProgram, StagedUnitsNeedTheStepsCopies) {
+  BucketedPlan plan;
+  auto without = [](const std::string &name) {
+    Step z = zero3Step();
+    z.ops.erase(std::remove_if(z.ops.begin(), z.ops.end(),
+                               [&](const Op &op) { return op.name == name; }),
+                z.ops.end());
+    return overlapped(z);
+  };
+  RuntimeProgram p = lowerStepProgram(without("unpack g2"), plan.plan);
+  EXPECT_EQ(p.error,
+            "the step waits for the gathers of unit 2 in its pre_forward but copies "
+            "nothing out of them after: the library gathers the unit's row shards into "
+            "staging (row-shard buckets), which a copy of the step unpacks (build the "
+            "step with row-layout per_param)");
+  p = lowerStepProgram(without("pack g2"), plan.plan);
+  EXPECT_EQ(p.error,
+            "the step starts the reduction of unit 2 in the post_backward of unit 2 "
+            "with no copy into it before, in that hook: the library reduces the unit's row "
+            "shards from staging (row-shard buckets), which a copy of the step packs (build "
+            "the step with row-layout per_param)");
+  Step blind = zero3Step();
+  for (Op &op : blind.ops)
+    if (op.name == "pack g2")
+      op.reads.clear();
+  p = lowerStepProgram(overlapped(blind), plan.plan);
+  EXPECT_EQ(p.error, "'pack g2' copies and reads no buffer: the lowering tells an unpack "
+                     "(it reads a gathered buffer) from a pack (the gradients) by what it "
+                     "reads");
+  // Unit 2 not staged: the copies run nothing.
+  Plan unstaged;
+  unstaged.plan.zero = 3;
+  p = lowerStepProgram(overlapped(zero3Step()), unstaged.plan);
+  ASSERT_EQ(p.error, "");
+  for (const ProgramOp &op : p.ops)
+    EXPECT_TRUE(op.kind != MFSDP_PROGRAM_PACK && op.kind != MFSDP_PROGRAM_UNPACK);
+}
+
 // Without origins (the verifier's lowering) the program is the same but
 // for the texts naming what each op is lowered from; with them, every op
-// names its step op, a pack or unpack the op it goes with.
+// names its step op, a pack or unpack the step's copy it is lowered from.
 TEST(RuntimeProgram, OriginsOnlyName) {
   BucketedPlan plan;
   const Step z = overlapped(zero3Step());
@@ -409,9 +466,8 @@ TEST(RuntimeProgram, OriginsOnlyName) {
     if (a.kind == MFSDP_PROGRAM_UNPACK)
       unpacks.insert(a.from);
   }
-  EXPECT_EQ(packs, (std::set<std::string>{"pack for reduce_scatter g2"}));
-  EXPECT_EQ(unpacks, (std::set<std::string>{"unpack after wait gather g2",
-                                            "unpack after wait bwd gather g2"}));
+  EXPECT_EQ(packs, (std::set<std::string>{"pack g2"}));
+  EXPECT_EQ(unpacks, (std::set<std::string>{"unpack g2", "bwd unpack g2"}));
 }
 
 // A released program's view is the view, holding its own parameters and
@@ -505,8 +561,9 @@ Step microbatched(const Step &one, int64_t n) {
   for (int64_t m = 0; m < n; ++m)
     for (const Op &op : one.ops)
       if (op.phase != Phase::Optimizer &&
-          (m + 1 == n || op.kind != OpKind::Collective ||
-           op.coll != CollKind::ReduceScatter))
+          (m + 1 == n ||
+           ((op.kind != OpKind::Collective || op.coll != CollKind::ReduceScatter) &&
+            op.name != "pack g2")))
         s.ops.push_back(op);
   for (const Op &op : one.ops)
     if (op.phase == Phase::Optimizer)
@@ -979,10 +1036,11 @@ TEST(Step, MicrobatchOf) {
   size_t firstOfSecond = 0;
   while (firstOfSecond < of.size() && of[firstOfSecond] == 0)
     ++firstOfSecond;
-  size_t firstOps = 0; // the first microbatch: no reductions
+  size_t firstOps = 0; // the first microbatch: no reductions, no copy into one
   for (const Op &op : one.ops)
     firstOps += op.phase != Phase::Optimizer &&
-                !(op.kind == OpKind::Collective && op.coll == CollKind::ReduceScatter);
+                !(op.kind == OpKind::Collective && op.coll == CollKind::ReduceScatter) &&
+                op.name != "pack g2";
   EXPECT_EQ(firstOfSecond, firstOps);
   EXPECT_EQ(two.ops[firstOfSecond].kind, OpKind::Alloc);
   EXPECT_EQ(of.back(), 1);

@@ -91,6 +91,7 @@ TEST(Vocabulary, Spellings) {
   EXPECT_EQ(enumName(OwnerStrategy::RoundRobin), "round_robin");
   EXPECT_EQ(enumName(OptimizerOrder::FirstUnits), "first-units");
   EXPECT_EQ(enumName(StepBaseline::FSDP2DTensorMm), "fsdp2-dtensor-mm");
+  EXPECT_EQ(enumName(StepBaseline::FSDP2Rows), "fsdp2-rows");
   EXPECT_EQ(enumName(static_cast<PolicyKind>(17)), "?");
   // Generated C code names the ABI's enumerators.
   EXPECT_STREQ(enumCName(Placement::BlockShard), "MFSDP_BLOCK_SHARD");

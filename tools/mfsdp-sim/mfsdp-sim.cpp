@@ -320,7 +320,7 @@ int main(int argc, char **argv) {
       } else {
         for (Outcome &o : outcomes)
           o.label = "mfsdp";
-        variants.push_back({"FSDP2-style", " row-layout=per_param"});
+        variants.push_back({"FSDP2-style", " baseline=fsdp2-rows row-layout=per_param"});
       }
     }
   }

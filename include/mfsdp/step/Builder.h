@@ -57,6 +57,12 @@ struct BuildOptions {
   /// Which form of torch.optim.Muon's Newton-Schulz the DTensor baseline
   /// replays (DTensorForm); "fsdp2-dtensor-mm" selects Mm.
   DTensorForm dtensorForm = DTensorForm::Addmm;
+  /// FSDP2's copies: every per_param unit copies its row shards into and
+  /// out of the collective buffers, a unit of one row-shard parameter too
+  /// (the baselines). Off, a unit copies only where the step runtime
+  /// stages, a unit of two or more row-shard parameters (a lone one is
+  /// gathered into its parameter and reduced from its gradient in place).
+  bool fsdp2Copies = false;
   /// Bytes an element of the gradient reductions put on the wire (the
   /// reduce dtype: 4 for fp32, 2 for bf16); 0: each parameter's own dtype.
   int64_t reduceElemBytes = 0;
