@@ -247,12 +247,15 @@ def Sched_ComputeOp : Sched_Op<"compute", [HasParent<"StepOp">,
   let description = [{
     Forward, backward or activation recomputation of the unit `unit`,
     reading the gathered parameters and writing activations or gradients;
-    or a `copy` of shards into or out of a collective buffer (FSDP2's
-    per-parameter layout). `flops` and `bytes` are its cost for the step's
-    tokens.
+    or a `copy` of a per-parameter unit's shards out of the staging its
+    gathers fill into its gathered buffer, or of its gradients into the
+    staging its reduction reads (FSDP2's per-parameter layout; the step
+    library's `UNPACK` and `PACK`). `flops` and `bytes` are its cost for
+    the step's tokens.
 
     ```mlir
     sched.compute backward "backward layers.0" unit @layers.0 reads(%g) writes(%grad) flops 3.6e12 bytes 1000000000 phase backward
+    sched.compute copy "all_gather copy g1" reads(%staging) writes(%g) flops 0.0 bytes 6297600 phase forward group 1
     ```
   }];
   let arguments = (ins Sched_ComputeKind:$kind, StringProp:$name,

@@ -117,8 +117,22 @@ void StepBuilder::collectGroups() {
       piece.rowBytes += pad;
       if (R > 0)
         piece.reduceRowBytes += padding(R);
-      if (pr.units[u].layout == planner::RowLayout::PerParam)
-        perParamUnits.insert(static_cast<int64_t>(u));
+      // FSDP2's per-parameter layout copies shards in and out of flat
+      // collective buffers; a flat layout uses the buffer in place. The
+      // step runtime stages a unit's row shards only where it has two or
+      // more (its row-shard buckets, runtime/common/Buckets.cpp): FSDP2
+      // copies a lone one, and block shards, too (BuildOptions::fsdp2Copies).
+      if (pr.units[u].layout == planner::RowLayout::PerParam) {
+        int64_t members = 0;
+        for (const Param *p : rowsPerUnit[u])
+          if (b.fsdp2Copies || p->placement == PlacementKind::RowShard) {
+            piece.copyBytes += static_cast<double>(p->numElements()) * p->elemBytes;
+            ++members;
+          }
+        piece.copied = members >= (b.fsdp2Copies ? 1 : 2);
+        if (!piece.copied)
+          piece.copyBytes = 0;
+      }
     }
     // A group of one unit: the unit's lists are the group's (shared).
     piece.rowNames = sharedIfSame(g.rowNames, piece.rowNames);
@@ -228,9 +242,20 @@ double StepBuilder::unreducedBytes(const GroupInfo &g) const {
 
 /// One all-gather of rows and one all-gather-v of owner matrices per
 /// unit, all at the group's first use; mfsdp-bucket-collectives merges
-/// them.
+/// them. The rows of units that copy (GroupInfo::Piece::copied) land in
+/// the group's staging, copied out into the gathered buffer and freed.
 void StepBuilder::gather(size_t gi, const char *why) {
   GroupInfo &g = groups[gi];
+  // The staging first: the schedule moves the allocs from the first one a
+  // gather writes, with the gathers.
+  g.staging = -1;
+  if (g.copies()) {
+    double staged = 0;
+    for (const GroupInfo::Piece &piece : g.pieces)
+      if (piece.copied)
+        staged += piece.rowBytes;
+    g.staging = alloc(fmt::format("gather staging g{} ({})", gi, why), staged, false);
+  }
   g.gathered = alloc(fmt::format("gathered g{} ({})", gi, why),
                      gatheredBytes(g), false);
   for (const GroupInfo::Piece &piece : g.pieces) {
@@ -238,7 +263,8 @@ void StepBuilder::gather(size_t gi, const char *why) {
     if (piece.rowBytes > 0) {
       Op op = collective(CollKind::AllGather,
                          fmt::format("all_gather {} ({})", unit, why),
-                         g.rowShard, g.gathered, piece.rowBytes);
+                         g.rowShard, piece.copied ? g.staging : g.gathered,
+                         piece.rowBytes);
       op.params = piece.rowNames;
       op.group = static_cast<int64_t>(gi);
       op.unit = piece.unit;
@@ -255,43 +281,29 @@ void StepBuilder::gather(size_t gi, const char *why) {
       add(std::move(op));
     }
   }
-  if (!g.rows.empty())
-    copies(gi, /*gatherSide=*/true, g.gathered);
+  if (g.staging >= 0) {
+    copy(gi, /*gatherSide=*/true, g.staging, g.gathered);
+    free(g.staging);
+  }
 }
 
-/// FSDP2's per-parameter layout copies shards in and out of the flat
-/// collective buffers; flat layouts use the buffer in place. The step
-/// runtime stages a unit's row shards only where it has two or more (its
-/// row-shard buckets, runtime/common/Buckets.cpp): FSDP2 copies a lone one
-/// too (BuildOptions::fsdp2Copies).
-void StepBuilder::copies(size_t gi, bool gatherSide, int64_t buffer) {
+/// The copy of the copied units' rows out of the gathered staging into the
+/// gathered buffer, or out of the unreduced gradients into the reduce
+/// staging: each read and written once, its shard once.
+void StepBuilder::copy(size_t gi, bool gatherSide, int64_t from, int64_t to) {
   const GroupInfo &g = groups[gi];
   double bytes = 0;
-  for (int64_t u : g.units) {
-    if (!perParamUnits.count(u))
-      continue;
-    double mine = 0;
-    int64_t members = 0;
-    for (const Param *p : g.rows)
-      if (p->unit == u) {
-        mine += static_cast<double>(p->numElements()) * p->elemBytes;
-        ++members;
-      }
-    if (members >= 2 || b.fsdp2Copies)
-      bytes += mine;
-  }
-  if (bytes <= 0)
-    return;
+  for (const GroupInfo::Piece &piece : g.pieces)
+    bytes += piece.copyBytes;
   Op op;
   op.kind = OpKind::Compute;
   op.phase = phase;
   op.name = fmt::format("{} copy g{}", gatherSide ? "all_gather" : "reduce_scatter", gi);
   op.compute = "copy";
   op.group = static_cast<int64_t>(gi);
-  // Read and write the unit once, and its shard once.
   op.bytes = 2 * (bytes + bytes / S);
-  if (buffer >= 0)
-    op.reads = {buffer};
+  op.reads = {from};
+  op.writes = {to};
   add(std::move(op));
 }
 
@@ -395,8 +407,16 @@ double StepBuilder::reducedBytes(
 /// all-reduce of what this rank keeps.
 void StepBuilder::reduce(size_t gi, int64_t grads) {
   GroupInfo &g = groups[gi];
-  if (!g.rows.empty())
-    copies(gi, /*gatherSide=*/false, grads);
+  // The copied units' gradients go through a staging buffer, packed.
+  int64_t staging = -1;
+  if (g.copies()) {
+    double staged = 0;
+    for (const GroupInfo::Piece &piece : g.pieces)
+      if (piece.copied)
+        staged += b.reduceElemBytes > 0 ? piece.reduceRowBytes : piece.rowBytes;
+    staging = alloc(fmt::format("reduce staging g{}", gi), staged, false);
+    copy(gi, /*gatherSide=*/false, grads, staging);
+  }
   for (auto it = g.pieces.rbegin(); it != g.pieces.rend(); ++it) {
     GroupInfo::Piece piece = *it;
     // The reduce dtype's bytes in place of the parameters' own.
@@ -408,7 +428,7 @@ void StepBuilder::reduce(size_t gi, int64_t grads) {
     const std::string &unit = pr.units[piece.unit].name;
     if (piece.rowBytes > 0) {
       Op op = collective(CollKind::ReduceScatter, fmt::format("reduce_scatter {}", unit),
-                         grads, g.rowGrad, piece.rowBytes);
+                         piece.copied ? staging : grads, g.rowGrad, piece.rowBytes);
       op.params = piece.rowNames;
       op.group = static_cast<int64_t>(gi);
       op.unit = piece.unit;
@@ -451,6 +471,8 @@ void StepBuilder::reduce(size_t gi, int64_t grads) {
     op.group = static_cast<int64_t>(gi);
     add(std::move(op));
   }
+  if (staging >= 0)
+    free(staging);
 }
 
 } // namespace detail

@@ -351,15 +351,15 @@ public:
     for (const auto &[g, members] : groupUnits)
       for (int32_t u : members)
         groupOf[u] = g;
-    // Buffers the forward gathers write: their free releases the unit.
-    // Those any gather writes: a copy out of one unpacks it.
+    // The forward's gathered copies: their free releases the unit. The
+    // buffers any gather writes (a gathered buffer, or the staging of
+    // copied rows): a copy out of one unpacks it.
+    for (const auto &[b, gather] : gatheredCopies(s, isGather))
+      if (s.ops[gather].phase == Phase::Forward)
+        gatheredBy[b] = s.ops[gather].group;
     for (const Op &op : s.ops)
       if (isGather(op))
-        for (int64_t b : op.writes) {
-          gatherWritten.insert(b);
-          if (op.phase == Phase::Forward)
-            gatheredBy[b] = op.group;
-        }
+        gatherWritten.insert(op.writes.begin(), op.writes.end());
     // The units the runtime stages (row-shard buckets): their gathers land
     // in staging, which the step's copies unpack, and their reductions
     // start from staging, which its copies pack.
@@ -725,7 +725,7 @@ private:
       }
       return;
     }
-    if (op.kind == OpKind::Compute && op.compute == "copy") {
+    if (isShardCopy(op)) {
       lowerCopy(op, hook, hookUnit);
       return;
     }

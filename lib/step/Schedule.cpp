@@ -196,8 +196,9 @@ int64_t shareNameLists(Step &s) {
 
 namespace {
 
-/// A group's gathers at one point: the Alloc of the gathered buffer
-/// followed by the collectives writing it.
+/// A group's gathers at one point: the Allocs of the gathered buffer (and
+/// of the staging its copied rows land in) followed by the collectives
+/// writing them.
 struct GatherBlock {
   size_t begin = 0, end = 0; // [begin, end) in the op list
   int64_t group = -1;
@@ -208,20 +209,42 @@ struct GatherBlock {
 std::vector<GatherBlock> gatherBlocks(const Step &s) {
   std::vector<GatherBlock> blocks;
   for (size_t i = 0; i < s.ops.size(); ++i) {
-    const Op &op = s.ops[i];
-    if (op.kind != OpKind::Alloc || i + 1 >= s.ops.size() ||
-        !isGather(s.ops[i + 1]) || s.ops[i + 1].writes != op.writes)
+    // A run of allocs, then of gathers each writing one of them.
+    size_t j = i;
+    std::vector<int64_t> allocated;
+    while (j < s.ops.size() && s.ops[j].kind == OpKind::Alloc &&
+           s.ops[j].writes.size() == 1) {
+      allocated.push_back(s.ops[j].writes.front());
+      ++j;
+    }
+    auto writesOne = [&](const Op &op) {
+      return isGather(op) && op.writes.size() == 1 &&
+             std::find(allocated.begin(), allocated.end(), op.writes.front()) !=
+                 allocated.end();
+    };
+    if (allocated.empty() || j >= s.ops.size() || !writesOne(s.ops[j]))
       continue;
     GatherBlock b;
-    b.begin = i;
-    b.end = i + 1;
-    b.group = s.ops[i + 1].group;
-    b.phase = s.ops[i + 1].phase;
-    b.bytes = s.buffers[op.writes.front()].bytes;
-    while (b.end < s.ops.size() && isGather(s.ops[b.end]) &&
-           s.ops[b.end].writes == op.writes)
+    b.end = j;
+    b.group = s.ops[j].group;
+    b.phase = s.ops[j].phase;
+    std::vector<bool> written(allocated.size(), false);
+    while (b.end < s.ops.size() && writesOne(s.ops[b.end]) && s.ops[b.end].group == b.group) {
+      written[std::find(allocated.begin(), allocated.end(), s.ops[b.end].writes.front()) -
+              allocated.begin()] = true;
       ++b.end;
+    }
+    // The block starts at the first alloc its gathers write (one before
+    // it is another op's): the staging of copied rows, then the gathered
+    // buffer, which an all-gather-v of owned matrices writes or, with
+    // every row copied, only the copy out of the staging.
+    const size_t first = static_cast<size_t>(
+        std::find(written.begin(), written.end(), true) - written.begin());
+    b.begin = i + first;
+    for (size_t k = first; k < allocated.size(); ++k)
+      b.bytes += s.buffers[allocated[k]].bytes;
     blocks.push_back(b);
+    i = b.end - 1;
   }
   return blocks;
 }

@@ -47,12 +47,23 @@ struct GroupInfo {
     // the unit's reductions move, whole bytes whatever mix of dtypes.
     double reduceRowBytes = 0, reduceOwnedBytes = 0;
     Chunks reduceChunks;
+    // The unit copies its rows into and out of staging (copied): the
+    // bytes it copies, and its rows as its gathers and reductions move
+    // them, the staging's size (StepBuilder::copies).
+    bool copied = false;
+    double copyBytes = 0;
     NameList rowNames, ownedNames; // shared by the ops that carry them
   };
   std::vector<Piece> pieces;           // one per unit, forward order
   // Buffers (indices into Step::buffers), -1 when the group has none.
   int64_t rowShard = -1, rowGrad = -1, ownedFull = -1, ownedLocal = -1,
-          ownedGradFull = -1, replicatedBuf = -1, accum = -1, gathered = -1;
+          ownedGradFull = -1, replicatedBuf = -1, accum = -1, gathered = -1,
+          staging = -1; // the copied units' gathered or reduced rows
+  /// Whether any unit of the group copies its rows (staging).
+  bool copies() const {
+    return std::any_of(pieces.begin(), pieces.end(),
+                       [](const Piece &p) { return p.copied; });
+  }
 };
 
 class StepBuilder {
@@ -153,7 +164,7 @@ private:
   /// reads `buffer`: the gathered one (it runs after the gather is waited
   /// for, where the runtime unpacks) or the unreduced gradients (before
   /// their reduction, where the runtime packs).
-  void copies(size_t gi, bool gatherSide, int64_t buffer);
+  void copy(size_t gi, bool gatherSide, int64_t from, int64_t to);
 
   void compute(int64_t unit, Phase ph, const char *what, double flopsPerToken,
                int64_t reads, int64_t writes);
@@ -195,7 +206,6 @@ private:
   Step st;
   Phase phase = Phase::Forward;
   std::vector<GroupInfo> groups;
-  std::set<int64_t> perParamUnits;
   std::vector<int64_t> activations;
 };
 

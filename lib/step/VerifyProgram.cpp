@@ -172,10 +172,8 @@ private:
     // by phase, in the order of their allocs (first microbatch) and, for
     // the forward copies, of their frees.
     std::unordered_map<int64_t, std::pair<Phase, int64_t>> copyOf; // buffer
-    for (const Op &op : s.ops)
-      if (isStepGather(op))
-        for (int64_t b : op.writes)
-          copyOf.emplace(b, std::make_pair(op.phase, op.group));
+    for (const auto &[b, gather] : gatheredCopies(s, isStepGather))
+      copyOf.emplace(b, std::make_pair(s.ops[gather].phase, s.ops[gather].group));
     const std::vector<int64_t> microbatch = microbatchOf(s);
     for (size_t i = 0; i < s.ops.size(); ++i) {
       const Op &op = s.ops[i];

@@ -282,18 +282,21 @@ TEST(RuntimeProgram, HooksFollowTheSchedule) {
 // ZeRO-3 with prefetch: each forward gather starts one unit ahead and the
 // copy is freed in post_forward; the backward gather of the unit before
 // starts in pre_backward.
-/// A copy of group `g`'s row shards (`compute` "copy") reading `buffer`:
-/// out of a gathered buffer (an unpack), or of the gradients (a pack).
-Op copyOp(Phase phase, std::string name, int64_t g, int64_t buffer) {
-  Op op = make(OpKind::Compute, phase, std::move(name), -1, g, {buffer}, {});
+/// A copy of group `g`'s row shards (`compute` "copy") reading `from`:
+/// out of the staging a gather fills into the gathered buffer `to` (an
+/// unpack), or of the gradients (a pack).
+Op copyOp(Phase phase, std::string name, int64_t g, int64_t from, int64_t to = -1) {
+  Op op = make(OpKind::Compute, phase, std::move(name), -1, g, {from},
+               to >= 0 ? std::vector<int64_t>{to} : std::vector<int64_t>{});
   op.compute = "copy";
   return op;
 }
 
 /// The step of threeUnits() under ZeRO-3: per group a gathered buffer,
 /// gathered before each phase's compute and freed after it. Group 2 (two
-/// row shards, per_param) copies its shards out of each gathered buffer
-/// and its gradients in before their reduction, as mfsdp-build-step does;
+/// row shards, per_param) gathers them into a staging buffer and copies
+/// them out into its gathered buffer, and copies its gradients before
+/// their reduction, as mfsdp-build-step does;
 /// a plan that stages unit 2 (BucketedPlan) runs them as unpack and pack.
 Step zero3Step() {
   Step s = threeUnits();
@@ -303,7 +306,7 @@ Step zero3Step() {
   z.name = s.name;
   z.world = s.world;
   z.buffers = s.buffers;
-  std::vector<int64_t> fwdBuf, bwdBuf;
+  std::vector<int64_t> fwdBuf, bwdBuf, staging;
   for (int64_t g = 0; g < 3; ++g)
     for (int k = 0; k < 2; ++k) {
       Buffer b;
@@ -312,18 +315,31 @@ Step zero3Step() {
       z.buffers.push_back(b);
       (k ? bwdBuf : fwdBuf).push_back(static_cast<int64_t>(z.buffers.size()) - 1);
     }
+  for (int k = 0; k < 2; ++k) { // group 2's, forward and backward
+    Buffer b;
+    b.name = k ? "bwd staging g2" : "fwd staging g2";
+    b.bytes = 128;
+    z.buffers.push_back(b);
+    staging.push_back(static_cast<int64_t>(z.buffers.size()) - 1);
+  }
   for (const Op &op : s.ops) {
     if (op.kind == OpKind::Compute) {
       const bool fwd = op.phase == Phase::Forward;
       const int64_t g = op.group, buf = fwd ? fwdBuf[g] : bwdBuf[g];
+      const int64_t stage = g == 2 ? staging[fwd ? 0 : 1] : -1;
+      if (stage >= 0)
+        z.ops.push_back(make(OpKind::Alloc, op.phase, "alloc staging", -1, g, {}, {stage}));
       Op alloc = make(OpKind::Alloc, op.phase, "alloc", -1, g, {}, {buf});
       z.ops.push_back(alloc);
       z.ops.push_back(collective(CollKind::AllGather, op.phase,
                                  std::string(fwd ? "gather" : "bwd gather") + " g" +
                                      std::to_string(g),
-                                 g, {}, g, buf));
-      if (g == 2)
-        z.ops.push_back(copyOp(op.phase, std::string(fwd ? "" : "bwd ") + "unpack g2", 2, buf));
+                                 g, {}, g, stage >= 0 ? stage : buf));
+      if (stage >= 0) {
+        z.ops.push_back(
+            copyOp(op.phase, std::string(fwd ? "" : "bwd ") + "unpack g2", 2, stage, buf));
+        z.ops.push_back(make(OpKind::Free, op.phase, "free staging", -1, g, {}, {stage}));
+      }
       z.ops.push_back(op);
       z.ops.push_back(make(OpKind::Free, op.phase, "free", -1, g, {}, {buf}));
       continue;

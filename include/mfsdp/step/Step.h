@@ -36,6 +36,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace mfsdp::step {
@@ -427,6 +428,49 @@ struct Step {
 inline bool isUnitCompute(const Op &op) {
   return op.kind == OpKind::Compute && op.compute != "copy" &&
          op.phase != Phase::Optimizer;
+}
+
+/// A shard copy (`compute` "copy"): a per_param unit's rows copied out of
+/// the staging its gathers fill, or its gradients into the staging its
+/// reductions read.
+inline bool isShardCopy(const Op &op) {
+  return op.kind == OpKind::Compute && op.compute == "copy";
+}
+
+/// The gathered copies of `s`: each buffer a gather (`isGather(op)`)
+/// writes, but where a shard copy reads one (the staging of copied rows)
+/// the buffer the copy writes in its place; with, for each, the index of
+/// the gather that fills it (the first).
+template <typename IsGather>
+std::vector<std::pair<int64_t, size_t>> gatheredCopies(const Step &s, IsGather isGather) {
+  std::vector<std::pair<int64_t, size_t>> out;
+  std::vector<int64_t> filler(s.buffers.size(), -1);
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    const Op &op = s.ops[i];
+    if (isGather(op)) {
+      for (int64_t b : op.writes)
+        if (b >= 0 && static_cast<size_t>(b) < filler.size() && filler[b] < 0)
+          filler[b] = static_cast<int64_t>(i);
+    } else if (isShardCopy(op)) {
+      int64_t from = -1;
+      for (int64_t b : op.reads)
+        if (b >= 0 && static_cast<size_t>(b) < filler.size() && filler[b] >= 0 &&
+            isGather(s.ops[static_cast<size_t>(filler[b])]))
+          from = filler[b];
+      if (from < 0)
+        continue; // out of the gradients
+      for (int64_t b : op.reads)
+        if (b >= 0 && static_cast<size_t>(b) < filler.size())
+          filler[b] = -2; // staging, not a copy
+      for (int64_t b : op.writes)
+        if (b >= 0 && static_cast<size_t>(b) < filler.size() && filler[b] == -1)
+          filler[b] = from;
+    }
+  }
+  for (size_t b = 0; b < filler.size(); ++b)
+    if (filler[b] >= 0)
+      out.push_back({static_cast<int64_t>(b), static_cast<size_t>(filler[b])});
+  return out;
 }
 
 /// Per op of `s`, the microbatch it belongs to (optimizer ops: the last).
