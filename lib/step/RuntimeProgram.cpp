@@ -520,7 +520,7 @@ private:
         due = true;
       else if (op.unit == unit && op.kind == MFSDP_PROGRAM_UNPACK)
         due = false;
-    if (due)
+    if (due && error.empty())
       error = "the step waits for the gathers of " + unitLabel(unit) + " in its " +
               runtime::hookName(hook) +
               " but copies nothing out of them after: the library gathers the unit's "

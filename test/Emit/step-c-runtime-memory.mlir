@@ -44,6 +44,11 @@
 // RUN: mfsdp-opt %s --mfsdp-build-step=tokens=1 --mfsdp-schedule-step="prefetch=1 bucket-mb=0 buckets=false" | diff - %t.nob.mlir
 // RUN: mfsdp-opt %t.nob.mlir --mfsdp-verify-schedule -o /dev/null
 // RUN: not mfsdp-translate --emit-step-c %t.nob.mlir 2>&1 | FileCheck %s --check-prefix=NOB-LIB
+// Unit u1's rows are staged: the program's unpack and pack are the step's
+// copies, and a step without them is refused, naming the unit and hook.
+// RUN: FileCheck %s --check-prefix=COPIES < %t.mlir
+// RUN: grep -v 'sched.compute copy "all_gather copy' %t.mlir | not mfsdp-translate --emit-step-c 2>&1 | FileCheck %s --check-prefix=NOUNPACK
+// RUN: grep -v 'sched.compute copy "reduce_scatter copy' %t.mlir | not mfsdp-translate --emit-step-c 2>&1 | FileCheck %s --check-prefix=NOPACK
 // The default pipeline records it too.
 // RUN: mfsdp-opt %s --mfsdp-pipeline="mesh=dp_shard=2 tokens=1" -o %t.pipe.mlir
 // RUN: mfsdp-translate --emit-step-c %t.pipe.mlir | cat %t.pipe.mlir - | FileCheck %s --check-prefix=PIPELINE
@@ -62,6 +67,15 @@
 // LIB-LABEL: static const mfsdp_memory_plan mfsdp_the_memory
 // LIB: .keep_grads = 0,
 // LIB-NEXT: .buckets = mfsdp_bucket_staging,
+
+// COPIES: %[[ST:.*]] = sched.alloc "gather staging g1 (forward)"
+// COPIES: sched.all_gather "all_gather u1 (forward)" {{.*}} -> %[[ST]]
+// COPIES: sched.compute copy "all_gather copy g1" reads(%[[ST]])
+// COPIES: %[[RST:.*]] = sched.alloc "reduce staging g1"
+// COPIES-NEXT: sched.compute copy "reduce_scatter copy g1" {{.*}} writes(%[[RST]])
+// COPIES-NEXT: sched.reduce_scatter "reduce_scatter u1" %[[RST]]
+// NOUNPACK: error: 'sched.step' op cannot be lowered into the runtime's program: the step waits for the gathers of unit 1 ('u1') in its pre_forward but copies nothing out of them after: the library gathers the unit's row shards into staging (row-shard buckets), which a copy of the step unpacks (build the step with row-layout per_param)
+// NOPACK: error: 'sched.step' op cannot be lowered into the runtime's program: the step starts the reduction of unit 1 ('u1') in the post_backward of unit 1 with no copy into it before, in that hook: the library reduces the unit's row shards from staging (row-shard buckets), which a copy of the step packs (build the step with row-layout per_param)
 
 // LARGER: static const int64_t mfsdp_arena_bytes[2] = {1048576, 1048576};
 
