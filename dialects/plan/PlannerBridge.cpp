@@ -318,10 +318,12 @@ void mfsdp::readBackAfterWrite(BridgedGraph &b) {
     if (p.placement != planner::PlacementKind::BlockShard)
       p.block.clear();
   }
+  // A unit without row shards is written without row_layout, which reads
+  // back as per_param (readGraph).
   std::vector<bool> hasRows = unitsWithRows(b.problem);
   for (auto [i, pu] : llvm::enumerate(b.problem.units))
     if (!hasRows[i])
-      pu.layout = planner::Unit().layout;
+      pu.layout = planner::RowLayout::PerParam;
 }
 
 bool mfsdp::sameReading(const BridgedGraph &a, const BridgedGraph &b) {

@@ -123,15 +123,15 @@ void StepBuilder::collectGroups() {
       // more (its row-shard buckets, runtime/common/Buckets.cpp): FSDP2
       // copies a lone one, and block shards, too (BuildOptions::fsdp2Copies).
       if (pr.units[u].layout == planner::RowLayout::PerParam) {
-        int64_t members = 0;
-        for (const Param *p : rowsPerUnit[u])
-          if (b.fsdp2Copies || p->placement == PlacementKind::RowShard) {
+        std::vector<const Param *> copied;
+        for (const Param *p : g.rows)
+          if (p->unit == static_cast<int64_t>(u) &&
+              (b.fsdp2Copies || p->placement == PlacementKind::RowShard))
+            copied.push_back(p);
+        piece.copied = static_cast<int64_t>(copied.size()) >= (b.fsdp2Copies ? 1 : 2);
+        if (piece.copied)
+          for (const Param *p : copied)
             piece.copyBytes += static_cast<double>(p->numElements()) * p->elemBytes;
-            ++members;
-          }
-        piece.copied = members >= (b.fsdp2Copies ? 1 : 2);
-        if (!piece.copied)
-          piece.copyBytes = 0;
       }
     }
     // A group of one unit: the unit's lists are the group's (shared).
@@ -250,6 +250,9 @@ void StepBuilder::gather(size_t gi, const char *why) {
   // gather writes, with the gathers.
   g.staging = -1;
   if (g.copies()) {
+    // The copied units' rows as their all-gathers move them (block
+    // shards too, which the runtime gathers apart from its buckets: the
+    // staging is that much larger than the runtime's).
     double staged = 0;
     for (const GroupInfo::Piece &piece : g.pieces)
       if (piece.copied)

@@ -397,7 +397,7 @@ public:
       agree(static_cast<int64_t>(m), each[m]);
     if (!error.empty())
       return;
-    packedBeforeReduction();
+    copiesAroundStaging();
     if (!error.empty())
       return;
     // Every unit's gradients are reduced somewhere.
@@ -500,38 +500,35 @@ private:
         if (own && staged[u])
           add(h, u, MFSDP_PROGRAM_UNPACK, u, "unpack of the unit whole for its hook", -1,
               /*always=*/true);
-        else
-          unpackedAfterWait(h, u);
       }
       add(MFSDP_HOOK_PRE_BACKWARD, u, MFSDP_PROGRAM_PLACE_GRADS, u,
           "the unit's gradient buffers");
     }
   }
 
-  /// A staged unit's gathers land in staging: in each hook, a copy of the
-  /// step (an unpack) follows every wait for them (the runtime refuses a
-  /// program without, mfsdp_create).
-  void unpackedAfterWait(int32_t hook, int32_t unit) {
-    if (!staged[unit])
-      return;
-    bool due = false;
-    for (const ProgramOp &op : at(hook, unit))
-      if (op.unit == unit && op.kind == MFSDP_PROGRAM_WAIT_GATHER)
-        due = true;
-      else if (op.unit == unit && op.kind == MFSDP_PROGRAM_UNPACK)
-        due = false;
-    if (due && error.empty())
-      error = "the step waits for the gathers of " + unitLabel(unit) + " in its " +
-              runtime::hookName(hook) +
-              " but copies nothing out of them after: the library gathers the unit's "
-              "row shards into staging (row-shard buckets), which a copy of the step "
-              "unpacks (build the step with row-layout per_param)";
-  }
-
-  /// A staged unit's reduction starts from staging: in each hook, a copy
-  /// of the step (a pack) comes before every start of it.
-  void packedBeforeReduction() {
+  /// A staged unit's gathers land in staging and its reduction starts
+  /// from staging: in every hook, a copy of the step (an unpack) follows
+  /// each wait for its gathers, and one (a pack) comes before each start of
+  /// its reduction (the runtime refuses a program without, mfsdp_create).
+  void copiesAroundStaging() {
     for (size_t slot = 0; slot < hooks.size() && error.empty(); ++slot) {
+      const int32_t hookUnit = static_cast<int32_t>(slot / runtime::kUnitHooks);
+      const int32_t hookKind = static_cast<int32_t>(slot % runtime::kUnitHooks);
+      std::map<int32_t, bool> unpackDue; // unit -> a wait with no unpack yet
+      for (const ProgramOp &op : hooks[slot])
+        if (op.kind == MFSDP_PROGRAM_WAIT_GATHER && staged[op.unit])
+          unpackDue[op.unit] = true;
+        else if (op.kind == MFSDP_PROGRAM_UNPACK)
+          unpackDue[op.unit] = false;
+      for (const auto &[unit, due] : unpackDue)
+        if (due) {
+          error = "the step waits for the gathers of " + unitLabel(unit) + " in the " +
+                  runtime::hookName(hookKind) + " of unit " + std::to_string(hookUnit) +
+                  " but copies nothing out of them after: the library gathers the unit's "
+                  "row shards into staging (row-shard buckets), which a copy of the step "
+                  "unpacks (build the step with row-layout per_param)";
+          return;
+        }
       std::set<int32_t> packed;
       for (const ProgramOp &op : hooks[slot]) {
         if (op.kind == MFSDP_PROGRAM_PACK)

@@ -222,8 +222,12 @@ std::vector<GatherBlock> gatherBlocks(const Step &s) {
              std::find(allocated.begin(), allocated.end(), op.writes.front()) !=
                  allocated.end();
     };
-    if (allocated.empty() || j >= s.ops.size() || !writesOne(s.ops[j]))
+    if (allocated.empty())
       continue;
+    if (j >= s.ops.size() || !writesOne(s.ops[j])) {
+      i = j - 1; // no gather follows the run: none starts inside it either
+      continue;
+    }
     GatherBlock b;
     b.end = j;
     b.group = s.ops[j].group;

@@ -47,9 +47,8 @@ struct GroupInfo {
     // the unit's reductions move, whole bytes whatever mix of dtypes.
     double reduceRowBytes = 0, reduceOwnedBytes = 0;
     Chunks reduceChunks;
-    // The unit copies its rows into and out of staging (copied): the
-    // bytes it copies, and its rows as its gathers and reductions move
-    // them, the staging's size (StepBuilder::copies).
+    // The unit copies its rows into and out of staging (copied, see
+    // collectGroups), this many bytes of them.
     bool copied = false;
     double copyBytes = 0;
     NameList rowNames, ownedNames; // shared by the ops that carry them
@@ -156,14 +155,15 @@ private:
 
   /// One all-gather of rows and one all-gather-v of owner matrices per
   /// unit, all at the group's first use; mfsdp-bucket-collectives merges
-  /// them.
+  /// them. The rows of units that copy land in a gather staging buffer,
+  /// copied out into the gathered buffer, then freed.
   void gather(size_t gi, const char *why);
 
-  /// FSDP2's per-parameter layout copies shards in and out of the flat
-  /// collective buffers; flat layouts use the buffer in place. The copy
-  /// reads `buffer`: the gathered one (it runs after the gather is waited
-  /// for, where the runtime unpacks) or the unreduced gradients (before
-  /// their reduction, where the runtime packs).
+  /// A copy of the copied units' rows (GroupInfo::Piece::copied) from
+  /// `from` into `to`: out of the gather staging into the gathered buffer
+  /// (after the gather is waited for, where the runtime unpacks), or out
+  /// of the unreduced gradients into the reduce staging (before their
+  /// reduction, where the runtime packs).
   void copy(size_t gi, bool gatherSide, int64_t from, int64_t to);
 
   void compute(int64_t unit, Phase ph, const char *what, double flopsPerToken,

@@ -74,7 +74,7 @@
 // COPIES: %[[RST:.*]] = sched.alloc "reduce staging g1"
 // COPIES-NEXT: sched.compute copy "reduce_scatter copy g1" {{.*}} writes(%[[RST]])
 // COPIES-NEXT: sched.reduce_scatter "reduce_scatter u1" %[[RST]]
-// NOUNPACK: error: 'sched.step' op cannot be lowered into the runtime's program: the step waits for the gathers of unit 1 ('u1') in its pre_forward but copies nothing out of them after: the library gathers the unit's row shards into staging (row-shard buckets), which a copy of the step unpacks (build the step with row-layout per_param)
+// NOUNPACK: error: 'sched.step' op cannot be lowered into the runtime's program: the step waits for the gathers of unit 1 ('u1') in the pre_forward of unit 1 but copies nothing out of them after: the library gathers the unit's row shards into staging (row-shard buckets), which a copy of the step unpacks (build the step with row-layout per_param)
 // NOPACK: error: 'sched.step' op cannot be lowered into the runtime's program: the step starts the reduction of unit 1 ('u1') in the post_backward of unit 1 with no copy into it before, in that hook: the library reduces the unit's row shards from staging (row-shard buckets), which a copy of the step packs (build the step with row-layout per_param)
 
 // LARGER: static const int64_t mfsdp_arena_bytes[2] = {1048576, 1048576};

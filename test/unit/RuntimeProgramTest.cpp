@@ -421,7 +421,7 @@ TEST(RuntimeProgram, StagedUnitsNeedTheStepsCopies) {
   };
   RuntimeProgram p = lowerStepProgram(without("unpack g2"), plan.plan);
   EXPECT_EQ(p.error,
-            "the step waits for the gathers of unit 2 in its pre_forward but copies "
+            "the step waits for the gathers of unit 2 in the pre_forward of unit 2 but copies "
             "nothing out of them after: the library gathers the unit's row shards into "
             "staging (row-shard buckets), which a copy of the step unpacks (build the "
             "step with row-layout per_param)");

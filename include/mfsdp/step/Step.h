@@ -452,10 +452,9 @@ std::vector<std::pair<int64_t, size_t>> gatheredCopies(const Step &s, IsGather i
         if (b >= 0 && static_cast<size_t>(b) < filler.size() && filler[b] < 0)
           filler[b] = static_cast<int64_t>(i);
     } else if (isShardCopy(op)) {
-      int64_t from = -1;
+      int64_t from = -1; // the gather that filled what it reads
       for (int64_t b : op.reads)
-        if (b >= 0 && static_cast<size_t>(b) < filler.size() && filler[b] >= 0 &&
-            isGather(s.ops[static_cast<size_t>(filler[b])]))
+        if (b >= 0 && static_cast<size_t>(b) < filler.size() && filler[b] >= 0)
           from = filler[b];
       if (from < 0)
         continue; // out of the gradients
