@@ -49,6 +49,11 @@
 // RUN: FileCheck %s --check-prefix=COPIES < %t.mlir
 // RUN: grep -v 'sched.compute copy "all_gather copy' %t.mlir | not mfsdp-translate --emit-step-c 2>&1 | FileCheck %s --check-prefix=NOUNPACK
 // RUN: grep -v 'sched.compute copy "reduce_scatter copy' %t.mlir | not mfsdp-translate --emit-step-c 2>&1 | FileCheck %s --check-prefix=NOPACK
+// With both units in one gather group, u1's gathers are waited for in
+// u0's hook (the group's first unit): the refusal names that hook.
+// RUN: sed 's/recompute = false> group 1/recompute = false> group 0/' %s | mfsdp-opt --mfsdp-build-step=tokens=1 --mfsdp-bucket-collectives --mfsdp-schedule-overlap=prefetch=1 --mfsdp-plan-memory -o %t.group.mlir
+// RUN: mfsdp-translate --emit-step-c %t.group.mlir -o /dev/null
+// RUN: grep -v 'sched.compute copy "all_gather copy' %t.group.mlir | not mfsdp-translate --emit-step-c 2>&1 | FileCheck %s --check-prefix=GROUP-NOUNPACK
 // The default pipeline records it too.
 // RUN: mfsdp-opt %s --mfsdp-pipeline="mesh=dp_shard=2 tokens=1" -o %t.pipe.mlir
 // RUN: mfsdp-translate --emit-step-c %t.pipe.mlir | cat %t.pipe.mlir - | FileCheck %s --check-prefix=PIPELINE
@@ -75,6 +80,7 @@
 // COPIES-NEXT: sched.compute copy "reduce_scatter copy g1" {{.*}} writes(%[[RST]])
 // COPIES-NEXT: sched.reduce_scatter "reduce_scatter u1" %[[RST]]
 // NOUNPACK: error: 'sched.step' op cannot be lowered into the runtime's program: the step waits for the gathers of unit 1 ('u1') in the pre_forward of unit 1 but copies nothing out of them after: the library gathers the unit's row shards into staging (row-shard buckets), which a copy of the step unpacks (build the step with row-layout per_param)
+// GROUP-NOUNPACK: error: 'sched.step' op cannot be lowered into the runtime's program: the step waits for the gathers of unit 1 ('u1') in the pre_forward of unit 0 but copies nothing out of them after
 // NOPACK: error: 'sched.step' op cannot be lowered into the runtime's program: the step starts the reduction of unit 1 ('u1') in the post_backward of unit 1 with no copy into it before, in that hook: the library reduces the unit's row shards from staging (row-shard buckets), which a copy of the step packs (build the step with row-layout per_param)
 
 // LARGER: static const int64_t mfsdp_arena_bytes[2] = {1048576, 1048576};
