@@ -327,13 +327,42 @@ void StepBuilder::optimizer() {
     }
     // ZeRO-1/2: every rank needs the updated parameters whole.
     if (o.zero < 3) {
-      if (!g.rows.empty()) {
+      if (!g.rows.empty() && !g.copies()) {
         Op op = collective(CollKind::AllGather,
                            fmt::format("all_gather updated rows g{}", gi),
                            g.rowShard, g.rowShard, g.rowBytes + g.rowPad);
         op.params = g.rowNames;
         op.group = static_cast<int64_t>(gi);
         add(std::move(op));
+      } else if (!g.rows.empty()) {
+        // The copied units' rows land in staging (the runtime's GATHER
+        // stages a row-shard bucket and unpacks it inside the op), copied
+        // out into the parameters; the others' are gathered in place.
+        double staged = 0, inPlace = 0;
+        NameList stagedNames, inPlaceNames;
+        for (const GroupInfo::Piece &piece : g.pieces)
+          for (const std::string &name : piece.rowNames)
+            (piece.copied ? stagedNames : inPlaceNames).push_back(name);
+        for (const GroupInfo::Piece &piece : g.pieces)
+          (piece.copied ? staged : inPlace) += piece.rowBytes;
+        const int64_t staging =
+            alloc(fmt::format("gather staging g{} (updated)", gi), staged, false);
+        Op op = collective(CollKind::AllGather,
+                           fmt::format("all_gather updated rows g{}", gi), g.rowShard,
+                           staging, staged);
+        op.params = stagedNames;
+        op.group = static_cast<int64_t>(gi);
+        add(std::move(op));
+        if (inPlace > 0) {
+          Op rest = collective(CollKind::AllGather,
+                               fmt::format("all_gather updated rows g{} in place", gi),
+                               g.rowShard, g.rowShard, inPlace);
+          rest.params = inPlaceNames;
+          rest.group = static_cast<int64_t>(gi);
+          add(std::move(rest));
+        }
+        copy(gi, /*gatherSide=*/true, staging, g.rowShard);
+        free(staging);
       }
       if (!g.owned.empty()) {
         Op op = collective(CollKind::AllGatherV,

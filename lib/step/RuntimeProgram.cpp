@@ -293,6 +293,8 @@ private:
     case OpKind::Collective:
       return lowerCollective(op);
     case OpKind::Compute:
+      if (isShardCopy(op))
+        return; // ZeRO-1/2: the GATHER unpacks its staging inside the op
       break;
     }
     out.error = "'" + op.name + "' (" + std::string(opKindName(op.kind)) +

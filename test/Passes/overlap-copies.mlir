@@ -1,6 +1,9 @@
 // RUN: mfsdp-opt %S/Inputs/four-blocks.mlir --mfsdp-assign-layouts="policy=adamw group-units=1 row-layout=per_param" --mfsdp-build-step --mfsdp-bucket-collectives --mfsdp-schedule-overlap | FileCheck %s
 // RUN: mfsdp-opt %S/Inputs/four-blocks.mlir --mfsdp-assign-layouts="group-units=1 row-layout=per_param" --mfsdp-build-step | FileCheck %s --check-prefix=LONE
 // RUN: mfsdp-opt %S/Inputs/four-blocks.mlir --mfsdp-assign-layouts="group-units=1 row-layout=per_param" --mfsdp-build-step=baseline=fsdp2-rows | FileCheck %s --check-prefix=FSDP2
+// RUN: mfsdp-opt %S/Inputs/four-blocks.mlir --mfsdp-pipeline="mesh=dp_shard=2 policy=adamw zero=2" -o %t.zero2.mlir
+// RUN: FileCheck %s --check-prefix=ZERO2 < %t.zero2.mlir
+// RUN: mfsdp-translate --emit-step-c %t.zero2.mlir -o /dev/null
 
 // A per_param unit copies its shards in and out of the collective buffers
 // (a `copy` compute op before each reduction and after each gather). The
@@ -53,3 +56,14 @@
 // FSDP2-LABEL: sched.step @blocks.step
 // FSDP2: sched.compute copy "all_gather copy g0" {{.*}} bytes 6144
 // FSDP2: sched.compute copy "reduce_scatter copy g3" {{.*}} bytes 6144
+
+// Under ZeRO-2 the optimizer phase gathers the updated rows of a copied
+// unit into staging and copies them out into the parameters (the
+// runtime's GATHER stages the bucket and unpacks it inside the op; the
+// copy lowers to nothing), then frees the staging.
+// ZERO2-LABEL: sched.step @blocks.step
+// ZERO2: %[[ST:.*]] = sched.alloc "gather staging g{{[0-9]+}} (updated)"
+// ZERO2-NEXT: %[[AG:.*]] = sched.all_gather "all_gather updated rows g{{[0-9]+}}" %[[ROWS:[0-9]+]] -> %[[ST]] {{.*}} phase optimizer
+// ZERO2: sched.wait %[[AG]]
+// ZERO2-NEXT: sched.compute copy "all_gather copy g{{[0-9]+}}" reads(%[[ST]]) writes(%[[ROWS]]) {{.*}} phase optimizer
+// ZERO2: sched.dealloc %[[ST]]
