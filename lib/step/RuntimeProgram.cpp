@@ -538,11 +538,9 @@ private:
         if (op.kind != MFSDP_PROGRAM_START_REDUCTION || !staged[op.unit] ||
             packed.count(op.unit))
           continue;
-        const int32_t unit = static_cast<int32_t>(slot / runtime::kUnitHooks);
-        const int32_t hook = static_cast<int32_t>(slot % runtime::kUnitHooks);
         error = "the step starts the reduction of " + unitLabel(op.unit) + " in the " +
-                runtime::hookName(hook) + " of unit " +
-                std::to_string(unit) + " with no copy into it before, in that hook: the "
+                runtime::hookName(hookKind) + " of unit " +
+                std::to_string(hookUnit) + " with no copy into it before, in that hook: the "
                 "library reduces the unit's row shards from staging (row-shard buckets), "
                 "which a copy of the step packs (build the step with row-layout per_param)";
         return;
