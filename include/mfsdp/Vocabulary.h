@@ -224,7 +224,7 @@
   X(_, None, "none", 0)                                                        \
   X(_, FSDP2, "fsdp2", 1)                                                      \
   X(_, FSDP2DTensor, "fsdp2-dtensor", 2)                                       \
-  X(_, FSDP2DTensorMm, "fsdp2-dtensor-mm", 3)                              \
+  X(_, FSDP2DTensorMm, "fsdp2-dtensor-mm", 3)                                  \
   X(_, FSDP2Rows, "fsdp2-rows", 4)
 
 #define MFSDP_VOCAB_C_CASE(cName, cxxName, spelling, value) cName = value,

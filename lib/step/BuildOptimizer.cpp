@@ -338,13 +338,11 @@ void StepBuilder::optimizer() {
         // The copied units' rows land in staging (the runtime's GATHER
         // stages a row-shard bucket and unpacks it inside the op), copied
         // out into the parameters; the others' are gathered in place.
-        double staged = 0, inPlace = 0;
+        const double staged = g.stagedBytes(), inPlace = g.rowBytes + g.rowPad - staged;
         NameList stagedNames, inPlaceNames;
         for (const GroupInfo::Piece &piece : g.pieces)
           for (const std::string &name : piece.rowNames)
             (piece.copied ? stagedNames : inPlaceNames).push_back(name);
-        for (const GroupInfo::Piece &piece : g.pieces)
-          (piece.copied ? staged : inPlace) += piece.rowBytes;
         const int64_t staging =
             alloc(fmt::format("gather staging g{} (updated)", gi), staged, false);
         Op op = collective(CollKind::AllGather,

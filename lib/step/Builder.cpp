@@ -249,16 +249,8 @@ void StepBuilder::gather(size_t gi, const char *why) {
   // The staging first: the schedule moves the allocs from the first one a
   // gather writes, with the gathers.
   g.staging = -1;
-  if (g.copies()) {
-    // The copied units' rows as their all-gathers move them (block
-    // shards too, which the runtime gathers apart from its buckets: the
-    // staging is that much larger than the runtime's).
-    double staged = 0;
-    for (const GroupInfo::Piece &piece : g.pieces)
-      if (piece.copied)
-        staged += piece.rowBytes;
-    g.staging = alloc(fmt::format("gather staging g{} ({})", gi, why), staged, false);
-  }
+  if (g.copies())
+    g.staging = alloc(fmt::format("gather staging g{} ({})", gi, why), g.stagedBytes(), false);
   g.gathered = alloc(fmt::format("gathered g{} ({})", gi, why),
                      gatheredBytes(g), false);
   for (const GroupInfo::Piece &piece : g.pieces) {
@@ -413,11 +405,8 @@ void StepBuilder::reduce(size_t gi, int64_t grads) {
   // The copied units' gradients go through a staging buffer, packed.
   int64_t staging = -1;
   if (g.copies()) {
-    double staged = 0;
-    for (const GroupInfo::Piece &piece : g.pieces)
-      if (piece.copied)
-        staged += b.reduceElemBytes > 0 ? piece.reduceRowBytes : piece.rowBytes;
-    staging = alloc(fmt::format("reduce staging g{}", gi), staged, false);
+    staging = alloc(fmt::format("reduce staging g{}", gi), g.stagedBytes(b.reduceElemBytes > 0),
+                    false);
     copy(gi, /*gatherSide=*/false, grads, staging);
   }
   for (auto it = g.pieces.rbegin(); it != g.pieces.rend(); ++it) {

@@ -365,11 +365,7 @@ public:
     // The units the runtime stages (row-shard buckets): their gathers land
     // in staging, which the step's copies unpack, and their reductions
     // start from staging, which its copies pack.
-    staged.assign(static_cast<size_t>(units), false);
-    for (int32_t b = 0; p.buckets && b < p.num_buckets; ++b)
-      if (p.buckets[b].placement == MFSDP_ROW_SHARD && p.buckets[b].unit >= 0 &&
-          p.buckets[b].unit < units)
-        staged[p.buckets[b].unit] = true;
+    rowBucket = runtime::firstRowBuckets(p);
     // The microbatches: each a forward then a backward, in program order.
     // Their hooks are the same but for the reduction, which only the last
     // runs (the trainer runs the others under no-sync, where a
@@ -499,7 +495,7 @@ private:
         continue;
       for (int32_t h : {MFSDP_HOOK_PRE_FORWARD, MFSDP_HOOK_PRE_BACKWARD}) {
         const bool own = add(h, u, MFSDP_PROGRAM_WAIT_GATHER, u, "the unit whole for its hook");
-        if (own && staged[u])
+        if (own && staged(u))
           add(h, u, MFSDP_PROGRAM_UNPACK, u, "unpack of the unit whole for its hook", -1,
               /*always=*/true);
       }
@@ -518,7 +514,7 @@ private:
       const int32_t hookKind = static_cast<int32_t>(slot % runtime::kUnitHooks);
       std::map<int32_t, bool> unpackDue; // unit -> a wait with no unpack yet
       for (const ProgramOp &op : hooks[slot])
-        if (op.kind == MFSDP_PROGRAM_WAIT_GATHER && staged[op.unit])
+        if (op.kind == MFSDP_PROGRAM_WAIT_GATHER && staged(op.unit))
           unpackDue[op.unit] = true;
         else if (op.kind == MFSDP_PROGRAM_UNPACK)
           unpackDue[op.unit] = false;
@@ -535,7 +531,7 @@ private:
       for (const ProgramOp &op : hooks[slot]) {
         if (op.kind == MFSDP_PROGRAM_PACK)
           packed.insert(op.unit);
-        if (op.kind != MFSDP_PROGRAM_START_REDUCTION || !staged[op.unit] ||
+        if (op.kind != MFSDP_PROGRAM_START_REDUCTION || !staged(op.unit) ||
             packed.count(op.unit))
           continue;
         error = "the step starts the reduction of " + unitLabel(op.unit) + " in the " +
@@ -570,7 +566,7 @@ private:
       return;
     }
     for (int32_t unit : unitsOf(op))
-      if (staged[unit])
+      if (staged(unit))
         add(hook, hookUnit, unpack ? MFSDP_PROGRAM_UNPACK : MFSDP_PROGRAM_PACK, unit, op.name,
             op.group);
   }
@@ -780,7 +776,8 @@ private:
   std::vector<int64_t> groupOf; // per unit, its gather group (-1: none)
   std::unordered_map<int64_t, int64_t> gatheredBy; // buffer -> group
   std::unordered_set<int64_t> gatherWritten;        // buffers gathers write
-  std::vector<bool> staged; // per unit: has row-shard buckets (staging)
+  std::vector<int32_t> rowBucket; // per unit, its first row-shard bucket
+  bool staged(int32_t unit) const { return rowBucket[unit] >= 0; }
   std::unordered_map<std::string, int32_t> unitIndex;
 };
 

@@ -217,14 +217,17 @@ std::vector<GatherBlock> gatherBlocks(const Step &s) {
       allocated.push_back(s.ops[j].writes.front());
       ++j;
     }
-    auto writesOne = [&](const Op &op) {
-      return isGather(op) && op.writes.size() == 1 &&
-             std::find(allocated.begin(), allocated.end(), op.writes.front()) !=
-                 allocated.end();
+    // The alloc of the run a gather writes (allocated.size(): none).
+    auto writesOne = [&](size_t k) -> size_t {
+      const Op &op = s.ops[k];
+      if (!isGather(op) || op.writes.size() != 1)
+        return allocated.size();
+      return static_cast<size_t>(
+          std::find(allocated.begin(), allocated.end(), op.writes.front()) - allocated.begin());
     };
     if (allocated.empty())
       continue;
-    if (j >= s.ops.size() || !writesOne(s.ops[j])) {
+    if (j >= s.ops.size() || writesOne(j) == allocated.size()) {
       i = j - 1; // no gather follows the run: none starts inside it either
       continue;
     }
@@ -233,9 +236,11 @@ std::vector<GatherBlock> gatherBlocks(const Step &s) {
     b.group = s.ops[j].group;
     b.phase = s.ops[j].phase;
     std::vector<bool> written(allocated.size(), false);
-    while (b.end < s.ops.size() && writesOne(s.ops[b.end]) && s.ops[b.end].group == b.group) {
-      written[std::find(allocated.begin(), allocated.end(), s.ops[b.end].writes.front()) -
-              allocated.begin()] = true;
+    while (b.end < s.ops.size() && s.ops[b.end].group == b.group) {
+      const size_t a = writesOne(b.end);
+      if (a == allocated.size())
+        break;
+      written[a] = true;
       ++b.end;
     }
     // The block starts at the first alloc its gathers write (one before

@@ -63,6 +63,17 @@ struct GroupInfo {
     return std::any_of(pieces.begin(), pieces.end(),
                        [](const Piece &p) { return p.copied; });
   }
+  /// The copied units' rows as their collectives move them: the staging's
+  /// bytes (in the reduce dtype's with `reduceDtype`). Block shards too,
+  /// which the runtime gathers apart from its buckets: that much larger
+  /// than the runtime's staging.
+  double stagedBytes(bool reduceDtype = false) const {
+    double bytes = 0;
+    for (const Piece &p : pieces)
+      if (p.copied)
+        bytes += reduceDtype ? p.reduceRowBytes : p.rowBytes;
+    return bytes;
+  }
 };
 
 class StepBuilder {

@@ -55,11 +55,7 @@ public:
     stepped.assign(static_cast<size_t>(std::max(p.num_params, 0)), 0);
     broadcast.assign(static_cast<size_t>(std::max(p.num_params, 0)), 0);
     gatheredAfter.assign(static_cast<size_t>(units), 0);
-    rowBucket.assign(static_cast<size_t>(units), -1);
-    for (int32_t b = 0; p.buckets && b < p.num_buckets; ++b)
-      if (p.buckets[b].placement == MFSDP_ROW_SHARD && p.buckets[b].unit >= 0 &&
-          p.buckets[b].unit < units && rowBucket[p.buckets[b].unit] < 0)
-        rowBucket[p.buckets[b].unit] = b;
+    rowBucket = runtime::firstRowBuckets(p);
     unpackDue.assign(static_cast<size_t>(units), -1);
     packed.assign(static_cast<size_t>(units), false);
     // Forward, units in order; backward in reverse; then the optimizer.

@@ -126,13 +126,7 @@ std::string mfsdp::rt::programProblem(const mfsdp_plan &plan) {
   const mfsdp_program_hook *opt = nullptr;
   std::vector<int32_t> seen(mfsdp::runtime::hookSlot(plan.num_units, 0), 0);
   std::vector<int32_t> reduced(plan.num_units, 0);
-  std::vector<int32_t> rowBucket(plan.num_units, -1);
-  for (int32_t b = 0; plan.buckets && b < plan.num_buckets; ++b) {
-    const mfsdp_bucket &k = plan.buckets[b];
-    if (k.placement == MFSDP_ROW_SHARD && k.unit >= 0 && k.unit < plan.num_units &&
-        rowBucket[k.unit] < 0)
-      rowBucket[k.unit] = b;
-  }
+  const std::vector<int32_t> rowBucket = mfsdp::runtime::firstRowBuckets(plan);
   bool hooks = false;
   for (int32_t h = 0; h < g.num_hooks; ++h) {
     const mfsdp_program_hook &k = g.hooks[h];

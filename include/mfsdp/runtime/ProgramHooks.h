@@ -109,6 +109,20 @@ inline std::vector<int32_t> hookEntries(const mfsdp_program &program, int32_t un
   return entry;
 }
 
+/// Per unit of `plan`, its first row-shard bucket (-1: none). Such a unit
+/// is staged: its gathers land in staging, unpacked by a program op of its
+/// own, and its gradients are packed into staging by one.
+inline std::vector<int32_t> firstRowBuckets(const mfsdp_plan &plan) {
+  std::vector<int32_t> out(static_cast<size_t>(plan.num_units > 0 ? plan.num_units : 0), -1);
+  for (int32_t b = 0; plan.buckets && b < plan.num_buckets; ++b) {
+    const mfsdp_bucket &k = plan.buckets[b];
+    if (k.placement == MFSDP_ROW_SHARD && k.unit >= 0 && k.unit < plan.num_units &&
+        out[k.unit] < 0)
+      out[k.unit] = b;
+  }
+  return out;
+}
+
 } // namespace mfsdp::runtime
 
 #endif // MFSDP_RUNTIME_PROGRAMHOOKS_H

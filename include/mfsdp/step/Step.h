@@ -422,19 +422,17 @@ struct Step {
   OpArray ops;
 };
 
-/// A unit's forward, backward or recompute: a Compute op outside the
-/// optimizer phase that is not a shard copy (`compute` "copy", which the
-/// step builder adds around a per_param unit's collectives).
-inline bool isUnitCompute(const Op &op) {
-  return op.kind == OpKind::Compute && op.compute != "copy" &&
-         op.phase != Phase::Optimizer;
-}
-
 /// A shard copy (`compute` "copy"): a per_param unit's rows copied out of
 /// the staging its gathers fill, or its gradients into the staging its
 /// reductions read.
 inline bool isShardCopy(const Op &op) {
   return op.kind == OpKind::Compute && op.compute == "copy";
+}
+
+/// A unit's forward, backward or recompute: a Compute op outside the
+/// optimizer phase that is not a shard copy.
+inline bool isUnitCompute(const Op &op) {
+  return op.kind == OpKind::Compute && !isShardCopy(op) && op.phase != Phase::Optimizer;
 }
 
 /// The gathered copies of `s`: each buffer a gather (`isGather(op)`)
@@ -444,25 +442,27 @@ inline bool isShardCopy(const Op &op) {
 template <typename IsGather>
 std::vector<std::pair<int64_t, size_t>> gatheredCopies(const Step &s, IsGather isGather) {
   std::vector<std::pair<int64_t, size_t>> out;
+  // Per buffer, the gather that fills it; -1 none, -2 staging.
   std::vector<int64_t> filler(s.buffers.size(), -1);
+  auto known = [&](int64_t b) { return b >= 0 && static_cast<size_t>(b) < filler.size(); };
   for (size_t i = 0; i < s.ops.size(); ++i) {
     const Op &op = s.ops[i];
     if (isGather(op)) {
       for (int64_t b : op.writes)
-        if (b >= 0 && static_cast<size_t>(b) < filler.size() && filler[b] < 0)
+        if (known(b) && filler[b] < 0)
           filler[b] = static_cast<int64_t>(i);
     } else if (isShardCopy(op)) {
       int64_t from = -1; // the gather that filled what it reads
       for (int64_t b : op.reads)
-        if (b >= 0 && static_cast<size_t>(b) < filler.size() && filler[b] >= 0)
+        if (known(b) && filler[b] >= 0)
           from = filler[b];
       if (from < 0)
         continue; // out of the gradients
       for (int64_t b : op.reads)
-        if (b >= 0 && static_cast<size_t>(b) < filler.size())
-          filler[b] = -2; // staging, not a copy
+        if (known(b))
+          filler[b] = -2;
       for (int64_t b : op.writes)
-        if (b >= 0 && static_cast<size_t>(b) < filler.size() && filler[b] == -1)
+        if (known(b) && filler[b] == -1)
           filler[b] = from;
     }
   }
